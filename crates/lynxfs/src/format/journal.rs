@@ -1,0 +1,31 @@
+//! A lane's redo journal: a record of (address, new 8-byte value) pairs with a CRC32C,
+//! made live by one commit word. Replay is idempotent: applying a record twice leaves
+//! the same words.
+
+use super::layout::JOURNAL_SIZE;
+
+pub const COMMIT: u64 = 0; // 0: empty; otherwise equals SEQ of the committed record
+pub const SEQ: u64 = 8;
+pub const COUNT_CRC: u64 = 16; // u32 count | u32 crc32c(seq, count, entries)
+pub const ENTRIES: u64 = 64;
+pub const ENTRY_LEN: u64 = 16;
+pub const MAX_ENTRIES: usize = ((JOURNAL_SIZE - ENTRIES) / ENTRY_LEN) as usize;
+
+pub fn record_crc(seq: u64, entries: &[(u64, u64)]) -> u32 {
+    let mut c = crc32c::crc32c(&seq.to_le_bytes());
+    c = crc32c::crc32c_append(c, &(entries.len() as u32).to_le_bytes());
+    for (a, v) in entries {
+        c = crc32c::crc32c_append(c, &a.to_le_bytes());
+        c = crc32c::crc32c_append(c, &v.to_le_bytes());
+    }
+    c
+}
+
+pub fn encode_entries(entries: &[(u64, u64)]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(entries.len() * ENTRY_LEN as usize);
+    for (a, v) in entries {
+        b.extend_from_slice(&a.to_le_bytes());
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b
+}

@@ -1,0 +1,264 @@
+//! Where everything lives in a pool. The layout is a pure function of the geometry
+//! (size, lanes, inodes and dentries per lane), so `open` recomputes it and refuses a
+//! superblock whose recorded offsets disagree.
+
+use std::ops::Range;
+
+pub const BLOCK: u64 = 4096;
+pub const SB_A: u64 = 0;
+pub const SB_B: u64 = BLOCK;
+pub const INODE_SIZE: u64 = 256;
+pub const DENTRY_SIZE: u64 = 320;
+pub const JOURNAL_SIZE: u64 = 16 * 1024;
+/// The smallest pool mkfs makes.
+pub const MIN_POOL: u64 = 1 << 20;
+pub const MAX_LANES: u32 = 256;
+/// Inode 0 is never used (0 means "none" everywhere); 1 is the root directory.
+pub const ROOT_INO: u64 = 1;
+/// Default bytes of pool per inode at mkfs.
+pub const BYTES_PER_INODE: u64 = 8192;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub pool_size: u64,
+    pub lanes: u32,
+    pub inodes_per_lane: u64,
+    pub dentries_per_lane: u64,
+}
+
+impl Geometry {
+    /// The default geometry for a pool of `pool_size` bytes and `lanes` lanes.
+    pub fn for_size(pool_size: u64, lanes: u32, inodes: Option<u64>) -> Geometry {
+        let lanes = lanes.clamp(1, MAX_LANES);
+        let total = inodes
+            .unwrap_or(pool_size / BYTES_PER_INODE)
+            .max(16 * lanes as u64);
+        let inodes_per_lane = total.div_ceil(lanes as u64);
+        Geometry {
+            pool_size,
+            lanes,
+            inodes_per_lane,
+            dentries_per_lane: inodes_per_lane + inodes_per_lane / 4,
+        }
+    }
+}
+
+/// Byte offsets of every region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub geo: Geometry,
+    pub journal_off: u64,
+    pub state_off: u64,
+    pub state_len: u64,
+    pub inode_off: u64,
+    pub dentry_off: u64,
+    pub data_off: u64,
+    pub data_blocks: u64,
+}
+
+fn round_up(x: u64, to: u64) -> Option<u64> {
+    Some(x.checked_add(to - 1)? / to * to)
+}
+
+/// Bytes of the saved allocation state: three bitmaps, each padded to 8 bytes.
+fn state_bytes(data_blocks: u64, inodes: u64, dentries: u64) -> Option<u64> {
+    let bits = |n: u64| n.div_ceil(64) * 8;
+    round_up(bits(data_blocks) + bits(inodes) + bits(dentries), BLOCK)
+}
+
+impl Layout {
+    /// The layout for `geo`, or `None` when it does not fit (too small, overflow).
+    pub fn compute(geo: Geometry) -> Option<Layout> {
+        if geo.lanes == 0
+            || geo.lanes > MAX_LANES
+            || geo.inodes_per_lane < 2
+            || geo.dentries_per_lane < 2
+        {
+            return None;
+        }
+        let inodes = geo.inodes_per_lane.checked_mul(geo.lanes as u64)?;
+        let dentries = geo.dentries_per_lane.checked_mul(geo.lanes as u64)?;
+        let journal_off = 2 * BLOCK;
+        let state_off = journal_off.checked_add(JOURNAL_SIZE.checked_mul(geo.lanes as u64)?)?;
+        let inode_len = round_up(inodes.checked_mul(INODE_SIZE)?, BLOCK)?;
+        let dentry_len = round_up(dentries.checked_mul(DENTRY_SIZE)?, BLOCK)?;
+        // Upper bound on data blocks first, then shrink until the bitmap fits too.
+        let fixed = state_off.checked_add(inode_len)?.checked_add(dentry_len)?;
+        let room = geo.pool_size.checked_sub(fixed)?;
+        let mut data_blocks = room / BLOCK;
+        loop {
+            let state_len = state_bytes(data_blocks, inodes, dentries)?;
+            let need = state_len.checked_add(data_blocks.checked_mul(BLOCK)?)?;
+            if need <= room {
+                let inode_off = state_off + state_len;
+                let dentry_off = inode_off + inode_len;
+                let data_off = dentry_off + dentry_len;
+                if data_blocks < 16 * geo.lanes as u64 {
+                    return None;
+                }
+                return Some(Layout {
+                    geo,
+                    journal_off,
+                    state_off,
+                    state_len,
+                    inode_off,
+                    dentry_off,
+                    data_off,
+                    data_blocks,
+                });
+            }
+            let over = (need - room).div_ceil(BLOCK).max(1);
+            data_blocks = data_blocks.checked_sub(over)?;
+        }
+    }
+
+    pub fn lanes(&self) -> u32 {
+        self.geo.lanes
+    }
+    pub fn total_inodes(&self) -> u64 {
+        self.geo.inodes_per_lane * self.geo.lanes as u64
+    }
+    pub fn total_dentries(&self) -> u64 {
+        self.geo.dentries_per_lane * self.geo.lanes as u64
+    }
+
+    // ---- inodes: the "quick path", number to address in O(1) ----
+
+    pub fn ino_valid(&self, ino: u64) -> bool {
+        ino >= ROOT_INO && ino < self.total_inodes()
+    }
+    pub fn inode_addr(&self, ino: u64) -> u64 {
+        debug_assert!(self.ino_valid(ino));
+        self.inode_off + ino * INODE_SIZE
+    }
+    pub fn lane_of_ino(&self, ino: u64) -> u32 {
+        (ino / self.geo.inodes_per_lane) as u32
+    }
+    /// The inode numbers owned by `lane` (inode 0 never handed out).
+    pub fn lane_inodes(&self, lane: u32) -> Range<u64> {
+        let start = lane as u64 * self.geo.inodes_per_lane;
+        start.max(ROOT_INO)..start + self.geo.inodes_per_lane
+    }
+
+    // ---- dentries ----
+
+    pub fn dentry_addr(&self, id: u64) -> u64 {
+        self.dentry_off + id * DENTRY_SIZE
+    }
+    /// The dentry at pool offset `addr`, if `addr` is exactly the start of one.
+    pub fn dentry_id(&self, addr: u64) -> Option<u64> {
+        let rel = addr.checked_sub(self.dentry_off)?;
+        let id = rel / DENTRY_SIZE;
+        (rel % DENTRY_SIZE == 0 && id >= 1 && id < self.total_dentries()).then_some(id)
+    }
+    pub fn lane_of_dentry(&self, id: u64) -> u32 {
+        (id / self.geo.dentries_per_lane) as u32
+    }
+    pub fn lane_dentries(&self, lane: u32) -> Range<u64> {
+        let start = lane as u64 * self.geo.dentries_per_lane;
+        start.max(1)..start + self.geo.dentries_per_lane
+    }
+
+    // ---- data blocks ----
+
+    pub fn block_addr(&self, b: u64) -> u64 {
+        debug_assert!(b < self.data_blocks);
+        self.data_off + b * BLOCK
+    }
+    /// The block at pool offset `addr`, if `addr` is exactly the start of one.
+    pub fn block_of(&self, addr: u64) -> Option<u64> {
+        let rel = addr.checked_sub(self.data_off)?;
+        let b = rel / BLOCK;
+        (rel % BLOCK == 0 && b < self.data_blocks).then_some(b)
+    }
+    fn blocks_per_lane(&self) -> u64 {
+        self.data_blocks / self.geo.lanes as u64
+    }
+    pub fn lane_of_block(&self, b: u64) -> u32 {
+        ((b / self.blocks_per_lane()) as u32).min(self.geo.lanes - 1)
+    }
+    /// The last lane also takes the remainder.
+    pub fn lane_blocks(&self, lane: u32) -> Range<u64> {
+        let per = self.blocks_per_lane();
+        let start = lane as u64 * per;
+        let end = if lane + 1 == self.geo.lanes {
+            self.data_blocks
+        } else {
+            start + per
+        };
+        start..end
+    }
+
+    // ---- journals and saved state ----
+
+    pub fn journal_addr(&self, lane: u32) -> u64 {
+        self.journal_off + lane as u64 * JOURNAL_SIZE
+    }
+    /// Offsets of the saved block, inode and dentry bitmaps.
+    pub fn state_bitmaps(&self) -> (u64, u64, u64) {
+        let bytes = |n: u64| n.div_ceil(64) * 8;
+        let blocks = self.state_off;
+        let inodes = blocks + bytes(self.data_blocks);
+        let dentries = inodes + bytes(self.total_inodes());
+        (blocks, inodes, dentries)
+    }
+
+    /// True when `[addr, addr+len)` lies in a region the journal may write: inodes,
+    /// dentries or data blocks (never a superblock, journal or saved state).
+    pub fn journal_target_ok(&self, addr: u64, len: u64) -> bool {
+        addr.is_multiple_of(8)
+            && addr >= self.inode_off
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.data_off + self.data_blocks * BLOCK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_do_not_overlap_and_fit() {
+        for size in [MIN_POOL, 3 << 20, 64 << 20, (1 << 30) + 12345] {
+            for lanes in [1, 2, 7, 64] {
+                let g = Geometry::for_size(size, lanes, None);
+                let Some(l) = Layout::compute(g) else {
+                    assert!(size < 4 << 20, "size {size} lanes {lanes} should fit");
+                    continue;
+                };
+                assert!(l.journal_off >= 2 * BLOCK);
+                assert!(l.state_off >= l.journal_off + JOURNAL_SIZE * lanes as u64);
+                assert!(l.inode_off >= l.state_off + l.state_len);
+                assert!(l.dentry_off >= l.inode_off + l.total_inodes() * INODE_SIZE);
+                assert!(l.data_off >= l.dentry_off + l.total_dentries() * DENTRY_SIZE);
+                assert!(l.data_off + l.data_blocks * BLOCK <= size);
+                let (b, i, d) = l.state_bitmaps();
+                assert!(b < i && i <= d && d < l.state_off + l.state_len);
+                let mut covered = 0;
+                for lane in 0..lanes {
+                    let r = l.lane_blocks(lane);
+                    assert_eq!(r.start, covered);
+                    covered = r.end;
+                    assert_eq!(l.lane_of_block(r.start), lane);
+                    assert_eq!(l.lane_of_block(r.end - 1), lane);
+                }
+                assert_eq!(covered, l.data_blocks);
+            }
+        }
+    }
+
+    #[test]
+    fn addresses_round_trip() {
+        let l = Layout::compute(Geometry::for_size(64 << 20, 4, None)).unwrap();
+        for id in [1, 2, l.total_dentries() - 1] {
+            assert_eq!(l.dentry_id(l.dentry_addr(id)), Some(id));
+        }
+        assert_eq!(l.dentry_id(l.dentry_addr(1) + 8), None);
+        assert_eq!(l.dentry_id(l.dentry_addr(0)), None);
+        assert_eq!(l.dentry_id(l.dentry_addr(l.total_dentries())), None);
+        assert_eq!(l.block_of(l.block_addr(5)), Some(5));
+        assert_eq!(l.block_of(l.data_off + l.data_blocks * BLOCK), None);
+        assert_eq!(l.lane_of_ino(l.lane_inodes(3).start), 3);
+    }
+}

@@ -1,0 +1,220 @@
+//! The superblock: two copies, each with a CRC32C and a generation. An update writes
+//! the copy the next generation's parity selects, so a torn update leaves the other
+//! copy whole; open takes the valid copy with the higher generation.
+
+use super::layout::{Geometry, Layout, BLOCK, ROOT_INO, SB_A, SB_B};
+
+pub const MAGIC: [u8; 8] = *b"LYNXFSPM";
+pub const VERSION: u32 = 1;
+/// Feature bits this build understands. None are defined yet: an unknown incompat
+/// bit refuses the pool, an unknown ro_compat bit would refuse a writable open.
+pub const INCOMPAT_KNOWN: u32 = 0;
+pub const RO_COMPAT_KNOWN: u32 = 0;
+pub const SB_LEN: usize = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub version: u32,
+    pub incompat: u32,
+    pub compat: u32,
+    pub ro_compat: u32,
+    pub generation: u64,
+    pub geo: Geometry,
+    pub epoch: u64,
+    pub clean: bool,
+    pub uuid: [u8; 16],
+    pub created_ns: u64,
+    pub layout: Layout,
+}
+
+/// Why a superblock copy was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SbProblem {
+    Magic,
+    Checksum,
+    Version(u32),
+    Features(u32),
+    Geometry(String),
+}
+
+fn put64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+fn put32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn get64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+fn get32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+
+impl Superblock {
+    pub fn new(layout: Layout, uuid: [u8; 16], created_ns: u64) -> Self {
+        Superblock {
+            version: VERSION,
+            incompat: 0,
+            compat: 0,
+            ro_compat: 0,
+            generation: 0,
+            geo: layout.geo,
+            epoch: 1,
+            clean: true,
+            uuid,
+            created_ns,
+            layout,
+        }
+    }
+
+    /// The copy a superblock of this generation is written to.
+    pub fn home(&self) -> u64 {
+        if self.generation.is_multiple_of(2) {
+            SB_A
+        } else {
+            SB_B
+        }
+    }
+
+    pub fn encode(&self) -> [u8; SB_LEN] {
+        let mut b = [0u8; SB_LEN];
+        b[0..8].copy_from_slice(&MAGIC);
+        put32(&mut b, 8, self.version);
+        put32(&mut b, 12, self.incompat);
+        put32(&mut b, 16, self.compat);
+        put32(&mut b, 20, self.ro_compat);
+        put64(&mut b, 24, self.generation);
+        put64(&mut b, 32, self.geo.pool_size);
+        put32(&mut b, 40, self.geo.lanes);
+        put32(&mut b, 44, BLOCK as u32);
+        put64(&mut b, 48, self.geo.inodes_per_lane);
+        put64(&mut b, 56, self.geo.dentries_per_lane);
+        put64(&mut b, 64, self.epoch);
+        put64(&mut b, 72, self.clean as u64);
+        b[80..96].copy_from_slice(&self.uuid);
+        put64(&mut b, 96, self.created_ns);
+        let l = &self.layout;
+        put64(&mut b, 104, l.journal_off);
+        put64(&mut b, 112, l.state_off);
+        put64(&mut b, 120, l.inode_off);
+        put64(&mut b, 128, l.dentry_off);
+        put64(&mut b, 136, l.data_off);
+        put64(&mut b, 144, l.data_blocks);
+        put64(&mut b, 152, ROOT_INO);
+        let crc = crc32c::crc32c(&b[..SB_LEN - 4]);
+        put32(&mut b, SB_LEN - 4, crc);
+        b
+    }
+
+    /// Decode and validate one copy. Never trusts a field before checking it.
+    pub fn decode(b: &[u8; SB_LEN]) -> Result<Superblock, SbProblem> {
+        if b[0..8] != MAGIC {
+            return Err(SbProblem::Magic);
+        }
+        if crc32c::crc32c(&b[..SB_LEN - 4]) != get32(b, SB_LEN - 4) {
+            return Err(SbProblem::Checksum);
+        }
+        let version = get32(b, 8);
+        if version != VERSION {
+            return Err(SbProblem::Version(version));
+        }
+        let incompat = get32(b, 12);
+        let ro_compat = get32(b, 20);
+        if incompat & !INCOMPAT_KNOWN != 0 || ro_compat & !RO_COMPAT_KNOWN != 0 {
+            return Err(SbProblem::Features(incompat | ro_compat));
+        }
+        if get32(b, 44) as u64 != BLOCK {
+            return Err(SbProblem::Geometry(format!(
+                "block size {} (expected {BLOCK})",
+                get32(b, 44)
+            )));
+        }
+        let geo = Geometry {
+            pool_size: get64(b, 32),
+            lanes: get32(b, 40),
+            inodes_per_lane: get64(b, 48),
+            dentries_per_lane: get64(b, 56),
+        };
+        let layout = Layout::compute(geo)
+            .ok_or_else(|| SbProblem::Geometry(format!("impossible geometry {geo:?}")))?;
+        let recorded = [
+            get64(b, 104),
+            get64(b, 112),
+            get64(b, 120),
+            get64(b, 128),
+            get64(b, 136),
+            get64(b, 144),
+            get64(b, 152),
+        ];
+        let expected = [
+            layout.journal_off,
+            layout.state_off,
+            layout.inode_off,
+            layout.dentry_off,
+            layout.data_off,
+            layout.data_blocks,
+            ROOT_INO,
+        ];
+        if recorded != expected {
+            return Err(SbProblem::Geometry(
+                "region offsets disagree with the geometry".into(),
+            ));
+        }
+        let clean = match get64(b, 72) {
+            0 => false,
+            1 => true,
+            v => return Err(SbProblem::Geometry(format!("clean flag {v}"))),
+        };
+        Ok(Superblock {
+            version,
+            incompat,
+            compat: get32(b, 16),
+            ro_compat,
+            generation: get64(b, 24),
+            geo,
+            epoch: get64(b, 64),
+            clean,
+            uuid: b[80..96].try_into().expect("16 bytes"),
+            created_ns: get64(b, 96),
+            layout,
+        })
+    }
+}
+
+impl std::fmt::Display for SbProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SbProblem::Magic => write!(f, "bad magic"),
+            SbProblem::Checksum => write!(f, "checksum mismatch"),
+            SbProblem::Version(v) => write!(f, "format version {v}"),
+            SbProblem::Features(x) => write!(f, "unknown feature flags {x:#x}"),
+            SbProblem::Geometry(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        let l = Layout::compute(Geometry::for_size(8 << 20, 2, None)).unwrap();
+        Superblock::new(l, [7; 16], 42)
+    }
+
+    #[test]
+    fn round_trip() {
+        let sb = sample();
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_caught() {
+        let good = sample().encode();
+        for bit in 0..SB_LEN * 8 {
+            let mut b = good;
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(Superblock::decode(&b).is_err(), "bit {bit} flip accepted");
+        }
+    }
+}

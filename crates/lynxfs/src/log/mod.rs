@@ -1,0 +1,8 @@
+//! Logs, journals and recovery: commit points that span several words, and the walk
+//! that turns whatever a crash left into a consistent pool.
+
+pub mod journal;
+pub mod recovery;
+
+pub use journal::Journals;
+pub use recovery::{recover, RecoveryReport};

@@ -1,0 +1,148 @@
+//! The three durability backends. Each decides what "flush" and "fence" mean; the
+//! stores themselves are the same plain CPU stores for all of them.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::flush::{self, FlushInstr};
+
+/// What makes stores durable. Implementations are zero-sized or nearly so, and `Pm`
+/// is generic over them, so the production path compiles to bare stores, flushes and
+/// fences.
+pub trait Backend: Send + Sync + 'static {
+    /// Called after bytes were stored at `addr` (pool offset `off`).
+    #[inline]
+    fn stored(&self, _off: u64, _bytes: &[u8]) {}
+    /// Start writing back `[addr, addr+len)` (pool offset `off`).
+    fn flush(&self, addr: *const u8, off: u64, len: usize);
+    /// Wait until every earlier flush of this thread is durable.
+    fn fence(&self);
+    /// A short name for `lynxfs info`.
+    fn name(&self) -> String;
+}
+
+/// Real persistent memory, or tmpfs standing in for it: cache-line flushes + `sfence`.
+#[derive(Clone, Copy, Debug)]
+pub struct PmemBackend {
+    instr: FlushInstr,
+}
+
+impl Default for PmemBackend {
+    fn default() -> Self {
+        PmemBackend {
+            instr: flush::detected(),
+        }
+    }
+}
+
+impl Backend for PmemBackend {
+    #[inline]
+    fn flush(&self, addr: *const u8, _off: u64, len: usize) {
+        flush::flush_range(self.instr, addr, len);
+    }
+    #[inline]
+    fn fence(&self) {
+        flush::sfence();
+    }
+    fn name(&self) -> String {
+        format!("pmem ({} + sfence)", self.instr.name())
+    }
+}
+
+thread_local! {
+    /// Page ranges this thread flushed since its last fence, for `MsyncBackend`.
+    static MSYNC_PENDING: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A pool file on an ordinary (disk) file system: a fence `msync`s the pages this
+/// thread flushed since its previous fence.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MsyncBackend;
+
+const PAGE: usize = 4096;
+
+impl Backend for MsyncBackend {
+    fn flush(&self, addr: *const u8, _off: u64, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let start = addr as usize & !(PAGE - 1);
+        let end = (addr as usize + len).div_ceil(PAGE) * PAGE;
+        MSYNC_PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            match p.last_mut() {
+                Some(last) if last.0 <= start && start <= last.1 => last.1 = last.1.max(end),
+                _ => p.push((start, end)),
+            }
+        });
+    }
+    fn fence(&self) {
+        MSYNC_PENDING.with(|p| {
+            for (start, end) in p.borrow_mut().drain(..) {
+                // SAFETY: the range covers whole pages of a live shared mapping (it was
+                // flushed through a `Pm` that still owns it); msync only writes back.
+                // A failure (EIO from the disk) cannot be reported through `fence`; it
+                // surfaces as lost data after a crash, as with any msync caller.
+                unsafe {
+                    libc::msync(start as *mut libc::c_void, end - start, libc::MS_SYNC);
+                }
+            }
+        });
+    }
+    fn name(&self) -> String {
+        "msync".into()
+    }
+}
+
+/// One persistence event, as the crash checker sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Store { off: u64, bytes: Vec<u8> },
+    Flush { off: u64, len: u64 },
+    Fence,
+}
+
+/// Tests: logs every store (with its bytes), flush and fence, in program order.
+#[derive(Clone, Default)]
+pub struct RecordingBackend {
+    log: Arc<Mutex<Vec<Event>>>,
+}
+
+impl RecordingBackend {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Take the events recorded so far, leaving the log empty.
+    pub fn take(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.log.lock())
+    }
+    pub fn len(&self) -> usize {
+        self.log.lock().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Backend for RecordingBackend {
+    fn stored(&self, off: u64, bytes: &[u8]) {
+        self.log.lock().push(Event::Store {
+            off,
+            bytes: bytes.to_vec(),
+        });
+    }
+    fn flush(&self, _addr: *const u8, off: u64, len: usize) {
+        self.log.lock().push(Event::Flush {
+            off,
+            len: len as u64,
+        });
+    }
+    fn fence(&self) {
+        self.log.lock().push(Event::Fence);
+    }
+    fn name(&self) -> String {
+        "recording".into()
+    }
+}

@@ -1,0 +1,198 @@
+//! The pool's memory mapping: a file or device mapped shared, with `MAP_SYNC` when the
+//! file system under it is DAX, or an anonymous mapping for tests.
+
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// How the pool's bytes reach the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapMode {
+    /// `MAP_SHARED_VALIDATE | MAP_SYNC`: stores plus flushes are durable (DAX).
+    SharedSync,
+    /// `MAP_SHARED`: page cache (tmpfs or a disk file system) under the mapping.
+    Shared,
+    /// Private anonymous memory: tests and crash images.
+    Anonymous,
+    /// `MAP_PRIVATE` of the file: a read-only open, whose writes never reach the file.
+    Private,
+}
+
+impl MapMode {
+    pub fn describe(self) -> &'static str {
+        match self {
+            MapMode::SharedSync => "MAP_SHARED_VALIDATE|MAP_SYNC (DAX)",
+            MapMode::Shared => "MAP_SHARED (not DAX)",
+            MapMode::Anonymous => "anonymous (in memory)",
+            MapMode::Private => "MAP_PRIVATE (read-only open)",
+        }
+    }
+}
+
+/// True when `file` can be mapped with `MAP_SYNC`, i.e. it is on a DAX file system.
+pub fn dax_supported(file: &File) -> bool {
+    // SAFETY: a one-page probe mapping of a descriptor we own, unmapped at once if it
+    // succeeds; nothing reads or writes through it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+            file.as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        libc::munmap(p, 4096);
+        true
+    }
+}
+
+/// True when `path` is on tmpfs (memory that survives a process crash, not a power cut).
+pub fn on_tmpfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` points at writable space for one
+    // statfs, which the call fills on success (checked before reading it).
+    unsafe {
+        if libc::statfs(c.as_ptr(), st.as_mut_ptr()) != 0 {
+            return false;
+        }
+        st.assume_init().f_type == libc::TMPFS_MAGIC
+    }
+}
+
+/// A live mapping. Unmapped on drop.
+pub struct Mapping {
+    base: *mut u8,
+    len: usize,
+    mode: MapMode,
+}
+
+// SAFETY: the mapping is plain memory shared by design; every access goes through
+// `Pm`, which uses atomic or copy operations on raw pointers and never hands out
+// references that could alias a concurrent writer.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Map `file` (of `len` bytes) read-write and shared, trying `MAP_SYNC` first.
+    pub fn map_file(file: &File, len: usize, path: &Path) -> Result<Mapping> {
+        let fd = file.as_raw_fd();
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh mapping of a file descriptor we own, at an address of the
+        // kernel's choosing; the result is checked against MAP_FAILED.
+        let sync = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                fd,
+                0,
+            )
+        };
+        if sync != libc::MAP_FAILED {
+            return Ok(Mapping {
+                base: sync.cast(),
+                len,
+                mode: MapMode::SharedSync,
+            });
+        }
+        // SAFETY: as above, without MAP_SYNC (the file is not on DAX).
+        let shared =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+        if shared == libc::MAP_FAILED {
+            return Err(Error::io(path, std::io::Error::last_os_error()));
+        }
+        Ok(Mapping {
+            base: shared.cast(),
+            len,
+            mode: MapMode::Shared,
+        })
+    }
+
+    /// Map `file` copy-on-write: reads see the file, writes stay in this process.
+    pub fn map_private(file: &File, len: usize, path: &Path) -> Result<Mapping> {
+        // SAFETY: a fresh private mapping of a descriptor we own; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io(path, std::io::Error::last_os_error()));
+        }
+        Ok(Mapping {
+            base: p.cast(),
+            len,
+            mode: MapMode::Private,
+        })
+    }
+
+    /// Zeroed private memory of `len` bytes.
+    pub fn anonymous(len: usize) -> Result<Mapping> {
+        // SAFETY: a fresh anonymous mapping; checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io(
+                Path::new("<memory>"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Mapping {
+            base: p.cast(),
+            len,
+            mode: MapMode::Anonymous,
+        })
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn mode(&self) -> MapMode {
+        self.mode
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` came from a successful mmap and are unmapped once; no
+        // `Pm` outlives its mapping (it owns it).
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Persistence: the one door through which every byte reaches the pool.
+//!
+//! Writes are grouped in a [`Batch`]: each store is followed at once by a flush of its
+//! cache lines, and the batch ends with a fence that yields a [`Durable`] proof. The
+//! commit store of an operation ([`Pm::commit_u64`]) consumes such a proof, so code that
+//! would commit before its prepared state is durable does not compile; a batch dropped
+//! without its fence is caught in debug builds, and forgetting to use one is a
+//! `must_use` error (the crate denies `unused_must_use`).
+
+mod backend;
+pub mod flush;
+mod map;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub use backend::{Backend, Event, MsyncBackend, PmemBackend, RecordingBackend};
+pub use map::{dax_supported, on_tmpfs, MapMode, Mapping};
+
+/// Proof that a fence completed after some set of flushes.
+#[must_use = "a Durable proof exists to be handed to the commit store that depends on it"]
+#[derive(Debug)]
+pub struct Durable(());
+
+impl Durable {
+    /// Two proofs taken in sequence are one proof.
+    pub fn and(self, _other: Durable) -> Durable {
+        self
+    }
+}
+
+/// The mapped pool plus its durability backend.
+pub struct Pm<B: Backend> {
+    map: Mapping,
+    backend: B,
+    len: u64,
+}
+
+impl<B: Backend> Pm<B> {
+    pub fn new(map: Mapping, backend: B) -> Self {
+        let len = map.len() as u64;
+        Pm { map, backend, len }
+    }
+
+    /// A pool in fresh anonymous memory holding a copy of `img`: the state a machine
+    /// would find after a power cut. Building it is not a write to a live pool.
+    pub fn from_image(img: &[u8], backend: B) -> crate::Result<Self> {
+        let map = Mapping::anonymous(img.len())?;
+        // SAFETY: the mapping was just created with `img.len()` bytes and nothing else
+        // refers to it yet; `img` is a separate buffer.
+        unsafe { std::ptr::copy_nonoverlapping(img.as_ptr(), map.base(), img.len()) };
+        Ok(Self::new(map, backend))
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn map_mode(&self) -> MapMode {
+        self.map.mode()
+    }
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The address of `[off, off+len)`. Callers validate offsets read from the pool
+    /// before using them; this check is the last line against a logic error.
+    #[inline]
+    fn ptr(&self, off: u64, len: usize) -> *mut u8 {
+        let end = off.checked_add(len as u64);
+        assert!(
+            matches!(end, Some(e) if e <= self.len),
+            "pool access out of bounds: {off}+{len} > {}",
+            self.len
+        );
+        // SAFETY: `off + len <= self.len` (checked above), so the result stays within
+        // the mapping, which is `self.len` bytes long.
+        unsafe { self.map.base().add(off as usize) }
+    }
+
+    /// Copy `buf.len()` bytes at `off` out of the pool.
+    #[inline]
+    pub fn read(&self, off: u64, buf: &mut [u8]) {
+        let p = self.ptr(off, buf.len());
+        // SAFETY: `p` is valid for `buf.len()` bytes (bounds-checked), `buf` is a
+        // distinct Rust buffer, and byte copies of plain memory have no invalid values.
+        // Words that other threads change concurrently are read with `load_u64`.
+        unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
+    }
+
+    pub fn read_vec(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.read(off, &mut v);
+        v
+    }
+
+    /// Atomically load the 8-byte word at `off` (8-aligned).
+    #[inline]
+    pub fn load_u64(&self, off: u64) -> u64 {
+        assert_eq!(off % 8, 0, "unaligned 8-byte load at {off}");
+        let p = self.ptr(off, 8);
+        // SAFETY: `p` is in bounds and 8-aligned (the mapping is page-aligned and
+        // `off` is a multiple of 8), so it is a valid `AtomicU64` for the mapping's life.
+        unsafe { (*(p as *const AtomicU64)).load(Ordering::Acquire) }
+    }
+
+    /// Atomically load the 4-byte word at `off` (4-aligned).
+    #[inline]
+    pub fn load_u32(&self, off: u64) -> u32 {
+        assert_eq!(off % 4, 0, "unaligned 4-byte load at {off}");
+        let p = self.ptr(off, 4);
+        // SAFETY: in bounds and 4-aligned, as for `load_u64`.
+        unsafe { (*(p as *const AtomicU32)).load(Ordering::Acquire) }
+    }
+
+    /// Start a group of stores that will end with one fence.
+    pub fn batch(&self) -> Batch<'_, B> {
+        Batch {
+            pm: self,
+            open: false,
+        }
+    }
+
+    /// A fence on its own: makes this thread's earlier flushes durable.
+    pub fn fence(&self) -> Durable {
+        self.backend.fence();
+        Durable(())
+    }
+
+    /// An operation's commit point: one 8-byte atomic store, flushed and fenced, made
+    /// only once everything it publishes is durable (`_prepared`).
+    pub fn commit_u64(&self, off: u64, val: u64, _prepared: Durable) -> Durable {
+        let mut b = self.batch();
+        b.write_u64(off, val);
+        b.persist()
+    }
+
+    /// Copy the whole pool (tests and the crash checker).
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.read_vec(0, self.len as usize)
+    }
+}
+
+/// Stores that end with one fence. Each store is flushed as it is made.
+#[must_use = "a batch must end with persist() or be handed on with flushed()"]
+pub struct Batch<'a, B: Backend> {
+    pm: &'a Pm<B>,
+    open: bool,
+}
+
+impl<B: Backend> Batch<'_, B> {
+    /// Store `bytes` at `off` and flush them.
+    #[inline]
+    pub fn write(&mut self, off: u64, bytes: &[u8]) -> &mut Self {
+        let p = self.pm.ptr(off, bytes.len());
+        // SAFETY: `p` is valid for `bytes.len()` bytes (bounds-checked) and `bytes`
+        // is a separate Rust buffer. Concurrent readers of these bytes only exist for
+        // regions the protocols in docs/CONSISTENCY.md make invisible until committed.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+        self.pm.backend.stored(off, bytes);
+        self.pm.backend.flush(p, off, bytes.len());
+        self.open = true;
+        self
+    }
+
+    /// Store `len` zero bytes at `off` and flush them.
+    pub fn zero(&mut self, off: u64, len: usize) -> &mut Self {
+        const Z: [u8; 4096] = [0; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(Z.len());
+            self.write(off + done as u64, &Z[..n]);
+            done += n;
+        }
+        self
+    }
+
+    /// Atomically store the 8-byte word at `off` (8-aligned) and flush it.
+    #[inline]
+    pub fn write_u64(&mut self, off: u64, val: u64) -> &mut Self {
+        assert_eq!(off % 8, 0, "unaligned 8-byte store at {off}");
+        let p = self.pm.ptr(off, 8);
+        // SAFETY: in bounds and 8-aligned, so a valid `AtomicU64` (see `load_u64`).
+        unsafe { (*(p as *const AtomicU64)).store(val, Ordering::Release) };
+        self.pm.backend.stored(off, &val.to_le_bytes());
+        self.pm.backend.flush(p, off, 8);
+        self.open = true;
+        self
+    }
+
+    /// Fence: everything stored through this batch is now durable.
+    pub fn persist(mut self) -> Durable {
+        self.open = false;
+        self.pm.fence()
+    }
+
+    /// End the batch without a fence; a later fence of this thread covers it.
+    pub fn flushed(mut self) {
+        self.open = false;
+    }
+}
+
+impl<B: Backend> Drop for Batch<'_, B> {
+    fn drop(&mut self) {
+        debug_assert!(
+            !self.open || std::thread::panicking(),
+            "a pmem batch was dropped without persist() or flushed()"
+        );
+    }
+}

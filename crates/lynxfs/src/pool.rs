@@ -1,0 +1,415 @@
+//! The pool's life: mkfs, open (validate, then recover or load the saved allocator
+//! state), clean close. A pool file is held with an advisory lock (`flock`) while open,
+//! so a second process gets a clear error instead of a second writer.
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::alloc::{Allocators, UsedSets};
+use crate::error::{Error, Result};
+use crate::format::superblock::{SbProblem, SB_LEN};
+use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
+use crate::log::{recover, Journals, RecoveryReport};
+use crate::pmem::{Backend, Mapping, Pm};
+use crate::time::now_ns;
+
+/// What `mkfs` makes.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    pub size: u64,
+    pub lanes: u32,
+    /// Total inodes; default one per 8 KiB of pool.
+    pub inodes: Option<u64>,
+    /// Overwrite an existing file.
+    pub force: bool,
+}
+
+impl MkfsOptions {
+    pub fn new(size: u64) -> Self {
+        MkfsOptions {
+            size,
+            lanes: default_lanes(),
+            inodes: None,
+            force: false,
+        }
+    }
+    fn geometry(&self) -> Result<Layout> {
+        let geo = Geometry::for_size(self.size, self.lanes, self.inodes);
+        if self.size < crate::format::layout::MIN_POOL {
+            return Err(Error::Invalid(format!(
+                "pool size {} is below the minimum of {} bytes",
+                self.size,
+                crate::format::layout::MIN_POOL
+            )));
+        }
+        Layout::compute(geo).ok_or_else(|| {
+            Error::Invalid(format!(
+                "a pool of {} bytes cannot hold {} lanes and {} inodes",
+                self.size,
+                geo.lanes,
+                geo.inodes_per_lane * geo.lanes as u64
+            ))
+        })
+    }
+}
+
+/// One lane per CPU.
+pub fn default_lanes() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// How to open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    ReadWrite,
+    /// The file is mapped privately: recovery may run in memory, the file is untouched.
+    ReadOnly,
+}
+
+/// An open pool: the mapping, its layout, the allocators and the journals.
+pub struct Pool<B: Backend> {
+    pub pm: Pm<B>,
+    pub layout: Layout,
+    pub alloc: Allocators,
+    pub journals: Journals,
+    /// This mount's epoch (stamps DRAM pointers stored in the pool).
+    pub epoch: u64,
+    /// Set when this open ran recovery.
+    pub recovery: Option<RecoveryReport>,
+    pub was_clean: bool,
+    sb: Mutex<Superblock>,
+    path: PathBuf,
+    access: Access,
+    _lock: Option<File>,
+    closed: AtomicBool,
+}
+
+impl<B: Backend> Pool<B> {
+    /// Format a pool file.
+    pub fn mkfs(path: &Path, opts: &MkfsOptions, backend: B) -> Result<()> {
+        let layout = opts.geometry()?;
+        if path.exists() && !opts.force {
+            return Err(Error::Exists {
+                path: path.to_path_buf(),
+            });
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        lock(&file, path, Access::ReadWrite)?;
+        // Truncating to zero first gives a pool of zeros without writing them.
+        file.set_len(0).map_err(|e| Error::io(path, e))?;
+        file.set_len(opts.size).map_err(|e| Error::io(path, e))?;
+        let pm = Pm::new(Mapping::map_file(&file, opts.size as usize, path)?, backend);
+        format(&pm, layout);
+        Ok(())
+    }
+
+    /// A formatted pool in anonymous memory (tests, the crash checker).
+    pub fn create_in_memory(opts: &MkfsOptions, backend: B) -> Result<Pool<B>> {
+        let layout = opts.geometry()?;
+        let pm = Pm::new(Mapping::anonymous(opts.size as usize)?, backend);
+        format(&pm, layout);
+        let path = Path::new("<memory>");
+        let sb = pick_superblock(path, pm.len(), |off, buf| pm.read(off, buf))?;
+        Self::start(pm, sb, path, None, Access::ReadWrite)
+    }
+
+    /// Open a copy of a pool image held in memory (crash images, corruption tests).
+    pub fn open_image(img: &[u8], backend: B) -> Result<Pool<B>> {
+        let path = Path::new("<memory>");
+        let sb = pick_superblock(path, img.len() as u64, |off, buf| {
+            buf.copy_from_slice(&img[off as usize..off as usize + buf.len()])
+        })?;
+        let pm = Pm::from_image(&img[..sb.geo.pool_size as usize], backend)?;
+        Self::start(pm, sb, path, None, Access::ReadWrite)
+    }
+
+    /// Open a pool file, validating everything before trusting it.
+    pub fn open(path: &Path, access: Access, backend: B) -> Result<Pool<B>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(access == Access::ReadWrite)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                ErrorKind::NotFound => Error::Missing {
+                    path: path.to_path_buf(),
+                },
+                _ => Error::io(path, e),
+            })?;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() && !is_block_device(&meta) {
+            return Err(Error::Invalid(format!(
+                "{}: not a regular file or block device",
+                path.display()
+            )));
+        }
+        lock(&file, path, access)?;
+        let size = file_size(&file, &meta, path)?;
+        let sb = pick_superblock(path, size, |off, buf| {
+            // A short read leaves zeros, which fail the magic check.
+            let _ = file.read_at(buf, off);
+        })?;
+        let map = match access {
+            Access::ReadWrite => Mapping::map_file(&file, sb.geo.pool_size as usize, path)?,
+            Access::ReadOnly => Mapping::map_private(&file, sb.geo.pool_size as usize, path)?,
+        };
+        let pm = Pm::new(map, backend);
+        Self::start(pm, sb, path, Some(file), access)
+    }
+
+    fn start(
+        pm: Pm<B>,
+        mut sb: Superblock,
+        path: &Path,
+        lock: Option<File>,
+        access: Access,
+    ) -> Result<Pool<B>> {
+        let layout = sb.layout;
+        let was_clean = sb.clean;
+        let (used, recovery) = if was_clean {
+            (load_state(&pm, &layout), None)
+        } else {
+            let (used, rep) = recover(&pm, &layout).map_err(|w| Error::corrupt(path, w))?;
+            (used, Some(rep))
+        };
+        sb.clean = false;
+        sb.epoch += 1;
+        sb.generation += 1;
+        let epoch = sb.epoch;
+        write_superblock(&pm, &sb);
+        Ok(Pool {
+            alloc: Allocators::from_used(&layout, &used),
+            journals: Journals::new(layout.lanes()),
+            pm,
+            layout,
+            epoch,
+            recovery,
+            was_clean,
+            sb: Mutex::new(sb),
+            path: path.to_path_buf(),
+            access,
+            _lock: lock,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn access(&self) -> Access {
+        self.access
+    }
+    pub fn superblock(&self) -> Superblock {
+        self.sb.lock().clone()
+    }
+
+    /// Save the allocator state and mark the pool clean. The caller must have stopped
+    /// every operation on the pool.
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let used = self.alloc.used_sets();
+        save_state(&self.pm, &self.layout, &used);
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        sb.generation += 1;
+        write_superblock(&self.pm, &sb);
+        Ok(())
+    }
+
+    /// Drop the pool as a crash would: nothing saved, the clean flag stays off.
+    pub fn crash(self) {
+        self.closed.store(true, Ordering::Release);
+    }
+}
+
+impl<B: Backend> Drop for Pool<B> {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+fn format<B: Backend>(pm: &Pm<B>, layout: Layout) {
+    let now = now_ns();
+    let root = inode::InodeImage {
+        ino: ROOT_INO,
+        mode: libc::S_IFDIR | 0o755,
+        nlink: 2,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        btime: now,
+        generation: 1,
+        ..Default::default()
+    };
+    let mut b = pm.batch();
+    b.write(layout.inode_addr(ROOT_INO), &root.encode());
+    let _ = b.persist();
+    save_state(pm, &layout, &UsedSets::empty(&layout));
+    let mut sb = Superblock::new(layout, uuid(), now);
+    write_superblock(pm, &sb);
+    sb.generation += 1;
+    write_superblock(pm, &sb);
+}
+
+fn uuid() -> [u8; 16] {
+    let mut u = [0u8; 16];
+    // Randomness for an identifier only; a failed read leaves a time-based value.
+    if let Ok(f) = File::open("/dev/urandom") {
+        let _ = f.read_at(&mut u, 0);
+    }
+    if u == [0; 16] {
+        u[..8].copy_from_slice(&now_ns().to_le_bytes());
+    }
+    u
+}
+
+/// Write `sb` to the copy its generation selects, durably.
+fn write_superblock<B: Backend>(pm: &Pm<B>, sb: &Superblock) {
+    let mut b = pm.batch();
+    b.write(sb.home(), &sb.encode());
+    let _ = b.persist();
+}
+
+/// Pick the valid superblock copy with the highest generation, or say what is wrong.
+fn pick_superblock(path: &Path, size: u64, read: impl Fn(u64, &mut [u8])) -> Result<Superblock> {
+    let mut copies = Vec::new();
+    for off in [crate::format::layout::SB_A, crate::format::layout::SB_B] {
+        let mut buf = [0u8; SB_LEN];
+        if off + SB_LEN as u64 <= size {
+            read(off, &mut buf);
+        }
+        copies.push(Superblock::decode(&buf));
+    }
+    let best = copies
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .max_by_key(|sb| sb.generation)
+        .cloned();
+    let Some(sb) = best else {
+        let problems: Vec<&SbProblem> = copies.iter().filter_map(|c| c.as_ref().err()).collect();
+        if problems.iter().all(|p| **p == SbProblem::Magic) {
+            return Err(if size < crate::format::layout::MIN_POOL {
+                Error::TooSmall {
+                    path: path.to_path_buf(),
+                    size,
+                    min: crate::format::layout::MIN_POOL,
+                }
+            } else {
+                Error::Foreign {
+                    path: path.to_path_buf(),
+                }
+            });
+        }
+        if let Some(SbProblem::Version(v)) =
+            problems.iter().find(|p| matches!(p, SbProblem::Version(_)))
+        {
+            return Err(Error::Version {
+                path: path.to_path_buf(),
+                found: *v,
+                supported: crate::format::superblock::VERSION,
+            });
+        }
+        return Err(Error::corrupt(
+            path,
+            format!(
+                "both superblocks are damaged (copy A: {}; copy B: {})",
+                problems[0],
+                problems.get(1).map_or("-".into(), |p| p.to_string())
+            ),
+        ));
+    };
+    if sb.geo.pool_size > size {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            expected: sb.geo.pool_size,
+            actual: size,
+        });
+    }
+    Ok(sb)
+}
+
+fn load_state<B: Backend>(pm: &Pm<B>, l: &Layout) -> UsedSets {
+    let (b, i, d) = l.state_bitmaps();
+    let read_bits = |off: u64, n: u64| -> Vec<u64> {
+        let raw = pm.read_vec(off, (n.div_ceil(64) * 8) as usize);
+        raw.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+            .collect()
+    };
+    let mut used = UsedSets {
+        blocks: read_bits(b, l.data_blocks),
+        inodes: read_bits(i, l.total_inodes()),
+        dentries: read_bits(d, l.total_dentries()),
+    };
+    // Inode 0, the root and dentry 0 are never free, whatever the bitmap says.
+    UsedSets::mark(&mut used.inodes, 0);
+    UsedSets::mark(&mut used.inodes, ROOT_INO);
+    UsedSets::mark(&mut used.dentries, 0);
+    used
+}
+
+fn save_state<B: Backend>(pm: &Pm<B>, l: &Layout, used: &UsedSets) {
+    let (b, i, d) = l.state_bitmaps();
+    let bytes = |bits: &[u64]| -> Vec<u8> { bits.iter().flat_map(|w| w.to_le_bytes()).collect() };
+    let mut batch = pm.batch();
+    batch
+        .write(b, &bytes(&used.blocks))
+        .write(i, &bytes(&used.inodes))
+        .write(d, &bytes(&used.dentries));
+    let _ = batch.persist();
+}
+
+fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
+    let op = match access {
+        Access::ReadWrite => libc::LOCK_EX,
+        Access::ReadOnly => libc::LOCK_SH,
+    };
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    let r = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Error::Locked {
+                path: path.to_path_buf(),
+            }
+        } else {
+            Error::io(path, e)
+        });
+    }
+    Ok(())
+}
+
+fn is_block_device(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    meta.file_type().is_block_device()
+}
+
+fn file_size(file: &File, meta: &std::fs::Metadata, path: &Path) -> Result<u64> {
+    if !is_block_device(meta) {
+        return Ok(meta.len());
+    }
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer we pass, which points at
+    // a live local.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), 0x8008_1272, &mut size as *mut u64) };
+    if r != 0 {
+        return Err(Error::io(path, std::io::Error::last_os_error()));
+    }
+    Ok(size)
+}
+
+/// Bytes per data block, for callers that report space.
+pub const BLOCK_SIZE: u64 = BLOCK;
