@@ -1,1 +1,201 @@
 //! Benchmark suites comparing LynxFS with kernel file systems (issue 7).
+//!
+//! A file system under test is a [`Target`]: path-based metadata calls and
+//! handle-based data calls. [`DirTarget`] drives a kernel file system through system
+//! calls on a directory; [`TmpfsTarget`] and [`Ext4Target`] mount a fresh one first.
+//! [`run_suite`] runs a suite over several targets in one process, interleaving them
+//! operation by operation so that machine noise lands on all of them alike, prints a
+//! table and optionally writes the [`Report`] as JSON.
+//!
+//! Suites:
+//! - `syscalls`: mean µs per create, stat (1, 2, 3 levels deep), rename, unlink,
+//!   mkdir and rmdir over [`Options::files`] names in one directory (DirectFS, Table II).
+//! - `data`: MB/s of 4 KiB sequential and random reads and writes, 64 KiB and 1 MiB
+//!   writes and 4 KiB appends over a file of [`Options::file_size`] bytes, next to a
+//!   `memcpy` column (the same bytes copied between DRAM buffers) as the ceiling.
+//!
+//! Nothing here calls fsync: tmpfs has nothing to sync, so the kernel columns measure
+//! page-cache speed (ext4 included), which is the bound a PM file system competes with.
+
+mod data;
+mod dir;
+mod machine;
+mod mount;
+mod report;
+mod syscalls;
+mod target;
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+pub use dir::DirTarget;
+pub use machine::Machine;
+pub use mount::{Ext4Target, TmpfsTarget, SHM};
+pub use report::{format_ratio, format_value, median, Report, Row};
+pub use target::{Handle, OpenFlags, Stat, Target};
+
+/// The suites [`run_suite`] knows.
+pub const SUITES: &[&str] = &["syscalls", "data"];
+
+/// How a suite runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Options {
+    /// `syscalls`: how many files (and directories) each operation is timed over.
+    pub files: usize,
+    /// `data`: the file's size in bytes; a positive multiple of 1 MiB.
+    pub file_size: u64,
+    /// How many times each suite's sequence runs; the table shows the median.
+    pub rounds: usize,
+    /// Seed of the random offsets (the same order for every target).
+    pub seed: u64,
+    /// Draw a progress bar on stderr (indicatif hides it when stderr is not a tty).
+    pub progress: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            files: 10_000,
+            file_size: 64 << 20,
+            rounds: 1,
+            seed: 0x4c79_6e78,
+            progress: true,
+        }
+    }
+}
+
+impl Options {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.files == 0 {
+            bail!("files must be at least 1");
+        }
+        if self.rounds == 0 {
+            bail!("rounds must be at least 1");
+        }
+        if self.file_size == 0 || !self.file_size.is_multiple_of(data::MAX_BLOCK) {
+            bail!(
+                "file size must be a positive multiple of 1 MiB, not {}",
+                self.file_size
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Runs `suite` (one of [`SUITES`]) on every target, prints the table to stdout, writes
+/// the JSON report into `out` if given, and returns the report.
+///
+/// The targets' directories must not hold the suite's names (`d1` for `syscalls`,
+/// `lynxfs-bench.data` for `data`); the suites remove everything they create, also
+/// when they fail.
+pub fn run_suite(
+    suite: &str,
+    targets: &[Box<dyn Target>],
+    opts: &Options,
+    out: Option<&Path>,
+) -> anyhow::Result<Report> {
+    opts.validate()?;
+    if targets.is_empty() {
+        bail!("no target to benchmark");
+    }
+    let names: Vec<String> = targets.iter().map(|t| t.name()).collect();
+    let measured = match suite {
+        "syscalls" => syscalls::run(targets, &names, opts)?,
+        "data" => data::run(targets, &names, opts)?,
+        _ => bail!(
+            "unknown suite {suite:?}; the suites are {}",
+            SUITES.join(", ")
+        ),
+    };
+    let report = Report {
+        suite: suite.to_string(),
+        unit: measured.unit.to_string(),
+        higher_is_better: measured.higher_is_better,
+        columns: measured.columns,
+        rows: measured.rows,
+        options: opts.clone(),
+        machine: Machine::detect(),
+        unix_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        notes: measured.notes,
+    };
+    print!("{}", report.table());
+    if let Some(dir) = out {
+        let path = report.write_json(dir)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(report)
+}
+
+/// Opens a target from a command-line spec: `tmpfs` (a fresh tmpfs mount),
+/// `shm` (a fresh directory in `/dev/shm`), `ext4` (a loop-mounted ext4 image in
+/// `/dev/shm`) or `dir=PATH` (an existing directory, labelled with its path).
+pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
+    let target: Box<dyn Target> = match spec {
+        "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
+        "shm" => Box::new(
+            TmpfsTarget::shm_dir("shm-dir", None).context("setting up a /dev/shm directory")?,
+        ),
+        "ext4" => Box::new(Ext4Target::mount_default().context("setting up ext4")?),
+        _ => match spec.strip_prefix("dir=") {
+            Some(path) => {
+                Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
+            }
+            None => bail!("unknown target {spec:?}; use tmpfs, shm, ext4 or dir=PATH"),
+        },
+    };
+    Ok(target)
+}
+
+/// What a suite hands back to [`run_suite`].
+pub(crate) struct Measured {
+    unit: &'static str,
+    higher_is_better: bool,
+    columns: Vec<String>,
+    rows: Vec<Row>,
+    notes: Vec<String>,
+}
+
+/// Values collected as `[op][column][round]`, filled in whatever order the suite runs.
+pub(crate) struct Grid {
+    ops: Vec<&'static str>,
+    cells: Vec<Vec<Vec<f64>>>,
+}
+
+impl Grid {
+    pub(crate) fn new(ops: Vec<&'static str>, columns: usize) -> Self {
+        let cells = vec![vec![Vec::new(); columns]; ops.len()];
+        Self { ops, cells }
+    }
+
+    pub(crate) fn push(&mut self, op: usize, column: usize, value: f64) {
+        self.cells[op][column].push(value);
+    }
+
+    pub(crate) fn into_rows(self) -> Vec<Row> {
+        self.ops
+            .into_iter()
+            .zip(self.cells)
+            .map(|(op, c)| Row::from_rounds(op, c))
+            .collect()
+    }
+}
+
+/// A bar of `steps` (operation, column) measurements, or a hidden one.
+pub(crate) fn progress_bar(opts: &Options, suite: &str, steps: usize) -> ProgressBar {
+    if !opts.progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(steps as u64).with_prefix(suite.to_string());
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}

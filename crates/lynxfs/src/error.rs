@@ -107,4 +107,5 @@ pub mod errno {
     pub const EROFS: Error = Error::Errno(libc::EROFS);
     pub const EOPNOTSUPP: Error = Error::Errno(libc::EOPNOTSUPP);
     pub const EIO: Error = Error::Errno(libc::EIO);
+    pub const ENODEV: Error = Error::Errno(libc::ENODEV);
 }

@@ -7,12 +7,17 @@
 #![deny(unused_must_use)]
 
 pub mod alloc;
+pub mod api;
+pub mod data;
 pub mod error;
 pub mod format;
 pub mod log;
+pub mod meta;
 pub mod pmem;
 pub mod pool;
 pub mod time;
 
+pub use api::{Fd, Fs, Session};
 pub use error::{Error, Result};
+pub use meta::{Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
 pub use pool::{Access, MkfsOptions, Pool};

@@ -231,6 +231,11 @@ impl<B: Backend> Pool<B> {
 
     /// Drop the pool as a crash would: nothing saved, the clean flag stays off.
     pub fn crash(self) {
+        self.crash_in_place();
+    }
+
+    /// As `crash`, for a pool owned by something else: from now on nothing is saved.
+    pub fn crash_in_place(&self) {
         self.closed.store(true, Ordering::Release);
     }
 }

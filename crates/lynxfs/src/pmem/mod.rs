@@ -114,6 +114,27 @@ impl<B: Backend> Pm<B> {
         unsafe { (*(p as *const AtomicU32)).load(Ordering::Acquire) }
     }
 
+    /// Compare-and-swap the 8-byte word at `off`, without flushing: for words whose
+    /// value only means something during this mount (the cachelet `nv_pointer`, stamped
+    /// with the mount epoch), so durability is never needed.
+    pub fn cas_volatile(&self, off: u64, old: u64, new: u64) -> Result<u64, u64> {
+        assert_eq!(off % 8, 0, "unaligned 8-byte CAS at {off}");
+        let p = self.ptr(off, 8);
+        // SAFETY: in bounds and 8-aligned, so a valid `AtomicU64` (see `load_u64`).
+        let r = unsafe {
+            (*(p as *const AtomicU64)).compare_exchange(
+                old,
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+        };
+        if r.is_ok() {
+            self.backend.stored(off, &new.to_le_bytes());
+        }
+        r
+    }
+
     /// Start a group of stores that will end with one fence.
     pub fn batch(&self) -> Batch<'_, B> {
         Batch {

@@ -1,0 +1,717 @@
+//! The API: POSIX-shaped calls on paths and open handles, with a caller's credentials,
+//! errors as errnos. `Fs` owns the pool and the namespace; a `Session` is one caller
+//! (credentials and working directory).
+
+pub mod path;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::{errno, Result};
+use crate::format::{inode, ROOT_INO};
+use crate::meta::{
+    self, is_dir, perm, CacheletRef, Cred, DirEntry, NewNode, RenameFlags, SetAttr, Stat, StatFs,
+    TimeSet,
+};
+use crate::pmem::{Backend, PmemBackend};
+use crate::pool::{Access, MkfsOptions, Pool};
+use crate::time::now_ns;
+
+pub use meta::Namespace;
+
+/// An open file handle.
+pub type Fd = u64;
+
+struct OpenFile {
+    ino: u64,
+    flags: i32,
+    pos: Mutex<u64>,
+    /// Handles sharing this open file (dup); the last close releases it.
+    handles: AtomicU32,
+    cachelet: CacheletRef,
+}
+
+/// A mounted pool.
+pub struct Fs<B: Backend = PmemBackend> {
+    ns: Namespace<B>,
+    files: papaya::HashMap<Fd, Arc<OpenFile>>,
+    next_fd: AtomicU64,
+}
+
+impl Fs<PmemBackend> {
+    /// Open a pool file with the pmem backend.
+    pub fn open(path: &Path) -> Result<Self> {
+        Ok(Fs::new(Pool::open(
+            path,
+            Access::ReadWrite,
+            PmemBackend::default(),
+        )?))
+    }
+}
+
+impl<B: Backend> Fs<B> {
+    pub fn new(pool: Pool<B>) -> Self {
+        Fs {
+            ns: Namespace::new(pool),
+            files: papaya::HashMap::new(),
+            next_fd: AtomicU64::new(3),
+        }
+    }
+
+    /// A fresh pool in memory (tests).
+    pub fn in_memory(opts: &MkfsOptions, backend: B) -> Result<Self> {
+        Ok(Fs::new(Pool::create_in_memory(opts, backend)?))
+    }
+
+    pub fn ns(&self) -> &Namespace<B> {
+        &self.ns
+    }
+    pub fn pool(&self) -> &Pool<B> {
+        &self.ns.pool
+    }
+
+    /// A caller with these credentials, working in the root directory.
+    pub fn session(&self, cred: Cred) -> Session<'_, B> {
+        Session {
+            fs: self,
+            cred,
+            cwd: ROOT_INO,
+        }
+    }
+
+    /// Close cleanly: the allocator state is saved and the pool marked clean.
+    pub fn close(&self) -> Result<()> {
+        self.ns.close()
+    }
+
+    // ---- handles (also what the FUSE adapter uses) ----
+
+    /// Open inode `ino` with `flags` (O_RDONLY, O_WRONLY, O_RDWR, O_APPEND, O_TRUNC).
+    pub fn open_ino(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<Fd> {
+        self.ns.live(ino)?;
+        let st = self.ns.getattr(ino)?;
+        let acc = flags & libc::O_ACCMODE;
+        if is_dir(st.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
+            return Err(errno::EISDIR);
+        }
+        if !created {
+            let mut want = 0;
+            if acc == libc::O_RDONLY || acc == libc::O_RDWR {
+                want |= perm::R;
+            }
+            if acc == libc::O_WRONLY || acc == libc::O_RDWR || flags & libc::O_TRUNC != 0 {
+                want |= perm::W;
+            }
+            perm::check(
+                cred,
+                perm::Owner {
+                    mode: st.mode,
+                    uid: st.uid,
+                    gid: st.gid,
+                },
+                want,
+            )?;
+        }
+        let c = self.ns.cachelets.get(&self.ns.pool, ino);
+        {
+            let _w = c.lock.write();
+            // The last name may have gone between the lookup and here.
+            self.ns.live(ino)?;
+            if self.ns.getattr(ino)?.nlink == 0 && c.open.load(Ordering::Acquire) == 0 {
+                return Err(errno::ENOENT);
+            }
+            c.open.fetch_add(1, Ordering::AcqRel);
+            if flags & libc::O_TRUNC != 0 && st.mode & libc::S_IFMT == libc::S_IFREG && st.size > 0
+            {
+                if let Err(e) = crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0) {
+                    c.open.fetch_sub(1, Ordering::AcqRel);
+                    return Err(e);
+                }
+            }
+        }
+        let fd = self.next_fd.fetch_add(1, Ordering::Relaxed);
+        let f = OpenFile {
+            ino,
+            flags,
+            pos: Mutex::new(0),
+            handles: AtomicU32::new(1),
+            cachelet: c,
+        };
+        self.files.pin().insert(fd, Arc::new(f));
+        Ok(fd)
+    }
+
+    fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+        self.files.pin().get(&fd).cloned().ok_or(errno::EBADF)
+    }
+
+    /// Another handle on the same open file, sharing its position.
+    pub fn dup(&self, fd: Fd) -> Result<Fd> {
+        let f = self.file(fd)?;
+        f.handles.fetch_add(1, Ordering::AcqRel);
+        let nfd = self.next_fd.fetch_add(1, Ordering::Relaxed);
+        self.files.pin().insert(nfd, f);
+        Ok(nfd)
+    }
+
+    pub fn close_fd(&self, fd: Fd) -> Result<()> {
+        let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
+        if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let c = &f.cachelet;
+            let _w = c.lock.write();
+            c.open.fetch_sub(1, Ordering::AcqRel);
+            self.ns.free_if_orphan(f.ino, c);
+        }
+        Ok(())
+    }
+
+    pub fn fd_ino(&self, fd: Fd) -> Result<u64> {
+        Ok(self.file(fd)?.ino)
+    }
+
+    pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
+        let f = self.file(fd)?;
+        if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
+            return Err(errno::EBADF);
+        }
+        self.read_locked(&f, buf, off)
+    }
+
+    fn read_locked(&self, f: &OpenFile, buf: &mut [u8], off: u64) -> Result<usize> {
+        if is_dir(self.ns.mode(f.ino)) {
+            return Err(errno::EISDIR);
+        }
+        let n = {
+            let _r = f.cachelet.lock.read();
+            crate::data::read_at(&self.ns.pool, f.ino, off, buf)?
+        };
+        self.touch_atime(f.ino);
+        Ok(n)
+    }
+
+    /// relatime: update atime only when it is not newer than mtime or ctime, or is a
+    /// day old.
+    fn touch_atime(&self, ino: u64) {
+        let at = self.ns.pool.layout.inode_addr(ino);
+        let pm = &self.ns.pool.pm;
+        let (a, m, c) = (
+            pm.load_u64(at + inode::ATIME),
+            pm.load_u64(at + inode::MTIME),
+            pm.load_u64(at + inode::CTIME),
+        );
+        let now = now_ns();
+        if a <= m || a <= c || now.saturating_sub(a) >= 24 * 3600 * 1_000_000_000 {
+            let mut b = pm.batch();
+            b.write_u64(at + inode::ATIME, now);
+            let _ = b.persist();
+        }
+    }
+
+    pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize> {
+        let f = self.file(fd)?;
+        self.write_locked(&f, data, Some(off))
+    }
+
+    fn write_locked(&self, f: &OpenFile, data: &[u8], off: Option<u64>) -> Result<usize> {
+        if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(errno::EBADF);
+        }
+        let _w = f.cachelet.lock.write();
+        let pool = &self.ns.pool;
+        let size = pool
+            .pm
+            .load_u64(pool.layout.inode_addr(f.ino) + inode::SIZE);
+        let at = if f.flags & libc::O_APPEND != 0 {
+            size
+        } else {
+            off.unwrap_or(0)
+        };
+        let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data)?;
+        self.clear_suid(f.ino);
+        Ok(n)
+    }
+
+    /// Writing to a file clears its set-user-ID bit (and set-group-ID if group
+    /// executable), as Linux does for unprivileged writers; we do it for all.
+    fn clear_suid(&self, ino: u64) {
+        let mode = self.ns.mode(ino);
+        let mut new = mode & !libc::S_ISUID;
+        if mode & 0o010 != 0 {
+            new &= !libc::S_ISGID;
+        }
+        if new != mode {
+            let mut b = self.ns.pool.pm.batch();
+            b.write_u64(
+                self.ns.pool.layout.inode_addr(ino) + inode::MODE,
+                new as u64,
+            );
+            let _ = b.persist();
+        }
+    }
+
+    /// read(2): at the handle's position, which it advances.
+    pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
+        let f = self.file(fd)?;
+        if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
+            return Err(errno::EBADF);
+        }
+        let mut pos = f.pos.lock();
+        let n = self.read_locked(&f, buf, *pos)?;
+        *pos += n as u64;
+        Ok(n)
+    }
+
+    /// write(2): at the handle's position (or the end, with O_APPEND).
+    pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
+        let f = self.file(fd)?;
+        let mut pos = f.pos.lock();
+        let at = if f.flags & libc::O_APPEND != 0 {
+            None
+        } else {
+            Some(*pos)
+        };
+        let n = self.write_locked(&f, data, at)?;
+        *pos = match at {
+            Some(p) => p + n as u64,
+            None => self.ns.getattr(f.ino)?.size,
+        };
+        Ok(n)
+    }
+
+    /// lseek with SEEK_SET, SEEK_CUR or SEEK_END.
+    pub fn seek(&self, fd: Fd, off: i64, whence: i32) -> Result<u64> {
+        let f = self.file(fd)?;
+        let mut pos = f.pos.lock();
+        let base = match whence {
+            libc::SEEK_SET => 0,
+            libc::SEEK_CUR => *pos as i64,
+            libc::SEEK_END => self.ns.getattr(f.ino)?.size as i64,
+            _ => return Err(errno::EINVAL),
+        };
+        let new = base
+            .checked_add(off)
+            .filter(|&p| p >= 0)
+            .ok_or(errno::EINVAL)?;
+        *pos = new as u64;
+        Ok(*pos)
+    }
+
+    pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
+        let f = self.file(fd)?;
+        if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(errno::EINVAL);
+        }
+        self.truncate_ino(f.ino, len, &f.cachelet)
+    }
+
+    fn truncate_ino(&self, ino: u64, len: u64, c: &CacheletRef) -> Result<()> {
+        if is_dir(self.ns.mode(ino)) {
+            return Err(errno::EISDIR);
+        }
+        if self.ns.mode(ino) & libc::S_IFMT != libc::S_IFREG {
+            return Err(errno::EINVAL);
+        }
+        let _w = c.lock.write();
+        crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len)?;
+        self.clear_suid(ino);
+        Ok(())
+    }
+
+    /// truncate by inode, checking write permission (FUSE setattr with a size).
+    pub fn truncate_as(&self, ino: u64, len: u64, cred: &Cred) -> Result<()> {
+        self.ns.live(ino)?;
+        let st = self.ns.getattr(ino)?;
+        perm::check(
+            cred,
+            perm::Owner {
+                mode: st.mode,
+                uid: st.uid,
+                gid: st.gid,
+            },
+            perm::W,
+        )?;
+        let c = self.ns.cachelets.get(&self.ns.pool, ino);
+        self.truncate_ino(ino, len, &c)
+    }
+
+    pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> Result<()> {
+        let f = self.file(fd)?;
+        if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(errno::EBADF);
+        }
+        if self.ns.mode(f.ino) & libc::S_IFMT != libc::S_IFREG {
+            return Err(errno::ENODEV);
+        }
+        let _w = f.cachelet.lock.write();
+        crate::data::fallocate(&self.ns.pool, f.ino, self.ns.lane(), mode, off, len)
+    }
+
+    /// Every call is durable when it returns: nothing to do.
+    pub fn fsync(&self, fd: Fd) -> Result<()> {
+        self.file(fd).map(drop)
+    }
+
+    pub fn fstat(&self, fd: Fd) -> Result<Stat> {
+        self.ns.getattr(self.file(fd)?.ino)
+    }
+}
+
+/// One caller: credentials and a working directory.
+pub struct Session<'a, B: Backend> {
+    fs: &'a Fs<B>,
+    pub cred: Cred,
+    cwd: u64,
+}
+
+fn bytes(p: &str) -> &[u8] {
+    p.as_bytes()
+}
+
+impl<'a, B: Backend> Session<'a, B> {
+    pub fn fs(&self) -> &'a Fs<B> {
+        self.fs
+    }
+    fn ns(&self) -> &'a Namespace<B> {
+        &self.fs.ns
+    }
+
+    pub fn resolve(&self, p: &str, follow: bool) -> Result<u64> {
+        path::resolve(self.ns(), self.cwd, bytes(p), follow, &self.cred)
+    }
+
+    /// The parent directory and last name of `p`; the name must be a real one.
+    fn parent(&self, p: &str) -> Result<path::Walked> {
+        let mut links = 0;
+        let w = path::walk_parent(self.ns(), self.cwd, bytes(p), &self.cred, &mut links)?;
+        Ok(w)
+    }
+
+    pub fn chdir(&mut self, p: &str) -> Result<()> {
+        let ino = self.resolve(p, true)?;
+        self.ns().dir(ino)?;
+        perm::check(&self.cred, owner_of(self.ns(), ino)?, perm::X)?;
+        self.cwd = ino;
+        Ok(())
+    }
+
+    pub fn getcwd(&self) -> Result<String> {
+        let p = self.ns().path_of(self.cwd)?;
+        Ok(String::from_utf8_lossy(&p).into_owned())
+    }
+
+    fn make(&self, p: &str, node: NewNode<'_>, excl: bool) -> Result<(u64, bool)> {
+        let w = self.parent(p)?;
+        if w.name.is_empty() {
+            return Err(errno::EEXIST);
+        }
+        if w.trailing_slash && !is_dir(node.mode) {
+            return Err(if self.ns().lookup(w.parent, &w.name, &self.cred).is_ok() {
+                errno::EEXIST
+            } else {
+                errno::EISDIR
+            });
+        }
+        self.ns().create(w.parent, &w.name, node, &self.cred, excl)
+    }
+
+    pub fn mkdir(&self, p: &str, mode: u32) -> Result<()> {
+        let node = NewNode {
+            mode: libc::S_IFDIR | (mode & 0o7777),
+            rdev: 0,
+            target: None,
+        };
+        self.make(p, node, true).map(drop)
+    }
+
+    pub fn mknod(&self, p: &str, mode: u32, rdev: u64) -> Result<()> {
+        let kind = mode & libc::S_IFMT;
+        let kind = if kind == 0 { libc::S_IFREG } else { kind };
+        if ![
+            libc::S_IFREG,
+            libc::S_IFIFO,
+            libc::S_IFSOCK,
+            libc::S_IFCHR,
+            libc::S_IFBLK,
+        ]
+        .contains(&kind)
+        {
+            return Err(errno::EINVAL);
+        }
+        if (kind == libc::S_IFCHR || kind == libc::S_IFBLK) && !self.cred.is_root() {
+            return Err(errno::EPERM);
+        }
+        let node = NewNode {
+            mode: kind | (mode & 0o7777),
+            rdev,
+            target: None,
+        };
+        self.make(p, node, true).map(drop)
+    }
+
+    pub fn symlink(&self, target: &str, linkpath: &str) -> Result<()> {
+        let node = NewNode {
+            mode: libc::S_IFLNK | 0o777,
+            rdev: 0,
+            target: Some(bytes(target)),
+        };
+        self.make(linkpath, node, true).map(drop)
+    }
+
+    /// open(2) with O_* flags; `mode` is used when O_CREAT creates the file.
+    pub fn open(&self, p: &str, flags: i32, mode: u32) -> Result<Fd> {
+        let (ino, created) = if flags & libc::O_CREAT != 0 {
+            self.open_create(p, flags, mode)?
+        } else {
+            (self.resolve(p, flags & libc::O_NOFOLLOW == 0)?, false)
+        };
+        let m = self.ns().mode(ino);
+        if m & libc::S_IFMT == libc::S_IFLNK {
+            return Err(errno::ELOOP);
+        }
+        if flags & libc::O_DIRECTORY != 0 && !is_dir(m) {
+            return Err(errno::ENOTDIR);
+        }
+        self.fs.open_ino(ino, flags, &self.cred, created)
+    }
+
+    fn open_create(&self, p: &str, flags: i32, mode: u32) -> Result<(u64, bool)> {
+        let excl = flags & libc::O_EXCL != 0;
+        let w = self.parent(p)?;
+        if w.name.is_empty() || w.trailing_slash {
+            return Err(errno::EISDIR);
+        }
+        if let Ok(ino) = self.ns().lookup(w.parent, &w.name, &self.cred) {
+            if excl {
+                return Err(errno::EEXIST);
+            }
+            if self.ns().mode(ino) & libc::S_IFMT == libc::S_IFLNK && flags & libc::O_NOFOLLOW == 0
+            {
+                return Ok((self.resolve(p, true)?, false));
+            }
+            return Ok((ino, false));
+        }
+        let node = NewNode {
+            mode: libc::S_IFREG | (mode & 0o7777),
+            rdev: 0,
+            target: None,
+        };
+        self.ns().create(w.parent, &w.name, node, &self.cred, excl)
+    }
+
+    pub fn create(&self, p: &str, mode: u32) -> Result<Fd> {
+        self.open(p, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode)
+    }
+
+    pub fn unlink(&self, p: &str) -> Result<()> {
+        let w = self.parent(p)?;
+        if w.name.is_empty() {
+            return Err(errno::EISDIR);
+        }
+        if w.trailing_slash {
+            let ino = self.ns().lookup(w.parent, &w.name, &self.cred)?;
+            return Err(if is_dir(self.ns().mode(ino)) {
+                errno::EISDIR
+            } else {
+                errno::ENOTDIR
+            });
+        }
+        self.ns().unlink(w.parent, &w.name, &self.cred)
+    }
+
+    pub fn rmdir(&self, p: &str) -> Result<()> {
+        let w = self.parent(p)?;
+        let last = bytes(p).split(|&c| c == b'/').rfind(|c| !c.is_empty());
+        match last {
+            Some(b".") => return Err(errno::EINVAL),
+            Some(b"..") => return Err(errno::ENOTEMPTY),
+            None => return Err(errno::EBUSY),
+            _ => {}
+        }
+        self.ns().rmdir(w.parent, &w.name, &self.cred)
+    }
+
+    pub fn rename(&self, from: &str, to: &str, flags: u32) -> Result<()> {
+        let flags = RenameFlags::from_bits(flags)?;
+        let s = self.parent(from)?;
+        let d = self.parent(to)?;
+        if s.name.is_empty() || d.name.is_empty() {
+            return Err(errno::EBUSY);
+        }
+        self.ns()
+            .rename(s.parent, &s.name, d.parent, &d.name, flags, &self.cred)
+    }
+
+    pub fn link(&self, old: &str, new: &str) -> Result<()> {
+        let ino = self.resolve(old, false)?;
+        let w = self.parent(new)?;
+        if w.name.is_empty() {
+            return Err(errno::EEXIST);
+        }
+        self.ns().link(ino, w.parent, &w.name, &self.cred)
+    }
+
+    pub fn readlink(&self, p: &str) -> Result<Vec<u8>> {
+        let ino = self.resolve(p, false)?;
+        self.ns().readlink(ino)
+    }
+
+    pub fn stat(&self, p: &str) -> Result<Stat> {
+        self.ns().getattr(self.resolve(p, true)?)
+    }
+
+    pub fn lstat(&self, p: &str) -> Result<Stat> {
+        self.ns().getattr(self.resolve(p, false)?)
+    }
+
+    pub fn chmod(&self, p: &str, mode: u32) -> Result<()> {
+        let ino = self.resolve(p, true)?;
+        let a = SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        self.ns().setattr(ino, &a, &self.cred).map(drop)
+    }
+
+    /// chown; `None` leaves that id alone (-1 in C).
+    pub fn chown(&self, p: &str, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        let ino = self.resolve(p, true)?;
+        let a = SetAttr {
+            uid,
+            gid,
+            ..Default::default()
+        };
+        self.ns().setattr(ino, &a, &self.cred).map(drop)
+    }
+
+    pub fn utimens(&self, p: &str, atime: Option<TimeSet>, mtime: Option<TimeSet>) -> Result<()> {
+        let ino = self.resolve(p, true)?;
+        let a = SetAttr {
+            atime,
+            mtime,
+            ..Default::default()
+        };
+        self.ns().setattr(ino, &a, &self.cred).map(drop)
+    }
+
+    pub fn truncate(&self, p: &str, len: u64) -> Result<()> {
+        let ino = self.resolve(p, true)?;
+        self.fs.truncate_as(ino, len, &self.cred)
+    }
+
+    /// All entries of a directory, "." and ".." included.
+    pub fn readdir(&self, p: &str) -> Result<Vec<DirEntry>> {
+        let ino = self.resolve(p, true)?;
+        let mut out = Vec::new();
+        let mut off = 0;
+        loop {
+            let batch = self.ns().readdir(ino, off, 256, &self.cred)?;
+            let Some(last) = batch.last() else { break };
+            off = last.next;
+            out.extend(batch);
+        }
+        Ok(out)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        self.ns().statfs()
+    }
+
+    // ---- extended attributes ----
+
+    pub fn getxattr(&self, p: &str, name: &str) -> Result<Vec<u8>> {
+        let ino = self.resolve(p, true)?;
+        xattr_access(self.ns(), ino, bytes(name), &self.cred, perm::R)?;
+        crate::data::xattr::get(&self.ns().pool, ino, bytes(name))
+    }
+
+    pub fn setxattr(&self, p: &str, name: &str, value: &[u8], flags: i32) -> Result<()> {
+        let ino = self.resolve(p, true)?;
+        xattr_access(self.ns(), ino, bytes(name), &self.cred, perm::W)?;
+        let c = self.ns().cachelets.get(&self.ns().pool, ino);
+        let _w = c.lock.write();
+        crate::data::xattr::set(
+            &self.ns().pool,
+            ino,
+            self.ns().lane(),
+            bytes(name),
+            value,
+            flags,
+        )
+    }
+
+    pub fn listxattr(&self, p: &str) -> Result<Vec<Vec<u8>>> {
+        let ino = self.resolve(p, true)?;
+        let names = crate::data::xattr::list(&self.ns().pool, ino)?;
+        // Unprivileged callers do not see trusted.* names, as on Linux.
+        Ok(names
+            .into_iter()
+            .filter(|n| self.cred.is_root() || !n.starts_with(b"trusted."))
+            .collect())
+    }
+
+    pub fn removexattr(&self, p: &str, name: &str) -> Result<()> {
+        let ino = self.resolve(p, true)?;
+        xattr_access(self.ns(), ino, bytes(name), &self.cred, perm::W)?;
+        let c = self.ns().cachelets.get(&self.ns().pool, ino);
+        let _w = c.lock.write();
+        crate::data::xattr::remove(&self.ns().pool, ino, self.ns().lane(), bytes(name))
+    }
+}
+
+fn owner_of<B: Backend>(ns: &Namespace<B>, ino: u64) -> Result<perm::Owner> {
+    let s = ns.getattr(ino)?;
+    Ok(perm::Owner {
+        mode: s.mode,
+        uid: s.uid,
+        gid: s.gid,
+    })
+}
+
+/// Linux's xattr rules: a known namespace prefix; `user.` only on regular files and
+/// directories, by file permission; `trusted.` for root only; `security.` and
+/// `system.` writable by root only.
+pub fn xattr_access<B: Backend>(
+    ns: &Namespace<B>,
+    ino: u64,
+    name: &[u8],
+    cred: &Cred,
+    want: u32,
+) -> Result<()> {
+    let o = owner_of(ns, ino)?;
+    if name.len() > crate::data::xattr::NAME_MAX || name.is_empty() {
+        return Err(errno::ERANGE);
+    }
+    if name.starts_with(b"user.") {
+        let kind = o.mode & libc::S_IFMT;
+        if kind != libc::S_IFREG && kind != libc::S_IFDIR {
+            return Err(if want == perm::R {
+                errno::ENODATA
+            } else {
+                errno::EPERM
+            });
+        }
+        if name.len() == 5 {
+            return Err(errno::EINVAL);
+        }
+        perm::check(cred, o, want)
+    } else if name.starts_with(b"trusted.") {
+        if cred.is_root() {
+            Ok(())
+        } else if want == perm::R {
+            Err(errno::ENODATA)
+        } else {
+            Err(errno::EPERM)
+        }
+    } else if name.starts_with(b"security.") || name.starts_with(b"system.") {
+        if want == perm::R || cred.is_root() {
+            Ok(())
+        } else {
+            Err(errno::EPERM)
+        }
+    } else {
+        Err(errno::EOPNOTSUPP)
+    }
+}

@@ -1,0 +1,11 @@
+//! File data: the block map (extents inline, growing into a tree), copy-on-write
+//! writes, truncate, fallocate, and extended attributes.
+
+pub mod map;
+mod rw;
+pub mod xattr;
+
+pub use rw::{
+    blocks_used, fallocate, free_all, read_at, truncate, write_at, write_fresh, FALLOC_KEEP_SIZE,
+    FALLOC_PUNCH_HOLE, MAX_FILE,
+};

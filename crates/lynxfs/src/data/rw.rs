@@ -1,0 +1,456 @@
+//! read, write, truncate and fallocate, straight between the caller's buffer and the
+//! pool (no page cache: this is DAX).
+//!
+//! A write is atomic and durable when it returns: every block it changes that a reader
+//! could see is written to a fresh block (copy-on-write); bytes past the end of the
+//! file, which no reader can see yet, are written in place. One commit publishes the
+//! new map and size together (docs/CONSISTENCY.md, "write"). Callers hold the file's
+//! lock (the cachelet's): shared to read, alone to change.
+
+use crate::error::{errno, Result};
+use crate::format::inode::{self, Extent, MapWord};
+use crate::format::{extents, BLOCK};
+use crate::pmem::Backend;
+use crate::pool::Pool;
+use crate::time::now_ns;
+
+use super::map::{self, Staged};
+
+/// The largest file: file block numbers are 32-bit.
+pub const MAX_FILE: u64 = (u32::MAX as u64) * BLOCK;
+
+fn size_of<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
+    pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::SIZE)
+}
+
+/// Read up to `buf.len()` bytes at `off`; holes read as zeros.
+pub fn read_at<B: Backend>(pool: &Pool<B>, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+    let size = size_of(pool, ino);
+    if off >= size {
+        return Ok(0);
+    }
+    let n = (size - off).min(buf.len() as u64) as usize;
+    let m = map::read(pool, ino)?;
+    let mut done = 0usize;
+    while done < n {
+        let pos = off + done as u64;
+        let lblk = pos / BLOCK;
+        let in_blk = pos % BLOCK;
+        let i = m.extents.partition_point(|e| e.end() <= lblk);
+        let chunk;
+        match m.extents.get(i) {
+            Some(e) if e.lblk as u64 <= lblk => {
+                // Copy to the end of this extent (contiguous on the pool) at once.
+                let ext_end = e.end() * BLOCK;
+                chunk = ((ext_end - pos) as usize).min(n - done);
+                let src = pool.layout.block_addr(e.pblk + (lblk - e.lblk as u64)) + in_blk;
+                pool.pm.read(src, &mut buf[done..done + chunk]);
+            }
+            next => {
+                let hole_end = next.map_or(u64::MAX, |e| e.lblk as u64 * BLOCK);
+                chunk = ((hole_end - pos).min((n - done) as u64)) as usize;
+                buf[done..done + chunk].fill(0);
+            }
+        }
+        done += chunk;
+    }
+    Ok(n)
+}
+
+/// Write `data` at `off`, atomically and durably; returns `data.len()`.
+pub fn write_at<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    off: u64,
+    data: &[u8],
+) -> Result<usize> {
+    if data.is_empty() {
+        return Ok(0);
+    }
+    let end = off.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
+    if end > MAX_FILE {
+        return Err(errno::EFBIG);
+    }
+    let size = size_of(pool, ino);
+    let m = map::read(pool, ino)?;
+    let first = off / BLOCK;
+    let last = (end - 1) / BLOCK;
+    // Which blocks need a fresh copy: any a reader could see, and every hole.
+    let mut targets: Vec<(u64, Option<u64>, bool)> =
+        Vec::with_capacity((last - first + 1) as usize);
+    for lb in first..=last {
+        let old = lookup(&m.extents, lb);
+        let ws = off.max(lb * BLOCK);
+        let in_place = old.is_some() && ws >= size;
+        targets.push((lb, old, !in_place));
+    }
+    let fresh = targets.iter().filter(|t| t.2).count() as u64;
+    let runs = pool.alloc.blocks.alloc(lane, fresh).ok_or(errno::ENOSPC)?;
+    let mut fresh_blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
+    let mut repl = Vec::with_capacity(targets.len());
+    let mut b = pool.pm.batch();
+    for &(lb, old, needs_new) in &targets {
+        let blk_start = lb * BLOCK;
+        let ws = off.max(blk_start);
+        let we = end.min(blk_start + BLOCK);
+        let piece = &data[(ws - off) as usize..(we - off) as usize];
+        let pblk = if needs_new {
+            let nb = fresh_blocks.next().expect("allocated one per fresh block");
+            let addr = pool.layout.block_addr(nb);
+            if piece.len() as u64 == BLOCK {
+                b.write(addr, piece);
+            } else {
+                // Start from the old contents (copy-on-write) or zeros (a hole).
+                let mut blk = vec![0u8; BLOCK as usize];
+                if let Some(o) = old {
+                    pool.pm.read(pool.layout.block_addr(o), &mut blk);
+                }
+                blk[(ws - blk_start) as usize..(we - blk_start) as usize].copy_from_slice(piece);
+                b.write(addr, &blk);
+            }
+            nb
+        } else {
+            let o = old.expect("in place only over an allocated block");
+            b.write(pool.layout.block_addr(o) + (ws - blk_start), piece);
+            o
+        };
+        repl.push(Extent {
+            lblk: lb as u32,
+            len: 1,
+            pblk,
+        });
+    }
+    b.flushed();
+    if off > size {
+        zero_gap(pool, &m.extents, size, off);
+    }
+    let (ext, freed) = map::splice(&m.extents, first, last + 1, &repl);
+    let staged = if fresh > 0 {
+        match map::stage(pool, ino, lane, m.word, &ext) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                for &(s, n) in &runs {
+                    pool.alloc.blocks.free(s, n);
+                }
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    let replaced_nodes = staged.is_some();
+    publish(pool, ino, lane, staged, (end > size).then_some(end))?;
+    for (s, n) in freed {
+        pool.alloc.blocks.free(s, n);
+    }
+    if replaced_nodes {
+        map::free_nodes(pool, &m.nodes);
+    }
+    Ok(data.len())
+}
+
+/// The data block holding file block `lblk`, if allocated.
+fn lookup(ext: &[Extent], lblk: u64) -> Option<u64> {
+    extents::find(ext, lblk).map(|i| ext[i].pblk + (lblk - ext[i].lblk as u64))
+}
+
+/// Zero allocated bytes in `[from, to)`, all past the end of the file (so invisible),
+/// before a size change makes them visible.
+fn zero_gap<B: Backend>(pool: &Pool<B>, ext: &[Extent], from: u64, to: u64) {
+    let mut b = pool.pm.batch();
+    let mut pos = from;
+    while pos < to {
+        let lb = pos / BLOCK;
+        let blk_end = ((lb + 1) * BLOCK).min(to);
+        if let Some(p) = lookup(ext, lb) {
+            b.zero(
+                pool.layout.block_addr(p) + pos % BLOCK,
+                (blk_end - pos) as usize,
+            );
+            pos = blk_end;
+        } else {
+            // Skip the hole up to the next extent.
+            let i = ext.partition_point(|e| e.end() <= lb);
+            pos = ext
+                .get(i)
+                .map_or(to, |e| (e.lblk as u64 * BLOCK).max(blk_end))
+                .min(to);
+        }
+    }
+    b.flushed();
+}
+
+/// Publish a staged map and/or a new size, with the times, as one commit.
+fn publish<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    staged: Option<Staged>,
+    new_size: Option<u64>,
+) -> Result<()> {
+    let at = pool.layout.inode_addr(ino);
+    let now = now_ns();
+    match (staged, new_size) {
+        (Some(s), Some(sz)) => {
+            let words = [
+                (at + inode::MAP, s.word),
+                (at + inode::SIZE, sz),
+                (at + inode::MTIME, now),
+                (at + inode::CTIME, now),
+            ];
+            if let Err(e) = pool.journals.commit(&pool.pm, &pool.layout, lane, &words) {
+                map::free_nodes(pool, &s.new_nodes);
+                return Err(e);
+            }
+        }
+        (staged, size) => {
+            let mut b = pool.pm.batch();
+            b.write_u64(at + inode::MTIME, now)
+                .write_u64(at + inode::CTIME, now);
+            let ready = b.persist();
+            let commit = match (staged, size) {
+                (Some(s), None) => Some((at + inode::MAP, s.word)),
+                (None, Some(sz)) => Some((at + inode::SIZE, sz)),
+                _ => None,
+            };
+            match commit {
+                Some((a, v)) => drop(pool.pm.commit_u64(a, v, ready)),
+                None => drop(ready),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Set the size to `new_size`, freeing blocks past it or exposing zeros up to it.
+pub fn truncate<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, new_size: u64) -> Result<()> {
+    if new_size > MAX_FILE {
+        return Err(errno::EFBIG);
+    }
+    let size = size_of(pool, ino);
+    let m = map::read(pool, ino)?;
+    if new_size >= size {
+        zero_gap(pool, &m.extents, size, new_size);
+        return publish(
+            pool,
+            ino,
+            lane,
+            None,
+            (new_size != size).then_some(new_size),
+        );
+    }
+    let keep = new_size.div_ceil(BLOCK);
+    let (ext, freed) = map::splice(&m.extents, keep, u64::MAX, &[]);
+    if freed.is_empty() {
+        return publish(pool, ino, lane, None, Some(new_size));
+    }
+    let staged = map::stage(pool, ino, lane, m.word, &ext)?;
+    publish(pool, ino, lane, Some(staged), Some(new_size))?;
+    for (s, n) in freed {
+        pool.alloc.blocks.free(s, n);
+    }
+    map::free_nodes(pool, &m.nodes);
+    Ok(())
+}
+
+pub const FALLOC_KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+pub const FALLOC_PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+
+/// fallocate: allocate zeroed blocks for the holes in `[off, off+len)` (growing the
+/// size unless KEEP_SIZE), or punch a hole (PUNCH_HOLE | KEEP_SIZE).
+pub fn fallocate<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    mode: i32,
+    off: u64,
+    len: u64,
+) -> Result<()> {
+    if len == 0 {
+        return Err(errno::EINVAL);
+    }
+    let end = off.checked_add(len).ok_or(errno::EFBIG)?;
+    if end > MAX_FILE {
+        return Err(errno::EFBIG);
+    }
+    match mode {
+        0 | FALLOC_KEEP_SIZE => allocate(pool, ino, lane, off, end, mode == 0),
+        m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE => punch(pool, ino, lane, off, end),
+        m if m & FALLOC_PUNCH_HOLE != 0 => Err(errno::EINVAL),
+        _ => Err(errno::EOPNOTSUPP),
+    }
+}
+
+fn allocate<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    off: u64,
+    end: u64,
+    grow: bool,
+) -> Result<()> {
+    let size = size_of(pool, ino);
+    let m = map::read(pool, ino)?;
+    let (first, stop) = (off / BLOCK, end.div_ceil(BLOCK));
+    let holes: Vec<u64> = (first..stop)
+        .filter(|&lb| lookup(&m.extents, lb).is_none())
+        .collect();
+    let new_size = (grow && end > size).then_some(end);
+    if holes.is_empty() {
+        return publish(pool, ino, lane, None, new_size);
+    }
+    let runs = pool
+        .alloc
+        .blocks
+        .alloc(lane, holes.len() as u64)
+        .ok_or(errno::ENOSPC)?;
+    let mut b = pool.pm.batch();
+    let mut repl = Vec::with_capacity(holes.len());
+    for (lb, pblk) in holes.iter().zip(runs.iter().flat_map(|&(s, n)| s..s + n)) {
+        b.zero(pool.layout.block_addr(pblk), BLOCK as usize);
+        repl.push(Extent {
+            lblk: *lb as u32,
+            len: 1,
+            pblk,
+        });
+    }
+    b.flushed();
+    if let Some(sz) = new_size {
+        zero_gap(pool, &m.extents, size, sz);
+    }
+    let mut ext = m.extents.clone();
+    for r in &repl {
+        ext = map::splice(
+            &ext,
+            r.lblk as u64,
+            r.lblk as u64 + 1,
+            std::slice::from_ref(r),
+        )
+        .0;
+    }
+    let staged = match map::stage(pool, ino, lane, m.word, &ext) {
+        Ok(s) => s,
+        Err(e) => {
+            runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
+            return Err(e);
+        }
+    };
+    publish(pool, ino, lane, Some(staged), new_size)?;
+    map::free_nodes(pool, &m.nodes);
+    Ok(())
+}
+
+fn punch<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, off: u64, end: u64) -> Result<()> {
+    let size = size_of(pool, ino);
+    let m = map::read(pool, ino)?;
+    let (first, stop) = (off / BLOCK, end.div_ceil(BLOCK));
+    // Edge blocks only partly inside the hole keep their other bytes: copy them.
+    let mut repl = Vec::new();
+    let mut b = pool.pm.batch();
+    for lb in [first, stop - 1] {
+        let (bs, be) = (lb * BLOCK, (lb + 1) * BLOCK);
+        let partial = off > bs || end < be;
+        let Some(old) = lookup(&m.extents, lb).filter(|_| partial) else {
+            continue;
+        };
+        if repl.iter().any(|e: &Extent| e.lblk as u64 == lb) {
+            continue;
+        }
+        let runs = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?;
+        let mut blk = vec![0u8; BLOCK as usize];
+        pool.pm.read(pool.layout.block_addr(old), &mut blk);
+        let (zs, ze) = (off.max(bs) - bs, end.min(be) - bs);
+        blk[zs as usize..ze as usize].fill(0);
+        b.write(pool.layout.block_addr(runs[0].0), &blk);
+        repl.push(Extent {
+            lblk: lb as u32,
+            len: 1,
+            pblk: runs[0].0,
+        });
+    }
+    b.flushed();
+    let _ = size;
+    let (ext, freed) = map::splice(&m.extents, first, stop, &repl);
+    if freed.is_empty() && repl.is_empty() {
+        return publish(pool, ino, lane, None, None);
+    }
+    let staged = map::stage(pool, ino, lane, m.word, &ext)?;
+    publish(pool, ino, lane, Some(staged), None)?;
+    for (s, n) in freed {
+        pool.alloc.blocks.free(s, n);
+    }
+    map::free_nodes(pool, &m.nodes);
+    Ok(())
+}
+
+/// Fill a new inode (not yet visible) with `bytes`: a symlink's target.
+pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]) -> Result<()> {
+    let n = (bytes.len() as u64).div_ceil(BLOCK);
+    let runs = pool.alloc.blocks.alloc(lane, n).ok_or(errno::ENOSPC)?;
+    let mut b = pool.pm.batch();
+    let mut ext = Vec::new();
+    let mut lblk = 0u64;
+    for &(s, len) in &runs {
+        let from = (lblk * BLOCK) as usize;
+        let to = (((lblk + len) * BLOCK) as usize).min(bytes.len());
+        b.write(pool.layout.block_addr(s), &bytes[from..to]);
+        ext.push(Extent {
+            lblk: lblk as u32,
+            len: len as u32,
+            pblk: s,
+        });
+        lblk += len;
+    }
+    b.flushed();
+    let staged = map::stage(pool, ino, lane, MapWord::default(), &ext)?;
+    let at = pool.layout.inode_addr(ino);
+    let mut b = pool.pm.batch();
+    b.write_u64(at + inode::MAP, staged.word)
+        .write_u64(at + inode::SIZE, bytes.len() as u64);
+    b.flushed();
+    Ok(())
+}
+
+/// Blocks a file holds: data, tree nodes, xattr block, directory log pages.
+pub fn blocks_used<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
+    let Ok(m) = map::read(pool, ino) else {
+        return 0;
+    };
+    let at = pool.layout.inode_addr(ino);
+    let data: u64 = m.extents.iter().map(|e| e.len as u64).sum();
+    let xattr = (pool.pm.load_u64(at + inode::XATTR) != 0) as u64;
+    data + m.nodes.len() as u64 + xattr + dir_pages(pool, ino).len() as u64
+}
+
+fn dir_pages<B: Backend>(pool: &Pool<B>, ino: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut p = pool
+        .pm
+        .load_u64(pool.layout.inode_addr(ino) + inode::DIR_LOG);
+    while p != 0 && out.len() as u64 <= pool.layout.data_blocks {
+        let Some(b) = pool.layout.block_of(p) else {
+            break;
+        };
+        out.push(b);
+        p = pool.pm.load_u64(p + crate::format::dirlog::NEXT);
+    }
+    out
+}
+
+/// Return every block `ino` holds to the allocators (the inode is already unreachable).
+pub fn free_all<B: Backend>(pool: &Pool<B>, ino: u64) {
+    if let Ok(m) = map::read(pool, ino) {
+        for e in &m.extents {
+            pool.alloc.blocks.free(e.pblk, e.len as u64);
+        }
+        map::free_nodes(pool, &m.nodes);
+    }
+    let at = pool.layout.inode_addr(ino);
+    if let Some(b) = pool.layout.block_of(pool.pm.load_u64(at + inode::XATTR)) {
+        pool.alloc.blocks.free(b, 1);
+    }
+    for b in dir_pages(pool, ino) {
+        pool.alloc.blocks.free(b, 1);
+    }
+}

@@ -1,0 +1,196 @@
+//! Attributes: stat, chmod, chown, utimens, statfs, readlink.
+//!
+//! A change of one word (chmod's mode, chown's owner pair) is one atomic store; a
+//! change of several (times, or mode with owner) goes through the lane journal, so it
+//! is atomic too.
+
+use crate::error::{errno, Result};
+use crate::format::{inode, BLOCK};
+use crate::pmem::Backend;
+use crate::time::now_ns;
+
+use super::perm::{self, Cred};
+use super::Namespace;
+
+/// What stat reports. Times are nanoseconds since the Unix epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub ino: u64,
+    pub mode: u32,
+    pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// 512-byte units allocated.
+    pub blocks: u64,
+    pub atime: u64,
+    pub mtime: u64,
+    pub ctime: u64,
+    pub btime: u64,
+    pub rdev: u64,
+    pub generation: u64,
+    pub blksize: u32,
+}
+
+/// A time to set: now, or a given instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(u64),
+}
+
+/// What setattr changes; `None` leaves a field alone. Size changes go through the
+/// data layer (truncate).
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u64,
+}
+
+impl<B: Backend> Namespace<B> {
+    pub fn getattr(&self, ino: u64) -> Result<Stat> {
+        self.live(ino)?;
+        let (uid, gid) = inode::owner_split(self.load(ino, inode::OWNER));
+        Ok(Stat {
+            ino,
+            mode: self.mode(ino),
+            nlink: self.load(ino, inode::NLINK),
+            uid,
+            gid,
+            size: self.load(ino, inode::SIZE),
+            blocks: crate::data::blocks_used(&self.pool, ino) * (BLOCK / 512),
+            atime: self.load(ino, inode::ATIME),
+            mtime: self.load(ino, inode::MTIME),
+            ctime: self.load(ino, inode::CTIME),
+            btime: self.load(ino, inode::BTIME),
+            rdev: self.load(ino, inode::RDEV),
+            generation: self.load(ino, inode::GENERATION),
+            blksize: BLOCK as u32,
+        })
+    }
+
+    /// chmod, chown and utimens, with Linux's permission rules.
+    pub fn setattr(&self, ino: u64, a: &SetAttr, cred: &Cred) -> Result<Stat> {
+        self.live(ino)?;
+        let _g = self.ilock(ino);
+        let o = self.owner(ino);
+        let at = self.iaddr(ino);
+        let now = now_ns();
+        let mut words: Vec<(u64, u64)> = Vec::new();
+        let mut mode = o.mode;
+        if let Some(m) = a.mode {
+            perm::owner_or_root(cred, o)?;
+            mode = (o.mode & libc::S_IFMT) | (m & 0o7777);
+            let gid = a.gid.unwrap_or(o.gid);
+            if !cred.is_root() && !cred.in_group(gid) {
+                mode &= !libc::S_ISGID;
+            }
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            // Linux's chown_ok and chgrp_ok.
+            if let Some(u) = a.uid {
+                if !(cred.is_root() || (u == o.uid && cred.uid == o.uid)) {
+                    return Err(errno::EPERM);
+                }
+            }
+            if let Some(g) = a.gid {
+                let own = cred.uid == o.uid && (g == o.gid || cred.in_group(g));
+                if !(cred.is_root() || own) {
+                    return Err(errno::EPERM);
+                }
+            }
+            // chown clears set-user-ID, and set-group-ID when group-executable, on
+            // anything but a directory.
+            if mode & libc::S_IFMT != libc::S_IFDIR {
+                mode &= !libc::S_ISUID;
+                if mode & 0o010 != 0 {
+                    mode &= !libc::S_ISGID;
+                }
+            }
+            let uid = a.uid.unwrap_or(o.uid);
+            let gid = a.gid.unwrap_or(o.gid);
+            words.push((at + inode::OWNER, inode::owner_word(uid, gid)));
+        }
+        for (t, field) in [(a.atime, inode::ATIME), (a.mtime, inode::MTIME)] {
+            let Some(t) = t else { continue };
+            match t {
+                TimeSet::Now => {
+                    if perm::owner_or_root(cred, o).is_err() {
+                        perm::check(cred, o, perm::W).map_err(|_| errno::EACCES)?;
+                    }
+                    words.push((at + field, now));
+                }
+                TimeSet::At(v) => {
+                    perm::owner_or_root(cred, o)?;
+                    words.push((at + field, v));
+                }
+            }
+        }
+        if mode != o.mode {
+            words.push((at + inode::MODE, mode as u64));
+        }
+        if !words.is_empty() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some() {
+            words.push((at + inode::CTIME, now));
+            self.commit_words(&words)?;
+        }
+        drop(_g);
+        self.getattr(ino)
+    }
+
+    /// Set several words atomically: one store if only one, else through the journal.
+    pub(crate) fn commit_words(&self, words: &[(u64, u64)]) -> Result<()> {
+        let pool = &self.pool;
+        match words {
+            [] => Ok(()),
+            [(a, v)] => {
+                let mut b = pool.pm.batch();
+                b.write_u64(*a, *v);
+                let _ = b.persist();
+                Ok(())
+            }
+            _ => pool
+                .journals
+                .commit(&pool.pm, &pool.layout, self.lane(), words)
+                .map(drop),
+        }
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        self.live(ino)?;
+        if self.mode(ino) & libc::S_IFMT != libc::S_IFLNK {
+            return Err(errno::EINVAL);
+        }
+        let size = self.load(ino, inode::SIZE) as usize;
+        let mut buf = vec![0u8; size];
+        let n = crate::data::read_at(&self.pool, ino, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let l = &self.pool.layout;
+        let a = &self.pool.alloc;
+        let files_free = a.inodes.free_count().min(a.dentries.free_count());
+        StatFs {
+            block_size: BLOCK,
+            blocks: l.data_blocks,
+            blocks_free: a.blocks.free_count(),
+            files: l.total_inodes() - 1,
+            files_free,
+            name_max: crate::format::dentry::NAME_MAX as u64,
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The namespace: the global metadata index, cachelets, directories as logs, and the
+//! operations on names (lookup, create, unlink, rename, link, readdir, attributes).
+//! Every operation is synchronous and atomic, with one commit point each
+//! (docs/CONSISTENCY.md).
+
+mod attr;
+pub mod cachelet;
+pub mod create;
+pub mod dir;
+pub mod index;
+pub mod perm;
+mod readdir;
+mod remove;
+mod rename;
+
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::error::{errno, Result};
+use crate::format::{dentry, inode, ROOT_INO};
+use crate::pmem::Backend;
+use crate::pool::Pool;
+
+pub use attr::{SetAttr, Stat, StatFs, TimeSet};
+pub use cachelet::{Cachelet, CacheletRef, Cachelets};
+pub use create::NewNode;
+pub use dir::Dir;
+pub use index::{Entry, Index, Key, KeyRef, State};
+pub use perm::Cred;
+pub use readdir::DirEntry;
+pub use rename::RenameFlags;
+
+const INODE_LOCKS: usize = 256;
+
+pub struct Namespace<B: Backend> {
+    pub pool: Pool<B>,
+    pub index: Index,
+    dirs: papaya::HashMap<u64, Arc<Dir>>,
+    pub cachelets: Arc<Cachelets>,
+    /// Renames that could move a directory serialize here (as Linux's
+    /// `s_vfs_rename_mutex` does), so the ancestor check sees a stable tree.
+    rename_lock: Mutex<()>,
+    /// Read-modify-write of one inode's words (link counts, attributes).
+    inode_locks: Box<[Mutex<()>]>,
+}
+
+pub fn is_dir(mode: u32) -> bool {
+    mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+/// The directory-entry type (DT_*) for a mode: the file-type bits shifted down.
+pub fn dtype(mode: u32) -> u8 {
+    ((mode & libc::S_IFMT) >> 12) as u8
+}
+
+/// A name must be 1..=255 bytes, without '/' or NUL.
+pub fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > dentry::NAME_MAX {
+        return Err(errno::ENAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(errno::EINVAL);
+    }
+    Ok(())
+}
+
+impl<B: Backend> Namespace<B> {
+    pub fn new(pool: Pool<B>) -> Self {
+        Namespace {
+            pool,
+            index: Index::new(),
+            dirs: papaya::HashMap::new(),
+            cachelets: Arc::new(Cachelets::default()),
+            rename_lock: Mutex::new(()),
+            inode_locks: (0..INODE_LOCKS).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    pub(crate) fn lane(&self) -> u32 {
+        crate::alloc::lane::current(self.pool.layout.lanes())
+    }
+
+    pub(crate) fn iaddr(&self, ino: u64) -> u64 {
+        self.pool.layout.inode_addr(ino)
+    }
+
+    pub(crate) fn load(&self, ino: u64, field: u64) -> u64 {
+        self.pool.pm.load_u64(self.iaddr(ino) + field)
+    }
+
+    pub(crate) fn ilock(&self, ino: u64) -> MutexGuard<'_, ()> {
+        self.inode_locks[(ino as usize) % INODE_LOCKS].lock()
+    }
+
+    /// `ino` names a live inode.
+    pub fn live(&self, ino: u64) -> Result<()> {
+        if self.pool.layout.ino_valid(ino) && self.load(ino, inode::INO) == ino {
+            Ok(())
+        } else {
+            Err(errno::ENOENT)
+        }
+    }
+
+    pub fn mode(&self, ino: u64) -> u32 {
+        self.load(ino, inode::MODE) as u32
+    }
+
+    pub(crate) fn owner(&self, ino: u64) -> perm::Owner {
+        let (uid, gid) = inode::owner_split(self.load(ino, inode::OWNER));
+        perm::Owner {
+            mode: self.mode(ino),
+            uid,
+            gid,
+        }
+    }
+
+    /// The directory `ino`, read into the index if this is its first use.
+    pub fn dir(&self, ino: u64) -> Result<Arc<Dir>> {
+        self.live(ino)?;
+        if !is_dir(self.mode(ino)) {
+            return Err(errno::ENOTDIR);
+        }
+        let dirs = self.dirs.pin();
+        let d = match dirs.get(&ino) {
+            Some(d) => d.clone(),
+            None => dirs
+                .get_or_insert_with(ino, || Arc::new(Dir::new(ino)))
+                .clone(),
+        };
+        d.ensure_loaded(&self.pool, &self.index);
+        Ok(d)
+    }
+
+    pub(crate) fn forget_dir(&self, ino: u64) {
+        self.dirs.pin().remove(&ino);
+    }
+
+    /// Directories currently indexed.
+    pub fn indexed_dirs(&self) -> usize {
+        self.dirs.len()
+    }
+
+    /// The entry `name` in directory `parent`, as the caller may see it.
+    pub fn lookup(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<u64> {
+        let _ = self.dir(parent)?;
+        perm::check(cred, self.owner(parent), perm::X)?;
+        match name {
+            b"." => return Ok(parent),
+            b".." => return Ok(self.parent_of(parent)),
+            _ => {}
+        }
+        check_name(name)?;
+        self.lookup_entry(parent, name)
+            .map(|e| e.ino)
+            .ok_or(errno::ENOENT)
+    }
+
+    /// The visible index entry for (parent, name); the directory must be loaded.
+    pub(crate) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Option<Entry> {
+        let idx = self.index.pin();
+        idx.get(&KeyRef { parent, name })
+            .filter(|e| e.visible())
+            .copied()
+    }
+
+    /// The parent of directory `dir`, through its dentry's back pointer (the root is
+    /// its own parent).
+    pub fn parent_of(&self, dir: u64) -> u64 {
+        if dir == ROOT_INO {
+            return ROOT_INO;
+        }
+        let d = self.load(dir, inode::DENTRY);
+        if self.pool.layout.dentry_id(d).is_none() {
+            return ROOT_INO;
+        }
+        self.pool.pm.load_u64(d + dentry::PARENT)
+    }
+
+    /// The name of `ino` in its parent, through the inode's back pointer.
+    pub fn name_of(&self, ino: u64) -> Option<Vec<u8>> {
+        let d = self.load(ino, inode::DENTRY);
+        self.pool.layout.dentry_id(d)?;
+        let (len, _) = dentry::split_name_len(self.pool.pm.load_u64(d + dentry::NAME_LEN));
+        (len <= dentry::NAME_MAX).then(|| self.pool.pm.read_vec(d + dentry::NAME, len))
+    }
+
+    /// The absolute path of directory `dir`, by walking `..` up to the root (getcwd).
+    pub fn path_of(&self, dir: u64) -> Result<Vec<u8>> {
+        self.live(dir)?;
+        let mut parts = Vec::new();
+        let mut cur = dir;
+        while cur != ROOT_INO {
+            parts.push(self.name_of(cur).ok_or(errno::ENOENT)?);
+            cur = self.parent_of(cur);
+            if parts.len() > 4096 {
+                return Err(errno::ELOOP);
+            }
+        }
+        let mut path = Vec::new();
+        for p in parts.iter().rev() {
+            path.push(b'/');
+            path.extend_from_slice(p);
+        }
+        if path.is_empty() {
+            path.push(b'/');
+        }
+        Ok(path)
+    }
+
+    /// Close the pool cleanly.
+    pub fn close(&self) -> Result<()> {
+        self.pool.close()
+    }
+}

@@ -1,0 +1,180 @@
+//! Removing names: unlink and rmdir, and freeing an inode once nothing names or holds
+//! it.
+//!
+//! Protocol (docs/CONSISTENCY.md, "unlink"): claim the entry in the index (Ready ->
+//! Leaving, a CAS, so one of two racing unlinks wins); the commit point is the 8-byte
+//! store that clears the dentry's valid bit, made durable together with the store that
+//! empties its log slot. Link counts and freeing follow; recovery recounts and reclaims
+//! if a crash cuts them short.
+
+use std::sync::atomic::Ordering;
+
+use papaya::{Compute, Operation};
+
+use crate::error::{errno, Result};
+use crate::format::{dentry, inode};
+use crate::pmem::Backend;
+use crate::time::now_ns;
+
+use super::cachelet::ORPHAN;
+use super::index::{Entry, KeyRef, State};
+use super::perm::{self, Cred};
+use super::{check_name, is_dir, Namespace};
+
+impl<B: Backend> Namespace<B> {
+    pub fn unlink(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
+        if name == b"." || name == b".." {
+            return Err(errno::EISDIR);
+        }
+        self.remove(parent, name, cred, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
+        match name {
+            b"." => return Err(errno::EINVAL),
+            b".." => return Err(errno::ENOTEMPTY),
+            _ => {}
+        }
+        self.remove(parent, name, cred, true)
+    }
+
+    /// Set an entry Ready -> Leaving; `None` if it is not there (or not ready).
+    pub(crate) fn claim_entry(&self, parent: u64, name: &[u8]) -> Option<Entry> {
+        let idx = self.index.pin();
+        let r = idx.compute(KeyRef { parent, name }.owned(), |cur| match cur {
+            Some((_, e)) if e.state == State::Ready => Operation::Insert(Entry {
+                state: State::Leaving,
+                ..*e
+            }),
+            _ => Operation::Abort(()),
+        });
+        match r {
+            Compute::Updated { old: (_, e), .. } => Some(*e),
+            _ => None,
+        }
+    }
+
+    /// Put a claimed entry back as it was.
+    pub(crate) fn unclaim(&self, parent: u64, name: &[u8], e: Entry) {
+        self.index.pin().insert(KeyRef { parent, name }.owned(), e);
+    }
+
+    fn remove(&self, parent: u64, name: &[u8], cred: &Cred, want_dir: bool) -> Result<()> {
+        check_name(name)?;
+        let dir = self.dir(parent)?;
+        let pown = self.owner(parent);
+        perm::check(cred, pown, perm::X)?;
+        if self.lookup_entry(parent, name).is_none() {
+            return Err(errno::ENOENT);
+        }
+        perm::check(cred, pown, perm::W | perm::X)?;
+        let e = self.claim_entry(parent, name).ok_or(errno::ENOENT)?;
+        let checked = self.check_removable(e, pown, cred, want_dir);
+        let child_dir = match checked {
+            Ok(d) => d,
+            Err(err) => {
+                self.unclaim(parent, name, e);
+                return Err(err);
+            }
+        };
+        // rmdir holds the victim's gate alone, so no create slips in after the check.
+        let _victim_gate = child_dir.as_ref().map(|d| d.gate.write());
+        if let Some(d) = &child_dir {
+            if d.entries.load(Ordering::Acquire) > 0 {
+                drop(_victim_gate);
+                self.unclaim(parent, name, e);
+                return Err(errno::ENOTEMPTY);
+            }
+        }
+        let now = now_ns();
+        let mut b = self.pool.pm.batch();
+        b.write_u64(e.dentry + dentry::STATE, dentry::state_word(false, now))
+            .write_u64(e.slot, 0);
+        self.touch_dir(&mut b, parent, now, if want_dir { -1 } else { 0 });
+        let _committed = b.persist();
+        self.index.pin().remove(&KeyRef { parent, name });
+        dir.entries.fetch_sub(1, Ordering::AcqRel);
+        dir.release_slot(e.slot);
+        self.pool.alloc.dentries.free(
+            self.pool
+                .layout
+                .dentry_id(e.dentry)
+                .expect("indexed dentry"),
+        );
+        if let Some(d) = &child_dir {
+            d.removed.store(true, Ordering::Release);
+        }
+        drop(_victim_gate);
+        if child_dir.is_some() {
+            self.forget_dir(e.ino);
+        }
+        self.drop_link(e.ino, want_dir, now);
+        Ok(())
+    }
+
+    /// Type and sticky-bit checks; for rmdir, the victim directory (loaded).
+    fn check_removable(
+        &self,
+        e: Entry,
+        pown: perm::Owner,
+        cred: &Cred,
+        want_dir: bool,
+    ) -> Result<Option<std::sync::Arc<super::Dir>>> {
+        let victim = self.owner(e.ino);
+        match (want_dir, is_dir(victim.mode)) {
+            (true, false) => return Err(errno::ENOTDIR),
+            (false, true) => return Err(errno::EISDIR),
+            _ => {}
+        }
+        perm::sticky_ok(cred, pown, victim)?;
+        if want_dir {
+            Ok(Some(self.dir(e.ino)?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// One name of `ino` is gone: count it down, and free the inode when no name and
+    /// no open handle is left.
+    pub(crate) fn drop_link(&self, ino: u64, whole_dir: bool, now: u64) {
+        let left = {
+            let _g = self.ilock(ino);
+            let n = if whole_dir {
+                0
+            } else {
+                self.load(ino, inode::NLINK).saturating_sub(1)
+            };
+            let mut b = self.pool.pm.batch();
+            b.write_u64(self.iaddr(ino) + inode::NLINK, n)
+                .write_u64(self.iaddr(ino) + inode::CTIME, now);
+            let _ = b.persist();
+            n
+        };
+        if left == 0 {
+            let c = self.cachelets.get(&self.pool, ino);
+            let _w = c.lock.write();
+            if c.open.load(Ordering::Acquire) > 0 {
+                c.flags.fetch_or(ORPHAN, Ordering::AcqRel);
+            } else {
+                self.free_inode(ino);
+            }
+        }
+    }
+
+    /// Called at the last close of `ino` (with its cachelet's lock held).
+    pub(crate) fn free_if_orphan(&self, ino: u64, c: &super::Cachelet) {
+        if c.flags.load(Ordering::Acquire) & ORPHAN != 0 && c.open.load(Ordering::Acquire) == 0 {
+            c.flags.fetch_and(!ORPHAN, Ordering::AcqRel);
+            self.free_inode(ino);
+        }
+    }
+
+    /// Return an unnamed, unopened inode's blocks and number to the allocators.
+    fn free_inode(&self, ino: u64) {
+        crate::data::free_all(&self.pool, ino);
+        let mut b = self.pool.pm.batch();
+        b.write_u64(self.iaddr(ino) + inode::INO, 0);
+        let _ = b.persist();
+        self.pool.alloc.inodes.free(ino);
+    }
+}

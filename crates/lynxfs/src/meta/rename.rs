@@ -1,0 +1,362 @@
+//! Rename, in all its forms: same or cross directory, over a file or an empty
+//! directory, RENAME_NOREPLACE, RENAME_EXCHANGE.
+//!
+//! Protocol (docs/CONSISTENCY.md, "rename"): claim the entries in the index; write the
+//! new dentry (or two, for an exchange) and its slot, uncommitted; then one journal
+//! record sets the new dentries valid, the old ones invalid, their slots empty, the
+//! inodes' back pointers and the parents' link counts. The record's commit word is the
+//! commit point.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use crate::error::{errno, Result};
+use crate::format::{dentry, inode, ROOT_INO};
+use crate::pmem::Backend;
+use crate::time::now_ns;
+
+use super::index::{Entry, KeyRef};
+use super::perm::{self, Cred};
+use super::{check_name, is_dir, Namespace};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+impl RenameFlags {
+    /// From the `renameat2` flag bits.
+    pub fn from_bits(bits: u32) -> Result<RenameFlags> {
+        let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+        if bits & !known != 0 {
+            return Err(errno::EINVAL);
+        }
+        Ok(RenameFlags {
+            noreplace: bits & libc::RENAME_NOREPLACE != 0,
+            exchange: bits & libc::RENAME_EXCHANGE != 0,
+        })
+    }
+}
+
+struct Plan {
+    src: Entry,
+    dst: Option<Entry>,
+    src_dir: bool,
+    dst_dir: bool,
+}
+
+impl<B: Backend> Namespace<B> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn rename(
+        &self,
+        sp: u64,
+        sn: &[u8],
+        dp: u64,
+        dn: &[u8],
+        flags: RenameFlags,
+        cred: &Cred,
+    ) -> Result<()> {
+        if flags.noreplace && flags.exchange {
+            return Err(errno::EINVAL);
+        }
+        for n in [sn, dn] {
+            if n == b"." || n == b".." {
+                return Err(errno::EBUSY);
+            }
+            check_name(n)?;
+        }
+        let sdir = self.dir(sp)?;
+        let ddir = self.dir(dp)?;
+        for p in [sp, dp] {
+            perm::check(cred, self.owner(p), perm::W | perm::X)?;
+        }
+        let _serial = self.rename_lock.lock();
+        let plan = self.plan(sp, sn, dp, dn, flags, cred)?;
+        if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
+            return Ok(()); // two names of one file: POSIX says do nothing
+        }
+        // Claim both names. The rename lock keeps other renames out; creates and
+        // unlinks take names by CAS, so a lost race here just reports the usual error.
+        let src = self.claim_entry(sp, sn).ok_or(errno::ENOENT)?;
+        let dst = match plan.dst {
+            Some(_) => match self.claim_entry(dp, dn) {
+                Some(d) => Some(d),
+                None => {
+                    self.unclaim(sp, sn, src);
+                    return Err(errno::ENOENT);
+                }
+            },
+            None => {
+                if self
+                    .index
+                    .pin()
+                    .try_insert(
+                        KeyRef {
+                            parent: dp,
+                            name: dn,
+                        }
+                        .owned(),
+                        Entry::creating(),
+                    )
+                    .is_err()
+                {
+                    self.unclaim(sp, sn, src);
+                    return Err(errno::EEXIST);
+                }
+                None
+            }
+        };
+        let plan = Plan { src, dst, ..plan };
+        let undo = |err| {
+            self.unclaim(sp, sn, plan.src);
+            match plan.dst {
+                Some(d) => self.unclaim(dp, dn, d),
+                None => {
+                    self.index.pin().remove(&KeyRef {
+                        parent: dp,
+                        name: dn,
+                    });
+                }
+            }
+            err
+        };
+        let _dgate = ddir.gate.read();
+        if ddir.removed.load(Ordering::Acquire) {
+            return Err(undo(errno::ENOENT));
+        }
+        // Replacing a directory: hold its gate alone so it stays empty.
+        let victim = match plan.dst {
+            Some(d) if plan.dst_dir && !flags.exchange => Some(self.dir(d.ino).map_err(undo)?),
+            _ => None,
+        };
+        let _vgate = victim.as_ref().map(|v| v.gate.write());
+        if victim
+            .as_ref()
+            .is_some_and(|v| v.entries.load(Ordering::Acquire) > 0)
+        {
+            return Err(undo(errno::ENOTEMPTY));
+        }
+        self.commit_rename(&plan, sp, sn, &sdir, dp, dn, &ddir, flags)
+            .map_err(undo)?;
+        if let Some(v) = &victim {
+            v.removed.store(true, Ordering::Release);
+        }
+        drop(_vgate);
+        if let Some(d) = plan.dst.filter(|_| !flags.exchange) {
+            if plan.dst_dir {
+                self.forget_dir(d.ino);
+            }
+            self.drop_link(d.ino, plan.dst_dir, now_ns());
+        }
+        Ok(())
+    }
+
+    /// Look at both names and check every rule before anything is claimed.
+    fn plan(
+        &self,
+        sp: u64,
+        sn: &[u8],
+        dp: u64,
+        dn: &[u8],
+        flags: RenameFlags,
+        cred: &Cred,
+    ) -> Result<Plan> {
+        let src = self.lookup_entry(sp, sn).ok_or(errno::ENOENT)?;
+        let dst = self.lookup_entry(dp, dn);
+        if flags.exchange && dst.is_none() {
+            return Err(errno::ENOENT);
+        }
+        if flags.noreplace && dst.is_some() {
+            return Err(errno::EEXIST);
+        }
+        let src_dir = is_dir(self.mode(src.ino));
+        let dst_dir = dst.is_some_and(|d| is_dir(self.mode(d.ino)));
+        if let Some(d) = dst.filter(|_| !flags.exchange) {
+            if d.ino != src.ino {
+                match (src_dir, dst_dir) {
+                    (true, false) => return Err(errno::ENOTDIR),
+                    (false, true) => return Err(errno::EISDIR),
+                    _ => {}
+                }
+                if dst_dir && self.dir(d.ino)?.entries.load(Ordering::Acquire) > 0 {
+                    return Err(errno::ENOTEMPTY);
+                }
+            }
+        }
+        if src_dir && self.is_within(dp, src.ino) {
+            return Err(errno::EINVAL);
+        }
+        if let Some(d) = dst.filter(|_| flags.exchange && dst_dir) {
+            if self.is_within(sp, d.ino) {
+                return Err(errno::EINVAL);
+            }
+        }
+        perm::sticky_ok(cred, self.owner(sp), self.owner(src.ino))?;
+        if let Some(d) = dst {
+            perm::sticky_ok(cred, self.owner(dp), self.owner(d.ino))?;
+        }
+        // A directory changing parent rewrites its "..": that needs write access to it.
+        if sp != dp {
+            if src_dir {
+                perm::check(cred, self.owner(src.ino), perm::W)?;
+            }
+            if let Some(d) = dst.filter(|_| flags.exchange && dst_dir) {
+                perm::check(cred, self.owner(d.ino), perm::W)?;
+            }
+        }
+        Ok(Plan {
+            src,
+            dst,
+            src_dir,
+            dst_dir,
+        })
+    }
+
+    /// Is `dir` the directory `anc` or below it?
+    fn is_within(&self, dir: u64, anc: u64) -> bool {
+        let mut cur = dir;
+        for _ in 0..=self.pool.layout.total_inodes() {
+            if cur == anc {
+                return true;
+            }
+            if cur == ROOT_INO {
+                return false;
+            }
+            cur = self.parent_of(cur);
+        }
+        true // a cycle: refuse rather than loop
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn commit_rename(
+        &self,
+        plan: &Plan,
+        sp: u64,
+        sn: &[u8],
+        sdir: &super::Dir,
+        dp: u64,
+        dn: &[u8],
+        ddir: &super::Dir,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let pool = &self.pool;
+        let lane = self.lane();
+        let now = now_ns();
+        let valid = dentry::state_word(true, now);
+        let gone = dentry::state_word(false, now);
+        let src = plan.src;
+        let new_dst = self.new_dentry(ddir, src.ino, dn, src.dtype, lane)?;
+        let new_src = match plan.dst.filter(|_| flags.exchange) {
+            Some(d) => match self.new_dentry(sdir, d.ino, sn, d.dtype, lane) {
+                Ok(e) => Some(e),
+                Err(err) => {
+                    self.discard_dentry(ddir, new_dst);
+                    return Err(err);
+                }
+            },
+            None => None,
+        };
+        let mut w = vec![
+            (new_dst.dentry + dentry::STATE, valid),
+            (src.dentry + dentry::STATE, gone),
+            (src.slot, 0),
+            (self.iaddr(src.ino) + inode::DENTRY, new_dst.dentry),
+        ];
+        if let Some(d) = plan.dst {
+            w.push((d.dentry + dentry::STATE, gone));
+            w.push((d.slot, 0));
+        }
+        if let (Some(ns), Some(d)) = (new_src, plan.dst) {
+            w.push((ns.dentry + dentry::STATE, valid));
+            w.push((self.iaddr(d.ino) + inode::DENTRY, ns.dentry));
+        }
+        let mut delta: HashMap<u64, i64> = HashMap::new();
+        *delta.entry(sp).or_default() -= plan.src_dir as i64;
+        *delta.entry(dp).or_default() += plan.src_dir as i64;
+        if plan.dst.is_some() {
+            *delta.entry(dp).or_default() -= plan.dst_dir as i64;
+            if flags.exchange {
+                *delta.entry(sp).or_default() += plan.dst_dir as i64;
+            }
+        }
+        let _locks: Vec<_> = {
+            let mut dirs: Vec<u64> = delta.keys().copied().collect();
+            dirs.sort_unstable_by_key(|d| d % 256);
+            dirs.dedup_by_key(|d| *d % 256);
+            dirs.into_iter().map(|d| self.ilock(d)).collect()
+        };
+        for (&d, &n) in delta.iter().filter(|(_, &n)| n != 0) {
+            let cur = self.load(d, inode::NLINK) as i64;
+            w.push((self.iaddr(d) + inode::NLINK, (cur + n).max(0) as u64));
+        }
+        let mut b = pool.pm.batch();
+        for p in [sp, dp] {
+            b.write_u64(self.iaddr(p) + inode::MTIME, now)
+                .write_u64(self.iaddr(p) + inode::CTIME, now);
+        }
+        b.write_u64(self.iaddr(src.ino) + inode::CTIME, now);
+        b.flushed();
+        if let Err(e) = pool.journals.commit(&pool.pm, &pool.layout, lane, &w) {
+            self.discard_dentry(ddir, new_dst);
+            if let Some(ns) = new_src {
+                self.discard_dentry(sdir, ns);
+            }
+            return Err(e);
+        }
+        drop(_locks);
+        // The index follows the pool: the new name first, so a lookup never misses both.
+        let idx = self.index.pin();
+        idx.insert(
+            KeyRef {
+                parent: dp,
+                name: dn,
+            }
+            .owned(),
+            new_dst,
+        );
+        match new_src {
+            Some(ns) => {
+                idx.insert(
+                    KeyRef {
+                        parent: sp,
+                        name: sn,
+                    }
+                    .owned(),
+                    ns,
+                );
+            }
+            None => {
+                idx.remove(&KeyRef {
+                    parent: sp,
+                    name: sn,
+                });
+                sdir.entries.fetch_sub(1, Ordering::AcqRel);
+                if plan.dst.is_none() {
+                    ddir.entries.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+        self.retire_dentry(sdir, src);
+        if let Some(d) = plan.dst {
+            self.retire_dentry(ddir, d);
+        }
+        Ok(())
+    }
+
+    /// A dentry that was written but never committed: give back its slot and id.
+    fn discard_dentry(&self, dir: &super::Dir, e: Entry) {
+        let mut b = self.pool.pm.batch();
+        b.write_u64(e.slot, 0);
+        let _ = b.persist();
+        self.retire_dentry(dir, e);
+    }
+
+    /// A dentry no longer named by its slot: recycle both.
+    fn retire_dentry(&self, dir: &super::Dir, e: Entry) {
+        dir.release_slot(e.slot);
+        if let Some(id) = self.pool.layout.dentry_id(e.dentry) {
+            self.pool.alloc.dentries.free(id);
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The namespace's operations and their errors, one behaviour per test.
+
+mod common;
+
+use common::{errno, fs};
+use lynxfs::{Cred, TimeSet};
+
+const RW: i32 = libc::O_RDWR;
+const CREAT: i32 = libc::O_CREAT | libc::O_RDWR;
+
+#[test]
+fn create_stat_unlink() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/a", CREAT | libc::O_EXCL, 0o644).unwrap();
+    fs.close_fd(fd).unwrap();
+    let st = s.stat("/a").unwrap();
+    assert_eq!(st.mode, libc::S_IFREG | 0o644);
+    assert_eq!(st.nlink, 1);
+    assert_eq!(
+        errno(s.open("/a", CREAT | libc::O_EXCL, 0o644)),
+        libc::EEXIST
+    );
+    s.unlink("/a").unwrap();
+    assert_eq!(errno(s.stat("/a")), libc::ENOENT);
+    assert_eq!(errno(s.unlink("/a")), libc::ENOENT);
+}
+
+#[test]
+fn directories_nest_and_rmdir_checks_emptiness() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    s.mkdir("/d/e", 0o755).unwrap();
+    assert_eq!(s.stat("/").unwrap().nlink, 3);
+    assert_eq!(s.stat("/d").unwrap().nlink, 3);
+    fs.close_fd(s.create("/d/e/f", 0o600).unwrap()).unwrap();
+    assert_eq!(errno(s.rmdir("/d")), libc::ENOTEMPTY);
+    assert_eq!(errno(s.rmdir("/d/e/f")), libc::ENOTDIR);
+    assert_eq!(errno(s.unlink("/d/e")), libc::EISDIR);
+    assert_eq!(errno(s.mkdir("/d/e/f/g", 0o755)), libc::ENOTDIR);
+    s.unlink("/d/e/f").unwrap();
+    s.rmdir("/d/e").unwrap();
+    s.rmdir("/d").unwrap();
+    assert_eq!(s.stat("/").unwrap().nlink, 2);
+    assert_eq!(s.readdir("/").unwrap().len(), 2);
+}
+
+#[test]
+fn bad_names_and_paths() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    let long = format!("/{}", "x".repeat(256));
+    assert_eq!(errno(s.mkdir(&long, 0o755)), libc::ENAMETOOLONG);
+    let ok = format!("/{}", "x".repeat(255));
+    s.mkdir(&ok, 0o755).unwrap();
+    let deep = "/a".repeat(2100);
+    assert_eq!(errno(s.stat(&deep)), libc::ENAMETOOLONG);
+    assert_eq!(errno(s.stat("")), libc::ENOENT);
+    assert_eq!(errno(s.mkdir("/", 0o755)), libc::EEXIST);
+    assert_eq!(errno(s.mkdir("/.", 0o755)), libc::EEXIST);
+    assert_eq!(errno(s.stat("/nope/x")), libc::ENOENT);
+    assert_eq!(errno(s.rmdir("/.")), libc::EINVAL);
+    assert_eq!(errno(s.stat("/a\0b")), libc::EINVAL);
+    assert_eq!(
+        s.readdir("/").unwrap().len(),
+        3,
+        "failed calls changed nothing"
+    );
+}
+
+#[test]
+fn rename_forms() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/a", 0o755).unwrap();
+    s.mkdir("/b", 0o755).unwrap();
+    fs.close_fd(s.create("/a/f", 0o644).unwrap()).unwrap();
+    fs.close_fd(s.create("/b/g", 0o644).unwrap()).unwrap();
+    let f = s.stat("/a/f").unwrap().ino;
+    let g = s.stat("/b/g").unwrap().ino;
+    s.rename("/a/f", "/a/f2", 0).unwrap();
+    assert_eq!(s.stat("/a/f2").unwrap().ino, f);
+    assert_eq!(errno(s.stat("/a/f")), libc::ENOENT);
+    assert_eq!(
+        errno(s.rename("/a/f2", "/b/g", libc::RENAME_NOREPLACE)),
+        libc::EEXIST
+    );
+    s.rename("/a/f2", "/b/g", libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(s.stat("/b/g").unwrap().ino, f);
+    assert_eq!(s.stat("/a/f2").unwrap().ino, g);
+    s.rename("/a/f2", "/b/g", 0).unwrap(); // over an existing file
+    assert_eq!(s.stat("/b/g").unwrap().ino, g);
+    assert_eq!(errno(s.stat("/a/f2")), libc::ENOENT);
+    // Directories: into its own subtree, over a non-empty directory, across parents.
+    s.mkdir("/a/sub", 0o755).unwrap();
+    assert_eq!(errno(s.rename("/a", "/a/sub/x", 0)), libc::EINVAL);
+    assert_eq!(errno(s.rename("/a", "/b", 0)), libc::ENOTEMPTY);
+    assert_eq!(errno(s.rename("/a/sub", "/b/g", 0)), libc::ENOTDIR);
+    assert_eq!(errno(s.rename("/b/g", "/a/sub", 0)), libc::EISDIR);
+    s.rename("/a/sub", "/b/sub", 0).unwrap();
+    assert_eq!(s.stat("/a").unwrap().nlink, 2);
+    assert_eq!(s.stat("/b").unwrap().nlink, 3);
+    s.mkdir("/empty", 0o755).unwrap();
+    s.rename("/b/sub", "/empty", 0).unwrap(); // over an empty directory
+    assert_eq!(s.stat("/").unwrap().nlink, 5);
+    let mut cwd = fs.session(Cred::root());
+    cwd.chdir("/empty").unwrap();
+    assert_eq!(cwd.getcwd().unwrap(), "/empty");
+}
+
+#[test]
+fn links_and_symlinks() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    let fd = s.create("/d/f", 0o644).unwrap();
+    fs.write(fd, b"hello").unwrap();
+    fs.close_fd(fd).unwrap();
+    s.link("/d/f", "/h").unwrap();
+    assert_eq!(s.stat("/h").unwrap().nlink, 2);
+    assert_eq!(errno(s.link("/d", "/dl")), libc::EPERM);
+    s.symlink("d/f", "/sl").unwrap();
+    s.symlink("/sl", "/sl2").unwrap();
+    assert_eq!(s.readlink("/sl").unwrap(), b"d/f");
+    assert_eq!(s.stat("/sl2").unwrap().size, 5);
+    assert_eq!(s.lstat("/sl").unwrap().mode & libc::S_IFMT, libc::S_IFLNK);
+    s.symlink("/loop2", "/loop1").unwrap();
+    s.symlink("/loop1", "/loop2").unwrap();
+    assert_eq!(errno(s.stat("/loop1")), libc::ELOOP);
+    s.symlink("d", "/dl").unwrap();
+    assert_eq!(s.stat("/dl/f").unwrap().nlink, 2);
+    s.unlink("/d/f").unwrap();
+    assert_eq!(s.stat("/h").unwrap().nlink, 1);
+    assert_eq!(errno(s.stat("/sl")), libc::ENOENT);
+}
+
+#[test]
+fn permissions_like_linux() {
+    let fs = fs(16 << 20);
+    let root = fs.session(Cred::root());
+    root.mkdir("/pub", 0o777).unwrap();
+    root.mkdir("/priv", 0o700).unwrap();
+    let u = fs.session(Cred::user(1000, 1000));
+    assert_eq!(errno(u.mkdir("/priv/x", 0o755)), libc::EACCES);
+    assert_eq!(errno(u.stat("/priv/x")), libc::EACCES);
+    fs.close_fd(u.create("/pub/mine", 0o600).unwrap()).unwrap();
+    let st = u.stat("/pub/mine").unwrap();
+    assert_eq!((st.uid, st.gid), (1000, 1000));
+    let v = fs.session(Cred::user(1001, 1001));
+    assert_eq!(errno(v.open("/pub/mine", RW, 0)), libc::EACCES);
+    assert_eq!(errno(v.chmod("/pub/mine", 0o777)), libc::EPERM);
+    assert_eq!(errno(u.chown("/pub/mine", Some(0), None)), libc::EPERM);
+    root.chmod("/pub", 0o1777).unwrap();
+    assert_eq!(
+        errno(v.unlink("/pub/mine")),
+        libc::EPERM,
+        "sticky directory"
+    );
+    u.unlink("/pub/mine").unwrap();
+    assert_eq!(
+        errno(v.utimens("/pub", Some(TimeSet::At(5)), None)),
+        libc::EPERM
+    );
+}
+
+#[test]
+fn deleted_while_open_stays_readable_then_frees_its_blocks() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/warm", 0o755).unwrap(); // the root's first log page
+    let before = fs.pool().alloc.blocks.free_count();
+    let fd = s.open("/f", CREAT, 0o644).unwrap();
+    fs.write(fd, &vec![7u8; 100_000]).unwrap();
+    s.unlink("/f").unwrap();
+    let mut buf = vec![0u8; 100_000];
+    assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), 100_000);
+    assert!(buf.iter().all(|&b| b == 7));
+    assert!(fs.pool().alloc.blocks.free_count() < before);
+    fs.close_fd(fd).unwrap();
+    assert_eq!(fs.pool().alloc.blocks.free_count(), before);
+}
+
+#[test]
+fn concurrent_creates_of_one_name_leave_one_file() {
+    let fs = fs(32 << 20);
+    for round in 0..50 {
+        let name = format!("/n{round}");
+        let wins: usize = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    let fs = &fs;
+                    let name = name.clone();
+                    sc.spawn(move || {
+                        let s = fs.session(Cred::root());
+                        match s.open(&name, CREAT | libc::O_EXCL, 0o644) {
+                            Ok(fd) => {
+                                fs.close_fd(fd).unwrap();
+                                1
+                            }
+                            Err(e) => {
+                                assert_eq!(e.errno(), libc::EEXIST);
+                                0
+                            }
+                        }
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(wins, 1);
+    }
+    let s = fs.session(Cred::root());
+    assert_eq!(s.readdir("/").unwrap().len(), 52);
+}
+
+#[test]
+fn readdir_offsets_survive_changes() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    for i in 0..1200 {
+        fs.close_fd(s.create(&format!("/f{i}"), 0o644).unwrap())
+            .unwrap();
+    }
+    let ns = fs.ns();
+    let first = ns.readdir(1, 0, 600, &Cred::root()).unwrap();
+    let resume = first.last().unwrap().next;
+    let seen: std::collections::HashSet<Vec<u8>> = first.iter().map(|e| e.name.clone()).collect();
+    // Remove entries already listed; the rest must still come after the offset.
+    for e in first.iter().filter(|e| e.name.starts_with(b"f")) {
+        s.unlink(&format!("/{}", String::from_utf8_lossy(&e.name)))
+            .unwrap();
+    }
+    let rest = ns.readdir(1, resume, 10_000, &Cred::root()).unwrap();
+    let all: std::collections::HashSet<Vec<u8>> = seen
+        .iter()
+        .cloned()
+        .chain(rest.iter().map(|e| e.name.clone()))
+        .collect();
+    assert_eq!(all.len(), 1202);
+}
+
+#[test]
+fn state_survives_clean_close_and_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pool");
+    let mut o = lynxfs::MkfsOptions::new(16 << 20);
+    o.lanes = 2;
+    lynxfs::Pool::mkfs(&p, &o, lynxfs::pmem::PmemBackend::default()).unwrap();
+    {
+        let fs = lynxfs::Fs::open(&p).unwrap();
+        let s = fs.session(Cred::root());
+        s.mkdir("/d", 0o755).unwrap();
+        let fd = s.create("/d/f", 0o644).unwrap();
+        fs.write(fd, b"persist me").unwrap();
+        fs.close_fd(fd).unwrap();
+        fs.close().unwrap();
+    }
+    {
+        let fs = lynxfs::Fs::open(&p).unwrap();
+        let s = fs.session(Cred::root());
+        assert_eq!(s.stat("/d/f").unwrap().size, 10);
+        s.rename("/d/f", "/g", 0).unwrap();
+        s.mkdir("/e", 0o700).unwrap();
+        // A crash: nothing saved, the clean flag stays off.
+        fs.pool().crash_in_place();
+    }
+    let fs = lynxfs::Fs::open(&p).unwrap();
+    assert!(!fs.pool().was_clean);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/g", libc::O_RDONLY, 0).unwrap();
+    let mut buf = [0u8; 32];
+    let n = fs.read(fd, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"persist me");
+    assert_eq!(s.stat("/e").unwrap().mode, libc::S_IFDIR | 0o700);
+    assert_eq!(s.stat("/").unwrap().nlink, 4);
+    let rep = fs.pool().recovery.clone().unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
