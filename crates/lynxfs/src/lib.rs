@@ -11,6 +11,7 @@ pub mod api;
 pub mod data;
 pub mod error;
 pub mod format;
+pub mod fsck;
 pub mod log;
 pub mod meta;
 pub mod pmem;

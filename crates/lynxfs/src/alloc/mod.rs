@@ -32,7 +32,7 @@ impl UsedSets {
             inodes: vec![0; l.total_inodes().div_ceil(64) as usize],
             dentries: vec![0; l.total_dentries().div_ceil(64) as usize],
         };
-        s.inodes[0] |= 1;
+        s.inodes[0] |= 1 | 1 << crate::format::ROOT_INO;
         s.dentries[0] |= 1;
         s
     }

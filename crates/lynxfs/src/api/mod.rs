@@ -37,7 +37,7 @@ struct OpenFile {
 /// A mounted pool.
 pub struct Fs<B: Backend = PmemBackend> {
     ns: Namespace<B>,
-    files: papaya::HashMap<Fd, Arc<OpenFile>>,
+    files: papaya::HashMap<Fd, Arc<OpenFile>, meta::index::IndexHasher>,
     next_fd: AtomicU64,
 }
 
@@ -56,7 +56,7 @@ impl<B: Backend> Fs<B> {
     pub fn new(pool: Pool<B>) -> Self {
         Fs {
             ns: Namespace::new(pool),
-            files: papaya::HashMap::new(),
+            files: papaya::HashMap::with_hasher(Default::default()),
             next_fd: AtomicU64::new(3),
         }
     }

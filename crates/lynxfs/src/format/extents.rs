@@ -56,6 +56,11 @@ fn read_node<B: Backend>(
 ) -> Result<(), MapError> {
     l.block_of(node)
         .ok_or_else(|| format!("extent node at {node:#x} is not a data block"))?;
+    // A node reached twice would be read (255 entries deep) again each time: with
+    // depth 4 that is billions of reads, a hang on a corrupt pool. Each node once.
+    if nodes.contains(&node) {
+        return Err(format!("extent node at {node:#x} is reached twice"));
+    }
     nodes.push(node);
     let hdr = pm.load_u64(node);
     let count = (hdr as u32) as usize;

@@ -36,7 +36,7 @@ const INODE_LOCKS: usize = 256;
 pub struct Namespace<B: Backend> {
     pub pool: Pool<B>,
     pub index: Index,
-    dirs: papaya::HashMap<u64, Arc<Dir>>,
+    dirs: papaya::HashMap<u64, Arc<Dir>, index::IndexHasher>,
     pub cachelets: Arc<Cachelets>,
     /// Renames that could move a directory serialize here (as Linux's
     /// `s_vfs_rename_mutex` does), so the ancestor check sees a stable tree.
@@ -69,8 +69,8 @@ impl<B: Backend> Namespace<B> {
     pub fn new(pool: Pool<B>) -> Self {
         Namespace {
             pool,
-            index: Index::new(),
-            dirs: papaya::HashMap::new(),
+            index: Index::with_hasher(Default::default()),
+            dirs: papaya::HashMap::with_hasher(Default::default()),
             cachelets: Arc::new(Cachelets::default()),
             rename_lock: Mutex::new(()),
             inode_locks: (0..INODE_LOCKS).map(|_| Mutex::new(())).collect(),

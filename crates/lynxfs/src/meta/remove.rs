@@ -87,20 +87,29 @@ impl<B: Backend> Namespace<B> {
             }
         }
         let now = now_ns();
+        // The name, the link count and (when it was the last name of an unopened
+        // file) the inode itself go in one fence. Lock order: the file's cachelet
+        // (open count), then its inode lock.
+        let c = self.cachelets.get(&self.pool, e.ino);
+        let cw = c.lock.write();
+        let il = (!want_dir).then(|| self.ilock(e.ino));
+        let left = if want_dir { 0 } else { self.load(e.ino, inode::NLINK).saturating_sub(1) };
+        let free_now = left == 0 && c.open.load(Ordering::Acquire) == 0;
+        let at = self.iaddr(e.ino);
         let mut b = self.pool.pm.batch();
         b.write_u64(e.dentry + dentry::STATE, dentry::state_word(false, now))
             .write_u64(e.slot, 0);
         self.touch_dir(&mut b, parent, now, if want_dir { -1 } else { 0 });
+        b.write_u64(at + inode::NLINK, left).write_u64(at + inode::CTIME, now);
+        if free_now {
+            b.write_u64(at + inode::INO, 0);
+        }
         let _committed = b.persist();
+        drop(il);
         self.index.pin().remove(&KeyRef { parent, name });
         dir.entries.fetch_sub(1, Ordering::AcqRel);
         dir.release_slot(e.slot);
-        self.pool.alloc.dentries.free(
-            self.pool
-                .layout
-                .dentry_id(e.dentry)
-                .expect("indexed dentry"),
-        );
+        self.pool.alloc.dentries.free(self.pool.layout.dentry_id(e.dentry).expect("indexed dentry"));
         if let Some(d) = &child_dir {
             d.removed.store(true, Ordering::Release);
         }
@@ -108,7 +117,13 @@ impl<B: Backend> Namespace<B> {
         if child_dir.is_some() {
             self.forget_dir(e.ino);
         }
-        self.drop_link(e.ino, want_dir, now);
+        if free_now {
+            crate::data::free_all(&self.pool, e.ino);
+            self.pool.alloc.inodes.free(e.ino);
+        } else if left == 0 {
+            c.flags.fetch_or(ORPHAN, Ordering::AcqRel);
+        }
+        drop(cw);
         Ok(())
     }
 
@@ -137,6 +152,8 @@ impl<B: Backend> Namespace<B> {
     /// One name of `ino` is gone: count it down, and free the inode when no name and
     /// no open handle is left.
     pub(crate) fn drop_link(&self, ino: u64, whole_dir: bool, now: u64) {
+        let c = self.cachelets.get(&self.pool, ino);
+        let _w = c.lock.write();
         let left = {
             let _g = self.ilock(ino);
             let n = if whole_dir {
@@ -151,8 +168,6 @@ impl<B: Backend> Namespace<B> {
             n
         };
         if left == 0 {
-            let c = self.cachelets.get(&self.pool, ino);
-            let _w = c.lock.write();
             if c.open.load(Ordering::Acquire) > 0 {
                 c.flags.fetch_or(ORPHAN, Ordering::AcqRel);
             } else {
