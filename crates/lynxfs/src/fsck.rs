@@ -171,7 +171,10 @@ fn fix_root<B: Backend>(pm: &Pm<B>, l: &Layout, fixes: &mut Vec<String>) {
     let mut b = pm.batch();
     b.write_u64(at + inode::INO, ROOT_INO);
     if !mode_ok {
-        b.write_u64(at + inode::MODE, (libc::S_IFDIR | (mode as u32 & 0o7777)) as u64);
+        b.write_u64(
+            at + inode::MODE,
+            (libc::S_IFDIR | (mode as u32 & 0o7777)) as u64,
+        );
     }
     let _ = b.persist();
     fixes.push("the root inode was damaged: its number and directory type were restored".into());
@@ -202,9 +205,10 @@ fn check_superblocks<B: Backend>(pool: &Pool<B>, rep: &mut FsckReport) {
         }
     }
     if copies.len() == 2 {
-        rep.problems.extend(superblocks_disagree(&copies[0], &copies[1]));
+        rep.problems
+            .extend(superblocks_disagree(&copies[0], &copies[1]));
     }
-    if !copies.iter().any(|s| *s == cur) {
+    if !copies.contains(&cur) {
         rep.problems
             .push("neither superblock copy matches the superblock in use".into());
     }
@@ -391,9 +395,7 @@ impl<'a, B: Backend> Walker<'a, B> {
                     for b in e.pblk..e.pblk + e.len as u64 {
                         if bit(&self.blocks, b) || !mine.insert(b) {
                             let other = self.owner.get(&b).copied().unwrap_or(ino);
-                            map_bad = Some(format!(
-                                "data block {b} is also used by inode {other}"
-                            ));
+                            map_bad = Some(format!("data block {b} is also used by inode {other}"));
                             break 'ext;
                         }
                     }
@@ -405,10 +407,12 @@ impl<'a, B: Backend> Walker<'a, B> {
                 self.problem(format!("inode {ino}: bad block map: {why}"));
                 if self.fix {
                     let mut b = self.pm.batch();
-                    b.write_u64(off + inode::MAP, 0).write_u64(off + inode::SIZE, 0);
+                    b.write_u64(off + inode::MAP, 0)
+                        .write_u64(off + inode::SIZE, 0);
                     let _ = b.persist();
-                    self.fixes
-                        .push(format!("inode {ino}: unreadable block map dropped (now empty)"));
+                    self.fixes.push(format!(
+                        "inode {ino}: unreadable block map dropped (now empty)"
+                    ));
                 }
             }
             None => {
@@ -471,7 +475,11 @@ impl<'a, B: Backend> Walker<'a, B> {
             if let Some(why) = why {
                 self.problem(format!("directory {dir}: {why}"));
                 if self.fix {
-                    self.set(link, 0, format!("directory {dir}: log chain cut at {page:#x}"));
+                    self.set(
+                        link,
+                        0,
+                        format!("directory {dir}: log chain cut at {page:#x}"),
+                    );
                 }
                 return;
             }
@@ -520,7 +528,11 @@ impl<'a, B: Backend> Walker<'a, B> {
             Vec::new()
         };
         let ino_ok = self.l.ino_valid(ino) && ino != ROOT_INO && self.word(ino, inode::INO) == ino;
-        let mode = if ino_ok { self.word(ino, inode::MODE) } else { 0 };
+        let mode = if ino_ok {
+            self.word(ino, inode::MODE)
+        } else {
+            0
+        };
         let why = if state & dentry::VALID == 0 {
             Some("is not valid".to_string())
         } else if parent != dir {
@@ -532,7 +544,10 @@ impl<'a, B: Backend> Walker<'a, B> {
         } else if name.is_empty() {
             Some(format!("has a bad name length {len}"))
         } else if name.contains(&b'/') || name.contains(&0) {
-            Some(format!("has a name with '/' or NUL: {:?}", String::from_utf8_lossy(&name)))
+            Some(format!(
+                "has a name with '/' or NUL: {:?}",
+                String::from_utf8_lossy(&name)
+            ))
         } else if names.contains(&name) {
             Some(format!(
                 "repeats the name {:?}",
@@ -541,7 +556,9 @@ impl<'a, B: Backend> Walker<'a, B> {
         } else if !ino_ok {
             Some(format!("names inode {ino}, which is not a live inode"))
         } else if !known_type(mode) {
-            Some(format!("names inode {ino}, whose mode {mode:#o} has no known file type"))
+            Some(format!(
+                "names inode {ino}, whose mode {mode:#o} has no known file type"
+            ))
         } else if is_dir(mode) && bit(&self.inodes, ino) {
             Some(format!("links directory {ino} a second time"))
         } else {
@@ -633,9 +650,8 @@ impl<'a, B: Backend> Walker<'a, B> {
             });
             let dir = is_dir(self.pm.load_u64(at + inode::MODE));
             if !ok {
-                let msg = format!(
-                    "inode {ino}: back pointer {back:#x} does not name one of its entries"
-                );
+                let msg =
+                    format!("inode {ino}: back pointer {back:#x} does not name one of its entries");
                 if dir {
                     self.problem(msg);
                 } else {
@@ -668,7 +684,9 @@ impl<'a, B: Backend> Walker<'a, B> {
 fn compare_used(v: &View<'_>, used: &UsedSets) -> Vec<String> {
     let mut out = Vec::new();
     let l = v.l;
-    let sets: [(&str, &[u64], &[u64], u64, u64); 3] = [
+    // (what, reached, allocated, first id, end)
+    type Set<'s> = (&'s str, &'s [u64], &'s [u64], u64, u64);
+    let sets: [Set<'_>; 3] = [
         ("data block", v.blocks, &used.blocks, 0, l.data_blocks),
         ("inode", v.inodes, &used.inodes, 1, l.total_inodes()),
         ("dentry", v.dentries, &used.dentries, 1, l.total_dentries()),

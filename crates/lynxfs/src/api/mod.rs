@@ -92,9 +92,9 @@ impl<B: Backend> Fs<B> {
     /// Open inode `ino` with `flags` (O_RDONLY, O_WRONLY, O_RDWR, O_APPEND, O_TRUNC).
     pub fn open_ino(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<Fd> {
         self.ns.live(ino)?;
-        let st = self.ns.getattr(ino)?;
+        let o = self.ns.owner_of(ino);
         let acc = flags & libc::O_ACCMODE;
-        if is_dir(st.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
+        if is_dir(o.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
             return Err(errno::EISDIR);
         }
         if !created {
@@ -105,27 +105,21 @@ impl<B: Backend> Fs<B> {
             if acc == libc::O_WRONLY || acc == libc::O_RDWR || flags & libc::O_TRUNC != 0 {
                 want |= perm::W;
             }
-            perm::check(
-                cred,
-                perm::Owner {
-                    mode: st.mode,
-                    uid: st.uid,
-                    gid: st.gid,
-                },
-                want,
-            )?;
+            perm::check(cred, o, want)?;
         }
         let c = self.ns.cachelets.get(&self.ns.pool, ino);
         {
             let _w = c.lock.write();
             // The last name may have gone between the lookup and here.
             self.ns.live(ino)?;
-            if self.ns.getattr(ino)?.nlink == 0 && c.open.load(Ordering::Acquire) == 0 {
+            let at = self.ns.pool.layout.inode_addr(ino);
+            let nlink = self.ns.pool.pm.load_u64(at + inode::NLINK);
+            if nlink == 0 && c.open.load(Ordering::Acquire) == 0 {
                 return Err(errno::ENOENT);
             }
             c.open.fetch_add(1, Ordering::AcqRel);
-            if flags & libc::O_TRUNC != 0 && st.mode & libc::S_IFMT == libc::S_IFREG && st.size > 0
-            {
+            let size = self.ns.pool.pm.load_u64(at + inode::SIZE);
+            if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG && size > 0 {
                 if let Err(e) = crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0) {
                     c.open.fetch_sub(1, Ordering::AcqRel);
                     return Err(e);
@@ -483,22 +477,15 @@ impl<'a, B: Backend> Session<'a, B> {
         if w.name.is_empty() || w.trailing_slash {
             return Err(errno::EISDIR);
         }
-        if let Ok(ino) = self.ns().lookup(w.parent, &w.name, &self.cred) {
-            if excl {
-                return Err(errno::EEXIST);
-            }
-            if self.ns().mode(ino) & libc::S_IFMT == libc::S_IFLNK && flags & libc::O_NOFOLLOW == 0
-            {
-                return Ok((self.resolve(p, true)?, false));
-            }
-            return Ok((ino, false));
+        let node = NewNode { mode: libc::S_IFREG | (mode & 0o7777), rdev: 0, target: None };
+        let (ino, created) = self.ns().create(w.parent, &w.name, node, &self.cred, excl)?;
+        if !created
+            && self.ns().mode(ino) & libc::S_IFMT == libc::S_IFLNK
+            && flags & libc::O_NOFOLLOW == 0
+        {
+            return Ok((self.resolve(p, true)?, false));
         }
-        let node = NewNode {
-            mode: libc::S_IFREG | (mode & 0o7777),
-            rdev: 0,
-            target: None,
-        };
-        self.ns().create(w.parent, &w.name, node, &self.cred, excl)
+        Ok((ino, created))
     }
 
     pub fn create(&self, p: &str, mode: u32) -> Result<Fd> {

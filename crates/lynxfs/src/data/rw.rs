@@ -414,13 +414,22 @@ pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]
 
 /// Blocks a file holds: data, tree nodes, xattr block, directory log pages.
 pub fn blocks_used<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
-    let Ok(m) = map::read(pool, ino) else {
-        return 0;
-    };
     let at = pool.layout.inode_addr(ino);
-    let data: u64 = m.extents.iter().map(|e| e.len as u64).sum();
     let xattr = (pool.pm.load_u64(at + inode::XATTR) != 0) as u64;
-    data + m.nodes.len() as u64 + xattr + dir_pages(pool, ino).len() as u64
+    let mode = pool.pm.load_u64(at + inode::MODE) as u32;
+    let dir_pages = if mode & libc::S_IFMT == libc::S_IFDIR { dir_pages(pool, ino).len() as u64 } else { 0 };
+    let word = MapWord::decode(pool.pm.load_u64(at + inode::MAP));
+    let data = match word {
+        // Inline map (the common case for stat): sum the lengths without allocating.
+        Some(w) if w.kind == 0 => (0..w.count as u64)
+            .map(|i| pool.pm.load_u64(at + w.area_off() + i * inode::EXTENT_LEN) >> 32)
+            .sum(),
+        _ => match map::read(pool, ino) {
+            Ok(m) => m.extents.iter().map(|e| e.len as u64).sum::<u64>() + m.nodes.len() as u64,
+            Err(_) => 0,
+        },
+    };
+    data + xattr + dir_pages
 }
 
 fn dir_pages<B: Backend>(pool: &Pool<B>, ino: u64) -> Vec<u64> {

@@ -11,14 +11,18 @@ pub const ENTRIES: u64 = 64;
 pub const ENTRY_LEN: u64 = 16;
 pub const MAX_ENTRIES: usize = ((JOURNAL_SIZE - ENTRIES) / ENTRY_LEN) as usize;
 
+/// CRC32C over the sequence number, the count and the entries.
 pub fn record_crc(seq: u64, entries: &[(u64, u64)]) -> u32 {
-    let mut c = crc32c::crc32c(&seq.to_le_bytes());
-    c = crc32c::crc32c_append(c, &(entries.len() as u32).to_le_bytes());
-    for (a, v) in entries {
-        c = crc32c::crc32c_append(c, &a.to_le_bytes());
-        c = crc32c::crc32c_append(c, &v.to_le_bytes());
-    }
-    c
+    record_crc_encoded(seq, &encode_entries(entries))
+}
+
+/// `record_crc` over entries already encoded (one pass over contiguous bytes).
+pub fn record_crc_encoded(seq: u64, encoded: &[u8]) -> u32 {
+    let count = (encoded.len() / ENTRY_LEN as usize) as u32;
+    let mut head = [0u8; 12];
+    head[..8].copy_from_slice(&seq.to_le_bytes());
+    head[8..].copy_from_slice(&count.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&head), encoded)
 }
 
 pub fn encode_entries(entries: &[(u64, u64)]) -> Vec<u8> {

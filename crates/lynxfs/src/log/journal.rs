@@ -43,11 +43,12 @@ impl Journals {
         let base = l.journal_addr(lane);
         let s = *seq;
         *seq += 1;
-        let crc = fmt::record_crc(s, entries);
+        let encoded = fmt::encode_entries(entries);
+        let crc = fmt::record_crc_encoded(s, &encoded);
         let mut rec = pm.batch();
         rec.write_u64(base + SEQ, s)
             .write_u64(base + COUNT_CRC, entries.len() as u64 | (crc as u64) << 32)
-            .write(base + ENTRIES, &fmt::encode_entries(entries));
+            .write(base + ENTRIES, &encoded);
         let recorded = rec.persist();
         let committed = pm.commit_u64(base + COMMIT, s, recorded);
         let applied = apply(pm, entries, committed);
@@ -126,7 +127,7 @@ fn read_record<B: Backend>(pm: &Pm<B>, l: &Layout, base: u64) -> Option<(u64, Ve
             )
         })
         .collect();
-    let ok = fmt::record_crc(seq, &entries) == crc
+    let ok = fmt::record_crc_encoded(seq, &raw) == crc
         && entries.iter().all(|&(a, _)| l.journal_target_ok(a, 8));
     ok.then_some((seq, entries))
 }

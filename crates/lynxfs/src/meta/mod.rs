@@ -106,6 +106,11 @@ impl<B: Backend> Namespace<B> {
         self.load(ino, inode::MODE) as u32
     }
 
+    /// Mode, uid and gid of a live inode.
+    pub fn owner_of(&self, ino: u64) -> perm::Owner {
+        self.owner(ino)
+    }
+
     pub(crate) fn owner(&self, ino: u64) -> perm::Owner {
         let (uid, gid) = inode::owner_split(self.load(ino, inode::OWNER));
         perm::Owner {

@@ -64,11 +64,11 @@ impl<B: Backend> Namespace<B> {
         let dir = self.dir(parent)?;
         let pown = self.owner(parent);
         perm::check(cred, pown, perm::X)?;
-        if self.lookup_entry(parent, name).is_none() {
-            return Err(errno::ENOENT);
-        }
-        perm::check(cred, pown, perm::W | perm::X)?;
         let e = self.claim_entry(parent, name).ok_or(errno::ENOENT)?;
+        if let Err(err) = perm::check(cred, pown, perm::W | perm::X) {
+            self.unclaim(parent, name, e);
+            return Err(err);
+        }
         let checked = self.check_removable(e, pown, cred, want_dir);
         let child_dir = match checked {
             Ok(d) => d,

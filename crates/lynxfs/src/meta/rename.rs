@@ -7,7 +7,6 @@
 //! inodes' back pointers and the parents' link counts. The record's commit word is the
 //! commit point.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::error::{errno, Result};
@@ -271,22 +270,24 @@ impl<B: Backend> Namespace<B> {
             w.push((ns.dentry + dentry::STATE, valid));
             w.push((self.iaddr(d.ino) + inode::DENTRY, ns.dentry));
         }
-        let mut delta: HashMap<u64, i64> = HashMap::new();
-        *delta.entry(sp).or_default() -= plan.src_dir as i64;
-        *delta.entry(dp).or_default() += plan.src_dir as i64;
+        // Link-count changes of the (at most two) parents.
+        let mut delta: [(u64, i64); 2] = [(sp, 0), (dp, 0)];
+        let slot = |d: u64| usize::from(d != sp);
+        delta[slot(sp)].1 -= plan.src_dir as i64;
+        delta[slot(dp)].1 += plan.src_dir as i64;
         if plan.dst.is_some() {
-            *delta.entry(dp).or_default() -= plan.dst_dir as i64;
+            delta[slot(dp)].1 -= plan.dst_dir as i64;
             if flags.exchange {
-                *delta.entry(sp).or_default() += plan.dst_dir as i64;
+                delta[slot(sp)].1 += plan.dst_dir as i64;
             }
         }
-        let _locks: Vec<_> = {
-            let mut dirs: Vec<u64> = delta.keys().copied().collect();
-            dirs.sort_unstable_by_key(|d| d % 256);
-            dirs.dedup_by_key(|d| *d % 256);
-            dirs.into_iter().map(|d| self.ilock(d)).collect()
-        };
-        for (&d, &n) in delta.iter().filter(|(_, &n)| n != 0) {
+        let changed: Vec<(u64, i64)> = delta.iter().copied().filter(|&(_, n)| n != 0).collect();
+        // One stripe lock per distinct stripe, in stripe order (no deadlock, no double lock).
+        let mut stripes: Vec<u64> = changed.iter().map(|&(d, _)| d).collect();
+        stripes.sort_unstable_by_key(|d| d % 256);
+        stripes.dedup_by_key(|d| *d % 256);
+        let _locks: Vec<_> = stripes.into_iter().map(|d| self.ilock(d)).collect();
+        for &(d, n) in &changed {
             let cur = self.load(d, inode::NLINK) as i64;
             w.push((self.iaddr(d) + inode::NLINK, (cur + n).max(0) as u64));
         }
