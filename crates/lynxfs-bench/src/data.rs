@@ -119,18 +119,20 @@ impl Plan {
     }
 }
 
-/// Fisher–Yates with splitmix64: deterministic for a seed, and no dependency.
+/// splitmix64: the next pseudo-random number from `state`, deterministic for a seed.
+pub(crate) fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Fisher–Yates with [`splitmix`]: deterministic for a seed, and no dependency.
 fn shuffle(v: &mut [u64], seed: u64) {
     let mut state = seed;
-    let mut next = move || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
     for i in (1..v.len()).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
+        let j = (splitmix(&mut state) % (i as u64 + 1)) as usize;
         v.swap(i, j);
     }
 }

@@ -13,15 +13,33 @@
 //! - `data`: MB/s of 4 KiB sequential and random reads and writes, 64 KiB and 1 MiB
 //!   writes and 4 KiB appends over a file of [`Options::file_size`] bytes, next to a
 //!   `memcpy` column (the same bytes copied between DRAM buffers) as the ceiling.
+//!   With a LynxFS column, the notes add a create-scaling figure (one thread against
+//!   two creating in one directory) for every target.
+//! - `mdtest`: files/s of create, stat, rename and remove by 1 to
+//!   [`Options::max_threads`] threads in one shared directory.
+//! - `smallfiles`: files/s writing then reading [`Options::files`] files of 1–32 KiB.
+//! - `recovery` (LynxFS only, no targets): clean open, first lookup (index load) and
+//!   open after a crash of a pool with one directory of [`Options::files`] entries,
+//!   and the DRAM the index takes per entry.
+//!
+//! Targets: [`LibTarget`] (the engine in process, `lib`), [`TmpfsTarget`],
+//! [`Ext4Target`], [`DirTarget`] and [`FuseNullTarget`] (the FUSE floor). When a
+//! LynxFS column is present, the notes say where it stands against the issues' goals.
 //!
 //! Nothing here calls fsync: tmpfs has nothing to sync, so the kernel columns measure
 //! page-cache speed (ext4 included), which is the bound a PM file system competes with.
 
 mod data;
 mod dir;
+mod fuse_target;
+mod goals;
+mod lib_target;
 mod machine;
+mod mdtest;
 mod mount;
+mod recovery;
 mod report;
+mod smallfiles;
 mod syscalls;
 mod target;
 
@@ -33,18 +51,26 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 pub use dir::DirTarget;
+pub use fuse_target::FuseNullTarget;
+pub use lib_target::{LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
+pub use recovery::rss_anon;
 pub use report::{format_ratio, format_value, median, Report, Row};
 pub use target::{Handle, OpenFlags, Stat, Target};
 
 /// The suites [`run_suite`] knows.
-pub const SUITES: &[&str] = &["syscalls", "data"];
+pub const SUITES: &[&str] = &["syscalls", "data", "mdtest", "smallfiles", "recovery"];
+
+/// The suites that take no targets (they make their own LynxFS pool).
+pub const TARGETLESS_SUITES: &[&str] = &["recovery"];
 
 /// How a suite runs.
 #[derive(Clone, Debug, Serialize)]
 pub struct Options {
-    /// `syscalls`: how many files (and directories) each operation is timed over.
+    /// How many files: `syscalls` times each operation over this many names,
+    /// `mdtest` shares them among its threads, `smallfiles` writes this many and
+    /// `recovery` puts this many in its directory.
     pub files: usize,
     /// `data`: the file's size in bytes; a positive multiple of 1 MiB.
     pub file_size: u64,
@@ -54,6 +80,8 @@ pub struct Options {
     pub seed: u64,
     /// Draw a progress bar on stderr (indicatif hides it when stderr is not a tty).
     pub progress: bool,
+    /// `mdtest`: the largest thread count (it runs 1, 2, .. up to this).
+    pub max_threads: usize,
 }
 
 impl Default for Options {
@@ -64,6 +92,7 @@ impl Default for Options {
             rounds: 1,
             seed: 0x4c79_6e78,
             progress: true,
+            max_threads: 8,
         }
     }
 }
@@ -99,18 +128,27 @@ pub fn run_suite(
     out: Option<&Path>,
 ) -> anyhow::Result<Report> {
     opts.validate()?;
-    if targets.is_empty() {
+    let targetless = TARGETLESS_SUITES.contains(&suite);
+    if targets.is_empty() && !targetless {
         bail!("no target to benchmark");
     }
+    if !targets.is_empty() && targetless {
+        bail!("suite {suite} makes its own LynxFS pool and takes no targets");
+    }
     let names: Vec<String> = targets.iter().map(|t| t.name()).collect();
-    let measured = match suite {
+    let mut measured = match suite {
         "syscalls" => syscalls::run(targets, &names, opts)?,
         "data" => data::run(targets, &names, opts)?,
+        "mdtest" => mdtest::run(targets, &names, opts)?,
+        "smallfiles" => smallfiles::run(targets, &names, opts)?,
+        "recovery" => recovery::run(opts)?,
         _ => bail!(
             "unknown suite {suite:?}; the suites are {}",
             SUITES.join(", ")
         ),
     };
+    let goals = goals::notes(suite, &measured.columns, &measured.rows);
+    measured.notes.extend(goals);
     let report = Report {
         suite: suite.to_string(),
         unit: measured.unit.to_string(),
@@ -132,11 +170,19 @@ pub fn run_suite(
     Ok(report)
 }
 
-/// Opens a target from a command-line spec: `tmpfs` (a fresh tmpfs mount),
-/// `shm` (a fresh directory in `/dev/shm`), `ext4` (a loop-mounted ext4 image in
-/// `/dev/shm`) or `dir=PATH` (an existing directory, labelled with its path).
+/// Opens a target from a command-line spec: `lib` (LynxFS in process on a fresh pool
+/// in `/dev/shm`), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
+/// `/dev/shm`), `ext4` (a loop-mounted ext4 image in `/dev/shm`), `fuse-null` (the
+/// FUSE floor) or `dir=PATH` (an existing directory, labelled with its path). `fuse`
+/// (LynxFS mounted through FUSE) is refused until the FUSE adapter can mount a pool.
 pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
     let target: Box<dyn Target> = match spec {
+        "lib" => Box::new(LibTarget::create_default().context("setting up a LynxFS pool")?),
+        "fuse-null" => Box::new(FuseNullTarget::mount().context("setting up fuse-null")?),
+        "fuse" => bail!(
+            "target fuse is not yet available: the LynxFS FUSE mount has not landed in \
+             lynxfs-fuse (use fuse-null for the FUSE floor)"
+        ),
         "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
         "shm" => Box::new(
             TmpfsTarget::shm_dir("shm-dir", None).context("setting up a /dev/shm directory")?,
@@ -146,7 +192,9 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
             Some(path) => {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
-            None => bail!("unknown target {spec:?}; use tmpfs, shm, ext4 or dir=PATH"),
+            None => {
+                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse-null or dir=PATH")
+            }
         },
     };
     Ok(target)

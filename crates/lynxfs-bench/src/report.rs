@@ -83,7 +83,12 @@ impl Report {
         };
         let rounds = self.options.rounds;
         let what = match self.suite.as_str() {
-            "syscalls" => format!("{} files", self.options.files),
+            "syscalls" | "smallfiles" => format!("{} files", self.options.files),
+            "mdtest" => format!(
+                "{} files, 1..={} threads in one directory",
+                self.options.files, self.options.max_threads
+            ),
+            "recovery" => format!("one directory of {} files", self.options.files),
             "data" => format!("a {} MiB file", self.options.file_size >> 20),
             _ => String::new(),
         };

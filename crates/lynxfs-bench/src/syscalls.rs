@@ -183,12 +183,22 @@ pub(crate) fn run(
         targets.iter().for_each(|t| scrub(t.as_ref(), &paths));
     }
     let grid = result?;
+    let mut notes = Vec::new();
+    for (t, name) in targets.iter().zip(names) {
+        let (one, two) = crate::mdtest::create_scaling(t.as_ref(), TOP, opts.files, opts.rounds)
+            .with_context(|| format!("syscalls: create scaling on {name}"))?;
+        notes.push(format!(
+            "create scaling on {name}, one shared directory: 1 thread {one:.0} files/s, \
+             2 threads {two:.0} files/s, {:.2}x (goal for lynxfs >= 1.7x)",
+            two / one
+        ));
+    }
     Ok(Measured {
         unit: "us/op",
         higher_is_better: false,
         columns: names.to_vec(),
         rows: grid.into_rows(),
-        notes: Vec::new(),
+        notes,
     })
 }
 

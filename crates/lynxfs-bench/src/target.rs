@@ -72,8 +72,9 @@ pub struct Stat {
 ///
 /// The trait is object safe (the suites take `&[Box<dyn Target>]`) and takes `&self`
 /// everywhere, so an implementation that keeps state (open handles) needs interior
-/// mutability. The suites are single-threaded, so the trait does not require `Sync`.
-pub trait Target {
+/// mutability. It requires `Send + Sync` because the `mdtest` suite (and the create
+/// scaling note of `syscalls`) call one target from several threads at once.
+pub trait Target: Send + Sync {
     /// A short label for table columns (`"tmpfs"`, `"ext4"`, `"lynxfs"`).
     fn name(&self) -> String;
 

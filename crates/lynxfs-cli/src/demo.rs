@@ -25,7 +25,12 @@ pub fn run(path: &Path, size: u64) -> Result<()> {
     opts.force = true;
     let t = Instant::now();
     Pool::mkfs(path, &opts, PmemBackend::default())?;
-    println!("mkfs {} ({} MiB): {:.1} ms", path.display(), size >> 20, ms(t));
+    println!(
+        "mkfs {} ({} MiB): {:.1} ms",
+        path.display(),
+        size >> 20,
+        ms(t)
+    );
     let t = Instant::now();
     let fs = Fs::open(path)?;
     println!("open: {:.2} ms", ms(t));
@@ -43,14 +48,22 @@ pub fn run(path: &Path, size: u64) -> Result<()> {
         BODY.len(),
         DIRS * FILES
     );
-    println!("{:<28} {:>12} {:>12} {:>8}", "phase (us per file)", "lynxfs lib", "tmpfs", "ratio");
+    println!(
+        "{:<28} {:>12} {:>12} {:>8}",
+        "phase (us per file)", "lynxfs lib", "tmpfs", "ratio"
+    );
     for (name, a, b) in [
         ("create + write", lib.create, kernel.create),
         ("list + stat", lib.list, kernel.list),
         ("open + read", lib.read, kernel.read),
         ("unlink (+ rmdir)", lib.remove, kernel.remove),
     ] {
-        println!("{name:<28} {:>12.2} {:>12.2} {:>7.1}x", a * 1e6 / n, b * 1e6 / n, b / a);
+        println!(
+            "{name:<28} {:>12.2} {:>12.2} {:>7.1}x",
+            a * 1e6 / n,
+            b * 1e6 / n,
+            b / a
+        );
     }
     println!("(ratio = tmpfs time / LynxFS time; LynxFS through its library, tmpfs through system calls)");
     Ok(())
@@ -101,7 +114,12 @@ fn lib_workload(fs: &Fs) -> Result<Phases> {
         e(s.rmdir(&format!("/d{d}")))?;
     }
     let remove = t.elapsed().as_secs_f64();
-    Ok(Phases { create, list, read, remove })
+    Ok(Phases {
+        create,
+        list,
+        read,
+        remove,
+    })
 }
 
 fn tmpfs_workload(root: &Path) -> Result<Phases> {
@@ -144,11 +162,20 @@ fn tmpfs_workload(root: &Path) -> Result<Phases> {
         std::fs::remove_dir(root.join(format!("d{d}")))?;
     }
     let remove = t.elapsed().as_secs_f64();
-    Ok(Phases { create, list, read, remove })
+    Ok(Phases {
+        create,
+        list,
+        read,
+        remove,
+    })
 }
 
 fn tempdir_in_shm() -> Result<std::path::PathBuf> {
-    let base = if Path::new("/dev/shm").is_dir() { Path::new("/dev/shm") } else { Path::new("/tmp") };
+    let base = if Path::new("/dev/shm").is_dir() {
+        Path::new("/dev/shm")
+    } else {
+        Path::new("/tmp")
+    };
     let dir = base.join(format!("lynxfs-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     Ok(dir)

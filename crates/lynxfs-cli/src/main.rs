@@ -1,8 +1,11 @@
 //! `lynxfs`: make, inspect and use LynxFS pools.
 
 mod backend;
+mod bench;
 mod demo;
+mod fsck;
 mod info;
+mod mount;
 mod size;
 
 use std::path::PathBuf;
@@ -60,9 +63,49 @@ enum Cmd {
         backend: Option<BackendKind>,
         pool: PathBuf,
     },
+    /// Check a pool; with --repair, fix it. Exit code: 0 clean, 1 errors corrected,
+    /// 4 errors left uncorrected, 8 operational error.
+    Fsck {
+        /// Fix what is found (forces the recovery walk).
+        #[arg(long)]
+        repair: bool,
+        /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        pool: PathBuf,
+    },
+    /// Run a benchmark suite and print its table (syscalls, data, mdtest, smallfiles,
+    /// recovery).
+    Bench(bench::BenchArgs),
+    /// Mount a pool with FUSE. Without -f, returns once the mount is ready and serves
+    /// from the background. Options (-o, comma-separated): entry_timeout=S,
+    /// attr_timeout=S (default 1.0), allow_other, default_permissions, threads=N
+    /// (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec, noatime.
+    Mount {
+        /// Stay in the foreground (serve until unmounted, SIGINT or SIGTERM).
+        #[arg(short = 'f')]
+        foreground: bool,
+        /// Mount options, comma-separated; may be given more than once.
+        #[arg(short = 'o')]
+        options: Vec<String>,
+        pool: PathBuf,
+        mountpoint: PathBuf,
+    },
+    /// Unmount a LynxFS mount and wait until its pool is closed.
+    Umount { mountpoint: PathBuf },
 }
 
 fn main() -> ExitCode {
+    // Installed (linked) as /sbin/mount.lynxfs, this is the helper mount(8) runs for
+    // `mount -t lynxfs POOL DIR`.
+    let args: Vec<_> = std::env::args_os().collect();
+    if args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|n| n == "mount.lynxfs")
+    {
+        return mount::helper_main(args);
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -95,6 +138,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Demo { size, pool } => {
             demo::run(&pool, size)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Fsck {
+            repair,
+            backend,
+            pool,
+        } => Ok(fsck::run(&pool, repair, BackendKind::pick(backend, &pool))),
+        Cmd::Bench(args) => {
+            bench::run(args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Mount {
+            foreground,
+            options,
+            pool,
+            mountpoint,
+        } => {
+            mount::mount(&pool, &mountpoint, foreground, &options)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Umount { mountpoint } => {
+            mount::umount(&mountpoint)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Info { backend, pool } => {

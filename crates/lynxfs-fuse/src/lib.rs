@@ -2,6 +2,26 @@
 //! against: [`null::NullFs`], an in-memory file system with no persistence, which
 //! shows what the FUSE interface alone costs.
 //!
+//! * [`adapter::LynxFuse`]: `fuser::Filesystem` over [`lynxfs::Fs`], inode for inode,
+//!   with no cache of its own.
+//! * [`mount`]: options (`entry_timeout=`, `attr_timeout=`, `allow_other`,
+//!   `default_permissions`, `threads=`, `ro`, `backend=`), foreground, daemon
+//!   ([`mount::prepare`] then fork) and background mounts; the pool is closed cleanly
+//!   when the session ends. The CLI (`lynxfs mount`, `lynxfs umount`, `mount.lynxfs`)
+//!   is in `lynxfs-cli`.
+//! * `tests/conformance.rs` runs the same system calls on a mount and on tmpfs and
+//!   compares every result; `examples/metabench.rs` times metadata calls by hand:
+//!
+//! ```text
+//! cargo build --release -p lynxfs-cli -p lynxfs-fuse --bins --examples
+//! R=target/release
+//! $R/lynxfs mkfs --force --size 1G /dev/shm/b.pool
+//! taskset -c 0 $R/lynxfs mount -f -o entry_timeout=0,attr_timeout=0,threads=1 /dev/shm/b.pool /tmp/m &
+//! taskset -c 0 $R/examples/metabench /tmp/m 2000
+//! taskset -c 0 $R/lynxfs-fuse-null /tmp/n --ttl-ms 0 --threads 1 &
+//! taskset -c 0 $R/examples/metabench /tmp/n 2000
+//! ```
+//!
 //! # About `fuser` 0.18.0 (the version pinned in Cargo.lock)
 //!
 //! * **Mounting needs no libfuse.** With default features (no `libfuse*` feature),
@@ -32,8 +52,12 @@ use std::time::Duration;
 use anyhow::Context;
 use fuser::{BackgroundSession, Config, MountOption, Session};
 
+pub mod adapter;
+pub mod mount;
 pub mod null;
 
+pub use adapter::LynxFuse;
+pub use mount::{mount, mount_background, prepare, LynxMount, MountOptions, Prepared};
 pub use null::NullFs;
 
 /// How to mount a [`NullFs`].

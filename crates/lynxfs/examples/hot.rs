@@ -7,7 +7,10 @@ use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fs, MkfsOptions};
 
 fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000);
     let mut o = MkfsOptions::new(1 << 30);
     o.lanes = 2;
     let fs = Fs::in_memory(&o, PmemBackend::default()).expect("pool");
@@ -18,7 +21,9 @@ fn main() {
     for round in 0..2 {
         let t = Instant::now();
         for p in &names {
-            let fd = s.open(p, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644).unwrap();
+            let fd = s
+                .open(p, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644)
+                .unwrap();
             fs.close_fd(fd).unwrap();
         }
         let create = t.elapsed().as_secs_f64() * 1e6 / n as f64;

@@ -301,15 +301,24 @@ fn pick_superblock(path: &Path, size: u64, read: impl Fn(u64, &mut [u8])) -> Res
     // A copy written by a newer LynxFS (intact, but of a version or with features this
     // build does not know) means the pool moved on: refuse rather than open the older
     // copy and overwrite the newer one.
-    if let Some(Err(SbProblem::Version(v))) = copies.iter().find(|c| matches!(c, Err(SbProblem::Version(_)))) {
+    if let Some(Err(SbProblem::Version(v))) = copies
+        .iter()
+        .find(|c| matches!(c, Err(SbProblem::Version(_))))
+    {
         return Err(Error::Version {
             path: path.to_path_buf(),
             found: *v,
             supported: crate::format::superblock::VERSION,
         });
     }
-    if copies.iter().any(|c| matches!(c, Err(SbProblem::Features(_)))) {
-        return Err(Error::corrupt(path, "a superblock copy uses feature flags this build does not know"));
+    if copies
+        .iter()
+        .any(|c| matches!(c, Err(SbProblem::Features(_))))
+    {
+        return Err(Error::corrupt(
+            path,
+            "a superblock copy uses feature flags this build does not know",
+        ));
     }
     let best = copies
         .iter()

@@ -277,3 +277,78 @@ fn state_survives_clean_close_and_crash() {
     let rep = fs.pool().recovery.clone().unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+#[test]
+fn cold_directories_leave_the_index_and_come_back() {
+    let fs = fs(32 << 20);
+    let s = fs.session(Cred::root());
+    fs.ns().set_index_budget(40);
+    for d in 0..20 {
+        s.mkdir(&format!("/d{d}"), 0o755).unwrap();
+        for f in 0..10 {
+            fs.close_fd(s.create(&format!("/d{d}/f{f}"), 0o644).unwrap())
+                .unwrap();
+        }
+    }
+    // Every directory was loaded at creation; the index stayed near its budget.
+    assert!(
+        fs.ns().index.len() <= 40 + 20,
+        "index holds {} entries",
+        fs.ns().index.len()
+    );
+    // Evicted directories reload on use: every name is still there, and changes work.
+    for d in 0..20 {
+        for f in 0..10 {
+            assert_eq!(s.stat(&format!("/d{d}/f{f}")).unwrap().nlink, 1);
+        }
+        s.rename(
+            &format!("/d{d}/f0"),
+            &format!("/d{}/moved{d}", (d + 1) % 20),
+            0,
+        )
+        .unwrap();
+        s.unlink(&format!("/d{d}/f1")).unwrap();
+    }
+    for d in 0..20 {
+        let names = s.readdir(&format!("/d{d}")).unwrap().len();
+        assert_eq!(names, 2 + 8 + 1, "directory d{d}");
+        assert_eq!(errno(s.stat(&format!("/d{d}/f1"))), libc::ENOENT);
+        assert!(s.stat(&format!("/d{d}/moved{}", (d + 19) % 20)).is_ok());
+    }
+    assert!(fs.ns().index.len() <= 40 + 20);
+}
+
+#[test]
+fn eviction_races_with_creates_and_unlinks() {
+    let fs = fs(64 << 20);
+    fs.ns().set_index_budget(16);
+    let s = fs.session(Cred::root());
+    for d in 0..4 {
+        s.mkdir(&format!("/d{d}"), 0o755).unwrap();
+    }
+    std::thread::scope(|sc| {
+        for t in 0..2 {
+            let fs = &fs;
+            sc.spawn(move || {
+                let s = fs.session(Cred::root());
+                for i in 0..400 {
+                    let d = (i + t) % 4;
+                    let p = format!("/d{d}/t{t}-{i}");
+                    fs.close_fd(s.create(&p, 0o644).unwrap()).unwrap();
+                    assert!(s.stat(&p).is_ok(), "{p} vanished");
+                    if i % 3 == 0 {
+                        s.unlink(&p).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let mut total = 0;
+    for d in 0..4 {
+        total += s.readdir(&format!("/d{d}")).unwrap().len() - 2;
+    }
+    let expected: usize = (0..2)
+        .map(|_| (0..400).filter(|i| i % 3 != 0).count())
+        .sum();
+    assert_eq!(total, expected);
+}

@@ -32,6 +32,8 @@ struct OpenFile {
     /// Handles sharing this open file (dup); the last close releases it.
     handles: AtomicU32,
     cachelet: CacheletRef,
+    /// Opened by root (CAP_FSETID): its writes keep set-user-ID bits, as on Linux.
+    privileged: bool,
 }
 
 /// A mounted pool.
@@ -133,6 +135,7 @@ impl<B: Backend> Fs<B> {
             pos: Mutex::new(0),
             handles: AtomicU32::new(1),
             cachelet: c,
+            privileged: cred.is_root(),
         };
         self.files.pin().insert(fd, Arc::new(f));
         Ok(fd)
@@ -224,12 +227,14 @@ impl<B: Backend> Fs<B> {
             off.unwrap_or(0)
         };
         let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data)?;
-        self.clear_suid(f.ino);
+        if !f.privileged {
+            self.clear_suid(f.ino);
+        }
         Ok(n)
     }
 
     /// Writing to a file clears its set-user-ID bit (and set-group-ID if group
-    /// executable), as Linux does for unprivileged writers; we do it for all.
+    /// executable), as Linux does for writers without CAP_FSETID (not root).
     fn clear_suid(&self, ino: u64) {
         let mode = self.ns.mode(ino);
         let mut new = mode & !libc::S_ISUID;
@@ -298,10 +303,10 @@ impl<B: Backend> Fs<B> {
         if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(errno::EINVAL);
         }
-        self.truncate_ino(f.ino, len, &f.cachelet)
+        self.truncate_ino(f.ino, len, &f.cachelet, f.privileged)
     }
 
-    fn truncate_ino(&self, ino: u64, len: u64, c: &CacheletRef) -> Result<()> {
+    fn truncate_ino(&self, ino: u64, len: u64, c: &CacheletRef, privileged: bool) -> Result<()> {
         if is_dir(self.ns.mode(ino)) {
             return Err(errno::EISDIR);
         }
@@ -310,7 +315,9 @@ impl<B: Backend> Fs<B> {
         }
         let _w = c.lock.write();
         crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len)?;
-        self.clear_suid(ino);
+        if !privileged {
+            self.clear_suid(ino);
+        }
         Ok(())
     }
 
@@ -328,7 +335,7 @@ impl<B: Backend> Fs<B> {
             perm::W,
         )?;
         let c = self.ns.cachelets.get(&self.ns.pool, ino);
-        self.truncate_ino(ino, len, &c)
+        self.truncate_ino(ino, len, &c, cred.is_root())
     }
 
     pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> Result<()> {
@@ -412,8 +419,10 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn mkdir(&self, p: &str, mode: u32) -> Result<()> {
+        // As vfs_mkdir: only the permission and sticky bits (set-group-ID comes from a
+        // set-group-ID parent, in create).
         let node = NewNode {
-            mode: libc::S_IFDIR | (mode & 0o7777),
+            mode: libc::S_IFDIR | (mode & 0o1777),
             rdev: 0,
             target: None,
         };
@@ -473,19 +482,41 @@ impl<'a, B: Backend> Session<'a, B> {
 
     fn open_create(&self, p: &str, flags: i32, mode: u32) -> Result<(u64, bool)> {
         let excl = flags & libc::O_EXCL != 0;
-        let w = self.parent(p)?;
-        if w.name.is_empty() || w.trailing_slash {
-            return Err(errno::EISDIR);
+        // A trailing symlink is followed and the create repeated at its target, so a
+        // dangling symlink creates its target (Linux's open_last_lookups).
+        let (mut base, mut path) = (self.cwd, bytes(p).to_vec());
+        let mut links = 0;
+        loop {
+            let w = path::walk_parent(self.ns(), base, &path, &self.cred, &mut links)?;
+            // "." or "..": an existing directory (do_open checks O_EXCL first).
+            if w.name.is_empty() && excl {
+                return Err(errno::EEXIST);
+            }
+            if w.name.is_empty() || w.trailing_slash {
+                return Err(errno::EISDIR);
+            }
+            let node = NewNode {
+                mode: libc::S_IFREG | (mode & 0o7777),
+                rdev: 0,
+                target: None,
+            };
+            let (ino, created) = self
+                .ns()
+                .create(w.parent, &w.name, node, &self.cred, excl)?;
+            if !created
+                && self.ns().mode(ino) & libc::S_IFMT == libc::S_IFLNK
+                && flags & libc::O_NOFOLLOW == 0
+            {
+                links += 1;
+                if links > path::SYMLOOP_MAX {
+                    return Err(errno::ELOOP);
+                }
+                path = self.ns().readlink(ino)?;
+                base = w.parent;
+                continue;
+            }
+            return Ok((ino, created));
         }
-        let node = NewNode { mode: libc::S_IFREG | (mode & 0o7777), rdev: 0, target: None };
-        let (ino, created) = self.ns().create(w.parent, &w.name, node, &self.cred, excl)?;
-        if !created
-            && self.ns().mode(ino) & libc::S_IFMT == libc::S_IFLNK
-            && flags & libc::O_NOFOLLOW == 0
-        {
-            return Ok((self.resolve(p, true)?, false));
-        }
-        Ok((ino, created))
     }
 
     pub fn create(&self, p: &str, mode: u32) -> Result<Fd> {
@@ -524,8 +555,12 @@ impl<'a, B: Backend> Session<'a, B> {
         let flags = RenameFlags::from_bits(flags)?;
         let s = self.parent(from)?;
         let d = self.parent(to)?;
-        if s.name.is_empty() || d.name.is_empty() {
+        // As do_renameat2: a "." or ".." source is busy; such a target exists.
+        if s.name.is_empty() || (d.name.is_empty() && !flags.noreplace) {
             return Err(errno::EBUSY);
+        }
+        if d.name.is_empty() {
+            return Err(errno::EEXIST);
         }
         self.ns()
             .rename(s.parent, &s.name, d.parent, &d.name, flags, &self.cred)
@@ -535,6 +570,10 @@ impl<'a, B: Backend> Session<'a, B> {
         let ino = self.resolve(old, false)?;
         let w = self.parent(new)?;
         if w.name.is_empty() {
+            return Err(errno::EEXIST);
+        }
+        // Linux checks the new name (filename_create) before the old inode's type.
+        if self.ns().lookup(w.parent, &w.name, &self.cred).is_ok() {
             return Err(errno::EEXIST);
         }
         self.ns().link(ino, w.parent, &w.name, &self.cred)

@@ -101,7 +101,10 @@ pub fn walk_parent<B: Backend>(
     check_path(path)?;
     let mut cur = if path[0] == b'/' { ROOT_INO } else { base };
     let trailing_slash = path.ends_with(b"/");
-    let mut comps = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).peekable();
+    let mut comps = path
+        .split(|&c| c == b'/')
+        .filter(|c| !c.is_empty())
+        .peekable();
     while let Some(c) = comps.next() {
         if comps.peek().is_some() {
             cur = step(ns, cur, c, cred, links)?;
@@ -109,17 +112,33 @@ pub fn walk_parent<B: Backend>(
         }
         // The last component: the caller's operation checks the parent itself.
         return match c {
-            b"." => Ok(Walked { parent: cur, name: Vec::new(), trailing_slash }),
+            b"." => Ok(Walked {
+                parent: cur,
+                name: Vec::new(),
+                trailing_slash,
+            }),
             b".." => {
                 ns.dir(cur)?;
                 perm::check(cred, ns_owner(ns, cur), perm::X)?;
-                Ok(Walked { parent: ns.parent_of(cur), name: Vec::new(), trailing_slash })
+                Ok(Walked {
+                    parent: ns.parent_of(cur),
+                    name: Vec::new(),
+                    trailing_slash,
+                })
             }
             name if name.len() > crate::format::dentry::NAME_MAX => Err(errno::ENAMETOOLONG),
-            name => Ok(Walked { parent: cur, name: name.to_vec(), trailing_slash }),
+            name => Ok(Walked {
+                parent: cur,
+                name: name.to_vec(),
+                trailing_slash,
+            }),
         };
     }
-    Ok(Walked { parent: cur, name: Vec::new(), trailing_slash })
+    Ok(Walked {
+        parent: cur,
+        name: Vec::new(),
+        trailing_slash,
+    })
 }
 
 fn ns_owner<B: Backend>(ns: &Namespace<B>, ino: u64) -> perm::Owner {

@@ -417,7 +417,11 @@ pub fn blocks_used<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
     let at = pool.layout.inode_addr(ino);
     let xattr = (pool.pm.load_u64(at + inode::XATTR) != 0) as u64;
     let mode = pool.pm.load_u64(at + inode::MODE) as u32;
-    let dir_pages = if mode & libc::S_IFMT == libc::S_IFDIR { dir_pages(pool, ino).len() as u64 } else { 0 };
+    let dir_pages = if mode & libc::S_IFMT == libc::S_IFDIR {
+        dir_pages(pool, ino).len() as u64
+    } else {
+        0
+    };
     let word = MapWord::decode(pool.pm.load_u64(at + inode::MAP));
     let data = match word {
         // Inline map (the common case for stat): sum the lengths without allocating.

@@ -136,6 +136,16 @@ impl<B: Backend> Walk<'_, B> {
         let (name_len, _) = dentry::split_name_len(pm.load_u64(addr + dentry::NAME_LEN));
         let child_is_dir = self.inode_ok(ino) && is_dir(self.mode(ino));
         let dir_seen = child_is_dir && crate::alloc::bit(&self.used.inodes, ino);
+        // An unlink (or rmdir) of a last name clears the dentry, its slot and the
+        // inode's INO word in one fence: if only the INO store landed, the entry names
+        // a freed inode. That is a torn unlink, not damage: the name goes quietly.
+        if self.l.ino_valid(ino) && pm.load_u64(self.l.inode_addr(ino) + inode::INO) == 0 {
+            let mut b = pm.batch();
+            b.write_u64(addr + dentry::STATE, 0);
+            b.flushed();
+            self.rep.dentries_dropped += 1;
+            return false;
+        }
         if !self.inode_ok(ino)
             || name_len == 0
             || name_len > dentry::NAME_MAX

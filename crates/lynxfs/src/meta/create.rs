@@ -42,7 +42,7 @@ impl<B: Backend> Namespace<B> {
             return Err(errno::EEXIST);
         }
         check_name(name)?;
-        let dir = self.dir(parent)?;
+        let dir = self.enter(parent)?;
         let pown = self.owner(parent);
         perm::check(cred, pown, perm::X)?;
         let idx = self.index.pin();
@@ -62,13 +62,10 @@ impl<B: Backend> Namespace<B> {
                 break;
             }
         }
-        let made = {
-            let _gate = dir.gate.read();
-            if dir.removed.load(Ordering::Acquire) {
-                Err(errno::ENOENT)
-            } else {
-                self.commit_new(&dir, name, node, cred)
-            }
+        let made = if dir.removed.load(Ordering::Acquire) {
+            Err(errno::ENOENT)
+        } else {
+            self.commit_new(&dir, name, node, cred)
         };
         match made {
             Ok(e) => {
@@ -215,20 +212,17 @@ impl<B: Backend> Namespace<B> {
         if is_dir(self.mode(ino)) {
             return Err(errno::EPERM);
         }
-        let dir = self.dir(parent)?;
+        let dir = self.enter(parent)?;
         perm::check(cred, self.owner(parent), perm::W | perm::X)?;
         let idx = self.index.pin();
         let key = KeyRef { parent, name };
         if idx.try_insert(key.owned(), Entry::creating()).is_err() {
             return Err(errno::EEXIST);
         }
-        let made = {
-            let _gate = dir.gate.read();
-            if dir.removed.load(Ordering::Acquire) {
-                Err(errno::ENOENT)
-            } else {
-                self.commit_link(&dir, ino, name)
-            }
+        let made = if dir.removed.load(Ordering::Acquire) {
+            Err(errno::ENOENT)
+        } else {
+            self.commit_link(&dir, ino, name)
         };
         match made {
             Ok(e) => {

@@ -4,7 +4,7 @@
 //! reads no directory).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -30,9 +30,13 @@ pub struct Dir {
     pub entries: AtomicU64,
     /// Set by rmdir once it has committed; creates then fail with ENOENT.
     pub removed: AtomicBool,
-    /// Creates, links and renames into the directory hold it shared; rmdir holds it
-    /// exclusively, so "empty" stays true while it commits.
-    pub gate: RwLock<()>,
+    /// Every operation that changes the directory's entries holds it shared (see
+    /// `Namespace::enter`); rmdir of it and eviction from the index hold it alone.
+    pub gate: Arc<RwLock<()>>,
+    /// Evicted from the index: a newer `Dir` stands for this directory; retry there.
+    pub evicted: AtomicBool,
+    /// Used since the eviction clock last passed (second chance).
+    pub referenced: AtomicBool,
 }
 
 impl Dir {
@@ -46,13 +50,20 @@ impl Dir {
             free_slots: Mutex::new(Vec::new()),
             entries: AtomicU64::new(0),
             removed: AtomicBool::new(false),
-            gate: RwLock::new(()),
+            gate: Arc::new(RwLock::new(())),
+            evicted: AtomicBool::new(false),
+            referenced: AtomicBool::new(true),
         }
     }
 
-    /// Read the directory's log into the index, once.
-    pub fn ensure_loaded<B: Backend>(&self, pool: &Pool<B>, index: &Index) {
-        self.loaded.get_or_init(|| self.load(pool, index));
+    /// Read the directory's log into the index, once; true if this call loaded it.
+    pub fn ensure_loaded<B: Backend>(&self, pool: &Pool<B>, index: &Index) -> bool {
+        let mut loaded_now = false;
+        self.loaded.get_or_init(|| {
+            loaded_now = true;
+            self.load(pool, index)
+        });
+        loaded_now
     }
 
     fn load<B: Backend>(&self, pool: &Pool<B>, index: &Index) {
@@ -65,7 +76,8 @@ impl Dir {
         let mut live = 0;
         // Recovery has checked every link on an unclean open; a clean pool's links were
         // written by this code. The bound guards against a cycle all the same.
-        while page != 0 && l.block_of(page).is_some() && pages.len() as u64 <= l.data_blocks {
+        let mut seen = std::collections::HashSet::new();
+        while page != 0 && l.block_of(page).is_some() && seen.insert(page) {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 let slot = dirlog::slot_addr(page, i);
                 match read_entry(pool, self.ino, slot) {

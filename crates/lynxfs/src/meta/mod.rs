@@ -7,11 +7,13 @@ mod attr;
 pub mod cachelet;
 pub mod create;
 pub mod dir;
+mod evict;
 pub mod index;
 pub mod perm;
 mod readdir;
 mod remove;
 mod rename;
+pub use evict::Entered;
 
 use std::sync::Arc;
 
@@ -43,6 +45,10 @@ pub struct Namespace<B: Backend> {
     rename_lock: Mutex<()>,
     /// Read-modify-write of one inode's words (link counts, attributes).
     inode_locks: Box<[Mutex<()>]>,
+    /// Loaded directories in load order, for eviction (FIFO with a second chance).
+    clock: Mutex<std::collections::VecDeque<u64>>,
+    /// Index entries allowed before cold directories are evicted.
+    index_budget: std::sync::atomic::AtomicUsize,
 }
 
 pub fn is_dir(mode: u32) -> bool {
@@ -74,6 +80,8 @@ impl<B: Backend> Namespace<B> {
             cachelets: Arc::new(Cachelets::default()),
             rename_lock: Mutex::new(()),
             inode_locks: (0..INODE_LOCKS).map(|_| Mutex::new(())).collect(),
+            clock: Mutex::new(std::collections::VecDeque::new()),
+            index_budget: std::sync::atomic::AtomicUsize::new(evict::DEFAULT_BUDGET),
         }
     }
 
@@ -133,7 +141,11 @@ impl<B: Backend> Namespace<B> {
                 .get_or_insert_with(ino, || Arc::new(Dir::new(ino)))
                 .clone(),
         };
-        d.ensure_loaded(&self.pool, &self.index);
+        d.referenced
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if d.ensure_loaded(&self.pool, &self.index) {
+            self.loaded(ino);
+        }
         Ok(d)
     }
 
@@ -156,9 +168,15 @@ impl<B: Backend> Namespace<B> {
             _ => {}
         }
         check_name(name)?;
-        self.lookup_entry(parent, name)
-            .map(|e| e.ino)
-            .ok_or(errno::ENOENT)
+        loop {
+            let d = self.dir(parent)?;
+            match self.lookup_entry(parent, name) {
+                Some(e) => return Ok(e.ino),
+                // Evicted while we looked: the entries are being reloaded; look again.
+                None if d.evicted.load(std::sync::atomic::Ordering::SeqCst) => continue,
+                None => return Err(errno::ENOENT),
+            }
+        }
     }
 
     /// The visible index entry for (parent, name); the directory must be loaded.

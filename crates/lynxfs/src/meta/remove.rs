@@ -61,7 +61,7 @@ impl<B: Backend> Namespace<B> {
 
     fn remove(&self, parent: u64, name: &[u8], cred: &Cred, want_dir: bool) -> Result<()> {
         check_name(name)?;
-        let dir = self.dir(parent)?;
+        let dir = self.enter(parent)?;
         let pown = self.owner(parent);
         perm::check(cred, pown, perm::X)?;
         let e = self.claim_entry(parent, name).ok_or(errno::ENOENT)?;
@@ -78,7 +78,16 @@ impl<B: Backend> Namespace<B> {
             }
         };
         // rmdir holds the victim's gate alone, so no create slips in after the check.
-        let _victim_gate = child_dir.as_ref().map(|d| d.gate.write());
+        let (child_dir, _victim_gate) = match child_dir {
+            Some(_) => match self.lock_alone(e.ino) {
+                Ok((d, g)) => (Some(d), Some(g)),
+                Err(err) => {
+                    self.unclaim(parent, name, e);
+                    return Err(err);
+                }
+            },
+            None => (None, None),
+        };
         if let Some(d) = &child_dir {
             if d.entries.load(Ordering::Acquire) > 0 {
                 drop(_victim_gate);
@@ -93,14 +102,19 @@ impl<B: Backend> Namespace<B> {
         let c = self.cachelets.get(&self.pool, e.ino);
         let cw = c.lock.write();
         let il = (!want_dir).then(|| self.ilock(e.ino));
-        let left = if want_dir { 0 } else { self.load(e.ino, inode::NLINK).saturating_sub(1) };
+        let left = if want_dir {
+            0
+        } else {
+            self.load(e.ino, inode::NLINK).saturating_sub(1)
+        };
         let free_now = left == 0 && c.open.load(Ordering::Acquire) == 0;
         let at = self.iaddr(e.ino);
         let mut b = self.pool.pm.batch();
         b.write_u64(e.dentry + dentry::STATE, dentry::state_word(false, now))
             .write_u64(e.slot, 0);
         self.touch_dir(&mut b, parent, now, if want_dir { -1 } else { 0 });
-        b.write_u64(at + inode::NLINK, left).write_u64(at + inode::CTIME, now);
+        b.write_u64(at + inode::NLINK, left)
+            .write_u64(at + inode::CTIME, now);
         if free_now {
             b.write_u64(at + inode::INO, 0);
         }
@@ -109,7 +123,12 @@ impl<B: Backend> Namespace<B> {
         self.index.pin().remove(&KeyRef { parent, name });
         dir.entries.fetch_sub(1, Ordering::AcqRel);
         dir.release_slot(e.slot);
-        self.pool.alloc.dentries.free(self.pool.layout.dentry_id(e.dentry).expect("indexed dentry"));
+        self.pool.alloc.dentries.free(
+            self.pool
+                .layout
+                .dentry_id(e.dentry)
+                .expect("indexed dentry"),
+        );
         if let Some(d) = &child_dir {
             d.removed.store(true, Ordering::Release);
         }

@@ -65,12 +65,21 @@ impl<B: Backend> Namespace<B> {
             }
             check_name(n)?;
         }
-        let sdir = self.dir(sp)?;
-        let ddir = self.dir(dp)?;
+        self.dir(sp)?;
+        self.dir(dp)?;
         for p in [sp, dp] {
             perm::check(cred, self.owner(p), perm::W | perm::X)?;
         }
         let _serial = self.rename_lock.lock();
+        // Both parents entered (once if they are one), before any name is looked at.
+        let sdir = self.enter(sp)?;
+        let ddir_own = if dp == sp {
+            None
+        } else {
+            Some(self.enter(dp)?)
+        };
+        let ddir: &super::Dir = ddir_own.as_deref().unwrap_or(&sdir);
+        let sdir: &super::Dir = &sdir;
         let plan = self.plan(sp, sn, dp, dn, flags, cred)?;
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
             return Ok(()); // two names of one file: POSIX says do nothing
@@ -120,23 +129,24 @@ impl<B: Backend> Namespace<B> {
             }
             err
         };
-        let _dgate = ddir.gate.read();
-        if ddir.removed.load(Ordering::Acquire) {
+        if ddir.removed.load(Ordering::Acquire) || sdir.removed.load(Ordering::Acquire) {
             return Err(undo(errno::ENOENT));
         }
         // Replacing a directory: hold its gate alone so it stays empty.
-        let victim = match plan.dst {
-            Some(d) if plan.dst_dir && !flags.exchange => Some(self.dir(d.ino).map_err(undo)?),
-            _ => None,
+        let (victim, _vgate) = match plan.dst {
+            Some(d) if plan.dst_dir && !flags.exchange => {
+                let (v, g) = self.lock_alone(d.ino).map_err(undo)?;
+                (Some(v), Some(g))
+            }
+            _ => (None, None),
         };
-        let _vgate = victim.as_ref().map(|v| v.gate.write());
         if victim
             .as_ref()
             .is_some_and(|v| v.entries.load(Ordering::Acquire) > 0)
         {
             return Err(undo(errno::ENOTEMPTY));
         }
-        self.commit_rename(&plan, sp, sn, &sdir, dp, dn, &ddir, flags)
+        self.commit_rename(&plan, sp, sn, sdir, dp, dn, ddir, flags)
             .map_err(undo)?;
         if let Some(v) = &victim {
             v.removed.store(true, Ordering::Release);
@@ -171,6 +181,20 @@ impl<B: Backend> Namespace<B> {
         }
         let src_dir = is_dir(self.mode(src.ino));
         let dst_dir = dst.is_some_and(|d| is_dir(self.mode(d.ino)));
+        // The ancestor checks come before the type checks, as in do_renameat2: the
+        // source above the target's parent, or the target above the source's.
+        if src_dir && self.is_within(dp, src.ino) {
+            return Err(errno::EINVAL);
+        }
+        if let Some(d) = dst.filter(|_| dst_dir) {
+            if self.is_within(sp, d.ino) {
+                return Err(if flags.exchange {
+                    errno::EINVAL
+                } else {
+                    errno::ENOTEMPTY
+                });
+            }
+        }
         if let Some(d) = dst.filter(|_| !flags.exchange) {
             if d.ino != src.ino {
                 match (src_dir, dst_dir) {
@@ -181,14 +205,6 @@ impl<B: Backend> Namespace<B> {
                 if dst_dir && self.dir(d.ino)?.entries.load(Ordering::Acquire) > 0 {
                     return Err(errno::ENOTEMPTY);
                 }
-            }
-        }
-        if src_dir && self.is_within(dp, src.ino) {
-            return Err(errno::EINVAL);
-        }
-        if let Some(d) = dst.filter(|_| flags.exchange && dst_dir) {
-            if self.is_within(sp, d.ino) {
-                return Err(errno::EINVAL);
             }
         }
         perm::sticky_ok(cred, self.owner(sp), self.owner(src.ino))?;

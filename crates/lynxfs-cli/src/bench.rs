@@ -1,0 +1,151 @@
+//! `lynxfs bench SUITE [--target T]... [--out DIR] [--files N] [--rounds N]`: runs one
+//! of the `lynxfs-bench` suites and prints its table (and writes its JSON with --out).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use lynxfs_bench::{open_target, run_suite, Options, Target, SUITES, TARGETLESS_SUITES};
+
+/// The arguments of `lynxfs bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// syscalls, data, mdtest, smallfiles or recovery.
+    pub suite: String,
+    /// A file system to measure, repeatable; the first is the one the ratio columns
+    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), tmpfs, shm,
+    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, once it lands) or
+    /// dir=PATH. Default: lib and tmpfs (none for recovery, which makes its own pool).
+    #[arg(long = "target", value_name = "T")]
+    pub targets: Vec<String>,
+    /// Write the JSON report into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// How many files. Default per suite: syscalls 10000, mdtest 10000, smallfiles
+    /// 1000, recovery 1000000.
+    #[arg(long)]
+    pub files: Option<usize>,
+    /// Rounds per measurement; the table shows the median.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// data: the file's size in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub file_mib: u64,
+    /// mdtest: the largest thread count.
+    #[arg(long, default_value_t = 8)]
+    pub max_threads: usize,
+}
+
+/// The file count a suite uses when --files is not given.
+fn default_files(suite: &str) -> usize {
+    match suite {
+        "smallfiles" => 1000,
+        "recovery" => 1_000_000,
+        _ => 10_000,
+    }
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let suite = args.suite.as_str();
+    if !SUITES.contains(&suite) {
+        bail!(
+            "unknown suite {suite:?}; the suites are {}",
+            SUITES.join(", ")
+        );
+    }
+    let targetless = TARGETLESS_SUITES.contains(&suite);
+    let specs = if !args.targets.is_empty() {
+        if targetless {
+            bail!("suite {suite} makes its own LynxFS pool and takes no --target");
+        }
+        args.targets.clone()
+    } else if targetless {
+        Vec::new()
+    } else {
+        vec!["lib".to_string(), "tmpfs".to_string()]
+    };
+    let opts = Options {
+        files: args.files.unwrap_or_else(|| default_files(suite)),
+        file_size: args
+            .file_mib
+            .checked_mul(1 << 20)
+            .context("--file-mib is too large")?,
+        rounds: args.rounds,
+        max_threads: args.max_threads,
+        ..Options::default()
+    };
+    let mut targets: Vec<Box<dyn Target>> = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        let t = open_target(spec).with_context(|| format!("target {spec}"))?;
+        if t.name().contains("shm") && spec == "tmpfs" {
+            eprintln!("note: tmpfs could not be mounted; {} stands in", t.name());
+        }
+        targets.push(t);
+    }
+    run_suite(suite, &targets, &opts, args.out.as_deref())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .unwrap()
+            .bench
+    }
+
+    #[test]
+    fn parses_repeated_targets_and_options() {
+        let a = parse(&[
+            "syscalls", "--target", "lib", "--target", "dir=/tmp", "--files", "5", "--out", "o",
+        ]);
+        assert_eq!(a.suite, "syscalls");
+        assert_eq!(a.targets, ["lib", "dir=/tmp"]);
+        assert_eq!(a.files, Some(5));
+        assert_eq!(a.out, Some(PathBuf::from("o")));
+        assert_eq!(a.rounds, 1);
+    }
+
+    #[test]
+    fn refuses_unknown_suites_targets_on_recovery_and_unlanded_fuse() {
+        let err = run(parse(&["nope"])).unwrap_err();
+        assert!(err.to_string().contains("unknown suite"), "{err:#}");
+        let err = run(parse(&["recovery", "--target", "tmpfs"])).unwrap_err();
+        assert!(err.to_string().contains("takes no --target"), "{err:#}");
+        let err = run(parse(&["syscalls", "--target", "fuse"])).unwrap_err();
+        assert!(format!("{err:#}").contains("not yet available"), "{err:#}");
+    }
+
+    #[test]
+    fn runs_a_small_suite_on_lib_and_a_directory_and_writes_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let target = format!("dir={}", dir.path().display());
+        let files = "20";
+        let a = parse(&[
+            "smallfiles",
+            "--target",
+            "lib",
+            "--target",
+            &target,
+            "--files",
+            files,
+            "--out",
+            out.path().to_str().unwrap(),
+        ]);
+        run(a).unwrap();
+        let written: Vec<_> = std::fs::read_dir(out.path()).unwrap().collect();
+        assert_eq!(written.len(), 1);
+        let json = std::fs::read_to_string(written[0].as_ref().unwrap().path()).unwrap();
+        assert!(json.contains("\"lynxfs\"") && json.contains("\"smallfiles\""));
+    }
+}

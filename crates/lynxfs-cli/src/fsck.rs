@@ -1,0 +1,157 @@
+//! `lynxfs fsck [--repair] POOL`: check a pool, and with `--repair` fix it. Exit codes
+//! as e2fsck's: 0 clean, 1 errors corrected, 4 errors left uncorrected, 8 operational
+//! error (the pool cannot be opened: missing, locked, foreign, too small, ...).
+//!
+//! Without `--repair` the pool is opened read-only (mapped privately), so nothing
+//! reaches the file: recovery of an unclean pool runs in memory only, and the check
+//! sees what the next open would see. With `--repair` it is opened read-write (which
+//! runs recovery if it was not closed cleanly and rewrites the older superblock copy);
+//! if problems remain, the recovery walk is forced and the pool checked again.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use lynxfs::fsck::{self, FsckReport};
+use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
+use lynxfs::{Access, Error, Pool};
+
+use crate::backend::BackendKind;
+
+pub const CLEAN: u8 = 0;
+pub const CORRECTED: u8 = 1;
+pub const UNCORRECTED: u8 = 4;
+pub const OPERATIONAL: u8 = 8;
+
+pub fn run(path: &Path, repair: bool, kind: BackendKind) -> ExitCode {
+    let code = match kind {
+        BackendKind::Pmem => run_with(path, repair, PmemBackend::default()),
+        BackendKind::Msync => run_with(path, repair, MsyncBackend),
+    };
+    ExitCode::from(code)
+}
+
+fn print_report(rep: &FsckReport) {
+    for p in &rep.problems {
+        println!("problem: {p}");
+    }
+    for n in &rep.notes {
+        println!("note: {n}");
+    }
+}
+
+fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
+    println!(
+        "checking {}{}",
+        path.display(),
+        if repair { " (repair)" } else { "" }
+    );
+    // The superblock copies as the file holds them: a read-write open rewrites the
+    // older copy, which would hide damage to it.
+    let sb_problems = match fsck::check_file_superblocks(path) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(), // open says it
+        Err(e) => {
+            eprintln!("lynxfs fsck: {}: {e}", path.display());
+            return OPERATIONAL;
+        }
+    };
+    let access = if repair {
+        Access::ReadWrite
+    } else {
+        Access::ReadOnly
+    };
+    let mut pool = match Pool::open(path, access, backend) {
+        Ok(p) => p,
+        Err(e) => {
+            for p in &sb_problems {
+                println!("problem: {p}");
+            }
+            eprintln!("lynxfs fsck: {e}");
+            return match e {
+                // Ours, but damaged beyond what opening can get past.
+                Error::Corrupt { .. } => UNCORRECTED,
+                _ => OPERATIONAL,
+            };
+        }
+    };
+    let mut found = sb_problems.len();
+    for p in &sb_problems {
+        println!("problem: {p}");
+    }
+    if let Some(r) = &pool.recovery {
+        println!(
+            "the pool was not closed cleanly: recovery {} {} journal(s), dropped {} torn, \
+             cleared {} slot(s), dropped {} entr(ies), fixed {} link count(s), reclaimed {} inode(s)",
+            if repair { "replayed" } else { "would replay" },
+            r.journals_replayed,
+            r.journals_torn,
+            r.slots_cleared,
+            r.dentries_dropped,
+            r.nlinks_fixed,
+            r.inodes_reclaimed
+        );
+        for p in &r.problems {
+            println!("problem (cut by recovery): {p}");
+        }
+        found += r.problems.len();
+    }
+    let first = fsck::check(&pool);
+    print_report(&first);
+    found += first.problems.len();
+    let mut left = if repair { 0 } else { found };
+    let mut last = first;
+    if repair && !last.is_clean() {
+        match fsck::repair(&mut pool) {
+            Ok(r) => {
+                for f in &r.fixes {
+                    println!("fixed: {f}");
+                }
+                for p in &r.recovery_problems {
+                    println!("fixed (cut by recovery): {p}");
+                }
+                last = fsck::check(&pool);
+                if !last.is_clean() {
+                    println!("after repair:");
+                    print_report(&last);
+                }
+                left = last.problems.len();
+            }
+            Err(e) => {
+                println!("repair failed: {e}");
+                left = last.problems.len().max(1);
+            }
+        }
+    }
+    println!(
+        "{}: {} directories, {} files, {} symlinks, {} other; {} entries, {} data blocks in use",
+        path.display(),
+        last.directories,
+        last.files,
+        last.symlinks,
+        last.others,
+        last.dentries,
+        last.blocks
+    );
+    let code = if found == 0 {
+        println!("clean");
+        CLEAN
+    } else if left == 0 {
+        println!("{found} problem(s) found, all corrected");
+        CORRECTED
+    } else if repair {
+        println!("{found} problem(s) found, {left} left uncorrected");
+        UNCORRECTED
+    } else {
+        println!("{found} problem(s) found, not corrected (run with --repair)");
+        UNCORRECTED
+    };
+    if repair {
+        if let Err(e) = pool.close() {
+            eprintln!("lynxfs fsck: {e}");
+            return OPERATIONAL;
+        }
+    } else {
+        pool.crash(); // a read-only look: nothing to save
+    }
+    code
+}

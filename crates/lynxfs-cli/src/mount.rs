@@ -1,0 +1,236 @@
+//! `lynxfs mount`, `lynxfs umount`, and the `mount.lynxfs` helper that mount(8) runs
+//! for `mount -t lynxfs POOL DIR` (as `/sbin/mount.lynxfs POOL DIR [-sfnv] [-o OPTS]`).
+//!
+//! Without `-f`, `mount` opens the pool and mounts it in the foreground process, so
+//! every error (missing or busy pool, bad mount point, bad option) is reported and
+//! the exit status says so; only once the mount is live (the kernel's INIT answered)
+//! does it fork, and the parent exits 0 while the child serves. The fork happens
+//! while the process still has one thread (checked), before any worker starts.
+
+use std::ffi::OsString;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use lynxfs_fuse::mount::{block_stop_signals, prepare, MountOptions};
+
+/// How long `umount` waits for the daemon to close the pool after the unmount.
+const CLOSE_WAIT: Duration = Duration::from_secs(30);
+
+/// `lynxfs mount [-f] [-o OPTIONS] POOL MOUNTPOINT`
+pub fn mount(pool: &Path, mountpoint: &Path, foreground: bool, options: &[String]) -> Result<()> {
+    let mut opts = MountOptions::default();
+    for o in options {
+        opts.apply(o)?;
+    }
+    let signals = block_stop_signals()?;
+    let prepared = prepare(pool, mountpoint, &opts)
+        .with_context(|| format!("mounting {} at {}", pool.display(), mountpoint.display()))?;
+    if !foreground {
+        detach()?;
+    }
+    prepared.run(Some(signals))
+}
+
+fn threads_in_process() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Forks; the parent exits 0 at once (without running destructors, which would
+/// unmount), the child starts a new session with its standard streams on /dev/null.
+fn detach() -> Result<()> {
+    if threads_in_process() != Some(1) {
+        bail!("cannot detach: the process already runs several threads (use -f)");
+    }
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .context("opening /dev/null")?;
+    // SAFETY: the process has one thread (checked above), so the child is a complete
+    // copy and may go on running Rust code.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(std::io::Error::last_os_error()).context("fork"),
+        0 => {
+            // SAFETY: setsid and dup2 take plain integers; devnull is an open fd.
+            unsafe {
+                libc::setsid();
+                for fd in 0..3 {
+                    libc::dup2(devnull.as_raw_fd(), fd);
+                }
+            }
+            Ok(())
+        }
+        _ => {
+            // SAFETY: _exit ends the parent without running destructors: the mount
+            // and the pool now belong to the child.
+            unsafe { libc::_exit(0) }
+        }
+    }
+}
+
+/// Decodes the octal escapes (`\040` for a space) of /proc/self/mountinfo.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = |c: &u8| (b'0'..=b'7').contains(c);
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(octal) {
+            let v = u32::from(b[i + 1] - b'0') * 64
+                + u32::from(b[i + 2] - b'0') * 8
+                + u32::from(b[i + 3] - b'0');
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The (fstype, source) of the mount at `mountpoint`, from /proc/self/mountinfo.
+fn mount_at(mountpoint: &Path) -> Option<(String, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mountpoint.to_string_lossy();
+    info.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mp = unescape(left.split(' ').nth(4)?);
+        if mp != want {
+            return None;
+        }
+        let mut r = right.split(' ');
+        let fstype = r.next()?.to_string();
+        let source = unescape(r.next()?);
+        Some((fstype, source))
+    })
+}
+
+/// Can the pool's lock be taken, i.e. has its daemon closed it?
+fn pool_released(pool: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(pool) else {
+        return true;
+    };
+    // SAFETY: flock on a descriptor we own; the lock goes with the file on return.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// `lynxfs umount MOUNTPOINT`: unmounts, then waits until the daemon has closed the
+/// pool, so the pool can be used again as soon as this returns.
+pub fn umount(mountpoint: &Path) -> Result<()> {
+    let mp = mountpoint
+        .canonicalize()
+        .with_context(|| format!("{}", mountpoint.display()))?;
+    let found = mount_at(&mp);
+    match &found {
+        // Mounted by root through mount(2), the subtype is not recorded: plain "fuse".
+        Some((t, _)) if t == "fuse.lynxfs" || t == "fuse" => {}
+        Some((t, _)) => bail!("{}: not a LynxFS mount (type {t})", mp.display()),
+        None => bail!("{}: not mounted", mp.display()),
+    }
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
+            .context("mount point contains a NUL byte")?;
+        // SAFETY: c is a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            bail!("umount {}: {e}", mp.display());
+        }
+    } else {
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&mp)
+            .status()
+            .context("running fusermount3 (install the fuse3 package)")?;
+        if !st.success() {
+            bail!("fusermount3 -u {} failed ({st})", mp.display());
+        }
+    }
+    if let Some((_, source)) = found {
+        let pool = PathBuf::from(source);
+        if pool.is_file() {
+            let start = Instant::now();
+            while !pool_released(&pool) {
+                if start.elapsed() > CLOSE_WAIT {
+                    bail!(
+                        "{} unmounted, but its pool {} is still held after {:?}",
+                        mp.display(),
+                        pool.display(),
+                        CLOSE_WAIT
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `mount.lynxfs POOL DIR [-sfnv] [-N NS] [-o OPTIONS] [-t TYPE]`, as mount(8) calls it.
+pub fn helper_main(args: Vec<OsString>) -> ExitCode {
+    match helper(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mount.lynxfs: {e:#}");
+            // mount(8)'s "mount failure".
+            ExitCode::from(32)
+        }
+    }
+}
+
+fn helper(args: Vec<OsString>) -> Result<()> {
+    let mut pos = Vec::new();
+    let mut options = Vec::new();
+    let mut fake = false;
+    let mut it = args.into_iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("-o") => options.push(
+                it.next()
+                    .context("-o needs a value")?
+                    .into_string()
+                    .map_err(|_| anyhow::anyhow!("options are not UTF-8"))?,
+            ),
+            Some("-t") | Some("-N") => {
+                it.next().context("option needs a value")?;
+            }
+            Some(f) if f.starts_with('-') && f.len() > 1 => {
+                for c in f[1..].chars() {
+                    match c {
+                        'f' => fake = true,
+                        's' | 'n' | 'v' => {}
+                        _ => bail!("unknown flag -{c}"),
+                    }
+                }
+            }
+            _ => pos.push(PathBuf::from(a)),
+        }
+    }
+    let [pool, dir] = <[PathBuf; 2]>::try_from(pos)
+        .map_err(|_| anyhow::anyhow!("usage: mount.lynxfs POOL DIR [-o OPTIONS]"))?;
+    if fake {
+        return Ok(());
+    }
+    mount(&pool, &dir, false, &options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_mountinfo() {
+        assert_eq!(unescape(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape(r"/plain"), "/plain");
+        assert_eq!(unescape(r"/x\0"), r"/x\0");
+    }
+}

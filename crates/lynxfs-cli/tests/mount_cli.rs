@@ -1,0 +1,118 @@
+//! `lynxfs mount` / `lynxfs umount` / `mount.lynxfs` end to end, through the binary.
+//! Needs root and `/dev/fuse`; fails loudly without them.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
+
+fn run(args: &[&Path]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("running lynxfs")
+}
+
+fn p(s: &str) -> &Path {
+    Path::new(s)
+}
+
+fn mounted(mp: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mp = mp.to_string_lossy();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(mp.as_ref()))
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn info_state(pool: &Path) -> String {
+    let o = run(&[p("info"), pool]);
+    assert!(o.status.success(), "info: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find(|l| l.starts_with("state:"))
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn mount_daemon_second_mount_umount_helper_and_sigterm() {
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    let o = run(&[p("mkfs"), p("--size"), p("64M"), &pool]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let mnt = tempfile::tempdir().unwrap();
+    let mnt = mnt.path().canonicalize().unwrap();
+
+    // Detached mount: returns once the mount is live.
+    let o = run(&[
+        p("mount"),
+        p("-o"),
+        p("entry_timeout=0,threads=1"),
+        &pool,
+        &mnt,
+    ]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    assert!(mounted(&mnt));
+    std::fs::write(mnt.join("f"), b"through the daemon").unwrap();
+
+    // The pool is in use: a second mount says so and fails.
+    let other = tempfile::tempdir().unwrap();
+    let o = run(&[p("mount"), &pool, other.path()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    assert!(!mounted(other.path()));
+
+    // Bad options are refused before anything happens.
+    let o = run(&[p("mount"), p("-o"), p("threads=0"), &pool, other.path()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("threads=0"), "{}", stderr(&o));
+
+    // umount waits for the daemon to close the pool.
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+    assert!(!mounted(&mnt));
+    assert!(info_state(&pool).contains("clean"), "{}", info_state(&pool));
+    let o = run(&[p("umount"), &mnt]);
+    assert!(!o.status.success(), "umount of something not mounted fails");
+
+    // The mount(8) helper, by its name (a link to the binary).
+    let helper = dir.path().join("mount.lynxfs");
+    std::os::unix::fs::symlink(BIN, &helper).unwrap();
+    let o = Command::new(&helper)
+        .arg(&pool)
+        .arg(&mnt)
+        .args(["-o", "rw,attr_timeout=0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mount.lynxfs: {}", stderr(&o));
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"through the daemon");
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+
+    // Foreground: SIGTERM unmounts and closes the pool cleanly.
+    let mut child = Command::new(BIN)
+        .args([p("mount"), p("-f"), &pool, &mnt])
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !mounted(&mnt) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the foreground mount never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"through the daemon");
+    // SAFETY: signalling our own child by its pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let st = child.wait().unwrap();
+    assert!(st.success(), "foreground mount exited with {st}");
+    assert!(!mounted(&mnt));
+    assert!(info_state(&pool).contains("clean"), "{}", info_state(&pool));
+}

@@ -1,0 +1,864 @@
+//! `LynxFuse`: the FUSE adapter over the engine.
+//!
+//! Every FUSE call maps straight onto an inode-level call of [`lynxfs::Fs`] or its
+//! [`Namespace`]: FUSE inode numbers *are* LynxFS inode numbers (the root is 1 in
+//! both), and the inode's generation goes with every entry, so the kernel notices when
+//! a number is reused. The adapter keeps no cache and no state of its own: FUSE file
+//! handles are engine handles ([`lynxfs::Fd`]), and `forget` has nothing to drop.
+//!
+//! Permissions are checked by the engine with the caller's credentials (`req.uid()`,
+//! `req.gid()`, and the supplementary groups from `/proc/<pid>/status`, read only when
+//! a call was refused without them, so the common case costs no `/proc` read). With
+//! the `default_permissions` mount option the kernel checks as well.
+//!
+//! Locks (`flock`, `fcntl`) are left to the kernel: `getlk`/`setlk` are not
+//! implemented, so the kernel keeps the locks locally, which is right for a file
+//! system only this machine mounts.
+//!
+//! Engine errors become errnos in one place, [`errno`].
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+use lynxfs::meta::perm;
+use lynxfs::meta::NewNode;
+use lynxfs::pmem::Backend;
+use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet};
+
+/// How many directory entries to ask the engine for at a time while filling one
+/// readdir reply (the reply holds about 4 KiB, some 100 short names).
+const READDIR_BATCH: usize = 128;
+
+/// The FUSE file system over one open pool.
+pub struct LynxFuse<B: Backend> {
+    fs: Arc<Fs<B>>,
+    entry_ttl: Duration,
+    attr_ttl: Duration,
+    read_only: bool,
+    /// `fs.protected_hardlinks` was on at mount: the kernel applies it only through
+    /// its own permission checks, which FUSE skips without `default_permissions`.
+    protected_hardlinks: bool,
+}
+
+/// Maps an engine error to the errno the caller sees. The one place this is done.
+pub fn errno(e: &lynxfs::Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+type Res<T> = Result<T, Errno>;
+
+fn to_time(ns: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+/// A time to set, in nanoseconds since the epoch; times before 1970 are refused
+/// (the pool stores unsigned nanoseconds).
+fn time_set(t: TimeOrNow) -> Res<TimeSet> {
+    match t {
+        TimeOrNow::Now => Ok(TimeSet::Now),
+        TimeOrNow::SpecificTime(t) => {
+            let d = t.duration_since(UNIX_EPOCH).map_err(|_| Errno::EINVAL)?;
+            u64::try_from(d.as_nanos())
+                .map(TimeSet::At)
+                .map_err(|_| Errno::EOVERFLOW)
+        }
+    }
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+/// The FUSE attributes for an engine `Stat`.
+pub fn file_attr(st: &Stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(st.ino),
+        size: st.size,
+        blocks: st.blocks,
+        atime: to_time(st.atime),
+        mtime: to_time(st.mtime),
+        ctime: to_time(st.ctime),
+        crtime: to_time(st.btime),
+        kind: kind_of(st.mode),
+        perm: (st.mode & 0o7777) as u16,
+        nlink: u32::try_from(st.nlink).unwrap_or(u32::MAX),
+        uid: st.uid,
+        gid: st.gid,
+        // The kernel sent it as a 32-bit (new_encode_dev) number; it fits back.
+        rdev: st.rdev as u32,
+        blksize: st.blksize,
+        flags: 0,
+    }
+}
+
+/// The supplementary groups of process (or thread) `pid`, from the "Groups:" line of
+/// `/proc/<pid>/status`; empty when it cannot be read (the process is gone, or the
+/// request came from the kernel itself with pid 0).
+pub fn groups_of(pid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn name_bytes(name: &OsStr) -> &[u8] {
+    name.as_bytes()
+}
+
+/// Applies the umask the kernel passed (with FUSE_DONT_MASK the kernel leaves it to
+/// us; without, it has already applied it and doing it again changes nothing).
+fn masked(mode: u32, umask: u32) -> u32 {
+    mode & 0o7777 & !umask
+}
+
+impl<B: Backend> LynxFuse<B> {
+    pub fn new(fs: Arc<Fs<B>>, entry_ttl: Duration, attr_ttl: Duration, read_only: bool) -> Self {
+        let protected_hardlinks = std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
+            .is_ok_and(|v| v.trim() == "1");
+        LynxFuse {
+            fs,
+            entry_ttl,
+            attr_ttl,
+            read_only,
+            protected_hardlinks,
+        }
+    }
+
+    pub fn fs(&self) -> &Arc<Fs<B>> {
+        &self.fs
+    }
+
+    fn ns(&self) -> &lynxfs::api::Namespace<B> {
+        self.fs.ns()
+    }
+
+    fn writable(&self) -> Res<()> {
+        if self.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs `f` with the caller's credentials. A refusal (EACCES, EPERM) for a caller
+    /// other than root is retried once with the supplementary groups read from /proc:
+    /// the engine checks permissions before it changes anything, so a refused call
+    /// had no effect and may be repeated.
+    fn as_caller<T>(&self, req: &Request, f: impl Fn(&Cred) -> lynxfs::Result<T>) -> Res<T> {
+        let mut cred = Cred::user(req.uid(), req.gid());
+        match f(&cred) {
+            Err(e) if !cred.is_root() && matches!(e.errno(), libc::EACCES | libc::EPERM) => {
+                cred.groups = groups_of(req.pid());
+                if cred.groups.is_empty() {
+                    return Err(errno(&e));
+                }
+                f(&cred).map_err(|e| errno(&e))
+            }
+            r => r.map_err(|e| errno(&e)),
+        }
+    }
+
+    /// The caller's full credentials, groups included (for calls whose result, not
+    /// only whose permission, depends on the groups).
+    fn full_cred(req: &Request) -> Cred {
+        let mut cred = Cred::user(req.uid(), req.gid());
+        if !cred.is_root() {
+            cred.groups = groups_of(req.pid());
+        }
+        cred
+    }
+
+    fn stat(&self, ino: u64) -> Res<Stat> {
+        self.ns().getattr(ino).map_err(|e| errno(&e))
+    }
+
+    fn reply_entry(&self, r: Res<Stat>, reply: ReplyEntry) {
+        match r {
+            Ok(st) => reply.entry_with_ttls(
+                &self.attr_ttl,
+                &self.entry_ttl,
+                &file_attr(&st),
+                Generation(st.generation),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn reply_attr(&self, r: Res<Stat>, reply: ReplyAttr) {
+        match r {
+            Ok(st) => reply.attr(&self.attr_ttl, &file_attr(&st)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Creates a node of any kind and returns its attributes.
+    fn make(&self, req: &Request, parent: u64, name: &OsStr, node: NewNode<'_>) -> Res<Stat> {
+        self.writable()?;
+        let (ino, _) = self.as_caller(req, |c| {
+            self.ns().create(parent, name_bytes(name), node, c, true)
+        })?;
+        self.stat(ino)
+    }
+
+    fn setattr_inner(
+        &self,
+        req: &Request,
+        ino: u64,
+        a: &SetAttr,
+        size: Option<u64>,
+        fh: Option<FileHandle>,
+    ) -> Res<Stat> {
+        self.writable()?;
+        if let Some(len) = size {
+            // A handle open for writing truncates without a permission check, as
+            // ftruncate(2) does; otherwise (truncate(2), or O_TRUNC on a read-only
+            // open) the caller needs write permission.
+            let by_handle = fh.map(|fh| self.fs.ftruncate(fh.0, len));
+            match by_handle {
+                Some(Ok(())) => {}
+                Some(Err(e)) if e.errno() != libc::EINVAL && e.errno() != libc::EBADF => {
+                    return Err(errno(&e))
+                }
+                _ => self.as_caller(req, |c| self.fs.truncate_as(ino, len, c))?,
+            }
+        }
+        let any = a.mode.is_some()
+            || a.uid.is_some()
+            || a.gid.is_some()
+            || a.atime.is_some()
+            || a.mtime.is_some();
+        if !any {
+            return self.stat(ino);
+        }
+        if let (Some(m), None, None, None, None) = (a.mode, a.uid, a.gid, a.atime, a.mtime) {
+            // Without FUSE_HANDLE_KILLPRIV the kernel clears S_ISUID/S_ISGID after a
+            // write (or truncate) by sending this setattr as the writer, who need not
+            // own the file. Dropping only those bits is what any writer may do.
+            let old = self.stat(ino)?.mode & 0o7777;
+            let kill = libc::S_ISUID | libc::S_ISGID;
+            let new = m & 0o7777;
+            let only_drops_privs = new != old && new & !kill == old & !kill && new & !old == 0;
+            if only_drops_privs && req.uid() != 0 {
+                let a = SetAttr {
+                    mode: Some(m),
+                    ..SetAttr::default()
+                };
+                return self
+                    .ns()
+                    .setattr(ino, &a, &Cred::root())
+                    .map_err(|e| errno(&e));
+            }
+        }
+        if a.mode.is_some() {
+            // chmod keeps S_ISGID only for a member of the file's group: the answer
+            // depends on the groups, so read them first.
+            let cred = Self::full_cred(req);
+            return self.ns().setattr(ino, a, &cred).map_err(|e| errno(&e));
+        }
+        self.as_caller(req, |c| self.ns().setattr(ino, a, c))
+    }
+
+    fn access_bits(mask: AccessFlags) -> u32 {
+        let mut want = 0;
+        if mask.contains(AccessFlags::R_OK) {
+            want |= perm::R;
+        }
+        if mask.contains(AccessFlags::W_OK) {
+            want |= perm::W;
+        }
+        if mask.contains(AccessFlags::X_OK) {
+            want |= perm::X;
+        }
+        want
+    }
+
+    /// Linux's `protected_hardlinks` rule (`may_linkat`): a caller who neither owns
+    /// the file nor is root may link it only if it is a regular file, not set-user-ID,
+    /// not set-group-ID and group-executable, and readable and writable by them.
+    fn may_link(&self, ino: u64, cred: &Cred) -> lynxfs::Result<()> {
+        let st = self.ns().getattr(ino)?;
+        if !self.protected_hardlinks || cred.is_root() || cred.uid == st.uid {
+            return Ok(());
+        }
+        let safe = st.mode & libc::S_IFMT == libc::S_IFREG
+            && st.mode & libc::S_ISUID == 0
+            && st.mode & (libc::S_ISGID | libc::S_IXGRP) != (libc::S_ISGID | libc::S_IXGRP)
+            && self.check_perm(ino, cred, perm::R | perm::W).is_ok();
+        if safe {
+            Ok(())
+        } else {
+            Err(lynxfs::error::errno::EPERM)
+        }
+    }
+
+    fn check_perm(&self, ino: u64, cred: &Cred, want: u32) -> lynxfs::Result<()> {
+        let st = self.ns().getattr(ino)?;
+        let owner = perm::Owner {
+            mode: st.mode,
+            uid: st.uid,
+            gid: st.gid,
+        };
+        perm::check(cred, owner, want)
+    }
+}
+
+fn reply_empty(r: Res<()>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// The xattr reply protocol: size 0 asks for the length; a buffer too small is ERANGE.
+fn reply_xattr(r: Res<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    match r {
+        Ok(v) if size == 0 => match u32::try_from(v.len()) {
+            Ok(n) => reply.size(n),
+            Err(_) => reply.error(Errno::E2BIG),
+        },
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl<B: Backend> Filesystem for LynxFuse<B> {
+    fn destroy(&mut self) {
+        // Every worker thread has stopped: close the pool cleanly.
+        if let Err(e) = self.fs.close() {
+            eprintln!("lynxfs: closing the pool: {e}");
+        }
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self
+            .as_caller(req, |c| self.ns().lookup(parent.0, name_bytes(name), c))
+            .and_then(|ino| self.stat(ino));
+        self.reply_entry(r, reply);
+    }
+
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
+        // Nothing to do: the adapter holds no per-inode state. An inode's life is the
+        // engine's (its names and open handles), not the kernel's lookup count.
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = match fh {
+            Some(fh) => self
+                .fs
+                .fstat(fh.0)
+                .or_else(|_| self.ns().getattr(ino.0))
+                .map_err(|e| errno(&e)),
+            None => self.stat(ino.0),
+        };
+        self.reply_attr(r, reply);
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let r = (|| {
+            let a = SetAttr {
+                mode,
+                uid,
+                gid,
+                atime: atime.map(time_set).transpose()?,
+                mtime: mtime.map(time_set).transpose()?,
+            };
+            self.setattr_inner(req, ino.0, &a, size, fh)
+        })();
+        self.reply_attr(r, reply);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.ns().readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let kind = match mode & libc::S_IFMT {
+                0 => libc::S_IFREG,
+                k => k,
+            };
+            match kind {
+                libc::S_IFREG | libc::S_IFIFO | libc::S_IFSOCK => {}
+                libc::S_IFCHR | libc::S_IFBLK if req.uid() == 0 => {}
+                libc::S_IFCHR | libc::S_IFBLK => return Err(Errno::EPERM),
+                _ => return Err(Errno::EINVAL),
+            }
+            let node = NewNode {
+                mode: kind | masked(mode, umask),
+                rdev: u64::from(rdev),
+                target: None,
+            };
+            self.make(req, parent.0, name, node)
+        })();
+        self.reply_entry(r, reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let node = NewNode {
+            mode: libc::S_IFDIR | masked(mode, umask),
+            rdev: 0,
+            target: None,
+        };
+        let r = self.make(req, parent.0, name, node);
+        self.reply_entry(r, reply);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.writable().and_then(|()| {
+            self.as_caller(req, |c| self.ns().unlink(parent.0, name_bytes(name), c))
+        });
+        reply_empty(r, reply);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self
+            .writable()
+            .and_then(|()| self.as_caller(req, |c| self.ns().rmdir(parent.0, name_bytes(name), c)));
+        reply_empty(r, reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let node = NewNode {
+            mode: libc::S_IFLNK | 0o777,
+            rdev: 0,
+            target: Some(target.as_os_str().as_bytes()),
+        };
+        let r = self.make(req, parent.0, link_name, node);
+        self.reply_entry(r, reply);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.writable().and_then(|()| {
+            let flags = lynxfs::RenameFlags::from_bits(flags.bits()).map_err(|e| errno(&e))?;
+            self.as_caller(req, |c| {
+                self.ns().rename(
+                    parent.0,
+                    name_bytes(name),
+                    newparent.0,
+                    name_bytes(newname),
+                    flags,
+                    c,
+                )
+            })
+        });
+        reply_empty(r, reply);
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.writable().and_then(|()| {
+            self.as_caller(req, |c| {
+                self.may_link(ino.0, c)?;
+                self.ns().link(ino.0, newparent.0, name_bytes(newname), c)
+            })?;
+            self.stat(ino.0)
+        });
+        self.reply_entry(r, reply);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let acc = flags.0 & libc::O_ACCMODE;
+            if acc != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+                self.writable()?;
+            }
+            self.as_caller(req, |c| self.fs.open_ino(ino.0, flags.0, c, false))
+        })();
+        match r {
+            Ok(fd) => reply.opened(FileHandle(fd), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let mut buf = vec![0u8; size as usize];
+        match self.fs.pread(fh.0, &mut buf, offset) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self
+            .writable()
+            .and_then(|()| self.fs.pwrite(fh.0, data, offset).map_err(|e| errno(&e)));
+        match r {
+            // A FUSE write is at most max_write (far below 4 GiB) long.
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Every write is durable when it returns: nothing is buffered.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(self.fs.close_fd(fh.0).map_err(|e| errno(&e)), reply);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(self.fs.fsync(fh.0).map_err(|e| errno(&e)), reply);
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Listing needs read permission, checked at open as for any directory.
+        let r = self.as_caller(req, |c| {
+            self.ns().dir(ino.0)?;
+            self.check_perm(ino.0, c, perm::R)
+        });
+        match r {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let mut off = offset;
+        loop {
+            let batch = self.as_caller(req, |c| self.ns().readdir(ino.0, off, READDIR_BATCH, c));
+            let batch = match batch {
+                Ok(b) => b,
+                Err(e) => return reply.error(e),
+            };
+            let Some(last) = batch.last() else { break };
+            let next_off = last.next;
+            for e in &batch {
+                let kind = kind_of(u32::from(e.dtype) << 12);
+                let name = OsStr::from_bytes(&e.name);
+                // `add` says the reply is full; the kernel asks again from the last
+                // entry's `next`.
+                if reply.add(INodeNo(e.ino), e.next, kind, name) {
+                    return reply.ok();
+                }
+            }
+            off = next_off;
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Directory changes are durable when the call that made them returns.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.ns().statfs();
+        let bsize = u32::try_from(s.block_size).unwrap_or(4096);
+        reply.statfs(
+            s.blocks,
+            s.blocks_free,
+            s.blocks_free,
+            s.files,
+            s.files_free,
+            bsize,
+            u32::try_from(s.name_max).unwrap_or(255),
+            bsize,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let name = name_bytes(name);
+        let r = self.writable().and_then(|()| {
+            self.as_caller(req, |c| {
+                lynxfs::api::xattr_access(self.ns(), ino.0, name, c, perm::W)
+            })?;
+            let ns = self.ns();
+            let cl = ns.cachelets.get(&ns.pool, ino.0);
+            let _w = cl.lock.write();
+            lynxfs::data::xattr::set(&ns.pool, ino.0, lane(ns), name, value, flags)
+                .map_err(|e| errno(&e))
+        });
+        reply_empty(r, reply);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name_bytes(name);
+        let r = self
+            .as_caller(req, |c| {
+                lynxfs::api::xattr_access(self.ns(), ino.0, name, c, perm::R)
+            })
+            .and_then(|()| {
+                lynxfs::data::xattr::get(&self.ns().pool, ino.0, name).map_err(|e| errno(&e))
+            });
+        reply_xattr(r, size, reply);
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = (|| {
+            self.ns().live(ino.0).map_err(|e| errno(&e))?;
+            let names = lynxfs::data::xattr::list(&self.ns().pool, ino.0).map_err(|e| errno(&e))?;
+            // Unprivileged callers do not see trusted.* names, as on Linux.
+            let root = req.uid() == 0;
+            let mut out = Vec::new();
+            for n in names.iter().filter(|n| root || !n.starts_with(b"trusted.")) {
+                out.extend_from_slice(n);
+                out.push(0);
+            }
+            Ok(out)
+        })();
+        reply_xattr(r, size, reply);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_bytes(name);
+        let r = self.writable().and_then(|()| {
+            self.as_caller(req, |c| {
+                lynxfs::api::xattr_access(self.ns(), ino.0, name, c, perm::W)
+            })?;
+            let ns = self.ns();
+            let cl = ns.cachelets.get(&ns.pool, ino.0);
+            let _w = cl.lock.write();
+            lynxfs::data::xattr::remove(&ns.pool, ino.0, lane(ns), name).map_err(|e| errno(&e))
+        });
+        reply_empty(r, reply);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let want = Self::access_bits(mask);
+        let r = (|| {
+            if want & perm::W != 0 {
+                self.writable()?;
+            }
+            self.as_caller(req, |c| {
+                self.ns().live(ino.0)?;
+                if want == 0 {
+                    return Ok(());
+                }
+                self.check_perm(ino.0, c, want)
+            })
+        })();
+        reply_empty(r, reply);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = (|| {
+            self.writable()?;
+            let node = NewNode {
+                mode: libc::S_IFREG | masked(mode, umask),
+                rdev: 0,
+                target: None,
+            };
+            let excl = flags & libc::O_EXCL != 0;
+            let (ino, created) = self.as_caller(req, |c| {
+                self.ns().create(parent.0, name_bytes(name), node, c, excl)
+            })?;
+            let fd = self.as_caller(req, |c| self.fs.open_ino(ino, flags, c, created))?;
+            match self.stat(ino) {
+                Ok(st) => Ok((st, fd)),
+                Err(e) => {
+                    let _ = self.fs.close_fd(fd);
+                    Err(e)
+                }
+            }
+        })();
+        match r {
+            Ok((st, fd)) => reply.created(
+                &self.entry_ttl,
+                &file_attr(&st),
+                Generation(st.generation),
+                FileHandle(fd),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.writable().and_then(|()| {
+            self.fs
+                .fallocate(fh.0, mode, offset, length)
+                .map_err(|e| errno(&e))
+        });
+        reply_empty(r, reply);
+    }
+}
+
+/// The allocation lane of the calling thread (one per CPU).
+fn lane<B: Backend>(ns: &lynxfs::api::Namespace<B>) -> u32 {
+    lynxfs::alloc::lane::current(ns.pool.layout.lanes())
+}

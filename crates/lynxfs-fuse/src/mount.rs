@@ -1,0 +1,391 @@
+//! Mounting a pool: options with mount(8)-style names, a foreground mount that serves
+//! until unmounted or signalled, a two-step variant for daemons (mount, then serve in
+//! a forked child), and a background mount for tests.
+//!
+//! However the session ends (`umount`, `fusermount3 -u`, SIGTERM/SIGINT in the
+//! foreground, dropping a [`LynxMount`]), the pool is closed cleanly
+//! ([`lynxfs::Fs::close`], from the adapter's `destroy`, after every worker stopped).
+//! A second mount of a pool already mounted fails with the pool's "in use" error.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL, SessionUnmounter};
+use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
+use lynxfs::{Access, Fs, Pool};
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::adapter::LynxFuse;
+
+/// Which durability backend to open the pool with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Cache-line flushes and sfence: DAX persistent memory, or tmpfs standing in.
+    Pmem,
+    /// msync of touched pages: a pool on an ordinary disk file system.
+    Msync,
+}
+
+impl BackendChoice {
+    /// pmem on DAX or tmpfs, else msync.
+    pub fn auto(pool: &Path) -> BackendChoice {
+        let dax = std::fs::File::open(pool)
+            .map(|f| lynxfs::pmem::dax_supported(&f))
+            .unwrap_or(false);
+        if dax || lynxfs::pmem::on_tmpfs(pool) {
+            BackendChoice::Pmem
+        } else {
+            BackendChoice::Msync
+        }
+    }
+}
+
+/// Mount options; [`MountOptions::parse`] reads them in `-o` syntax.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MountOptions {
+    /// How long the kernel may cache a name (`entry_timeout=`, seconds); 0 = off.
+    pub entry_timeout: Duration,
+    /// How long the kernel may cache attributes (`attr_timeout=`, seconds); 0 = off.
+    pub attr_timeout: Duration,
+    /// Let users other than the mounter in (`allow_other`).
+    pub allow_other: bool,
+    /// Have the kernel check permissions too (`default_permissions`).
+    pub default_permissions: bool,
+    /// FUSE worker threads (`threads=`), each with its own /dev/fuse fd.
+    pub threads: usize,
+    /// Mount read-only (`ro`); the pool is then mapped privately and never changed.
+    pub read_only: bool,
+    /// `backend=pmem|msync`; `None` picks by where the pool lives.
+    pub backend: Option<BackendChoice>,
+    /// Other kernel mount flags passed along (nosuid, nodev, noexec, noatime, ...).
+    pub extra: Vec<MountOption>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            entry_timeout: Duration::from_secs(1),
+            attr_timeout: Duration::from_secs(1),
+            allow_other: false,
+            default_permissions: false,
+            threads: 2,
+            read_only: false,
+            backend: None,
+            extra: Vec::new(),
+        }
+    }
+}
+
+fn seconds(key: &str, v: &str) -> anyhow::Result<Duration> {
+    let s: f64 = v
+        .parse()
+        .with_context(|| format!("{key}={v}: not a number of seconds"))?;
+    if !s.is_finite() || !(0.0..=1e9).contains(&s) {
+        bail!("{key}={v}: must be between 0 and 1e9 seconds");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+impl MountOptions {
+    /// Parses a comma-separated option list (`-o` syntax) on top of the defaults.
+    pub fn parse(list: &str) -> anyhow::Result<MountOptions> {
+        let mut o = MountOptions::default();
+        o.apply(list)?;
+        Ok(o)
+    }
+
+    /// Applies a comma-separated option list to these options.
+    pub fn apply(&mut self, list: &str) -> anyhow::Result<()> {
+        for opt in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, val) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let need = || val.with_context(|| format!("option {key} needs a value ({key}=...)"));
+            match key {
+                "entry_timeout" => self.entry_timeout = seconds(key, need()?)?,
+                "attr_timeout" => self.attr_timeout = seconds(key, need()?)?,
+                "threads" => {
+                    let v = need()?;
+                    let n: usize = v
+                        .parse()
+                        .with_context(|| format!("threads={v}: not a number"))?;
+                    if !(1..=256).contains(&n) {
+                        bail!("threads={v}: must be 1 to 256");
+                    }
+                    self.threads = n;
+                }
+                "backend" => {
+                    self.backend = Some(match need()? {
+                        "pmem" => BackendChoice::Pmem,
+                        "msync" => BackendChoice::Msync,
+                        other => bail!("backend={other}: must be pmem or msync"),
+                    })
+                }
+                "allow_other" => self.allow_other = true,
+                "default_permissions" => self.default_permissions = true,
+                "ro" => self.read_only = true,
+                "rw" => self.read_only = false,
+                "nosuid" => self.extra.push(MountOption::NoSuid),
+                "suid" => self.extra.push(MountOption::Suid),
+                "nodev" => self.extra.push(MountOption::NoDev),
+                "dev" => self.extra.push(MountOption::Dev),
+                "noexec" => self.extra.push(MountOption::NoExec),
+                "exec" => self.extra.push(MountOption::Exec),
+                "noatime" => self.extra.push(MountOption::NoAtime),
+                "atime" => self.extra.push(MountOption::Atime),
+                "sync" => self.extra.push(MountOption::Sync),
+                "async" => self.extra.push(MountOption::Async),
+                "dirsync" => self.extra.push(MountOption::DirSync),
+                // Options mount(8) and fstab use that mean nothing to the file system.
+                "defaults" | "relatime" | "auto" | "noauto" | "user" | "nouser" | "users"
+                | "_netdev" | "nofail" => {}
+                _ if val.is_some() && key.starts_with("x-") => {}
+                _ => bail!(
+                    "unknown mount option {opt:?} (known: entry_timeout=, attr_timeout=, \
+                     threads=, backend=pmem|msync, allow_other, default_permissions, ro, rw, \
+                     nosuid, nodev, noexec, noatime, sync, dirsync)"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    fn config(&self, pool: &Path) -> Config {
+        let mut config = Config::default();
+        let mut opts = vec![
+            MountOption::FSName(pool.display().to_string()),
+            MountOption::Subtype("lynxfs".to_string()),
+            if self.read_only {
+                MountOption::RO
+            } else {
+                MountOption::RW
+            },
+        ];
+        if self.default_permissions {
+            opts.push(MountOption::DefaultPermissions);
+        }
+        for e in &self.extra {
+            if !opts.contains(e) {
+                opts.push(e.clone());
+            }
+        }
+        config.mount_options = opts;
+        if self.allow_other {
+            config.acl = SessionACL::All;
+        }
+        config.n_threads = Some(self.threads.max(1));
+        config.clone_fd = self.threads > 1;
+        config
+    }
+}
+
+/// A mounted pool whose session has not started serving yet: the mount is live (the
+/// kernel's INIT was answered), so a daemon may detach now and serve in the child.
+pub struct Prepared {
+    inner: Box<dyn Serve>,
+    mountpoint: PathBuf,
+}
+
+trait Serve: Send {
+    fn unmounter(&mut self) -> SessionUnmounter;
+    fn run(self: Box<Self>) -> std::io::Result<()>;
+    fn spawn(self: Box<Self>) -> std::io::Result<BackgroundSession>;
+}
+
+impl<B: Backend> Serve for Session<LynxFuse<B>> {
+    fn unmounter(&mut self) -> SessionUnmounter {
+        self.unmount_callable()
+    }
+    fn run(self: Box<Self>) -> std::io::Result<()> {
+        (*self).run()
+    }
+    fn spawn(self: Box<Self>) -> std::io::Result<BackgroundSession> {
+        (*self).spawn()
+    }
+}
+
+fn session<B: Backend>(
+    pool_path: &Path,
+    mountpoint: &Path,
+    o: &MountOptions,
+    backend: B,
+) -> anyhow::Result<Box<dyn Serve>> {
+    let access = if o.read_only {
+        Access::ReadOnly
+    } else {
+        Access::ReadWrite
+    };
+    // The pool first: a missing, foreign or busy pool is reported before mounting.
+    let pool = Pool::open(pool_path, access, backend)?;
+    let fs = Arc::new(Fs::new(pool));
+    let fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
+    match Session::new(fuse, mountpoint, &o.config(pool_path)) {
+        Ok(s) => Ok(Box::new(s)),
+        Err(e) => {
+            // Nothing was served: close the pool cleanly before reporting.
+            let _ = fs.close();
+            Err(anyhow::Error::new(e).context(format!("mounting at {}", mountpoint.display())))
+        }
+    }
+}
+
+/// Opens the pool and mounts it, without serving yet.
+pub fn prepare(pool: &Path, mountpoint: &Path, o: &MountOptions) -> anyhow::Result<Prepared> {
+    crate::check_fuse_device()?;
+    if !mountpoint.is_dir() {
+        bail!("{}: mount point is not a directory", mountpoint.display());
+    }
+    let inner = match o.backend.unwrap_or_else(|| BackendChoice::auto(pool)) {
+        BackendChoice::Pmem => session(pool, mountpoint, o, PmemBackend::default())?,
+        BackendChoice::Msync => session(pool, mountpoint, o, MsyncBackend)?,
+    };
+    Ok(Prepared {
+        inner,
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}
+
+/// Blocks SIGINT/SIGTERM in this thread and every thread spawned after it, so they
+/// only ever reach `sigwait`. Call before [`prepare`] (before any thread exists).
+pub fn block_stop_signals() -> anyhow::Result<SigSet> {
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
+    Ok(signals)
+}
+
+impl Prepared {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Serves until unmounted (`umount`, `fusermount3 -u`) or, with `signals`, until
+    /// one of them arrives (then it unmounts itself). The pool is closed cleanly
+    /// before this returns.
+    pub fn run(mut self, signals: Option<SigSet>) -> anyhow::Result<()> {
+        if let Some(signals) = signals {
+            let mut unmounter = self.inner.unmounter();
+            let mp = self.mountpoint.clone();
+            thread::Builder::new()
+                .name("signal-wait".to_string())
+                .spawn(move || {
+                    if let Ok(sig) = signals.wait() {
+                        eprintln!("lynxfs: {sig}, unmounting {}", mp.display());
+                    }
+                    if let Err(e) = unmounter.unmount() {
+                        eprintln!("lynxfs: unmounting {}: {e}", mp.display());
+                    }
+                })
+                .context("spawning the signal thread")?;
+        }
+        self.inner.run().context("FUSE session")
+    }
+
+    /// Serves from background threads (tests).
+    pub fn spawn(self) -> anyhow::Result<LynxMount> {
+        let session = self
+            .inner
+            .spawn()
+            .context("spawning the FUSE session thread")?;
+        Ok(LynxMount {
+            mountpoint: self.mountpoint,
+            session: Some(session),
+        })
+    }
+}
+
+/// Mounts `pool` at `mountpoint` and serves in the foreground until it is unmounted
+/// or SIGINT/SIGTERM arrives; the pool is closed cleanly before this returns.
+pub fn mount(pool: &Path, mountpoint: &Path, o: &MountOptions) -> anyhow::Result<()> {
+    let signals = block_stop_signals()?;
+    prepare(pool, mountpoint, o)?.run(Some(signals))
+}
+
+/// Mounts `pool` and serves it from background threads; dropping the result (or
+/// [`LynxMount::unmount`]) unmounts and closes the pool.
+pub fn mount_background(
+    pool: &Path,
+    mountpoint: &Path,
+    o: &MountOptions,
+) -> anyhow::Result<LynxMount> {
+    prepare(pool, mountpoint, o)?.spawn()
+}
+
+/// A pool mounted by [`mount_background`].
+#[derive(Debug)]
+pub struct LynxMount {
+    mountpoint: PathBuf,
+    session: Option<BackgroundSession>,
+}
+
+impl LynxMount {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts, waits for the session to end and the pool to be closed.
+    pub fn unmount(mut self) -> anyhow::Result<()> {
+        self.unmount_inner()
+    }
+
+    fn unmount_inner(&mut self) -> anyhow::Result<()> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        session
+            .umount_and_join()
+            .with_context(|| format!("unmounting {}", self.mountpoint.display()))
+    }
+}
+
+impl Drop for LynxMount {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount_inner() {
+            eprintln!("lynxfs-fuse: {e:#}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_options() {
+        let o = MountOptions::parse("").unwrap();
+        assert_eq!(o, MountOptions::default());
+        assert_eq!(o.threads, 2);
+        assert_eq!(o.attr_timeout, Duration::from_secs(1));
+        let o = MountOptions::parse(
+            "entry_timeout=0,attr_timeout=0.5,allow_other,default_permissions,threads=4,ro,backend=msync,nosuid,defaults",
+        )
+        .unwrap();
+        assert_eq!(o.entry_timeout, Duration::ZERO);
+        assert_eq!(o.attr_timeout, Duration::from_millis(500));
+        assert!(o.allow_other && o.default_permissions && o.read_only);
+        assert_eq!(o.threads, 4);
+        assert_eq!(o.backend, Some(BackendChoice::Msync));
+        assert_eq!(o.extra, vec![MountOption::NoSuid]);
+    }
+
+    #[test]
+    fn bad_options_are_clear_errors() {
+        for (bad, says) in [
+            ("threads=0", "threads=0"),
+            ("threads=x", "not a number"),
+            ("attr_timeout=-1", "between"),
+            ("entry_timeout=nan", "between"),
+            ("entry_timeout", "needs a value"),
+            ("backend=disk", "pmem or msync"),
+            ("frobnicate", "unknown mount option"),
+        ] {
+            let e = MountOptions::parse(bad).unwrap_err();
+            assert!(format!("{e:#}").contains(says), "{bad}: {e:#}");
+        }
+    }
+}

@@ -1,0 +1,1032 @@
+//! Conformance: the same sequence of system calls runs in a directory on a LynxFS
+//! mount and in one on tmpfs (`/dev/shm`), and every call's result (value or errno,
+//! plus what `stat` and `read` show afterwards) is compared. Each difference is
+//! printed; the test fails on any difference not in [`ALLOWED`], which says why the
+//! difference is right.
+//!
+//! The part "as another user" runs on a thread whose file-system credentials are
+//! switched to uid 1000, gid 1000, groups [1001] (`setfsuid`, `setfsgid` and the raw
+//! `setgroups` system call, all per-thread), so the kernel and the FUSE daemon see
+//! that user while the rest of the process stays root.
+//!
+//! Needs root and `/dev/fuse`; fails loudly without them.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use lynxfs::pmem::PmemBackend;
+use lynxfs::{MkfsOptions, Pool};
+use lynxfs_fuse::mount::{mount_background, MountOptions};
+
+/// Differences that are right, by step label, with the reason.
+const ALLOWED: &[(&str, &str)] = &[
+    (
+        "whiteout",
+        "RENAME_WHITEOUT exists for overlayfs; LynxFS does not make whiteout devices and \
+         refuses the flag with EINVAL, as most file systems do",
+    ),
+    (
+        "user setxattr trusted",
+        "the test thread changes only its file-system identity (setfsuid), so it keeps \
+         CAP_SYS_ADMIN, which tmpfs honours for trusted.*; the FUSE daemon sees uid 1000 \
+         and refuses, which is what a real uid 1000 (without the capability) gets on tmpfs",
+    ),
+];
+
+const USER: u32 = 1000;
+const GROUP: u32 = 1000;
+const EXTRA_GROUP: u32 = 1001;
+
+struct Ctx {
+    root: PathBuf,
+    log: Vec<(String, String)>,
+    /// Descriptors still open; closed at the end so the mount can go.
+    fds: Vec<i32>,
+}
+
+fn errno_str() -> String {
+    let e = std::io::Error::last_os_error();
+    let n = e.raw_os_error().unwrap_or(0);
+    format!("Err({})", errno_name(n))
+}
+
+fn errno_name(n: i32) -> String {
+    let names = [
+        (libc::EPERM, "EPERM"),
+        (libc::ENOENT, "ENOENT"),
+        (libc::EBADF, "EBADF"),
+        (libc::EACCES, "EACCES"),
+        (libc::EEXIST, "EEXIST"),
+        (libc::EXDEV, "EXDEV"),
+        (libc::ENOTDIR, "ENOTDIR"),
+        (libc::EISDIR, "EISDIR"),
+        (libc::EINVAL, "EINVAL"),
+        (libc::EFBIG, "EFBIG"),
+        (libc::ENOSPC, "ENOSPC"),
+        (libc::EROFS, "EROFS"),
+        (libc::EMLINK, "EMLINK"),
+        (libc::ERANGE, "ERANGE"),
+        (libc::ENAMETOOLONG, "ENAMETOOLONG"),
+        (libc::ENOTEMPTY, "ENOTEMPTY"),
+        (libc::ELOOP, "ELOOP"),
+        (libc::EWOULDBLOCK, "EWOULDBLOCK"),
+        (libc::ENODATA, "ENODATA"),
+        (libc::EOPNOTSUPP, "EOPNOTSUPP"),
+        (libc::E2BIG, "E2BIG"),
+        (libc::EBUSY, "EBUSY"),
+        (libc::ENOSYS, "ENOSYS"),
+        (libc::EIO, "EIO"),
+        (libc::ENODEV, "ENODEV"),
+    ];
+    names
+        .iter()
+        .find(|(e, _)| *e == n)
+        .map_or_else(|| format!("errno {n}"), |(_, s)| s.to_string())
+}
+
+impl Ctx {
+    fn path(&self, name: &str) -> CString {
+        let p = if name.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(name)
+        };
+        CString::new(p.as_os_str().as_bytes()).expect("no NUL in test paths")
+    }
+
+    fn rec(&mut self, label: &str, outcome: String) {
+        self.log.push((label.to_string(), outcome));
+    }
+
+    /// Records a libc return value: non-negative is success (shown unless `hide`).
+    fn ret(&mut self, label: &str, r: i64, hide: bool) -> i64 {
+        let s = if r < 0 {
+            errno_str()
+        } else if hide {
+            "Ok".to_string()
+        } else {
+            format!("Ok({r})")
+        };
+        self.rec(label, s);
+        r
+    }
+
+    fn call(&mut self, label: &str, r: libc::c_int) -> i64 {
+        self.ret(label, i64::from(r), false)
+    }
+
+    fn open(&mut self, label: &str, name: &str, flags: i32, mode: u32) -> i32 {
+        let p = self.path(name);
+        // SAFETY: p is a valid C string.
+        let fd = unsafe { libc::open(p.as_ptr(), flags, mode) };
+        self.ret(label, i64::from(fd), true);
+        if fd >= 0 {
+            self.fds.push(fd);
+        }
+        fd
+    }
+
+    fn close(&mut self, fd: i32) {
+        if fd >= 0 {
+            self.fds.retain(|&f| f != fd);
+            // SAFETY: closing a descriptor this test opened.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    fn write(&mut self, label: &str, fd: i32, data: &[u8]) {
+        // SAFETY: data is a valid buffer of data.len() bytes.
+        let r = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        self.ret(label, r as i64, false);
+    }
+
+    fn pwrite(&mut self, label: &str, fd: i32, data: &[u8], off: i64) {
+        // SAFETY: as write.
+        let r = unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), off) };
+        self.ret(label, r as i64, false);
+    }
+
+    fn read(&mut self, label: &str, fd: i32, n: usize) {
+        let mut buf = vec![0u8; n];
+        // SAFETY: buf is a valid buffer of n bytes.
+        let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), n) };
+        self.data(label, r as i64, &buf);
+    }
+
+    fn pread(&mut self, label: &str, fd: i32, n: usize, off: i64) {
+        let mut buf = vec![0u8; n];
+        // SAFETY: as read.
+        let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), n, off) };
+        self.data(label, r as i64, &buf);
+    }
+
+    fn data(&mut self, label: &str, r: i64, buf: &[u8]) {
+        let s = if r < 0 {
+            errno_str()
+        } else {
+            format!("Ok({:?})", String::from_utf8_lossy(&buf[..r as usize]))
+        };
+        self.rec(label, s);
+    }
+
+    fn lseek(&mut self, label: &str, fd: i32, off: i64, whence: i32) {
+        // SAFETY: plain integers.
+        let r = unsafe { libc::lseek(fd, off, whence) };
+        self.ret(label, r, false);
+    }
+
+    /// What stat shows that should not depend on the file system: type and mode,
+    /// links, owner, size for files and symlinks, rdev for devices.
+    fn stat_desc(st: &libc::stat) -> String {
+        let kind = st.st_mode & libc::S_IFMT;
+        let size = if kind == libc::S_IFREG || kind == libc::S_IFLNK {
+            format!(" size={}", st.st_size)
+        } else {
+            String::new()
+        };
+        let rdev = if kind == libc::S_IFCHR || kind == libc::S_IFBLK {
+            format!(" rdev={}", st.st_rdev)
+        } else {
+            String::new()
+        };
+        format!(
+            "mode={:o} nlink={} uid={} gid={}{size}{rdev}",
+            st.st_mode, st.st_nlink, st.st_uid, st.st_gid
+        )
+    }
+
+    fn stat_with(&mut self, label: &str, name: &str, follow: bool) -> Option<libc::stat> {
+        let p = self.path(name);
+        // SAFETY: a zeroed stat is a valid out-buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: p and st are valid.
+        let r = unsafe {
+            if follow {
+                libc::stat(p.as_ptr(), &mut st)
+            } else {
+                libc::lstat(p.as_ptr(), &mut st)
+            }
+        };
+        if r < 0 {
+            self.rec(label, errno_str());
+            None
+        } else {
+            self.rec(label, Self::stat_desc(&st));
+            Some(st)
+        }
+    }
+
+    fn stat(&mut self, label: &str, name: &str) -> Option<libc::stat> {
+        self.stat_with(label, name, true)
+    }
+
+    fn fstat(&mut self, label: &str, fd: i32) {
+        // SAFETY: as stat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: st is a valid out-buffer.
+        let r = unsafe { libc::fstat(fd, &mut st) };
+        let s = if r < 0 {
+            errno_str()
+        } else {
+            Self::stat_desc(&st)
+        };
+        self.rec(label, s);
+    }
+
+    fn content(&mut self, label: &str, name: &str) {
+        let s = match std::fs::read(self.root.join(name)) {
+            Ok(b) => format!("Ok({:?})", String::from_utf8_lossy(&b)),
+            Err(e) => format!("Err({})", errno_name(e.raw_os_error().unwrap_or(0))),
+        };
+        self.rec(label, s);
+    }
+
+    fn mkdir(&mut self, label: &str, name: &str, mode: u32) {
+        let p = self.path(name);
+        // SAFETY: p is valid.
+        let r = unsafe { libc::mkdir(p.as_ptr(), mode) };
+        self.call(label, r);
+    }
+
+    fn path2(
+        &mut self,
+        label: &str,
+        a: &str,
+        b: &str,
+        f: unsafe extern "C" fn(*const libc::c_char, *const libc::c_char) -> libc::c_int,
+    ) {
+        let (pa, pb) = (self.path(a), self.path(b));
+        // SAFETY: both are valid C strings; f is a libc call taking two paths.
+        let r = unsafe { f(pa.as_ptr(), pb.as_ptr()) };
+        self.call(label, r);
+    }
+
+    /// A symlink at `name` whose target is `target`, as given (not under the root).
+    fn symlink(&mut self, label: &str, target: &str, name: &str) {
+        let t = CString::new(target).expect("no NUL");
+        let p = self.path(name);
+        // SAFETY: both are valid C strings.
+        let r = unsafe { libc::symlink(t.as_ptr(), p.as_ptr()) };
+        self.call(label, r);
+    }
+
+    fn rename2(&mut self, label: &str, a: &str, b: &str, flags: u32) {
+        let (pa, pb) = (self.path(a), self.path(b));
+        // SAFETY: renameat2 with valid paths; AT_FDCWD with absolute paths.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                libc::AT_FDCWD,
+                pa.as_ptr(),
+                libc::AT_FDCWD,
+                pb.as_ptr(),
+                flags,
+            )
+        };
+        self.ret(label, r, false);
+    }
+
+    fn path1(&mut self, label: &str, a: &str, f: impl FnOnce(*const libc::c_char) -> libc::c_int) {
+        let pa = self.path(a);
+        let r = f(pa.as_ptr());
+        self.call(label, r);
+    }
+
+    fn readdir(&mut self, label: &str, name: &str) {
+        let s = match std::fs::read_dir(self.root.join(name)) {
+            Ok(rd) => {
+                let mut v: Vec<String> = rd
+                    .map(|e| {
+                        let e = e.expect("readdir entry");
+                        let t = e.file_type().expect("d_type");
+                        let k = if t.is_dir() {
+                            "d"
+                        } else if t.is_symlink() {
+                            "l"
+                        } else if t.is_file() {
+                            "f"
+                        } else {
+                            "o"
+                        };
+                        format!("{}:{k}", e.file_name().to_string_lossy())
+                    })
+                    .collect();
+                v.sort();
+                format!("Ok({v:?})")
+            }
+            Err(e) => format!("Err({})", errno_name(e.raw_os_error().unwrap_or(0))),
+        };
+        self.rec(label, s);
+    }
+}
+
+fn xattr_buf(r: isize, buf: &[u8]) -> String {
+    if r < 0 {
+        errno_str()
+    } else {
+        format!("Ok({:?})", String::from_utf8_lossy(&buf[..r as usize]))
+    }
+}
+
+/// A listxattr result with its names sorted: their order is unspecified.
+fn sorted_names(r: isize, buf: &[u8]) -> String {
+    if r < 0 {
+        return errno_str();
+    }
+    let mut names: Vec<_> = buf[..r as usize]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    names.sort();
+    format!("Ok({names:?})")
+}
+
+/// Everything root does.
+fn script(c: &mut Ctx) {
+    use libc::*;
+    c.mkdir("mkdir t", "t", 0o755);
+    c.path1("chmod t 0755", "t", |p| unsafe { chmod(p, 0o755) });
+
+    // ---- open flags, read/write, seek ----
+    let fd = c.open("open creat|excl", "t/f", O_CREAT | O_EXCL | O_RDWR, 0o644);
+    c.open(
+        "open creat|excl again",
+        "t/f",
+        O_CREAT | O_EXCL | O_RDWR,
+        0o644,
+    );
+    c.write("write", fd, b"hello world");
+    c.lseek("lseek set 0", fd, 0, SEEK_SET);
+    c.read("read", fd, 100);
+    c.read("read at eof", fd, 100);
+    c.pread("pread 6", fd, 5, 6);
+    c.pwrite("pwrite 6", fd, b"W", 6);
+    c.lseek("lseek end", fd, 0, SEEK_END);
+    c.lseek("lseek cur -100", fd, -100, SEEK_CUR);
+    c.lseek("lseek set 100", fd, 100, SEEK_SET);
+    c.write("write at 100", fd, b"x");
+    c.fstat("fstat after hole", fd);
+    c.pread("pread hole", fd, 4, 50);
+    c.call("ftruncate 5", unsafe { ftruncate(fd, 5) });
+    c.fstat("fstat after ftruncate", fd);
+    c.call("fsync", unsafe { fsync(fd) });
+    c.call("fdatasync", unsafe { fdatasync(fd) });
+    c.close(fd);
+    c.content("content f", "t/f");
+
+    let fd = c.open("open trunc", "t/f", O_WRONLY | O_TRUNC, 0);
+    c.close(fd);
+    c.stat("stat after trunc", "t/f");
+    let fd = c.open("open append", "t/f", O_WRONLY | O_APPEND, 0);
+    c.write("append 1", fd, b"ab");
+    c.pwrite("append pwrite 0", fd, b"cd", 0);
+    c.lseek("lseek append cur", fd, 0, SEEK_CUR);
+    c.read("read on wronly", fd, 4);
+    c.close(fd);
+    c.content("content after append", "t/f");
+    let fd = c.open("open rdonly", "t/f", O_RDONLY, 0);
+    c.write("write on rdonly", fd, b"zz");
+    c.call("ftruncate on rdonly", unsafe { ftruncate(fd, 0) });
+    c.close(fd);
+    c.open("open creat existing", "t/f", O_CREAT | O_RDWR, 0o600);
+    c.stat("mode kept by creat", "t/f");
+    c.open("o_directory on file", "t/f", O_RDONLY | O_DIRECTORY, 0);
+    let fd = c.open("open dir rdonly", "t", O_RDONLY | O_DIRECTORY, 0);
+    c.read("read on dir", fd, 10);
+    c.close(fd);
+    c.open("open dir wronly", "t", O_WRONLY, 0);
+    c.open("open dir creat", "t", O_CREAT | O_RDWR, 0o644);
+    c.open("open missing", "t/missing", O_RDONLY, 0);
+    c.open("open below file", "t/f/x", O_RDONLY, 0);
+    c.open(
+        "open name too long",
+        &format!("t/{}", "n".repeat(256)),
+        O_CREAT | O_RDWR,
+        0o644,
+    );
+    c.open(
+        "open name 255",
+        &format!("t/{}", "n".repeat(255)),
+        O_CREAT | O_RDWR,
+        0o644,
+    );
+    c.path1(
+        "unlink name 255",
+        &format!("t/{}", "n".repeat(255)),
+        |p| unsafe { unlink(p) },
+    );
+
+    // ---- truncate, fallocate ----
+    c.path1("truncate 3", "t/f", |p| unsafe { truncate(p, 3) });
+    c.content("content after truncate 3", "t/f");
+    c.path1("truncate 10000", "t/f", |p| unsafe { truncate(p, 10000) });
+    c.stat("stat after truncate 10000", "t/f");
+    c.path1("truncate dir", "t", |p| unsafe { truncate(p, 0) });
+    c.path1("truncate negative", "t/f", |p| unsafe { truncate(p, -1) });
+    let fd = c.open("open for fallocate", "t/fa", O_CREAT | O_RDWR, 0o644);
+    c.call("fallocate 0..8192", unsafe { fallocate(fd, 0, 0, 8192) });
+    c.fstat("fstat after fallocate", fd);
+    c.call("fallocate keep_size", unsafe {
+        fallocate(fd, FALLOC_FL_KEEP_SIZE, 8192, 8192)
+    });
+    c.fstat("fstat after keep_size", fd);
+    c.pwrite("fill", fd, &[b'a'; 8192], 0);
+    c.call("punch hole", unsafe {
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 5000)
+    });
+    c.pread("read around hole", fd, 8, 96);
+    c.pread("read hole end", fd, 8, 5096);
+    c.call("punch without keep_size", unsafe {
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 10)
+    });
+    c.call("fallocate len 0", unsafe { fallocate(fd, 0, 0, 0) });
+    c.close(fd);
+
+    // ---- directories ----
+    c.mkdir("mkdir d", "t/d", 0o755);
+    c.mkdir("mkdir d again", "t/d", 0o755);
+    c.mkdir("mkdir d/sub", "t/d/sub", 0o700);
+    c.stat("stat d", "t/d");
+    c.stat("stat d/sub", "t/d/sub");
+    c.mkdir("mkdir in missing", "t/nope/x", 0o755);
+    c.mkdir("mkdir under file", "t/f/x", 0o755);
+    c.path1("rmdir nonempty", "t/d", |p| unsafe { rmdir(p) });
+    c.path1("rmdir file", "t/f", |p| unsafe { rmdir(p) });
+    c.path1("rmdir dot", "t/d/.", |p| unsafe { rmdir(p) });
+    c.path1("unlink dir", "t/d", |p| unsafe { unlink(p) });
+    c.path1("unlink missing", "t/zz", |p| unsafe { unlink(p) });
+    c.path1("rmdir sub", "t/d/sub", |p| unsafe { rmdir(p) });
+    c.stat("stat d after rmdir", "t/d");
+
+    // ---- rename ----
+    std::fs::write(c.root.join("t/r1"), b"one").unwrap();
+    std::fs::write(c.root.join("t/r2"), b"two").unwrap();
+    c.path2("rename r1 r3", "t/r1", "t/r3", rename);
+    c.path2("rename r3 over r2", "t/r3", "t/r2", rename);
+    c.content("content r2", "t/r2");
+    c.stat("stat r3 gone", "t/r3");
+    c.mkdir("mkdir e", "t/e", 0o755);
+    c.mkdir("mkdir e/in", "t/e/in", 0o755);
+    c.path2("rename file over dir", "t/r2", "t/d", rename);
+    c.path2("rename dir over file", "t/d", "t/r2", rename);
+    c.path2("rename dir over nonempty", "t/d", "t/e", rename);
+    c.path2("rename dir into itself", "t/e", "t/e/in/x", rename);
+    c.path2("rename missing", "t/nope", "t/x", rename);
+    c.path2("rename d into e", "t/d", "t/e/d", rename);
+    c.stat("stat e after move", "t/e");
+    c.stat("stat t after move", "t");
+    std::fs::write(c.root.join("t/x1"), b"x1").unwrap();
+    std::fs::write(c.root.join("t/x2"), b"x2").unwrap();
+    c.rename2("noreplace onto existing", "t/x1", "t/x2", RENAME_NOREPLACE);
+    c.rename2("noreplace to new", "t/x1", "t/x3", RENAME_NOREPLACE);
+    c.rename2("exchange", "t/x3", "t/x2", RENAME_EXCHANGE);
+    c.content("x2 after exchange", "t/x2");
+    c.content("x3 after exchange", "t/x3");
+    c.rename2("exchange with missing", "t/x3", "t/x9", RENAME_EXCHANGE);
+    c.rename2("exchange file and dir", "t/x3", "t/e", RENAME_EXCHANGE);
+    c.stat("x3 is a dir now", "t/x3");
+    c.rename2(
+        "both flags",
+        "t/x2",
+        "t/x4",
+        RENAME_EXCHANGE | RENAME_NOREPLACE,
+    );
+
+    // ---- links ----
+    c.path2("link f g", "t/f", "t/g", link);
+    c.stat("stat f nlink 2", "t/f");
+    c.path2("link existing", "t/f", "t/g", link);
+    c.path2("link dir", "t/x3", "t/dl", link);
+    c.path2("rename between two links", "t/f", "t/g", rename);
+    c.stat("f still there", "t/f");
+    c.path1("unlink g", "t/g", |p| unsafe { unlink(p) });
+    c.stat("stat f nlink 1", "t/f");
+
+    // ---- symlinks ----
+    c.symlink("symlink s -> f", "f", "t/s");
+    c.symlink("symlink existing", "f", "t/s");
+    c.stat_with("lstat s", "t/s", false);
+    c.stat("stat s", "t/s");
+    for (label, name) in [("readlink s", "t/s"), ("readlink file", "t/f")] {
+        let p = c.path(name);
+        let mut buf = [0u8; 64];
+        // SAFETY: p valid, buf valid for 64 bytes.
+        let r = unsafe { readlink(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        c.data(label, r as i64, &buf);
+    }
+    c.open("o_nofollow on symlink", "t/s", O_RDONLY | O_NOFOLLOW, 0);
+    c.symlink("dangling symlink", "nowhere", "t/dang");
+    c.open("open dangling", "t/dang", O_RDONLY, 0);
+    c.open("creat through dangling", "t/dang", O_CREAT | O_RDWR, 0o644);
+    c.stat("stat created target", "t/nowhere");
+
+    // ---- readdir ----
+    c.readdir("readdir t", "t");
+    c.readdir("readdir e", "t/e");
+    c.readdir("readdir file", "t/f");
+
+    // ---- attributes ----
+    c.path1("chmod 0600", "t/f", |p| unsafe { chmod(p, 0o600) });
+    c.stat("stat after chmod", "t/f");
+    c.path1("chmod 04755", "t/f", |p| unsafe { chmod(p, 0o4755) });
+    c.stat("stat after chmod suid", "t/f");
+    c.path1("chown 1000:1000", "t/f", |p| unsafe {
+        chown(p, USER, GROUP)
+    });
+    c.stat("stat after chown (suid cleared)", "t/f");
+    c.path1("chown -1:-1", "t/f", |p| unsafe {
+        chown(p, u32::MAX, u32::MAX)
+    });
+    c.path1("lchown symlink", "t/s", |p| unsafe { lchown(p, 7, 7) });
+    c.stat_with("lstat after lchown", "t/s", false);
+    c.stat("target owner unchanged", "t/f");
+    let times = [
+        timespec {
+            tv_sec: 1000,
+            tv_nsec: 5,
+        },
+        timespec {
+            tv_sec: 2000,
+            tv_nsec: 0,
+        },
+    ];
+    c.path1("utimensat", "t/f", |p| unsafe {
+        utimensat(AT_FDCWD, p, times.as_ptr(), 0)
+    });
+    if let Some(st) = c.stat("stat for times", "t/f") {
+        let s = format!(
+            "atime={}.{} mtime={}.{}",
+            st.st_atime, st.st_atime_nsec, st.st_mtime, st.st_mtime_nsec
+        );
+        c.rec("times after utimensat", s);
+    }
+    let now_omit = [
+        timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+        timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        },
+    ];
+    c.path1("utimensat omit/now", "t/f", |p| unsafe {
+        utimensat(AT_FDCWD, p, now_omit.as_ptr(), 0)
+    });
+    if let Some(st) = c.stat("stat for times 2", "t/f") {
+        let s = format!(
+            "atime={}.{} mtime_moved={}",
+            st.st_atime,
+            st.st_atime_nsec,
+            st.st_mtime > 2000
+        );
+        c.rec("times after omit/now", s);
+    }
+
+    // ---- statfs ----
+    {
+        let p = c.path("t");
+        // SAFETY: zeroed statfs is a valid out-buffer; p is valid.
+        let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+        let r = unsafe { statfs(p.as_ptr(), &mut s) };
+        let sane = r == 0
+            && s.f_bsize > 0
+            && s.f_namelen == 255
+            && s.f_blocks >= s.f_bfree
+            && s.f_bfree >= s.f_bavail
+            && s.f_files >= s.f_ffree;
+        c.rec("statfs sane", format!("{sane}"));
+    }
+
+    // ---- xattrs ----
+    xattrs(c);
+
+    // ---- special files ----
+    c.path1("mknod fifo", "t/fifo", |p| unsafe {
+        mknod(p, S_IFIFO | 0o640, 0)
+    });
+    c.stat("stat fifo", "t/fifo");
+    c.path1("mknod socket", "t/sock", |p| unsafe {
+        mknod(p, S_IFSOCK | 0o600, 0)
+    });
+    c.stat("stat socket", "t/sock");
+    c.path1("mknod chr", "t/null", |p| unsafe {
+        mknod(p, S_IFCHR | 0o666, makedev(1, 3))
+    });
+    c.stat("stat chr", "t/null");
+    c.path1("mknod existing", "t/fifo", |p| unsafe {
+        mknod(p, S_IFIFO | 0o640, 0)
+    });
+
+    // ---- flock ----
+    let a = c.open("open for flock a", "t/f", O_RDONLY, 0);
+    let b = c.open("open for flock b", "t/f", O_RDONLY, 0);
+    c.call("flock ex a", unsafe { flock(a, LOCK_EX | LOCK_NB) });
+    c.call("flock ex b", unsafe { flock(b, LOCK_EX | LOCK_NB) });
+    c.call("flock sh b", unsafe { flock(b, LOCK_SH | LOCK_NB) });
+    c.call("unlock a", unsafe { flock(a, LOCK_UN) });
+    c.call("flock sh b again", unsafe { flock(b, LOCK_SH | LOCK_NB) });
+    c.call("flock sh a", unsafe { flock(a, LOCK_SH | LOCK_NB) });
+    c.close(a);
+    c.close(b);
+
+    // ---- deleted while open ----
+    let fd = c.open("open doomed", "t/doomed", O_CREAT | O_RDWR, 0o644);
+    c.write("write doomed", fd, b"still here");
+    c.path1("unlink doomed", "t/doomed", |p| unsafe { unlink(p) });
+    c.fstat("fstat unlinked", fd);
+    c.pread("read unlinked", fd, 20, 0);
+    c.pwrite("write unlinked", fd, b"!", 10);
+    c.fstat("fstat unlinked after write", fd);
+    c.call("ftruncate unlinked", unsafe { ftruncate(fd, 2) });
+    c.pread("read unlinked after truncate", fd, 20, 0);
+    c.close(fd);
+    c.stat("stat doomed gone", "t/doomed");
+
+    // ---- mmap ----
+    let fd = c.open("open for mmap", "t/m", O_CREAT | O_RDWR, 0o644);
+    c.call("ftruncate for mmap", unsafe { ftruncate(fd, 8192) });
+    // SAFETY: mapping 8192 bytes of a file that is 8192 bytes long.
+    let m = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            8192,
+            PROT_READ | PROT_WRITE,
+            MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    c.rec(
+        "mmap",
+        if m == MAP_FAILED {
+            errno_str()
+        } else {
+            "Ok".into()
+        },
+    );
+    if m != MAP_FAILED {
+        // SAFETY: m maps 8192 writable bytes.
+        unsafe {
+            let s = std::slice::from_raw_parts_mut(m.cast::<u8>(), 8192);
+            s[100..105].copy_from_slice(b"mmap!");
+            s[5000..5003].copy_from_slice(b"end");
+        }
+        c.call("msync", unsafe { msync(m, 8192, MS_SYNC) });
+        c.call("munmap", unsafe { munmap(m, 8192) });
+    }
+    c.close(fd);
+    let fd = c.open("reopen mmap file", "t/m", O_RDONLY, 0);
+    c.pread("read mmap write 1", fd, 5, 100);
+    c.pread("read mmap write 2", fd, 3, 5000);
+    c.close(fd);
+
+    // ---- access ----
+    c.path1("access f R_OK", "t/f", |p| unsafe { access(p, R_OK) });
+    c.path1("access fifo X_OK", "t/fifo", |p| unsafe { access(p, X_OK) });
+    c.path1("access missing", "t/missing", |p| unsafe {
+        access(p, F_OK)
+    });
+
+    // Last, as it leaves a whiteout device behind on tmpfs.
+    std::fs::write(c.root.join("t/w1"), b"w").unwrap();
+    c.rename2("whiteout", "t/w1", "t/w2", RENAME_WHITEOUT);
+}
+
+fn xattrs(c: &mut Ctx) {
+    use libc::*;
+    let f = c.path("t/x2");
+    let set = |name: &str, v: &[u8], flags: i32| {
+        let n = CString::new(name).unwrap();
+        // SAFETY: valid path, name and value buffer.
+        unsafe { setxattr(f.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), flags) }
+    };
+    let get = |name: &str, size: usize| {
+        let n = CString::new(name).unwrap();
+        let mut buf = vec![0u8; size];
+        // SAFETY: buf holds `size` bytes (a null pointer with size 0 is allowed too).
+        let r = unsafe { getxattr(f.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
+        xattr_buf(r, &buf)
+    };
+    let list = |size: usize| {
+        let mut buf = vec![0u8; size];
+        // SAFETY: as get.
+        let r = unsafe { listxattr(f.as_ptr(), buf.as_mut_ptr().cast(), size) };
+        sorted_names(r, &buf)
+    };
+    let r = set("user.a", b"value", 0);
+    c.call("setxattr user.a", r);
+    let r = set("user.b", b"", 0);
+    c.call("setxattr empty value", r);
+    let r = {
+        let n = CString::new("user.a").unwrap();
+        // SAFETY: null buffer with size 0 asks for the size.
+        unsafe { getxattr(f.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) }
+    };
+    c.ret("getxattr size", r as i64, false);
+    c.rec("getxattr small buffer", get("user.a", 2));
+    c.rec("getxattr", get("user.a", 64));
+    c.rec("getxattr empty", get("user.b", 64));
+    c.rec("getxattr missing", get("user.zz", 64));
+    let r = {
+        // SAFETY: as above.
+        unsafe { listxattr(f.as_ptr(), std::ptr::null_mut(), 0) }
+    };
+    c.ret("listxattr size", r as i64, false);
+    c.rec("listxattr small", list(3));
+    c.rec("listxattr", list(256));
+    let r = set("user.a", b"x", XATTR_CREATE);
+    c.call("xattr create existing", r);
+    let r = set("user.c", b"x", XATTR_REPLACE);
+    c.call("xattr replace missing", r);
+    let r = set("user.a", b"new", XATTR_REPLACE);
+    c.call("xattr replace", r);
+    c.rec("getxattr replaced", get("user.a", 64));
+    let r = set("foo.bar", b"x", 0);
+    c.call("xattr bad namespace", r);
+    let r = set("trusted.t", b"root", 0);
+    c.call("xattr trusted as root", r);
+    c.rec("getxattr trusted", get("trusted.t", 64));
+    let big = vec![b'v'; 70_000];
+    let r = set("user.big", &big, 0);
+    c.call("xattr too big", r);
+    let n = CString::new("user.a").unwrap();
+    // SAFETY: valid path and name.
+    let r = unsafe { removexattr(f.as_ptr(), n.as_ptr()) };
+    c.call("removexattr", r);
+    // SAFETY: as above.
+    let r = unsafe { removexattr(f.as_ptr(), n.as_ptr()) };
+    c.call("removexattr again", r);
+    c.rec("getxattr removed", get("user.a", 64));
+    let s = c.path("t/s");
+    let v = b"x";
+    // SAFETY: valid path, name, value.
+    let r = unsafe { lsetxattr(s.as_ptr(), n.as_ptr(), v.as_ptr().cast(), 1, 0) };
+    c.call("user xattr on symlink", r);
+}
+
+/// What uid 1000 (groups 1000, 1001) may and may not do. Root prepares the files.
+fn prepare_user(c: &mut Ctx) {
+    use libc::*;
+    c.mkdir("prep pub", "t/pub", 0o777);
+    c.path1("prep chmod pub", "t/pub", |p| unsafe { chmod(p, 0o777) });
+    c.mkdir("prep priv", "t/priv", 0o700);
+    c.mkdir("prep sticky", "t/sticky", 0o777);
+    c.path1("prep chmod sticky", "t/sticky", |p| unsafe {
+        chmod(p, 0o1777)
+    });
+    for (name, mode, gid) in [
+        ("t/rootfile", 0o644, 0),
+        ("t/secret", 0o600, 0),
+        ("t/grpfile", 0o640, EXTRA_GROUP),
+        ("t/sticky/rootf", 0o666, 0),
+        ("t/pub/rootf", 0o644, 0),
+        ("t/pub/suid", 0o4666, 0),
+        ("t/pub/sgid", 0o2676, 0),
+    ] {
+        std::fs::write(c.root.join(name), b"data").unwrap();
+        c.path1(&format!("prep chmod {name}"), name, |p| unsafe {
+            chmod(p, mode)
+        });
+        c.path1(&format!("prep chown {name}"), name, |p| unsafe {
+            chown(p, 0, gid)
+        });
+    }
+}
+
+fn as_user(c: &mut Ctx) {
+    use libc::*;
+    c.open("user creat in t", "t/x", O_CREAT | O_RDWR, 0o644);
+    let fd = c.open("user creat in pub", "t/pub/mine", O_CREAT | O_RDWR, 0o644);
+    c.close(fd);
+    c.stat("user stat mine", "t/pub/mine");
+    c.mkdir("user mkdir in pub", "t/pub/mydir", 0o755);
+    c.stat("user stat mydir", "t/pub/mydir");
+    c.open("user read secret", "t/secret", O_RDONLY, 0);
+    c.open("user write rootfile", "t/rootfile", O_WRONLY, 0);
+    c.open("user trunc rootfile", "t/rootfile", O_RDONLY | O_TRUNC, 0);
+    let fd = c.open("user read rootfile", "t/rootfile", O_RDONLY, 0);
+    c.close(fd);
+    let fd = c.open(
+        "user read grpfile (supplementary group)",
+        "t/grpfile",
+        O_RDONLY,
+        0,
+    );
+    c.read("user read grpfile data", fd, 10);
+    c.close(fd);
+    c.path1("user chmod rootfile", "t/rootfile", |p| unsafe {
+        chmod(p, 0o777)
+    });
+    c.path1("user chmod mine", "t/pub/mine", |p| unsafe {
+        chmod(p, 0o600)
+    });
+    c.path1("user chown mine to root", "t/pub/mine", |p| unsafe {
+        chown(p, 0, u32::MAX)
+    });
+    c.path1("user chgrp mine 1001", "t/pub/mine", |p| unsafe {
+        chown(p, u32::MAX, EXTRA_GROUP)
+    });
+    c.stat("user stat mine after chgrp", "t/pub/mine");
+    c.path1("user chgrp mine 5", "t/pub/mine", |p| unsafe {
+        chown(p, u32::MAX, 5)
+    });
+    c.path1("user chmod mine setgid", "t/pub/mine", |p| unsafe {
+        chmod(p, 0o2755)
+    });
+    c.stat("user stat mine setgid", "t/pub/mine");
+    let now = [
+        timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        },
+        timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        },
+    ];
+    let at = [
+        timespec {
+            tv_sec: 5,
+            tv_nsec: 0,
+        },
+        timespec {
+            tv_sec: 5,
+            tv_nsec: 0,
+        },
+    ];
+    c.path1("user utime now rootfile", "t/rootfile", |p| unsafe {
+        utimensat(AT_FDCWD, p, now.as_ptr(), 0)
+    });
+    c.path1("user utime at rootfile", "t/rootfile", |p| unsafe {
+        utimensat(AT_FDCWD, p, at.as_ptr(), 0)
+    });
+    c.path1(
+        "user utime now sticky/rootf (writable)",
+        "t/sticky/rootf",
+        |p| unsafe { utimensat(AT_FDCWD, p, now.as_ptr(), 0) },
+    );
+    for f in ["t/pub/suid", "t/pub/sgid"] {
+        let fd = c.open(&format!("user open {f}"), f, O_WRONLY, 0);
+        c.write(&format!("user write {f}"), fd, b"x");
+        c.close(fd);
+        c.stat(&format!("user write cleared privs of {f}"), f);
+    }
+    c.path1("user truncate rootfile", "t/rootfile", |p| unsafe {
+        truncate(p, 0)
+    });
+    c.path1("user unlink sticky/rootf", "t/sticky/rootf", |p| unsafe {
+        unlink(p)
+    });
+    c.path2(
+        "user rename sticky/rootf",
+        "t/sticky/rootf",
+        "t/sticky/mine",
+        rename,
+    );
+    c.path1("user unlink pub/rootf", "t/pub/rootf", |p| unsafe {
+        unlink(p)
+    });
+    c.readdir("user readdir priv", "t/priv");
+    c.stat("user stat in priv", "t/priv/x");
+    c.readdir("user readdir pub", "t/pub");
+    c.path1("user mknod chr", "t/pub/null", |p| unsafe {
+        mknod(p, S_IFCHR | 0o666, makedev(1, 3))
+    });
+    c.path1("user mknod fifo", "t/pub/fifo", |p| unsafe {
+        mknod(p, S_IFIFO | 0o666, 0)
+    });
+    c.path2("user link rootfile", "t/rootfile", "t/pub/hl", link);
+    c.path2("user rename mine into t", "t/pub/mine", "t/mine", rename);
+    c.path1("user rmdir mydir", "t/pub/mydir", |p| unsafe { rmdir(p) });
+    let f = c.path("t/rootfile");
+    let n = CString::new("user.u").unwrap();
+    // SAFETY: valid path, name, value.
+    let r = unsafe { setxattr(f.as_ptr(), n.as_ptr(), b"x".as_ptr().cast(), 1, 0) };
+    c.call("user setxattr rootfile", r);
+    let n = CString::new("trusted.t").unwrap();
+    let mine = c.path("t/pub/mine");
+    // SAFETY: as above.
+    let r = unsafe { setxattr(mine.as_ptr(), n.as_ptr(), b"x".as_ptr().cast(), 1, 0) };
+    c.call("user setxattr trusted", r);
+}
+
+/// Runs `f` on a new thread whose file-system identity is uid 1000, gid 1000,
+/// groups [1001]; the switch is per-thread and dies with the thread.
+fn run_as_user(c: &mut Ctx, f: fn(&mut Ctx)) {
+    let mut moved = Ctx {
+        root: c.root.clone(),
+        log: Vec::new(),
+        fds: Vec::new(),
+    };
+    let moved = std::thread::spawn(move || {
+        let groups = [EXTRA_GROUP];
+        // SAFETY: raw system calls (per-thread, unlike glibc's setgroups wrapper)
+        // with a valid group array.
+        unsafe {
+            assert_eq!(
+                libc::syscall(libc::SYS_setgroups, 1, groups.as_ptr()),
+                0,
+                "setgroups (the test must run as root)"
+            );
+            libc::syscall(libc::SYS_setfsgid, GROUP);
+            libc::syscall(libc::SYS_setfsuid, USER);
+        }
+        f(&mut moved);
+        moved
+    })
+    .join()
+    .expect("user thread");
+    c.log.extend(moved.log);
+    c.fds.extend(moved.fds);
+}
+
+fn run_all(root: &Path) -> Vec<(String, String)> {
+    let mut c = Ctx {
+        root: root.to_path_buf(),
+        log: Vec::new(),
+        fds: Vec::new(),
+    };
+    script(&mut c);
+    prepare_user(&mut c);
+    run_as_user(&mut c, as_user);
+    for fd in std::mem::take(&mut c.fds) {
+        c.close(fd);
+    }
+    c.log
+}
+
+fn make_pool(dir: &Path) -> PathBuf {
+    let pool = dir.join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(128 << 20), PmemBackend::default()).expect("mkfs");
+    pool
+}
+
+fn open_dir_to_all(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn compare(options: &str) {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: this test needs the FUSE device"
+    );
+    // SAFETY: geteuid cannot fail.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test must run as root");
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let mnt = tempfile::tempdir().expect("mount point");
+    open_dir_to_all(shm.path());
+    open_dir_to_all(mnt.path());
+    let pool = make_pool(pool_dir.path());
+    let opts = MountOptions::parse(options).expect("options");
+    let mount = mount_background(&pool, mnt.path(), &opts).expect("mounting the pool");
+
+    let want = run_all(shm.path());
+    let got = run_all(mnt.path());
+    mount.unmount().expect("unmount");
+
+    assert_eq!(want.len(), got.len(), "both runs take the same steps");
+    let mut bad = 0;
+    for ((label, w), (label2, g)) in want.iter().zip(&got) {
+        assert_eq!(label, label2);
+        if std::env::var_os("LYNXFS_CONFORMANCE_VERBOSE").is_some() {
+            println!("{label}: tmpfs {w}, lynxfs {g}");
+        }
+        if w == g {
+            continue;
+        }
+        match ALLOWED.iter().find(|(l, _)| l == label) {
+            Some((_, why)) => {
+                println!("allowed difference at {label:?}: tmpfs {w}, lynxfs {g} ({why})")
+            }
+            None => {
+                bad += 1;
+                println!("DIFFERENCE at {label:?}: tmpfs {w}, lynxfs {g}");
+            }
+        }
+    }
+    println!(
+        "[{options}] {} steps compared, {bad} differences",
+        want.len()
+    );
+    assert_eq!(bad, 0, "{bad} unexplained differences (printed above)");
+}
+
+#[test]
+fn matches_tmpfs_with_caches_off() {
+    compare("entry_timeout=0,attr_timeout=0,allow_other");
+}
+
+#[test]
+fn matches_tmpfs_with_default_caches() {
+    compare("allow_other");
+}
+
+#[test]
+fn matches_tmpfs_with_kernel_permission_checks() {
+    compare("allow_other,default_permissions,threads=1");
+}

@@ -1,0 +1,143 @@
+//! The mount's life: a pool mounted with FUSE serves files, refuses a second mount
+//! with the pool's "in use" error, closes the pool cleanly when unmounted, keeps the
+//! files for the next mount, and a read-only mount changes nothing.
+//!
+//! Needs root (or fusermount3) and `/dev/fuse`; fails loudly without them.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use lynxfs::pmem::PmemBackend;
+use lynxfs::{Access, MkfsOptions, Pool};
+use lynxfs_fuse::mount::{mount_background, prepare, MountOptions};
+use tempfile::TempDir;
+
+fn setup() -> (TempDir, PathBuf, TempDir) {
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let mnt = tempfile::tempdir().expect("mount point");
+    (dir, pool, mnt)
+}
+
+fn is_clean(pool: &Path) -> bool {
+    let p = Pool::open(pool, Access::ReadOnly, PmemBackend::default()).expect("reopen");
+    p.was_clean
+}
+
+#[test]
+fn serve_refuse_second_close_clean_and_remount() {
+    let (_dir, pool, mnt) = setup();
+    let opts = MountOptions::default();
+    let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
+    fs::create_dir(mnt.path().join("d")).unwrap();
+    fs::write(mnt.path().join("d/f"), b"kept").unwrap();
+
+    let other = tempfile::tempdir().unwrap();
+    let second = mount_background(&pool, other.path(), &opts).unwrap_err();
+    let msg = format!("{second:#}");
+    assert!(msg.contains("in use"), "second mount: {msg}");
+    assert!(msg.contains(&pool.display().to_string()), "{msg}");
+
+    m.unmount().expect("unmount");
+    assert!(is_clean(&pool), "the unmount closed the pool cleanly");
+    assert_eq!(fs::read_dir(mnt.path()).unwrap().count(), 0, "unmounted");
+
+    let m = mount_background(&pool, mnt.path(), &opts).expect("remount");
+    assert_eq!(fs::read(mnt.path().join("d/f")).unwrap(), b"kept");
+    drop(m);
+    assert!(is_clean(&pool), "dropping the mount closed the pool");
+}
+
+#[test]
+fn read_only_mount_changes_nothing() {
+    let (_dir, pool, mnt) = setup();
+    let m = mount_background(&pool, mnt.path(), &MountOptions::default()).unwrap();
+    fs::write(mnt.path().join("f"), b"data").unwrap();
+    m.unmount().unwrap();
+    let before = fs::read(&pool).unwrap();
+
+    let ro = MountOptions::parse("ro,backend=pmem").unwrap();
+    let m = mount_background(&pool, mnt.path(), &ro).expect("ro mount");
+    assert_eq!(fs::read(mnt.path().join("f")).unwrap(), b"data");
+    let e = fs::write(mnt.path().join("g"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    let e = fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.path().join("f"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    // A second read-only mount may share the pool.
+    let other = tempfile::tempdir().unwrap();
+    let m2 = mount_background(&pool, other.path(), &ro).expect("second ro mount");
+    assert_eq!(fs::read(other.path().join("f")).unwrap(), b"data");
+    m2.unmount().unwrap();
+    m.unmount().unwrap();
+    assert!(
+        fs::read(&pool).unwrap() == before,
+        "a ro mount left the pool file as it was"
+    );
+}
+
+#[test]
+fn errors_are_reported_before_mounting() {
+    let (dir, pool, mnt) = setup();
+    let opts = MountOptions::default();
+    let missing = dir.path().join("nope");
+    let e = format!("{:#}", prepare(&missing, mnt.path(), &opts).err().unwrap());
+    assert!(e.contains("no such pool"), "{e}");
+    let e = format!(
+        "{:#}",
+        prepare(&pool, &dir.path().join("nodir"), &opts)
+            .err()
+            .unwrap()
+    );
+    assert!(e.contains("not a directory"), "{e}");
+    let foreign = dir.path().join("foreign");
+    fs::File::create(&foreign)
+        .unwrap()
+        .write_all(&[7u8; 1 << 20])
+        .unwrap();
+    let e = format!("{:#}", prepare(&foreign, mnt.path(), &opts).err().unwrap());
+    assert!(e.contains("not a LynxFS pool"), "{e}");
+    // None of it left a mount behind, and the pool is still usable.
+    let m = mount_background(&pool, mnt.path(), &opts).expect("mount after errors");
+    m.unmount().unwrap();
+}
+
+#[test]
+fn many_entries_and_threads() {
+    let (_dir, pool, mnt) = setup();
+    let opts = MountOptions::parse("threads=4,entry_timeout=0,attr_timeout=0").unwrap();
+    let m = mount_background(&pool, mnt.path(), &opts).unwrap();
+    let root = mnt.path().to_path_buf();
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let dir = root.join(format!("t{t}"));
+            std::thread::spawn(move || {
+                fs::create_dir(&dir).unwrap();
+                for i in 0..300 {
+                    fs::write(
+                        dir.join(format!("a-longish-file-name-{i:05}")),
+                        i.to_string(),
+                    )
+                    .unwrap();
+                }
+                // Several readdir requests per directory, resumed by offset.
+                assert_eq!(fs::read_dir(&dir).unwrap().count(), 300);
+                fs::remove_dir_all(&dir).unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
+    // A large file spanning many FUSE requests.
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(root.join("big"), &big).unwrap();
+    assert_eq!(fs::read(root.join("big")).unwrap(), big);
+    m.unmount().unwrap();
+}

@@ -1,0 +1,291 @@
+//! The starting tree every workload builds, and the operations the checker runs.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use lynxfs::pmem::RecordingBackend;
+use lynxfs::{Cred, Fd, Fs, Session, TimeSet};
+
+pub type TestFs = Fs<RecordingBackend>;
+
+/// A live file system and the handles operations leave open.
+pub struct Ctx<'a> {
+    pub fs: &'a TestFs,
+    pub fds: RefCell<HashMap<&'static str, Fd>>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(fs: &'a TestFs) -> Ctx<'a> {
+        Ctx {
+            fs,
+            fds: RefCell::new(HashMap::new()),
+        }
+    }
+    pub fn s(&self) -> Session<'a, RecordingBackend> {
+        self.fs.session(Cred::root())
+    }
+}
+
+/// Deterministic file contents.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+const B: u64 = 4096;
+
+fn put(c: &Ctx, path: &str, off: u64, data: &[u8]) -> lynxfs::Result<()> {
+    let s = c.s();
+    let fd = s.open(path, libc::O_CREAT | libc::O_RDWR, 0o644)?;
+    let r = c.fs.pwrite(fd, data, off).map(drop);
+    c.fs.close_fd(fd)?;
+    r
+}
+
+/// The tree every workload starts from:
+///
+/// ```text
+/// /d1/f1 (5000 B)  /d1/e1/ (empty)  /d2/g (100 B)  /d2/hl = /h (hard link)
+/// /f (3 blocks + 500 B)  /h (50 B)  /s -> f  /x (xattr user.a)  /e2/ (empty)
+/// /big (blocks 0,2,4,6: four inline extents)  /tree (blocks 0,2,..,10: a tree)
+/// ```
+pub fn setup(c: &Ctx) {
+    let s = c.s();
+    s.mkdir("/d1", 0o755).unwrap();
+    s.mkdir("/d2", 0o755).unwrap();
+    s.mkdir("/e2", 0o755).unwrap();
+    s.mkdir("/d1/e1", 0o755).unwrap();
+    put(c, "/d1/f1", 0, &pattern(5000, 1)).unwrap();
+    put(c, "/d2/g", 0, &pattern(100, 2)).unwrap();
+    put(c, "/f", 0, &pattern(3 * B as usize + 500, 3)).unwrap();
+    put(c, "/h", 0, &pattern(50, 4)).unwrap();
+    s.link("/h", "/d2/hl").unwrap();
+    s.symlink("f", "/s").unwrap();
+    put(c, "/x", 0, b"0123456789").unwrap();
+    s.setxattr("/x", "user.a", b"one", 0).unwrap();
+    for i in 0..4 {
+        put(c, "/big", 2 * i * B, &pattern(B as usize, 10 + i as u8)).unwrap();
+    }
+    for i in 0..6 {
+        put(c, "/tree", 2 * i * B, &pattern(B as usize, 20 + i as u8)).unwrap();
+    }
+}
+
+/// One operation: a name and what it does (`i` tells instances in a sequence apart).
+#[derive(Clone, Copy)]
+pub struct Op {
+    pub name: &'static str,
+    pub run: fn(&Ctx, usize) -> lynxfs::Result<()>,
+    /// Compare atime and mtime too (operations whose point is to set them).
+    pub times: bool,
+}
+
+const fn op(name: &'static str, run: fn(&Ctx, usize) -> lynxfs::Result<()>) -> Op {
+    Op {
+        name,
+        run,
+        times: false,
+    }
+}
+
+fn rename(c: &Ctx, a: &str, b: &str, flags: u32) -> lynxfs::Result<()> {
+    c.s().rename(a, b, flags)
+}
+
+fn with_fd(
+    c: &Ctx,
+    path: &str,
+    flags: i32,
+    f: impl FnOnce(Fd) -> lynxfs::Result<()>,
+) -> lynxfs::Result<()> {
+    let fd = c.s().open(path, flags, 0o644)?;
+    let r = f(fd);
+    c.fs.close_fd(fd)?;
+    r
+}
+
+/// Every operation type, each alone in a workload.
+pub fn all_ops() -> Vec<Op> {
+    vec![
+        op("create", |c, i| {
+            let fd = c.s().open(
+                &format!("/d1/c{i}"),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o640,
+            )?;
+            c.fs.close_fd(fd)
+        }),
+        op("mkdir", |c, i| c.s().mkdir(&format!("/d1/m{i}"), 0o750)),
+        op("mknod-fifo", |c, i| {
+            c.s().mknod(&format!("/d2/p{i}"), libc::S_IFIFO | 0o600, 0)
+        }),
+        op("unlink", |c, _| c.s().unlink("/d2/g")),
+        op("unlink-hardlinked", |c, _| c.s().unlink("/d2/hl")),
+        op("rmdir", |c, _| c.s().rmdir("/d1/e1")),
+        op("link", |c, i| c.s().link("/h", &format!("/d1/l{i}"))),
+        // The last name of an open file goes; the handle keeps the inode alive.
+        op("unlink-open", |c, _| {
+            let fd = c.s().open("/d1/f1", libc::O_RDWR, 0)?;
+            c.fds.borrow_mut().insert("orphan", fd);
+            c.s().unlink("/d1/f1")
+        }),
+        op("write-orphan", |c, _| match c.fds.borrow().get("orphan") {
+            Some(&fd) => c.fs.pwrite(fd, &pattern(3000, 9), 2000).map(drop),
+            None => Ok(()),
+        }),
+        op("close-orphan", |c, _| {
+            match c.fds.borrow_mut().remove("orphan") {
+                Some(fd) => c.fs.close_fd(fd),
+                None => Ok(()),
+            }
+        }),
+        op("symlink", |c, i| {
+            c.s().symlink("../f", &format!("/d1/sl{i}"))
+        }),
+        op("rename-same-dir", |c, _| rename(c, "/d1/f1", "/d1/f1r", 0)),
+        op("rename-cross-dir", |c, _| rename(c, "/d1/f1", "/d2/f1x", 0)),
+        op("rename-over-file", |c, _| rename(c, "/d1/f1", "/d2/g", 0)),
+        op("rename-over-hardlink", |c, _| rename(c, "/d1/f1", "/h", 0)),
+        op("rename-over-empty-dir", |c, _| {
+            rename(c, "/d1/e1", "/e2", 0)
+        }),
+        op("rename-noreplace", |c, _| {
+            rename(c, "/f", "/d1/fn", libc::RENAME_NOREPLACE)
+        }),
+        op("rename-noreplace-exists", |c, _| {
+            rename(c, "/d2/g", "/h", libc::RENAME_NOREPLACE)
+        }),
+        op("rename-exchange", |c, _| {
+            rename(c, "/d1/f1", "/d2/g", libc::RENAME_EXCHANGE)
+        }),
+        op("rename-exchange-dir-file", |c, _| {
+            rename(c, "/d1/e1", "/d2/g", libc::RENAME_EXCHANGE)
+        }),
+        op("rename-dir-cross", |c, _| rename(c, "/d1/e1", "/d2/e1m", 0)),
+        op("rename-dir-tree", |c, _| rename(c, "/d1", "/e2/d1m", 0)),
+        op("chmod", |c, _| c.s().chmod("/f", 0o600)),
+        op("chown", |c, _| c.s().chown("/f", Some(1000), Some(1001))),
+        Op {
+            times: true,
+            ..op("utimens", |c, _| {
+                c.s().utimens(
+                    "/f",
+                    Some(TimeSet::At(1_000_000_000)),
+                    Some(TimeSet::At(2_000_000_000)),
+                )
+            })
+        },
+        op("truncate-up", |c, _| c.s().truncate("/d2/g", 10_000)),
+        op("truncate-down", |c, _| c.s().truncate("/f", 100)),
+        op("truncate-down-block", |c, _| c.s().truncate("/f", 2 * B)),
+        op("truncate-tree", |c, _| c.s().truncate("/tree", 3 * B)),
+        op("write-append", |c, _| {
+            with_fd(c, "/d2/g", libc::O_WRONLY | libc::O_APPEND, |fd| {
+                c.fs.write(fd, &pattern(200, 5)).map(drop)
+            })
+        }),
+        op("write-append-block", |c, _| {
+            with_fd(c, "/d1/f1", libc::O_WRONLY | libc::O_APPEND, |fd| {
+                c.fs.write(fd, &pattern(5000, 6)).map(drop)
+            })
+        }),
+        op("write-overwrite", |c, _| {
+            with_fd(c, "/f", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(B as usize, 7), B).map(drop)
+            })
+        }),
+        op("write-unaligned", |c, _| {
+            with_fd(c, "/f", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(300, 8), 4000).map(drop)
+            })
+        }),
+        op("write-past-eof", |c, _| {
+            with_fd(c, "/d2/g", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(100, 9), 3 * B + 7).map(drop)
+            })
+        }),
+        op("write-multiblock", |c, _| {
+            with_fd(c, "/f", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(5 * B as usize, 10), 100).map(drop)
+            })
+        }),
+        // A fifth extent: the inline map grows into an extent tree.
+        op("write-grow-tree", |c, _| {
+            with_fd(c, "/big", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(B as usize, 11), 8 * B).map(drop)
+            })
+        }),
+        op("write-in-tree", |c, _| {
+            with_fd(c, "/tree", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(2 * B as usize, 12), 3 * B + 10)
+                    .map(drop)
+            })
+        }),
+        op("open-trunc", |c, _| {
+            with_fd(c, "/d1/f1", libc::O_WRONLY | libc::O_TRUNC, |_| Ok(()))
+        }),
+        op("fallocate", |c, _| {
+            with_fd(c, "/d2/g", libc::O_WRONLY, |fd| {
+                c.fs.fallocate(fd, 0, B, 2 * B)
+            })
+        }),
+        op("fallocate-keep-size", |c, _| {
+            with_fd(c, "/d2/g", libc::O_WRONLY, |fd| {
+                c.fs.fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 0, 3 * B)
+            })
+        }),
+        op("punch-hole", |c, _| {
+            with_fd(c, "/f", libc::O_WRONLY, |fd| {
+                c.fs.fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    B,
+                    B,
+                )
+            })
+        }),
+        op("punch-unaligned", |c, _| {
+            with_fd(c, "/f", libc::O_WRONLY, |fd| {
+                c.fs.fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    100,
+                    6000,
+                )
+            })
+        }),
+        op("setxattr-new", |c, i| {
+            c.s()
+                .setxattr("/x", &format!("user.n{i}"), b"hello", libc::XATTR_CREATE)
+        }),
+        op("setxattr-replace", |c, _| {
+            c.s().setxattr("/x", "user.a", b"two!", libc::XATTR_REPLACE)
+        }),
+        op("setxattr-dir", |c, i| {
+            c.s().setxattr("/d1", &format!("user.d{i}"), b"v", 0)
+        }),
+        op("removexattr", |c, _| c.s().removexattr("/x", "user.a")),
+    ]
+}
+
+/// The operations paired with each other by default: one of each kind of commit
+/// (dentry valid bit, journal record, single inode word, size word, xattr word), in
+/// one directory and across directories. Cost is what limits the set: each image
+/// means mapping and recovering a pool.
+pub const PAIR_SET: &[&str] = &[
+    "create",
+    "unlink",
+    "rmdir",
+    "rename-over-file",
+    "rename-exchange",
+    "chmod",
+    "write-append",
+    "setxattr-new",
+];
+
+pub fn find(ops: &[Op], name: &str) -> Op {
+    *ops.iter()
+        .find(|o| o.name == name)
+        .unwrap_or_else(|| panic!("no op {name}"))
+}
