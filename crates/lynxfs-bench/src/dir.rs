@@ -1,7 +1,7 @@
 //! [`DirTarget`]: a kernel file system reached through system calls on a directory.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsString};
 use std::fs::File;
 use std::io;
 use std::mem::MaybeUninit;
@@ -246,6 +246,29 @@ impl Target for DirTarget {
         // by hand (rather than dropping) is how close(2)'s error gets reported.
         cvt(unsafe { libc::close(fd) }).map(drop)
     }
+
+    fn readdir(&self, path: &Path) -> io::Result<Vec<OsString>> {
+        if path.is_absolute() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: target paths must be relative", path.display()),
+            ));
+        }
+        let dir = self.root.join(path);
+        std::fs::read_dir(&dir)
+            .and_then(|it| it.map(|e| e.map(|e| e.file_name())).collect())
+            .map_err(|e| with_path(e, "readdir", &dir))
+    }
+
+    fn fsync(&self, handle: Handle) -> io::Result<()> {
+        let fd = self.fd(handle)?;
+        // SAFETY: fsync only takes a descriptor, which `fd` is (checked above).
+        cvt(unsafe { libc::fsync(fd) }).map(drop)
+    }
+
+    fn host_dir(&self) -> Option<&Path> {
+        Some(&self.root)
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +304,10 @@ mod tests {
         assert_eq!(exists.kind(), io::ErrorKind::AlreadyExists);
         t.rename(Path::new("a/f"), Path::new("g")).unwrap();
         assert!(dir.path().join("g").is_file());
+        let mut names = t.readdir(Path::new("")).unwrap();
+        names.sort();
+        assert_eq!(names, ["a", "g"]);
+        assert!(t.readdir(Path::new("a")).unwrap().is_empty());
         t.unlink(Path::new("g")).unwrap();
         t.rmdir(Path::new("a")).unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);

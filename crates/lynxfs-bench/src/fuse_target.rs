@@ -1,16 +1,24 @@
 //! [`FuseNullTarget`]: the "FUSE floor", a [`lynxfs_fuse::NullFs`] (an in-memory file
 //! system with no persistence) mounted through FUSE and driven with system calls. It
 //! shows what the kernel round trip through FUSE costs before any file system work.
+//!
+//! [`FuseTarget`]: a LynxFS pool in `/dev/shm` mounted through `lynxfs-fuse` the same
+//! way, so the two FUSE columns differ only by the file system behind the daemon.
 
 use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use lynxfs_fuse::NullMount;
+use lynxfs::pmem::PmemBackend;
+use lynxfs::{MkfsOptions, Pool};
+use lynxfs_fuse::{LynxMount, MountOptions, NullMount};
 use tempfile::TempDir;
 
 use crate::dir::DirTarget;
+use crate::lib_target::{fresh_pool_path, to_io, PoolFile};
+use crate::mount::delegate_to_dir;
 use crate::target::{Handle, OpenFlags, Stat, Target};
+use crate::LibTarget;
 
 /// A fresh null FUSE mount on a temporary directory, unmounted when dropped.
 pub struct FuseNullTarget {
@@ -40,6 +48,52 @@ impl FuseNullTarget {
         })
     }
 }
+
+/// A fresh LynxFS pool in `/dev/shm` mounted through FUSE on a temporary directory;
+/// unmounted (the pool closed cleanly) and the pool file removed when dropped.
+pub struct FuseTarget {
+    // Field order is drop order: close the root, unmount, remove the directory, then
+    // the pool file.
+    dir: DirTarget,
+    _mount: LynxMount,
+    _point: TempDir,
+    _pool: PoolFile,
+}
+
+impl FuseTarget {
+    /// The mount options the `fuse` target uses, in `-o` syntax: the kernel's entry
+    /// and attribute caches off, as for [`FuseNullTarget`], so every call reaches the
+    /// daemon; the pmem backend (the pool is in `/dev/shm`); two worker threads (the
+    /// machine the numbers were taken on has two cores).
+    pub const OPTIONS: &'static str = "entry_timeout=0,attr_timeout=0,threads=2,backend=pmem";
+
+    /// Formats a pool of [`LibTarget::DEFAULT_SIZE`] bytes and
+    /// [`LibTarget::DEFAULT_INODES`] inodes and mounts it with [`Self::OPTIONS`].
+    pub fn mount() -> anyhow::Result<Self> {
+        Self::mount_with(Self::OPTIONS)
+    }
+
+    /// [`Self::mount`] with other mount options (`-o` syntax).
+    pub fn mount_with(options: &str) -> anyhow::Result<Self> {
+        let o = MountOptions::parse(options)?;
+        let path = fresh_pool_path()?;
+        let pool = PoolFile(path.clone());
+        let mut mkfs = MkfsOptions::new(LibTarget::DEFAULT_SIZE);
+        mkfs.inodes = Some(LibTarget::DEFAULT_INODES);
+        Pool::mkfs(&path, &mkfs, PmemBackend::default()).map_err(to_io)?;
+        let point = TempDir::with_prefix("lynxfs-bench-fuse.")?;
+        let mount = lynxfs_fuse::mount_background(&path, point.path(), &o)?;
+        let dir = DirTarget::new(point.path(), "fuse")?;
+        Ok(Self {
+            dir,
+            _mount: mount,
+            _point: point,
+            _pool: pool,
+        })
+    }
+}
+
+delegate_to_dir!(FuseTarget);
 
 impl Target for FuseNullTarget {
     fn name(&self) -> String {
@@ -75,6 +129,15 @@ impl Target for FuseNullTarget {
     fn close(&self, handle: Handle) -> io::Result<()> {
         self.dir.close(handle)
     }
+    fn readdir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        self.dir.readdir(path)
+    }
+    fn fsync(&self, handle: Handle) -> io::Result<()> {
+        self.dir.fsync(handle)
+    }
+    fn host_dir(&self) -> Option<&Path> {
+        self.dir.host_dir()
+    }
 }
 
 #[cfg(test)]
@@ -99,5 +162,36 @@ mod tests {
         t.rmdir(Path::new("a")).unwrap();
         drop(t);
         assert!(!root.exists());
+    }
+}
+
+#[cfg(test)]
+mod fuse_tests {
+    use super::*;
+
+    #[test]
+    fn lynxfs_fuse_mount_serves_calls_and_cleans_up_or_says_why_not() {
+        let t = match FuseTarget::mount() {
+            Ok(t) => t,
+            Err(e) => {
+                let msg = format!("{e:#}");
+                assert!(msg.contains("fuse") || msg.contains("FUSE"), "{msg}");
+                return;
+            }
+        };
+        let (root, pool) = (t._point.path().to_path_buf(), t._pool.0.clone());
+        t.mkdir(Path::new("a")).unwrap();
+        let h = t
+            .open(Path::new("a/f"), OpenFlags::CREATE_TRUNCATE)
+            .unwrap();
+        assert_eq!(t.pwrite(h, b"hello", 0).unwrap(), 5);
+        t.fsync(h).unwrap();
+        t.close(h).unwrap();
+        assert_eq!(t.stat(Path::new("a/f")).unwrap().size, 5);
+        assert_eq!(t.readdir(Path::new("a")).unwrap(), ["f"]);
+        t.unlink(Path::new("a/f")).unwrap();
+        t.rmdir(Path::new("a")).unwrap();
+        drop(t);
+        assert!(!root.exists() && !pool.exists());
     }
 }

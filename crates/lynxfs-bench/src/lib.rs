@@ -18,6 +18,14 @@
 //! - `mdtest`: files/s of create, stat, rename and remove by 1 to
 //!   [`Options::max_threads`] threads in one shared directory.
 //! - `smallfiles`: files/s writing then reading [`Options::files`] files of 1–32 KiB.
+//! - `apps` (Table III): seconds for `tar -xf`, `du -s`, `find -name '*.c'` (cold and
+//!   warm), `gzip -r` and `rm -rf` on the Linux source tree; real programs on kernel
+//!   targets, the same work through the library on `lib`; ratios to tmpfs.
+//! - `personalities`: ops/s of Filebench-like varmail, fileserver, webserver,
+//!   createfiles and listdirs over the [`Target`] trait.
+//! - `ablation` (LynxFS only, no targets): `syscalls` and `mdtest` on LynxFS with and
+//!   without its DRAM index (a tiny index budget), and the engine switches the other
+//!   ablations need.
 //! - `recovery` (LynxFS only, no targets): clean open, first lookup (index load) and
 //!   open after a crash of a pool with one directory of [`Options::files`] entries,
 //!   and the DRAM the index takes per entry.
@@ -29,6 +37,8 @@
 //! Nothing here calls fsync: tmpfs has nothing to sync, so the kernel columns measure
 //! page-cache speed (ext4 included), which is the bound a PM file system competes with.
 
+mod ablation;
+mod apps;
 mod data;
 mod dir;
 mod fuse_target;
@@ -37,6 +47,8 @@ mod lib_target;
 mod machine;
 mod mdtest;
 mod mount;
+mod personalities;
+mod plot;
 mod recovery;
 mod report;
 mod smallfiles;
@@ -51,19 +63,29 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 pub use dir::DirTarget;
-pub use fuse_target::FuseNullTarget;
+pub use fuse_target::{FuseNullTarget, FuseTarget};
 pub use lib_target::{LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
+pub use plot::draw as draw_figure;
 pub use recovery::rss_anon;
 pub use report::{format_ratio, format_value, median, Report, Row};
 pub use target::{Handle, OpenFlags, Stat, Target};
 
 /// The suites [`run_suite`] knows.
-pub const SUITES: &[&str] = &["syscalls", "data", "mdtest", "smallfiles", "recovery"];
+pub const SUITES: &[&str] = &[
+    "syscalls",
+    "data",
+    "mdtest",
+    "smallfiles",
+    "recovery",
+    "apps",
+    "personalities",
+    "ablation",
+];
 
 /// The suites that take no targets (they make their own LynxFS pool).
-pub const TARGETLESS_SUITES: &[&str] = &["recovery"];
+pub const TARGETLESS_SUITES: &[&str] = &["recovery", "ablation"];
 
 /// How a suite runs.
 #[derive(Clone, Debug, Serialize)]
@@ -80,8 +102,13 @@ pub struct Options {
     pub seed: u64,
     /// Draw a progress bar on stderr (indicatif hides it when stderr is not a tty).
     pub progress: bool,
-    /// `mdtest`: the largest thread count (it runs 1, 2, .. up to this).
+    /// `mdtest`: the largest thread count (it runs 1, 2, .. up to this);
+    /// `personalities`: the most threads a personality runs.
     pub max_threads: usize,
+    /// `apps`: the tarball to extract (`.tar`, or `.tar.xz` decompressed once into
+    /// `/dev/shm`); `None`: `/usr/src/linux-source-*.tar.xz`, else a generated tree
+    /// of [`Options::files`] files.
+    pub tree: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -93,6 +120,7 @@ impl Default for Options {
             seed: 0x4c79_6e78,
             progress: true,
             max_threads: 8,
+            tree: None,
         }
     }
 }
@@ -116,7 +144,7 @@ impl Options {
 }
 
 /// Runs `suite` (one of [`SUITES`]) on every target, prints the table to stdout, writes
-/// the JSON report into `out` if given, and returns the report.
+/// the JSON report and a PNG figure of it into `out` if given, and returns the report.
 ///
 /// The targets' directories must not hold the suite's names (`d1` for `syscalls`,
 /// `lynxfs-bench.data` for `data`); the suites remove everything they create, also
@@ -142,6 +170,9 @@ pub fn run_suite(
         "mdtest" => mdtest::run(targets, &names, opts)?,
         "smallfiles" => smallfiles::run(targets, &names, opts)?,
         "recovery" => recovery::run(opts)?,
+        "apps" => apps::run(targets, &names, opts)?,
+        "personalities" => personalities::run(targets, &names, opts)?,
+        "ablation" => ablation::run(opts)?,
         _ => bail!(
             "unknown suite {suite:?}; the suites are {}",
             SUITES.join(", ")
@@ -161,11 +192,16 @@ pub fn run_suite(
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         notes: measured.notes,
+        baseline: measured.baseline,
     };
     print!("{}", report.table());
     if let Some(dir) = out {
         let path = report.write_json(dir)?;
         println!("wrote {}", path.display());
+        match plot::draw(&report, dir) {
+            Ok(png) => println!("wrote {}", png.display()),
+            Err(e) => eprintln!("note: no figure for {suite}: {e:#}"),
+        }
     }
     Ok(report)
 }
@@ -173,16 +209,14 @@ pub fn run_suite(
 /// Opens a target from a command-line spec: `lib` (LynxFS in process on a fresh pool
 /// in `/dev/shm`), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
 /// `/dev/shm`), `ext4` (a loop-mounted ext4 image in `/dev/shm`), `fuse-null` (the
-/// FUSE floor) or `dir=PATH` (an existing directory, labelled with its path). `fuse`
-/// (LynxFS mounted through FUSE) is refused until the FUSE adapter can mount a pool.
+/// FUSE floor), `fuse` (a fresh LynxFS pool in `/dev/shm` mounted through FUSE with
+/// [`FuseTarget::OPTIONS`]: kernel caches off) or `dir=PATH` (an existing directory,
+/// labelled with its path).
 pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
     let target: Box<dyn Target> = match spec {
         "lib" => Box::new(LibTarget::create_default().context("setting up a LynxFS pool")?),
         "fuse-null" => Box::new(FuseNullTarget::mount().context("setting up fuse-null")?),
-        "fuse" => bail!(
-            "target fuse is not yet available: the LynxFS FUSE mount has not landed in \
-             lynxfs-fuse (use fuse-null for the FUSE floor)"
-        ),
+        "fuse" => Box::new(FuseTarget::mount().context("mounting a LynxFS pool through FUSE")?),
         "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
         "shm" => Box::new(
             TmpfsTarget::shm_dir("shm-dir", None).context("setting up a /dev/shm directory")?,
@@ -193,7 +227,7 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse, fuse-null or dir=PATH")
             }
         },
     };
@@ -207,6 +241,8 @@ pub(crate) struct Measured {
     columns: Vec<String>,
     rows: Vec<Row>,
     notes: Vec<String>,
+    /// The column ratios are taken against (see [`Report::baseline`]).
+    baseline: Option<String>,
 }
 
 /// Values collected as `[op][column][round]`, filled in whatever order the suite runs.

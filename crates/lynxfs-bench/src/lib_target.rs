@@ -32,7 +32,7 @@ pub struct LibTarget {
 }
 
 /// Removes the pool file when dropped.
-struct PoolFile(PathBuf);
+pub(crate) struct PoolFile(pub(crate) PathBuf);
 
 impl Drop for PoolFile {
     fn drop(&mut self) {
@@ -41,9 +41,9 @@ impl Drop for PoolFile {
 }
 
 impl LibTarget {
-    /// Default pool size: room for the data suite's file and the metadata suites'
-    /// files. The file is sparse, so only what is written takes memory.
-    pub const DEFAULT_SIZE: u64 = 2 << 30;
+    /// Default pool size: room for the data suite's file, the metadata suites' files
+    /// and the `apps` suite's Linux tree (1.4 GB). The file is sparse, so only what is written takes memory.
+    pub const DEFAULT_SIZE: u64 = 4 << 30;
     /// Default inode count: more than every suite creates at its default sizes.
     pub const DEFAULT_INODES: u64 = 1 << 20;
 
@@ -71,6 +71,17 @@ impl LibTarget {
     /// The pool file.
     pub fn pool_path(&self) -> &Path {
         &self.pool_file.0
+    }
+
+    /// Labels this target's columns `label` instead of [`LIB_NAME`].
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// A root caller working in the root directory, for the `apps` suite's tools.
+    pub fn root_session(&self) -> Session<'_, PmemBackend> {
+        self.session()
     }
 
     /// The engine, for measurements the [`Target`] trait does not cover.
@@ -228,6 +239,28 @@ impl Target for LibTarget {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
         self.fs.close_fd(handle).map_err(to_io)
+    }
+
+    fn readdir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        use std::os::unix::ffi::OsStringExt;
+        let p = match rel(path)? {
+            "" => ".",
+            p => p,
+        };
+        let entries = self.session().readdir(p).map_err(to_io)?;
+        Ok(entries
+            .into_iter()
+            .filter(|e| e.name != b"." && e.name != b"..")
+            .map(|e| std::ffi::OsString::from_vec(e.name))
+            .collect())
+    }
+
+    fn fsync(&self, handle: Handle) -> io::Result<()> {
+        self.fs.fsync(handle).map_err(to_io)
+    }
+
+    fn as_lib(&self) -> Option<&LibTarget> {
+        Some(self)
     }
 }
 

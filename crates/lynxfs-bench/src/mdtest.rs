@@ -39,7 +39,7 @@ fn plan(dir: &Path, total: usize, threads: usize) -> Vec<ThreadNames> {
 /// one barrier, and returns the seconds from the first thread's start to the last
 /// one's end (each thread reads the clock itself: the releasing thread may be
 /// descheduled on a busy machine), or the first error.
-fn timed_parallel<T: Sync>(
+pub(crate) fn timed_parallel<T: Sync>(
     t: &dyn Target,
     per_thread: &[T],
     work: impl Fn(&dyn Target, &T) -> io::Result<()> + Sync,
@@ -214,6 +214,7 @@ pub(crate) fn run(
             per(opts.max_threads),
             opts.max_threads
         )],
+        baseline: None,
     })
 }
 

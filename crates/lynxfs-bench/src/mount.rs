@@ -131,6 +131,15 @@ macro_rules! delegate_to_dir {
             fn close(&self, handle: Handle) -> io::Result<()> {
                 self.dir.close(handle)
             }
+            fn readdir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+                self.dir.readdir(path)
+            }
+            fn fsync(&self, handle: Handle) -> io::Result<()> {
+                self.dir.fsync(handle)
+            }
+            fn host_dir(&self) -> Option<&Path> {
+                self.dir.host_dir()
+            }
         }
     };
 }
@@ -193,6 +202,8 @@ impl TmpfsTarget {
     }
 }
 
+pub(crate) use delegate_to_dir;
+
 delegate_to_dir!(TmpfsTarget);
 
 /// A fresh ext4 on a loop device backed by an image file in `/dev/shm`, so it measures
@@ -205,10 +216,11 @@ pub struct Ext4Target {
 }
 
 impl Ext4Target {
-    /// Image size used by [`Self::mount_default`]: room for the data suite's file and
-    /// the syscalls suite's 30,000 inodes at mkfs's default inode ratio. The image is
+    /// Image size used by [`Self::mount_default`]: room for the `apps` suite's Linux
+    /// tree (1.4 GB, 80,000 inodes) and the syscalls suite's 30,000 inodes at mkfs's
+    /// default inode ratio. The image is
     /// sparse, so only what is written takes memory.
-    pub const DEFAULT_IMAGE_SIZE: u64 = 1 << 30;
+    pub const DEFAULT_IMAGE_SIZE: u64 = 4 << 30;
 
     /// [`Self::mount`] with [`Self::DEFAULT_IMAGE_SIZE`].
     pub fn mount_default() -> io::Result<Self> {

@@ -214,6 +214,7 @@ fn run_on(path: &Path, opts: &Options) -> anyhow::Result<Measured> {
         columns: vec![LIB_NAME.into(), "goal".into()],
         rows: grid.into_rows(),
         notes,
+        baseline: None,
     })
 }
 

@@ -54,6 +54,10 @@ pub struct Report {
     pub unix_time: u64,
     /// Caveats worth keeping next to the numbers (a fallback target, say).
     pub notes: Vec<String>,
+    /// The column the ratios are taken against (`"tmpfs"` for `apps`): the table then
+    /// shows `X/baseline` for every other column. `None`: `first/X`, as described at
+    /// [`Report::table`].
+    pub baseline: Option<String>,
 }
 
 impl Report {
@@ -61,18 +65,42 @@ impl Report {
     /// `first/X` column for each other column (the first column's value divided by X's,
     /// so for `us/op` a ratio below 1 means the first target is faster, and for `MB/s`
     /// a ratio above 1 does).
+    ///
+    /// With a [`Report::baseline`] column B, the ratio columns are `X/B` for every other
+    /// column X instead.
     pub fn table(&self) -> String {
         let first = self.columns.first().map_or("", String::as_str);
         let mut header = vec!["op".to_string()];
         header.extend(self.columns.iter().map(|c| format!("{c} {}", self.unit)));
-        header.extend(self.columns.iter().skip(1).map(|c| format!("{first}/{c}")));
-        let body: Vec<Vec<String>> = self.rows.iter().map(row_cells).collect();
+        let body: Vec<Vec<String>> = match self.baseline_index() {
+            Some(b) => {
+                let base = &self.columns[b];
+                header.extend(
+                    self.columns
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != b)
+                        .map(|(_, c)| format!("{c}/{base}")),
+                );
+                self.rows.iter().map(|r| baseline_cells(r, b)).collect()
+            }
+            None => {
+                header.extend(self.columns.iter().skip(1).map(|c| format!("{first}/{c}")));
+                self.rows.iter().map(row_cells).collect()
+            }
+        };
         let mut out = format!("{}\n", self.title());
         render(&mut out, &header, &body);
         for note in &self.notes {
             let _ = writeln!(out, "note: {note}");
         }
         out
+    }
+
+    /// The index of the [`Report::baseline`] column, if it names one.
+    pub fn baseline_index(&self) -> Option<usize> {
+        let b = self.baseline.as_deref()?;
+        self.columns.iter().position(|c| c == b)
     }
 
     fn title(&self) -> String {
@@ -90,6 +118,9 @@ impl Report {
             ),
             "recovery" => format!("one directory of {} files", self.options.files),
             "data" => format!("a {} MiB file", self.options.file_size >> 20),
+            "apps" => "real programs on a Linux source tree".to_string(),
+            "personalities" => "Filebench-like workloads".to_string(),
+            "ablation" => "LynxFS with and without a mechanism".to_string(),
             _ => String::new(),
         };
         format!(
@@ -129,6 +160,22 @@ pub fn format_value(v: f64) -> String {
     } else {
         format!("{v:.2}")
     }
+}
+
+/// A row's cells against column `b`: the operation, each value, then each other value
+/// over `b`'s.
+fn baseline_cells(row: &Row, b: usize) -> Vec<String> {
+    let mut cells = vec![row.op.clone()];
+    cells.extend(row.values.iter().map(|&v| format_value(v)));
+    let base = row.values.get(b).copied().unwrap_or(f64::NAN);
+    cells.extend(
+        row.values
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != b)
+            .map(|(_, &v)| format_ratio(v, base)),
+    );
+    cells
 }
 
 /// `a / b` to two decimals, or `-` when it is undefined.
@@ -196,6 +243,7 @@ mod tests {
             machine: Machine::detect(),
             unix_time: 0,
             notes: vec![],
+            baseline: None,
         }
     }
 
@@ -213,6 +261,27 @@ mod tests {
         );
         let cells: Vec<&str> = lines[2].split_whitespace().collect();
         assert_eq!(cells, ["create", "2.00", "4.00", "1.00", "0.50", "2.00"]);
+    }
+
+    #[test]
+    fn table_with_a_baseline_divides_every_other_column_by_it() {
+        let rows = vec![Row::from_rounds(
+            "tar -xf",
+            vec![vec![3.0], vec![2.0], vec![6.0]],
+        )];
+        let mut r = report(&["lib", "tmpfs", "ext4"], rows);
+        r.baseline = Some("tmpfs".into());
+        let table = r.table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[1].contains("lib/tmpfs") && lines[1].contains("ext4/tmpfs"),
+            "{table}"
+        );
+        let cells: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            ["tar", "-xf", "3.00", "2.00", "6.00", "1.50", "3.00"]
+        );
     }
 
     #[test]

@@ -199,6 +199,7 @@ pub(crate) fn run(
         columns: names.to_vec(),
         rows: grid.into_rows(),
         notes,
+        baseline: None,
     })
 }
 
@@ -339,6 +340,12 @@ mod tests {
             }
             fn close(&self, h: crate::Handle) -> io::Result<()> {
                 self.0.close(h)
+            }
+            fn readdir(&self, p: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+                self.0.readdir(p)
+            }
+            fn fsync(&self, h: crate::Handle) -> io::Result<()> {
+                self.0.fsync(h)
             }
         }
         let dir = tempfile::tempdir().unwrap();

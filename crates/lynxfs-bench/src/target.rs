@@ -1,5 +1,6 @@
 //! The file system under test, as the suites see it.
 
+use std::ffi::OsString;
 use std::io;
 use std::path::Path;
 
@@ -109,6 +110,24 @@ pub trait Target: Send + Sync {
 
     /// Closes a handle; it must not be used again.
     fn close(&self, handle: Handle) -> io::Result<()>;
+
+    /// The names in a directory, without `.` and `..`, in the file system's order.
+    fn readdir(&self, path: &Path) -> io::Result<Vec<OsString>>;
+
+    /// Makes a file's data and metadata durable (`fsync(2)`).
+    fn fsync(&self, handle: Handle) -> io::Result<()>;
+
+    /// The host directory a kernel file system target works in, where the `apps`
+    /// suite runs real programs (`tar`, `du`, ...); `None` for in-process targets.
+    fn host_dir(&self) -> Option<&Path> {
+        None
+    }
+
+    /// The LynxFS library target behind this one, for the `apps` suite's in-process
+    /// tools and the `ablation` suite; `None` for every other target.
+    fn as_lib(&self) -> Option<&crate::LibTarget> {
+        None
+    }
 }
 
 /// Writes all of `buf` at `off`, looping over short writes.

@@ -1,5 +1,6 @@
 //! `lynxfs bench SUITE [--target T]... [--out DIR] [--files N] [--rounds N]`: runs one
-//! of the `lynxfs-bench` suites and prints its table (and writes its JSON with --out).
+//! of the `lynxfs-bench` suites and prints its table (and writes its JSON and a PNG
+//! figure with --out).
 
 use std::path::PathBuf;
 
@@ -10,19 +11,22 @@ use lynxfs_bench::{open_target, run_suite, Options, Target, SUITES, TARGETLESS_S
 /// The arguments of `lynxfs bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// syscalls, data, mdtest, smallfiles or recovery.
+    /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities or ablation.
     pub suite: String,
     /// A file system to measure, repeatable; the first is the one the ratio columns
     /// compare with the others. lib (LynxFS in process, pool in /dev/shm), tmpfs, shm,
-    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, once it lands) or
-    /// dir=PATH. Default: lib and tmpfs (none for recovery, which makes its own pool).
+    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, kernel caches off) or
+    /// dir=PATH. Default: lib and tmpfs (none for recovery and ablation, which make
+    /// their own pools).
     #[arg(long = "target", value_name = "T")]
     pub targets: Vec<String>,
-    /// Write the JSON report into this directory.
+    /// Write the JSON report and a PNG figure into this directory.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// How many files. Default per suite: syscalls 10000, mdtest 10000, smallfiles
-    /// 1000, recovery 1000000.
+    /// 1000, recovery 1000000, ablation 10000; personalities: flow iterations per
+    /// personality (default 2000); apps: files of the generated tree used when there
+    /// is no Linux tarball (default 80000).
     #[arg(long)]
     pub files: Option<usize>,
     /// Rounds per measurement; the table shows the median.
@@ -31,16 +35,23 @@ pub struct BenchArgs {
     /// data: the file's size in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub file_mib: u64,
-    /// mdtest: the largest thread count.
+    /// mdtest: the largest thread count; personalities: the most threads.
     #[arg(long, default_value_t = 8)]
     pub max_threads: usize,
+    /// apps: the tarball to extract (.tar, or .tar.xz decompressed once into
+    /// /dev/shm). Default: /usr/src/linux-source-*.tar.xz (apt-get install
+    /// linux-source), else a generated tree.
+    #[arg(long, value_name = "TAR")]
+    pub tree: Option<PathBuf>,
 }
 
 /// The file count a suite uses when --files is not given.
 fn default_files(suite: &str) -> usize {
     match suite {
         "smallfiles" => 1000,
+        "personalities" => 2000,
         "recovery" => 1_000_000,
+        "apps" => 80_000,
         _ => 10_000,
     }
 }
@@ -72,6 +83,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .context("--file-mib is too large")?,
         rounds: args.rounds,
         max_threads: args.max_threads,
+        tree: args.tree.clone(),
         ..Options::default()
     };
     let mut targets: Vec<Box<dyn Target>> = Vec::with_capacity(specs.len());
@@ -116,13 +128,13 @@ mod tests {
     }
 
     #[test]
-    fn refuses_unknown_suites_targets_on_recovery_and_unlanded_fuse() {
+    fn refuses_unknown_suites_and_targets_on_targetless_suites() {
         let err = run(parse(&["nope"])).unwrap_err();
         assert!(err.to_string().contains("unknown suite"), "{err:#}");
         let err = run(parse(&["recovery", "--target", "tmpfs"])).unwrap_err();
         assert!(err.to_string().contains("takes no --target"), "{err:#}");
-        let err = run(parse(&["syscalls", "--target", "fuse"])).unwrap_err();
-        assert!(format!("{err:#}").contains("not yet available"), "{err:#}");
+        let err = run(parse(&["ablation", "--target", "lib"])).unwrap_err();
+        assert!(err.to_string().contains("takes no --target"), "{err:#}");
     }
 
     #[test]
@@ -143,9 +155,21 @@ mod tests {
             out.path().to_str().unwrap(),
         ]);
         run(a).unwrap();
-        let written: Vec<_> = std::fs::read_dir(out.path()).unwrap().collect();
-        assert_eq!(written.len(), 1);
-        let json = std::fs::read_to_string(written[0].as_ref().unwrap().path()).unwrap();
+        let mut written: Vec<_> = std::fs::read_dir(out.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        written.sort();
+        // The JSON and, where a font is installed, its figure.
+        assert!(written[0].extension().unwrap() == "json", "{written:?}");
+        assert!(
+            written.len() <= 2
+                && written
+                    .iter()
+                    .skip(1)
+                    .all(|p| p.extension().unwrap() == "png")
+        );
+        let json = std::fs::read_to_string(&written[0]).unwrap();
         assert!(json.contains("\"lynxfs\"") && json.contains("\"smallfiles\""));
     }
 }

@@ -46,6 +46,9 @@ pub struct LynxFuse<B: Backend> {
     /// `fs.protected_hardlinks` was on at mount: the kernel applies it only through
     /// its own permission checks, which FUSE skips without `default_permissions`.
     protected_hardlinks: bool,
+    /// The kernel did not accept FUSE_HANDLE_KILLPRIV, so it clears S_ISUID/S_ISGID
+    /// after a write itself, with a mode-only setattr sent as the writer.
+    kernel_kills_privs: bool,
 }
 
 /// Maps an engine error to the errno the caller sees. The one place this is done.
@@ -148,6 +151,7 @@ impl<B: Backend> LynxFuse<B> {
             attr_ttl,
             read_only,
             protected_hardlinks,
+            kernel_kills_privs: true,
         }
     }
 
@@ -258,14 +262,20 @@ impl<B: Backend> LynxFuse<B> {
             return self.stat(ino);
         }
         if let (Some(m), None, None, None, None) = (a.mode, a.uid, a.gid, a.atime, a.mtime) {
-            // Without FUSE_HANDLE_KILLPRIV the kernel clears S_ISUID/S_ISGID after a
-            // write (or truncate) by sending this setattr as the writer, who need not
-            // own the file. Dropping only those bits is what any writer may do.
+            // Without FUSE_HANDLE_KILLPRIV (see `init`) the kernel clears S_ISUID and
+            // S_ISGID before a write by sending this setattr as the writer, who need
+            // not own the file. Dropping only those bits is what a writer may do.
             let old = self.stat(ino)?.mode & 0o7777;
             let kill = libc::S_ISUID | libc::S_ISGID;
             let new = m & 0o7777;
             let only_drops_privs = new != old && new & !kill == old & !kill && new & !old == 0;
-            if only_drops_privs && req.uid() != 0 {
+            if self.kernel_kills_privs
+                && only_drops_privs
+                && req.uid() != 0
+                && self
+                    .as_caller(req, |c| self.check_perm(ino, c, perm::W))
+                    .is_ok()
+            {
                 let a = SetAttr {
                     mode: Some(m),
                     ..SetAttr::default()
@@ -350,6 +360,15 @@ fn reply_xattr(r: Res<Vec<u8>>, size: u32, reply: ReplyXattr) {
 }
 
 impl<B: Backend> Filesystem for LynxFuse<B> {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        // The engine clears S_ISUID/S_ISGID itself on write, truncate and chown, so
+        // the kernel need not send (and we need not trust) its own mode-only setattr.
+        self.kernel_kills_privs = config
+            .add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV)
+            .is_err();
+        Ok(())
+    }
+
     fn destroy(&mut self) {
         // Every worker thread has stopped: close the pool cleanly.
         if let Err(e) = self.fs.close() {

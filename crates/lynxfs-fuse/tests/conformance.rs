@@ -532,6 +532,11 @@ fn script(c: &mut Ctx) {
     c.stat("stat after chmod", "t/f");
     c.path1("chmod 04755", "t/f", |p| unsafe { chmod(p, 0o4755) });
     c.stat("stat after chmod suid", "t/f");
+    let fd = c.open("open suid file", "t/f", O_WRONLY, 0);
+    c.pwrite("root writes suid file", fd, b"r", 0);
+    c.close(fd);
+    c.stat("suid kept for root writer", "t/f");
+    c.path1("chmod 04755 again", "t/f", |p| unsafe { chmod(p, 0o4755) });
     c.path1("chown 1000:1000", "t/f", |p| unsafe {
         chown(p, USER, GROUP)
     });
@@ -785,6 +790,7 @@ fn prepare_user(c: &mut Ctx) {
         ("t/pub/rootf", 0o644, 0),
         ("t/pub/suid", 0o4666, 0),
         ("t/pub/sgid", 0o2676, 0),
+        ("t/pub/sgid2", 0o2676, 0),
     ] {
         std::fs::write(c.root.join(name), b"data").unwrap();
         c.path1(&format!("prep chmod {name}"), name, |p| unsafe {
@@ -874,6 +880,11 @@ fn as_user(c: &mut Ctx) {
         c.close(fd);
         c.stat(&format!("user write cleared privs of {f}"), f);
     }
+    c.path1(
+        "user chmod suid file (drop bits, not owner)",
+        "t/pub/sgid2",
+        |p| unsafe { chmod(p, 0o676) },
+    );
     c.path1("user truncate rootfile", "t/rootfile", |p| unsafe {
         truncate(p, 0)
     });

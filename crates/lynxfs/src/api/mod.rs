@@ -122,7 +122,8 @@ impl<B: Backend> Fs<B> {
             c.open.fetch_add(1, Ordering::AcqRel);
             let size = self.ns.pool.pm.load_u64(at + inode::SIZE);
             if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG && size > 0 {
-                if let Err(e) = crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0) {
+                if let Err(e) = crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &c.map)
+                {
                     c.open.fetch_sub(1, Ordering::AcqRel);
                     return Err(e);
                 }
@@ -183,7 +184,7 @@ impl<B: Backend> Fs<B> {
         }
         let n = {
             let _r = f.cachelet.lock.read();
-            crate::data::read_at(&self.ns.pool, f.ino, off, buf)?
+            crate::data::read_cached(&self.ns.pool, f.ino, off, buf, &f.cachelet.map)?
         };
         self.touch_atime(f.ino);
         Ok(n)
@@ -226,7 +227,7 @@ impl<B: Backend> Fs<B> {
         } else {
             off.unwrap_or(0)
         };
-        let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data)?;
+        let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data, &f.cachelet.map)?;
         if !f.privileged {
             self.clear_suid(f.ino);
         }
@@ -314,7 +315,7 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EINVAL);
         }
         let _w = c.lock.write();
-        crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len)?;
+        crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len, &c.map)?;
         if !privileged {
             self.clear_suid(ino);
         }
@@ -347,7 +348,15 @@ impl<B: Backend> Fs<B> {
             return Err(errno::ENODEV);
         }
         let _w = f.cachelet.lock.write();
-        crate::data::fallocate(&self.ns.pool, f.ino, self.ns.lane(), mode, off, len)
+        crate::data::fallocate(
+            &self.ns.pool,
+            f.ino,
+            self.ns.lane(),
+            mode,
+            off,
+            len,
+            &f.cachelet.map,
+        )
     }
 
     /// Every call is durable when it returns: nothing to do.

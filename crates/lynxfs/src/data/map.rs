@@ -9,11 +9,23 @@ use crate::format::inode::{self, Extent, MapWord, INLINE_EXTENTS};
 use crate::pmem::Backend;
 use crate::pool::Pool;
 
-/// A file's map as read: its extents, its word, and the tree nodes holding it.
+/// A file's map as read: its extents, its word, the tree nodes holding it, and (for
+/// trees of depth 0 or 1) its leaves, so an update can copy only the leaves it
+/// changes and a new root (path copying) instead of rewriting the whole map.
+#[derive(Clone, Debug, Default)]
 pub struct Map {
     pub word: MapWord,
     pub extents: Vec<Extent>,
     pub nodes: Vec<u64>,
+    pub leaves: Vec<Leaf>,
+}
+
+/// A leaf node and the run of `Map::extents` it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leaf {
+    pub node: u64,
+    pub start: usize,
+    pub count: usize,
 }
 
 pub fn read<B: Backend>(pool: &Pool<B>, ino: u64) -> Result<Map> {
@@ -22,27 +34,86 @@ pub fn read<B: Backend>(pool: &Pool<B>, ino: u64) -> Result<Map> {
     let extents =
         extents::read_map(&pool.pm, &pool.layout, off, &mut nodes).map_err(|_| errno::EIO)?;
     let word = MapWord::decode(pool.pm.load_u64(off + inode::MAP)).ok_or(errno::EIO)?;
+    let leaves = if word.kind == 1 && word.count <= 1 {
+        leaves_of(pool, &nodes, word.count)
+    } else {
+        Vec::new()
+    };
     Ok(Map {
         word,
         extents,
         nodes,
+        leaves,
     })
 }
 
-/// A map written but not yet published: the word to store, and its new nodes.
+/// The leaves of a depth-0 tree (the root is the leaf) or depth-1 tree (the nodes
+/// after the root, in order), with their extent counts from the node headers.
+fn leaves_of<B: Backend>(pool: &Pool<B>, nodes: &[u64], depth: u16) -> Vec<Leaf> {
+    let leaf_nodes = if depth == 0 {
+        nodes
+    } else {
+        &nodes[1.min(nodes.len())..]
+    };
+    let mut start = 0;
+    leaf_nodes
+        .iter()
+        .map(|&node| {
+            let count = pool.pm.load_u64(node) as u32 as usize;
+            let l = Leaf { node, start, count };
+            start += count;
+            l
+        })
+        .collect()
+}
+
+/// A file's map in DRAM, kept with its cachelet while the file is in use, so reads and
+/// writes do not parse the pool's map each time. Callers hold the file's lock (shared
+/// to read, alone to change), which orders every use of the cache with the pool.
+#[derive(Default)]
+pub struct MapCache(parking_lot::Mutex<Option<std::sync::Arc<Map>>>);
+
+impl MapCache {
+    pub fn get<B: Backend>(&self, pool: &Pool<B>, ino: u64) -> Result<std::sync::Arc<Map>> {
+        let mut c = self.0.lock();
+        if let Some(m) = c.as_ref() {
+            return Ok(m.clone());
+        }
+        let m = std::sync::Arc::new(read(pool, ino)?);
+        *c = Some(m.clone());
+        Ok(m)
+    }
+    pub fn put(&self, m: Map) {
+        *self.0.lock() = Some(std::sync::Arc::new(m));
+    }
+    pub fn clear(&self) {
+        *self.0.lock() = None;
+    }
+}
+
+/// A map written but not yet published: the word to store, its new nodes, the nodes
+/// of the old map it replaces (freed after the commit), and the new map for the cache.
 pub struct Staged {
     pub word: u64,
     pub new_nodes: Vec<u64>,
+    pub old_nodes: Vec<u64>,
+    pub map: Map,
 }
 
-/// Write `ext` into the idle area of `ino` (or new nodes), flushed but not fenced.
+/// Fill level of new leaves: room to grow before the next split.
+const LEAF_FILL: usize = NODE_ENTRIES * 3 / 4;
+
+/// Write the map `ext` (which differs from `old` only around file blocks `[a, b)`)
+/// into the idle area of `ino` or new nodes, flushed but not fenced.
 pub fn stage<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     lane: u32,
-    cur: MapWord,
-    ext: &[Extent],
+    old: &Map,
+    ext: Vec<Extent>,
+    (a, b): (u64, u64),
 ) -> Result<Staged> {
+    let cur = old.word;
     let at = pool.layout.inode_addr(ino) + cur.other_area_off();
     let area = 1 - cur.area;
     if ext.len() <= INLINE_EXTENTS {
@@ -50,55 +121,177 @@ pub fn stage<B: Backend>(
         for (i, e) in ext.iter().enumerate() {
             bytes[i * 16..i * 16 + 16].copy_from_slice(&e.encode());
         }
-        let mut b = pool.pm.batch();
-        b.write(at, &bytes);
-        b.flushed();
+        let mut batch = pool.pm.batch();
+        batch.write(at, &bytes);
+        batch.flushed();
         let word = MapWord {
             area,
             kind: 0,
             count: ext.len() as u16,
         };
+        let map = Map {
+            word,
+            extents: ext,
+            nodes: Vec::new(),
+            leaves: Vec::new(),
+        };
         return Ok(Staged {
             word: word.encode(),
             new_nodes: Vec::new(),
+            old_nodes: old.nodes.clone(),
+            map,
         });
     }
-    let mut new_nodes = Vec::new();
-    let built = build_tree(pool, lane, ext, &mut new_nodes);
-    let (root, depth) = match built {
+    let mut made = Vec::new();
+    let built = if old.leaves.is_empty() {
+        build_full(pool, lane, &ext, &mut made)
+            .map(|(root, depth, leaves)| (root, depth, leaves, old.nodes.clone()))
+    } else {
+        path_copy(pool, lane, old, &ext, (a, b), &mut made)
+    };
+    let (root, depth, leaves, old_nodes) = match built {
         Ok(r) => r,
         Err(e) => {
-            free_nodes(pool, &new_nodes);
+            free_nodes(pool, &made);
             return Err(e);
         }
     };
-    let mut b = pool.pm.batch();
-    b.write_u64(at, root);
-    b.flushed();
+    let mut batch = pool.pm.batch();
+    batch.write_u64(at, root);
+    batch.flushed();
     let word = MapWord {
         area,
         kind: 1,
         count: depth,
     };
+    let mut nodes = Vec::with_capacity(leaves.len() + 1);
+    if depth == 1 {
+        nodes.push(root);
+    }
+    nodes.extend(leaves.iter().map(|l| l.node));
+    if depth > 1 {
+        nodes = made.clone();
+    }
+    let keep_leaves = if depth <= 1 { leaves } else { Vec::new() };
+    let map = Map {
+        word,
+        extents: ext,
+        nodes,
+        leaves: keep_leaves,
+    };
     Ok(Staged {
         word: word.encode(),
-        new_nodes,
+        new_nodes: made,
+        old_nodes,
+        map,
     })
 }
 
-/// Bottom-up: leaves of extents, then index levels, until one root node.
-fn build_tree<B: Backend>(
+/// A whole new tree; returns root, depth and (for depth <= 1) its leaves.
+fn build_full<B: Backend>(
     pool: &Pool<B>,
     lane: u32,
     ext: &[Extent],
     made: &mut Vec<u64>,
-) -> Result<(u64, u16)> {
-    let mut level: Vec<(u32, u64)> = Vec::new();
-    for chunk in ext.chunks(NODE_ENTRIES) {
+) -> Result<(u64, u16, Vec<Leaf>)> {
+    let leaves = write_leaves(pool, lane, ext, 0, made)?;
+    let (root, depth) = root_over(pool, lane, ext, &leaves, made)?;
+    Ok((root, depth, leaves))
+}
+
+/// Leaves for `ext` (whose first element is extent number `base` of the map).
+fn write_leaves<B: Backend>(
+    pool: &Pool<B>,
+    lane: u32,
+    ext: &[Extent],
+    base: usize,
+    made: &mut Vec<u64>,
+) -> Result<Vec<Leaf>> {
+    let mut out = Vec::with_capacity(ext.len().div_ceil(LEAF_FILL));
+    let mut start = base;
+    for chunk in ext.chunks(LEAF_FILL) {
         let entries: Vec<[u8; 16]> = chunk.iter().map(|e| e.encode()).collect();
         let node = write_node(pool, lane, 0, &entries, made)?;
-        level.push((chunk[0].lblk, node));
+        out.push(Leaf {
+            node,
+            start,
+            count: chunk.len(),
+        });
+        start += chunk.len();
     }
+    Ok(out)
+}
+
+/// The root over `leaves`: the leaf itself when there is one, else index levels.
+fn root_over<B: Backend>(
+    pool: &Pool<B>,
+    lane: u32,
+    ext: &[Extent],
+    leaves: &[Leaf],
+    made: &mut Vec<u64>,
+) -> Result<(u64, u16)> {
+    let level: Vec<(u32, u64)> = leaves.iter().map(|l| (ext[l.start].lblk, l.node)).collect();
+    build_levels(pool, lane, level, made)
+}
+
+/// Copy only the leaves that hold extents `ext` changed (and a new root).
+fn path_copy<B: Backend>(
+    pool: &Pool<B>,
+    lane: u32,
+    old: &Map,
+    ext: &[Extent],
+    (a, b): (u64, u64),
+    made: &mut Vec<u64>,
+) -> Result<(u64, u16, Vec<Leaf>, Vec<u64>)> {
+    let o = &old.extents;
+    // Extents before the one ending at or after `a` - 1, and after the one starting past
+    // `b`, are the same in both maps (a splice only merges immediate neighbours).
+    let p = o.partition_point(|e| e.end() < a).saturating_sub(1);
+    let q = (o.partition_point(|e| (e.lblk as u64) <= b) + 1).min(o.len());
+    let delta = ext.len() as isize - o.len() as isize;
+    let leaf_of = |idx: usize| {
+        old.leaves
+            .partition_point(|l| l.start <= idx)
+            .saturating_sub(1)
+    };
+    let i = leaf_of(p);
+    let j = leaf_of(q.max(1) - 1).max(i);
+    let seg_start = old.leaves[i].start;
+    let seg_end_old = old.leaves[j].start + old.leaves[j].count;
+    let seg_end_new = (seg_end_old as isize + delta) as usize;
+    if seg_end_new < seg_start || seg_end_new > ext.len() {
+        let (root, depth, leaves) = build_full(pool, lane, ext, made)?;
+        return Ok((root, depth, leaves, old.nodes.clone()));
+    }
+    let fresh = write_leaves(pool, lane, &ext[seg_start..seg_end_new], seg_start, made)?;
+    let mut leaves: Vec<Leaf> = old.leaves[..i].to_vec();
+    leaves.extend(fresh);
+    leaves.extend(old.leaves[j + 1..].iter().map(|l| Leaf {
+        start: (l.start as isize + delta) as usize,
+        ..*l
+    }));
+    let mut freed: Vec<u64> = old.leaves[i..=j].iter().map(|l| l.node).collect();
+    if old.word.count == 1 {
+        freed.push(old.nodes[0]); // the old root
+    }
+    if leaves.len() > NODE_ENTRIES {
+        // Too many leaves for one root: rebuild (depth 2), freeing every old node.
+        free_nodes(pool, made);
+        made.clear();
+        let (root, depth, leaves) = build_full(pool, lane, ext, made)?;
+        return Ok((root, depth, leaves, old.nodes.clone()));
+    }
+    let (root, depth) = root_over(pool, lane, ext, &leaves, made)?;
+    Ok((root, depth, leaves, freed))
+}
+
+/// Index levels over `level` until one root node.
+fn build_levels<B: Backend>(
+    pool: &Pool<B>,
+    lane: u32,
+    mut level: Vec<(u32, u64)>,
+    made: &mut Vec<u64>,
+) -> Result<(u64, u16)> {
     let mut depth = 0u16;
     while level.len() > 1 {
         depth += 1;
@@ -160,23 +353,27 @@ pub fn free_nodes<B: Backend>(pool: &Pool<B>, nodes: &[u64]) {
 /// Replace file blocks `[a, b)` of `old` with `repl` (sorted, inside `[a, b)`).
 /// Returns the new extents and the data-block runs no longer referenced.
 pub fn splice(old: &[Extent], a: u64, b: u64, repl: &[Extent]) -> (Vec<Extent>, Vec<(u64, u64)>) {
-    let mut out = Vec::with_capacity(old.len() + repl.len() + 1);
+    // Only a window around [a, b) changes: the extents touching it and one neighbour on
+    // each side (which may merge). The rest is copied as it is, with no sort.
+    let p = old.partition_point(|e| e.end() < a).saturating_sub(1);
+    let q = (old.partition_point(|e| (e.lblk as u64) <= b) + 1).min(old.len());
+    let mut window = Vec::with_capacity(q - p + repl.len() + 2);
     let mut removed = Vec::new();
-    for &e in old {
+    for &e in &old[p..q] {
         let (s, end) = (e.lblk as u64, e.end());
         if end <= a || s >= b {
-            out.push(e);
+            window.push(e);
             continue;
         }
         if s < a {
-            out.push(Extent {
+            window.push(Extent {
                 lblk: e.lblk,
                 len: (a - s) as u32,
                 pblk: e.pblk,
             });
         }
         if end > b {
-            out.push(Extent {
+            window.push(Extent {
                 lblk: b as u32,
                 len: (end - b) as u32,
                 pblk: e.pblk + (b - s),
@@ -186,15 +383,18 @@ pub fn splice(old: &[Extent], a: u64, b: u64, repl: &[Extent]) -> (Vec<Extent>, 
         let me = end.min(b);
         removed.push((e.pblk + (ms - s), me - ms));
     }
-    out.extend_from_slice(repl);
-    out.sort_by_key(|e| e.lblk);
-    let merged = merge(out);
+    window.extend_from_slice(repl);
+    window.sort_by_key(|e| e.lblk);
+    let mut out = Vec::with_capacity(old.len() + repl.len() + 1);
+    out.extend_from_slice(&old[..p]);
+    out.extend(merge(window));
+    out.extend_from_slice(&old[q..]);
     let freed = if repl.is_empty() {
         removed
     } else {
         subtract(&removed, repl)
     };
-    (merged, freed)
+    (out, freed)
 }
 
 /// Join neighbours that are contiguous both in the file and on the pool.

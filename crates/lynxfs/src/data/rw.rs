@@ -14,7 +14,7 @@ use crate::pmem::Backend;
 use crate::pool::Pool;
 use crate::time::now_ns;
 
-use super::map::{self, Staged};
+use super::map::{self, MapCache};
 
 /// The largest file: file block numbers are 32-bit.
 pub const MAX_FILE: u64 = (u32::MAX as u64) * BLOCK;
@@ -23,14 +23,26 @@ fn size_of<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
     pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::SIZE)
 }
 
-/// Read up to `buf.len()` bytes at `off`; holes read as zeros.
+/// Read up to `buf.len()` bytes at `off`; holes read as zeros. Parses the map from the
+/// pool: for callers without the file's cachelet (readlink, tools).
 pub fn read_at<B: Backend>(pool: &Pool<B>, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+    read_cached(pool, ino, off, buf, &MapCache::default())
+}
+
+/// Read through the file's cached map (the caller holds the file's lock shared).
+pub fn read_cached<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    off: u64,
+    buf: &mut [u8],
+    cache: &MapCache,
+) -> Result<usize> {
     let size = size_of(pool, ino);
     if off >= size {
         return Ok(0);
     }
     let n = (size - off).min(buf.len() as u64) as usize;
-    let m = map::read(pool, ino)?;
+    let m = cache.get(pool, ino)?;
     let mut done = 0usize;
     while done < n {
         let pos = off + done as u64;
@@ -57,13 +69,15 @@ pub fn read_at<B: Backend>(pool: &Pool<B>, ino: u64, off: u64, buf: &mut [u8]) -
     Ok(n)
 }
 
-/// Write `data` at `off`, atomically and durably; returns `data.len()`.
+/// Write `data` at `off`, atomically and durably; returns `data.len()`. The caller
+/// holds the file's lock alone.
 pub fn write_at<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     lane: u32,
     off: u64,
     data: &[u8],
+    cache: &MapCache,
 ) -> Result<usize> {
     if data.is_empty() {
         return Ok(0);
@@ -73,7 +87,7 @@ pub fn write_at<B: Backend>(
         return Err(errno::EFBIG);
     }
     let size = size_of(pool, ino);
-    let m = map::read(pool, ino)?;
+    let m = cache.get(pool, ino)?;
     let first = off / BLOCK;
     let last = (end - 1) / BLOCK;
     // Which blocks need a fresh copy: any a reader could see, and every hole.
@@ -88,7 +102,7 @@ pub fn write_at<B: Backend>(
     let fresh = targets.iter().filter(|t| t.2).count() as u64;
     let runs = pool.alloc.blocks.alloc(lane, fresh).ok_or(errno::ENOSPC)?;
     let mut fresh_blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
-    let mut repl = Vec::with_capacity(targets.len());
+    let mut repl: Vec<Extent> = Vec::with_capacity(targets.len());
     let mut b = pool.pm.batch();
     for &(lb, old, needs_new) in &targets {
         let blk_start = lb * BLOCK;
@@ -115,39 +129,62 @@ pub fn write_at<B: Backend>(
             b.write(pool.layout.block_addr(o) + (ws - blk_start), piece);
             o
         };
-        repl.push(Extent {
-            lblk: lb as u32,
-            len: 1,
-            pblk,
-        });
+        push_block(&mut repl, lb, pblk);
     }
     b.flushed();
     if off > size {
         zero_gap(pool, &m.extents, size, off);
     }
+    let new_size = (end > size).then_some(end);
+    if fresh == 0 {
+        return publish(pool, ino, lane, None, new_size).map(|_| data.len());
+    }
     let (ext, freed) = map::splice(&m.extents, first, last + 1, &repl);
-    let staged = if fresh > 0 {
-        match map::stage(pool, ino, lane, m.word, &ext) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                for &(s, n) in &runs {
-                    pool.alloc.blocks.free(s, n);
-                }
-                return Err(e);
-            }
+    let staged = match map::stage(pool, ino, lane, &m, ext, (first, last + 1)) {
+        Ok(s) => s,
+        Err(e) => {
+            runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
+            return Err(e);
         }
-    } else {
-        None
     };
-    let replaced_nodes = staged.is_some();
-    publish(pool, ino, lane, staged, (end > size).then_some(end))?;
-    for (s, n) in freed {
+    commit_staged(pool, ino, lane, staged, new_size, &freed, cache)?;
+    Ok(data.len())
+}
+
+/// Append block `lb` at `pblk` to a run list, extending the last run when contiguous.
+fn push_block(repl: &mut Vec<Extent>, lb: u64, pblk: u64) {
+    match repl.last_mut() {
+        Some(e) if e.end() == lb && e.pblk + e.len as u64 == pblk => e.len += 1,
+        _ => repl.push(Extent {
+            lblk: lb as u32,
+            len: 1,
+            pblk,
+        }),
+    }
+}
+
+/// Publish a staged map (with a new size, if any), then free what it replaced and
+/// cache the new map. On failure the staged nodes go back and the cache is dropped.
+fn commit_staged<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    staged: map::Staged,
+    new_size: Option<u64>,
+    freed: &[(u64, u64)],
+    cache: &MapCache,
+) -> Result<()> {
+    if let Err(e) = publish(pool, ino, lane, Some(staged.word), new_size) {
+        map::free_nodes(pool, &staged.new_nodes);
+        cache.clear();
+        return Err(e);
+    }
+    for &(s, n) in freed {
         pool.alloc.blocks.free(s, n);
     }
-    if replaced_nodes {
-        map::free_nodes(pool, &m.nodes);
-    }
-    Ok(data.len())
+    map::free_nodes(pool, &staged.old_nodes);
+    cache.put(staged.map);
+    Ok(())
 }
 
 /// The data block holding file block `lblk`, if allocated.
@@ -181,36 +218,35 @@ fn zero_gap<B: Backend>(pool: &Pool<B>, ext: &[Extent], from: u64, to: u64) {
     b.flushed();
 }
 
-/// Publish a staged map and/or a new size, with the times, as one commit.
+/// Publish a new map word and/or a new size, with the times, as one commit.
 fn publish<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     lane: u32,
-    staged: Option<Staged>,
+    map_word: Option<u64>,
     new_size: Option<u64>,
 ) -> Result<()> {
     let at = pool.layout.inode_addr(ino);
     let now = now_ns();
-    match (staged, new_size) {
-        (Some(s), Some(sz)) => {
+    match (map_word, new_size) {
+        (Some(w), Some(sz)) => {
             let words = [
-                (at + inode::MAP, s.word),
+                (at + inode::MAP, w),
                 (at + inode::SIZE, sz),
                 (at + inode::MTIME, now),
                 (at + inode::CTIME, now),
             ];
-            if let Err(e) = pool.journals.commit(&pool.pm, &pool.layout, lane, &words) {
-                map::free_nodes(pool, &s.new_nodes);
-                return Err(e);
-            }
+            pool.journals
+                .commit(&pool.pm, &pool.layout, lane, &words)
+                .map(drop)
         }
-        (staged, size) => {
+        (word, size) => {
             let mut b = pool.pm.batch();
             b.write_u64(at + inode::MTIME, now)
                 .write_u64(at + inode::CTIME, now);
             let ready = b.persist();
-            let commit = match (staged, size) {
-                (Some(s), None) => Some((at + inode::MAP, s.word)),
+            let commit = match (word, size) {
+                (Some(w), None) => Some((at + inode::MAP, w)),
                 (None, Some(sz)) => Some((at + inode::SIZE, sz)),
                 _ => None,
             };
@@ -218,18 +254,24 @@ fn publish<B: Backend>(
                 Some((a, v)) => drop(pool.pm.commit_u64(a, v, ready)),
                 None => drop(ready),
             }
+            Ok(())
         }
     }
-    Ok(())
 }
 
 /// Set the size to `new_size`, freeing blocks past it or exposing zeros up to it.
-pub fn truncate<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, new_size: u64) -> Result<()> {
+pub fn truncate<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    new_size: u64,
+    cache: &MapCache,
+) -> Result<()> {
     if new_size > MAX_FILE {
         return Err(errno::EFBIG);
     }
     let size = size_of(pool, ino);
-    let m = map::read(pool, ino)?;
+    let m = cache.get(pool, ino)?;
     if new_size >= size {
         zero_gap(pool, &m.extents, size, new_size);
         return publish(
@@ -245,13 +287,8 @@ pub fn truncate<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, new_size: u64) 
     if freed.is_empty() {
         return publish(pool, ino, lane, None, Some(new_size));
     }
-    let staged = map::stage(pool, ino, lane, m.word, &ext)?;
-    publish(pool, ino, lane, Some(staged), Some(new_size))?;
-    for (s, n) in freed {
-        pool.alloc.blocks.free(s, n);
-    }
-    map::free_nodes(pool, &m.nodes);
-    Ok(())
+    let staged = map::stage(pool, ino, lane, &m, ext, (keep, u64::MAX))?;
+    commit_staged(pool, ino, lane, staged, Some(new_size), &freed, cache)
 }
 
 pub const FALLOC_KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
@@ -266,6 +303,7 @@ pub fn fallocate<B: Backend>(
     mode: i32,
     off: u64,
     len: u64,
+    cache: &MapCache,
 ) -> Result<()> {
     if len == 0 {
         return Err(errno::EINVAL);
@@ -275,8 +313,8 @@ pub fn fallocate<B: Backend>(
         return Err(errno::EFBIG);
     }
     match mode {
-        0 | FALLOC_KEEP_SIZE => allocate(pool, ino, lane, off, end, mode == 0),
-        m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE => punch(pool, ino, lane, off, end),
+        0 | FALLOC_KEEP_SIZE => allocate(pool, ino, lane, off, end, mode == 0, cache),
+        m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE => punch(pool, ino, lane, off, end, cache),
         m if m & FALLOC_PUNCH_HOLE != 0 => Err(errno::EINVAL),
         _ => Err(errno::EOPNOTSUPP),
     }
@@ -289,9 +327,10 @@ fn allocate<B: Backend>(
     off: u64,
     end: u64,
     grow: bool,
+    cache: &MapCache,
 ) -> Result<()> {
     let size = size_of(pool, ino);
-    let m = map::read(pool, ino)?;
+    let m = cache.get(pool, ino)?;
     let (first, stop) = (off / BLOCK, end.div_ceil(BLOCK));
     let holes: Vec<u64> = (first..stop)
         .filter(|&lb| lookup(&m.extents, lb).is_none())
@@ -329,21 +368,25 @@ fn allocate<B: Backend>(
         )
         .0;
     }
-    let staged = match map::stage(pool, ino, lane, m.word, &ext) {
+    let staged = match map::stage(pool, ino, lane, &m, ext, (first, stop)) {
         Ok(s) => s,
         Err(e) => {
             runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
             return Err(e);
         }
     };
-    publish(pool, ino, lane, Some(staged), new_size)?;
-    map::free_nodes(pool, &m.nodes);
-    Ok(())
+    commit_staged(pool, ino, lane, staged, new_size, &[], cache)
 }
 
-fn punch<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, off: u64, end: u64) -> Result<()> {
-    let size = size_of(pool, ino);
-    let m = map::read(pool, ino)?;
+fn punch<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    off: u64,
+    end: u64,
+    cache: &MapCache,
+) -> Result<()> {
+    let m = cache.get(pool, ino)?;
     let (first, stop) = (off / BLOCK, end.div_ceil(BLOCK));
     // Edge blocks only partly inside the hole keep their other bytes: copy them.
     let mut repl = Vec::new();
@@ -357,7 +400,12 @@ fn punch<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, off: u64, end: u64) ->
         if repl.iter().any(|e: &Extent| e.lblk as u64 == lb) {
             continue;
         }
-        let runs = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?;
+        let Some(runs) = pool.alloc.blocks.alloc(lane, 1) else {
+            b.flushed();
+            repl.iter()
+                .for_each(|e: &Extent| pool.alloc.blocks.free(e.pblk, 1));
+            return Err(errno::ENOSPC);
+        };
         let mut blk = vec![0u8; BLOCK as usize];
         pool.pm.read(pool.layout.block_addr(old), &mut blk);
         let (zs, ze) = (off.max(bs) - bs, end.min(be) - bs);
@@ -370,18 +418,12 @@ fn punch<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, off: u64, end: u64) ->
         });
     }
     b.flushed();
-    let _ = size;
     let (ext, freed) = map::splice(&m.extents, first, stop, &repl);
     if freed.is_empty() && repl.is_empty() {
         return publish(pool, ino, lane, None, None);
     }
-    let staged = map::stage(pool, ino, lane, m.word, &ext)?;
-    publish(pool, ino, lane, Some(staged), None)?;
-    for (s, n) in freed {
-        pool.alloc.blocks.free(s, n);
-    }
-    map::free_nodes(pool, &m.nodes);
-    Ok(())
+    let staged = map::stage(pool, ino, lane, &m, ext, (first, stop))?;
+    commit_staged(pool, ino, lane, staged, None, &freed, cache)
 }
 
 /// Fill a new inode (not yet visible) with `bytes`: a symlink's target.
@@ -403,7 +445,7 @@ pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]
         lblk += len;
     }
     b.flushed();
-    let staged = map::stage(pool, ino, lane, MapWord::default(), &ext)?;
+    let staged = map::stage(pool, ino, lane, &map::Map::default(), ext, (0, lblk))?;
     let at = pool.layout.inode_addr(ino);
     let mut b = pool.pm.batch();
     b.write_u64(at + inode::MAP, staged.word)

@@ -7,7 +7,8 @@
 //! Attributes are read from the inode itself: its address follows from its number
 //! (the quick path) and it sits in (persistent) memory, so a DRAM copy would only add
 //! a second place to keep in step. The cachelet holds what has no place in the pool:
-//! the reference and open counts, the flags, and the file's lock.
+//! the reference and open counts, the flags, the file's lock, and its block map while
+//! the file is in use.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -29,6 +30,8 @@ pub struct Cachelet {
     pub flags: AtomicU32,
     /// Data lock: readers share it, a writer takes it alone.
     pub lock: RwLock<()>,
+    /// The file's block map in DRAM while it is in use.
+    pub map: crate::data::MapCache,
 }
 
 const _: () = assert!(std::mem::size_of::<Cachelet>() <= 128);
@@ -169,10 +172,12 @@ impl Cachelets {
                     open: AtomicU32::new(0),
                     flags: AtomicU32::new(0),
                     lock: RwLock::new(()),
+                    map: crate::data::MapCache::default(),
                 })
                 .collect()
         });
         let c = &chunk[slot as usize % CHUNK];
+        c.map.clear();
         c.ino.store(ino, Ordering::Release);
         c.open.store(0, Ordering::Relaxed);
         c.flags.store(0, Ordering::Relaxed);

@@ -76,6 +76,12 @@ impl Dir {
         let mut live = 0;
         // Recovery has checked every link on an unclean open; a clean pool's links were
         // written by this code. The bound guards against a cycle all the same.
+        // A big directory: size the index once instead of growing it step by step
+        // while a million entries go in.
+        let npages = count_pages(pool, page);
+        if npages > 4 {
+            idx.reserve((npages * dirlog::SLOTS_PER_PAGE) as usize);
+        }
         let mut seen = std::collections::HashSet::new();
         while page != 0 && l.block_of(page).is_some() && seen.insert(page) {
             for i in 0..dirlog::SLOTS_PER_PAGE {
@@ -157,6 +163,16 @@ impl Dir {
     pub fn pages(&self) -> Vec<u64> {
         self.pages.read().clone()
     }
+}
+
+/// Log pages in the chain starting at `page` (stopping at a bad link or a cycle).
+fn count_pages<B: Backend>(pool: &Pool<B>, mut page: u64) -> u64 {
+    let mut n = 0;
+    while page != 0 && pool.layout.block_of(page).is_some() && n <= pool.layout.data_blocks {
+        n += 1;
+        page = pool.pm.load_u64(page + dirlog::NEXT);
+    }
+    n
 }
 
 /// The committed entry in `slot` of directory `dir`, if any.

@@ -138,6 +138,7 @@ impl<B: Backend> Namespace<B> {
         }
         if free_now {
             crate::data::free_all(&self.pool, e.ino);
+            c.map.clear();
             self.pool.alloc.inodes.free(e.ino);
         } else if left == 0 {
             c.flags.fetch_or(ORPHAN, Ordering::AcqRel);
@@ -191,6 +192,7 @@ impl<B: Backend> Namespace<B> {
                 c.flags.fetch_or(ORPHAN, Ordering::AcqRel);
             } else {
                 self.free_inode(ino);
+                c.map.clear();
             }
         }
     }
@@ -200,6 +202,7 @@ impl<B: Backend> Namespace<B> {
         if c.flags.load(Ordering::Acquire) & ORPHAN != 0 && c.open.load(Ordering::Acquire) == 0 {
             c.flags.fetch_and(!ORPHAN, Ordering::AcqRel);
             self.free_inode(ino);
+            c.map.clear();
         }
     }
 

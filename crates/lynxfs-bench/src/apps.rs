@@ -1,0 +1,748 @@
+//! The `apps` suite (the papers' Table III): real programs on a real tree, the Linux
+//! source from Debian's `linux-source` package. Seconds per operation, and ratios to
+//! the `tmpfs` column when there is one.
+//!
+//! Operations, in order, each on every target before the next: `tar -xf` (of the
+//! tarball decompressed once to a `.tar` in `/dev/shm`, the same input for every
+//! target), `du -s`, `find -name '*.c'` (cold: after dropping the kernel's caches and
+//! LynxFS's index; warm: right after), `gzip -r` of the tree's `fs/` directory, and
+//! `rm -rf` of the whole tree.
+//!
+//! Kernel targets (tmpfs, ext4, fuse, fuse-null, dir=) run GNU `tar`, `du`, `find`,
+//! `gzip` and `rm` in the target's directory. The `lib` target does the same work in
+//! process through the library: an extractor on the `tar` crate (directories, files
+//! with their mode and times, symlinks, hard links), a tree walk for `du` (lstat of
+//! every entry) and `find` (names from readdir, as find uses d_type), `flate2` gzip at
+//! level 6 over files read and written through the library, and a recursive remove.
+//! `find` checks its count against the tarball's on every target, and `rm -rf` that
+//! the tree is gone.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use lynxfs::pmem::PmemBackend;
+use lynxfs::{Session, TimeSet};
+
+use crate::lib_target::to_io;
+use crate::{progress_bar, Grid, LibTarget, Measured, Options, Target, SHM};
+
+/// The index budget LynxFS opens with (`lynxfs::meta::evict::DEFAULT_BUDGET`, which the
+/// engine does not export): restored after a cold run evicted everything.
+const ENGINE_DEFAULT_BUDGET: usize = 4 << 20;
+
+const OPS: &[&str] = &[
+    "tar -xf",
+    "du -s (cold)",
+    "du -s (warm)",
+    "find -name '*.c' (cold)",
+    "find -name '*.c' (warm)",
+    "gzip -r fs/",
+    "rm -rf",
+];
+
+/// What the tarball holds, read once before any clock starts.
+pub(crate) struct Tree {
+    /// The `.tar` every target extracts.
+    tar: PathBuf,
+    /// Its top directory (`linux-source-6.1`).
+    top: String,
+    /// The directory `gzip -r` compresses (`linux-source-6.1/fs`).
+    gzip_dir: String,
+    /// Entries whose name ends in `.c` (what `find TOP -name '*.c'` prints).
+    c_files: usize,
+    files: usize,
+    dirs: usize,
+    bytes: u64,
+    notes: Vec<String>,
+}
+
+/// Finds the tarball (`opts.tree`, else `/usr/src/linux-source-*.tar.xz`), decompresses
+/// it once into `/dev/shm` if it is compressed, and reads its shape; with none, writes
+/// a generated tree of the Linux tree's shape instead and says so in the notes.
+pub(crate) fn prepare(opts: &Options) -> anyhow::Result<Tree> {
+    let mut notes = Vec::new();
+    let source = match &opts.tree {
+        Some(p) => Some(p.clone()),
+        None => linux_source(),
+    };
+    let tar = match source {
+        Some(src) if src.extension() == Some(OsStr::new("xz")) => {
+            let stem = src.file_stem().unwrap_or(OsStr::new("tree.tar"));
+            let cache = Path::new(SHM).join(format!("lynxfs-bench-{}", stem.to_string_lossy()));
+            if !cache.exists() {
+                decompress(&src, &cache)?;
+            }
+            notes.push(format!(
+                "tree: {} decompressed once to {} (kept for the next run; delete it to \
+                 free the memory)",
+                src.display(),
+                cache.display()
+            ));
+            cache
+        }
+        Some(src) => {
+            notes.push(format!("tree: {}", src.display()));
+            src
+        }
+        None => {
+            let path = Path::new(SHM).join(format!("lynxfs-bench-generated-{}.tar", opts.files));
+            if !path.exists() {
+                generate(&path, opts.files, opts.seed)?;
+            }
+            notes.push(format!(
+                "tree: no /usr/src/linux-source-*.tar.xz (apt-get install linux-source), so a \
+                 GENERATED tree of the Linux tree's shape ({} files, 15 per directory, \
+                 mean 14 KiB, 60% .c), {}",
+                opts.files,
+                path.display()
+            ));
+            path
+        }
+    };
+    let mut tree = scan(&tar)?;
+    tree.notes = notes;
+    tree.notes.push(format!(
+        "the tree: {} files, {} directories, {:.0} MB; find matches {} names; gzip -r runs \
+         on {}",
+        tree.files,
+        tree.dirs,
+        tree.bytes as f64 / 1e6,
+        tree.c_files,
+        tree.gzip_dir
+    ));
+    Ok(tree)
+}
+
+fn linux_source() -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/src")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let n = p.file_name().map(OsStr::as_bytes).unwrap_or_default();
+            n.starts_with(b"linux-source-") && n.ends_with(b".tar.xz")
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+fn decompress(src: &Path, dst: &Path) -> anyhow::Result<()> {
+    let partial = dst.with_extension("partial");
+    let out = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+    let status = Command::new("xz")
+        .args(["-T0", "-dc"])
+        .arg(src)
+        .stdout(out)
+        .status()
+        .context("running xz (apt-get install xz-utils)")?;
+    if !status.success() {
+        let _ = std::fs::remove_file(&partial);
+        bail!("xz -dc {} failed: {status}", src.display());
+    }
+    std::fs::rename(&partial, dst)?;
+    Ok(())
+}
+
+/// Writes a tar of a tree shaped like Linux's: 15 files per directory in directories
+/// two levels deep under `gen-tree/` (the first top-level one is `fs`), sizes from a
+/// gamma distribution of mean 14 KiB.
+fn generate(path: &Path, files: usize, seed: u64) -> anyhow::Result<()> {
+    let partial = path.with_extension("partial");
+    let mut b = tar::Builder::new(File::create(&partial)?);
+    let mut rng = seed;
+    let per_dir = 15;
+    let dirs = files.div_ceil(per_dir);
+    let top_dirs = (dirs as f64).sqrt().ceil() as usize;
+    let data: Vec<u8> = (0..256 << 10).map(|i| b"abcdefgh ;{}\n"[i % 13]).collect();
+    let header = |kind: tar::EntryType, size: u64, mode: u32| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(mode);
+        h.set_mtime(1_700_000_000);
+        h
+    };
+    let dir = |b: &mut tar::Builder<File>, p: &str| {
+        let mut h = header(tar::EntryType::Directory, 0, 0o755);
+        b.append_data(&mut h, p, io::empty())
+    };
+    dir(&mut b, "gen-tree")?;
+    let mut n = 0;
+    for d in 0..dirs {
+        let top = if d % top_dirs == 0 && d / top_dirs == 0 {
+            "fs".to_string()
+        } else {
+            format!("t{}", d % top_dirs)
+        };
+        if d < top_dirs {
+            dir(&mut b, &format!("gen-tree/{top}"))?;
+        }
+        let sub = format!(
+            "gen-tree/{}/d{d}",
+            if d % top_dirs == 0 { "fs" } else { &top }
+        );
+        dir(&mut b, &sub)?;
+        for f in 0..per_dir {
+            if n == files {
+                break;
+            }
+            n += 1;
+            let ext = match f % 10 {
+                0..=5 => "c",
+                6..=8 => "h",
+                _ => "txt",
+            };
+            let size =
+                (crate::personalities::gamma_size(&mut rng, 14 << 10) as usize).min(data.len());
+            let mut h = header(tar::EntryType::Regular, size as u64, 0o644);
+            b.append_data(&mut h, format!("{sub}/f{f}.{ext}"), &data[..size])?;
+        }
+    }
+    b.into_inner()?.flush()?;
+    std::fs::rename(&partial, path)?;
+    Ok(())
+}
+
+fn scan(tar: &Path) -> anyhow::Result<Tree> {
+    let file = File::open(tar).with_context(|| format!("opening {}", tar.display()))?;
+    let mut ar = tar::Archive::new(BufReader::with_capacity(1 << 20, file));
+    let (mut top, mut c_files, mut files, mut dirs, mut bytes) = (None, 0, 0, 0, 0);
+    let mut has_fs = false;
+    let mut first_sub: Option<String> = None;
+    for entry in ar.entries()? {
+        let e = entry?;
+        let kind = e.header().entry_type();
+        if kind.is_pax_global_extensions() {
+            continue;
+        }
+        let path = e.path()?.into_owned();
+        let comps: Vec<&OsStr> = path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        let Some(first) = comps.first() else { continue };
+        let first = first.to_string_lossy().into_owned();
+        match &top {
+            None => top = Some(first),
+            Some(t) if *t != first => bail!("{}: more than one top directory", tar.display()),
+            _ => {}
+        }
+        if comps.last().is_some_and(|n| n.as_bytes().ends_with(b".c")) {
+            c_files += 1;
+        }
+        if kind.is_dir() {
+            dirs += 1;
+            if comps.len() == 2 {
+                has_fs |= comps[1] == "fs";
+                first_sub.get_or_insert_with(|| comps[1].to_string_lossy().into_owned());
+            }
+        } else if kind.is_file() {
+            files += 1;
+            bytes += e.header().size()?;
+        }
+    }
+    let top = top.with_context(|| format!("{}: empty archive", tar.display()))?;
+    let sub = if has_fs {
+        "fs".to_string()
+    } else {
+        first_sub.with_context(|| format!("{}: no subdirectory to gzip", tar.display()))?
+    };
+    Ok(Tree {
+        tar: tar.to_path_buf(),
+        gzip_dir: format!("{top}/{sub}"),
+        top,
+        c_files,
+        files,
+        dirs,
+        bytes,
+        notes: Vec::new(),
+    })
+}
+
+/// Drops the kernel's page, dentry and inode caches (needs root); the error says why
+/// not.
+fn drop_kernel_caches() -> Result<(), String> {
+    // SAFETY: sync takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n").map_err(|e| {
+        format!("cannot drop the kernel's caches ({e}): cold = warm on kernel targets")
+    })
+}
+
+/// Runs a program in `dir`; its stdout, or an error with its stderr.
+fn tool(dir: &Path, program: &str, args: &[&OsStr]) -> io::Result<Vec<u8>> {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("running {program}: {e}")))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "{program} {:?} in {}: {}: {}",
+            args,
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// One operation on a kernel target's directory.
+fn run_kernel(op: usize, dir: &Path, tree: &Tree) -> io::Result<()> {
+    let top = OsStr::new(&tree.top);
+    match op {
+        0 => tool(dir, "tar", &[OsStr::new("-xf"), tree.tar.as_os_str()]).map(drop),
+        1 | 2 => tool(dir, "du", &[OsStr::new("-s"), top]).map(drop),
+        3 | 4 => {
+            let out = tool(dir, "find", &[top, OsStr::new("-name"), OsStr::new("*.c")])?;
+            check_count(out.iter().filter(|&&b| b == b'\n').count(), tree)
+        }
+        5 => tool(dir, "gzip", &[OsStr::new("-r"), OsStr::new(&tree.gzip_dir)]).map(drop),
+        _ => {
+            tool(dir, "rm", &[OsStr::new("-rf"), top])?;
+            gone(dir.join(&tree.top).symlink_metadata().map(drop))
+        }
+    }
+}
+
+fn check_count(found: usize, tree: &Tree) -> io::Result<()> {
+    if found == tree.c_files {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "find found {found} names ending in .c, the tarball has {}",
+            tree.c_files
+        )))
+    }
+}
+
+fn gone(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(()) => Err(io::Error::other("rm -rf left the tree behind")),
+    }
+}
+
+type Lib<'a> = Session<'a, PmemBackend>;
+
+/// One operation through the library.
+fn run_lib(op: usize, lib: &LibTarget, tree: &Tree) -> io::Result<()> {
+    let s = lib.root_session();
+    let mut path = tree.top.clone();
+    match op {
+        0 => extract(lib, &tree.tar),
+        1 | 2 => du(&s, &mut path).map(drop),
+        3 | 4 => {
+            let mut found = usize::from(path.ends_with(".c"));
+            find_c(&s, &mut path, &mut found)?;
+            check_count(found, tree)
+        }
+        5 => gzip_r(lib, &mut tree.gzip_dir.clone()),
+        _ => {
+            rm_rf(&s, &mut path)?;
+            gone(s.lstat(&tree.top).map(drop).map_err(to_io))
+        }
+    }
+}
+
+fn lib_err(p: &str) -> impl Fn(lynxfs::Error) -> io::Error + '_ {
+    move |e| {
+        let e = to_io(e);
+        io::Error::new(e.kind(), format!("{p}: {e}"))
+    }
+}
+
+/// `tar -xf` through the library: directories, regular files (mode, mtime and atime
+/// from the header, as GNU tar running as root sets them), symlinks and hard links.
+fn extract(lib: &LibTarget, tar: &Path) -> io::Result<()> {
+    let s = lib.root_session();
+    let fs = lib.fs();
+    let mut ar = tar::Archive::new(BufReader::with_capacity(1 << 20, File::open(tar)?));
+    let mut buf = vec![0u8; 1 << 20];
+    for entry in ar.entries()? {
+        let mut e = entry?;
+        let path = e.path()?.into_owned();
+        let p = path
+            .to_str()
+            .ok_or_else(|| io::Error::other("non-UTF-8 name"))?
+            .trim_end_matches('/')
+            .to_string();
+        let h = e.header();
+        let mode = h.mode()? & 0o7777;
+        let mtime = TimeSet::At(h.mtime()?.saturating_mul(1_000_000_000));
+        let kind = h.entry_type();
+        if kind.is_dir() {
+            match s.mkdir(&p, mode) {
+                Err(lynxfs::Error::Errno(libc::EEXIST)) => {}
+                r => r.map_err(lib_err(&p))?,
+            }
+        } else if kind.is_file() {
+            let fd = s
+                .open(&p, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode)
+                .map_err(lib_err(&p))?;
+            let mut off = 0u64;
+            let copied = (|| loop {
+                let n = e.read(&mut buf)?;
+                if n == 0 {
+                    return Ok::<_, io::Error>(());
+                }
+                let mut done = 0;
+                while done < n {
+                    let w = fs.pwrite(fd, &buf[done..n], off).map_err(lib_err(&p))?;
+                    done += w;
+                    off += w as u64;
+                }
+            })();
+            fs.close_fd(fd).map_err(lib_err(&p))?;
+            copied?;
+            s.utimens(&p, Some(mtime), Some(mtime))
+                .map_err(lib_err(&p))?;
+        } else if kind.is_symlink() || kind.is_hard_link() {
+            let target = e
+                .link_name()?
+                .ok_or_else(|| io::Error::other(format!("{p}: link without a target")))?;
+            let t = target
+                .to_str()
+                .ok_or_else(|| io::Error::other("non-UTF-8 link"))?;
+            if kind.is_symlink() {
+                s.symlink(t, &p).map_err(lib_err(&p))?;
+            } else {
+                s.link(t, &p).map_err(lib_err(&p))?;
+            }
+        }
+        // pax headers are folded into the next entry by the tar crate; nothing else
+        // (devices, fifos) is in a source tree.
+    }
+    Ok(())
+}
+
+/// The names in a directory other than `.` and `..`, with their DT_* types.
+fn entries(s: &Lib<'_>, dir: &str) -> io::Result<Vec<(Vec<u8>, u8)>> {
+    Ok(s.readdir(dir)
+        .map_err(lib_err(dir))?
+        .into_iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .map(|e| (e.name, e.dtype))
+        .collect())
+}
+
+/// Runs `f` on `path/name`, restoring `path` after.
+fn with_child<R>(path: &mut String, name: &[u8], f: impl FnOnce(&mut String) -> R) -> R {
+    let len = path.len();
+    path.push('/');
+    path.push_str(&String::from_utf8_lossy(name));
+    let r = f(path);
+    path.truncate(len);
+    r
+}
+
+/// `du -s`: 512-byte blocks of `path` and everything under it (lstat of each).
+fn du(s: &Lib<'_>, path: &mut String) -> io::Result<u64> {
+    let mut total = s.lstat(path).map_err(lib_err(path))?.blocks;
+    for (name, dtype) in entries(s, path)? {
+        total += with_child(path, &name, |p| {
+            if dtype == libc::DT_DIR {
+                du(s, p)
+            } else {
+                Ok(s.lstat(p).map_err(lib_err(p))?.blocks)
+            }
+        })?;
+    }
+    Ok(total)
+}
+
+/// `find -name '*.c'`: counts names ending in `.c` under `path` (not `path` itself).
+fn find_c(s: &Lib<'_>, path: &mut String, found: &mut usize) -> io::Result<()> {
+    for (name, dtype) in entries(s, path)? {
+        if name.ends_with(b".c") {
+            *found += 1;
+        }
+        if dtype == libc::DT_DIR {
+            with_child(path, &name, |p| find_c(s, p, found))?;
+        }
+    }
+    Ok(())
+}
+
+/// `gzip -r`: every regular file under `path` becomes `name.gz` (level 6, gzip's
+/// default) with the original's mode, and the original is removed.
+fn gzip_r(lib: &LibTarget, path: &mut String) -> io::Result<()> {
+    let s = lib.root_session();
+    let fs = lib.fs();
+    for (name, dtype) in entries(&s, path)? {
+        if dtype == libc::DT_DIR {
+            with_child(path, &name, |p| gzip_r(lib, p))?;
+            continue;
+        }
+        if dtype != libc::DT_REG || name.ends_with(b".gz") {
+            continue;
+        }
+        with_child(path, &name, |p| {
+            let fd = s.open(p, libc::O_RDONLY, 0).map_err(lib_err(p))?;
+            let st = fs.fstat(fd).map_err(lib_err(p))?;
+            let mut data = vec![0u8; st.size as usize];
+            let mut off = 0;
+            let read = (|| {
+                while off < data.len() {
+                    let n = fs
+                        .pread(fd, &mut data[off..], off as u64)
+                        .map_err(lib_err(p))?;
+                    if n == 0 {
+                        break;
+                    }
+                    off += n;
+                }
+                Ok::<_, io::Error>(())
+            })();
+            fs.close_fd(fd).map_err(lib_err(p))?;
+            read?;
+            let mut z =
+                GzEncoder::new(Vec::with_capacity(data.len() / 3 + 64), Compression::new(6));
+            z.write_all(&data[..off])?;
+            let z = z.finish()?;
+            let gz = format!("{p}.gz");
+            let out = s
+                .open(
+                    &gz,
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                    st.mode & 0o7777,
+                )
+                .map_err(lib_err(&gz))?;
+            let mut done = 0;
+            let written = (|| {
+                while done < z.len() {
+                    done += fs
+                        .pwrite(out, &z[done..], done as u64)
+                        .map_err(lib_err(&gz))?;
+                }
+                Ok::<_, io::Error>(())
+            })();
+            fs.close_fd(out).map_err(lib_err(&gz))?;
+            written?;
+            s.unlink(p).map_err(lib_err(p))
+        })?;
+    }
+    Ok(())
+}
+
+/// `rm -rf`: everything under `path`, then `path`.
+fn rm_rf(s: &Lib<'_>, path: &mut String) -> io::Result<()> {
+    for (name, dtype) in entries(s, path)? {
+        with_child(path, &name, |p| {
+            if dtype == libc::DT_DIR {
+                rm_rf(s, p)
+            } else {
+                s.unlink(p).map_err(lib_err(p))
+            }
+        })?;
+    }
+    s.rmdir(path).map_err(lib_err(path))
+}
+
+/// How a target runs the tools.
+enum Runner<'a> {
+    Kernel(&'a Path),
+    Lib(&'a LibTarget),
+}
+
+fn runner(t: &dyn Target) -> anyhow::Result<Runner<'_>> {
+    if let Some(lib) = t.as_lib() {
+        Ok(Runner::Lib(lib))
+    } else if let Some(dir) = t.host_dir() {
+        Ok(Runner::Kernel(dir))
+    } else {
+        bail!(
+            "target {} is neither a kernel directory nor the lynxfs library",
+            t.name()
+        )
+    }
+}
+
+impl Runner<'_> {
+    fn run(&self, op: usize, tree: &Tree) -> io::Result<()> {
+        match self {
+            Runner::Kernel(dir) => run_kernel(op, dir, tree),
+            Runner::Lib(lib) => run_lib(op, lib, tree),
+        }
+    }
+
+    /// Makes the next walk cold: the kernel's caches and, for LynxFS, its index.
+    fn chill(&self) {
+        if let Runner::Lib(lib) = self {
+            let ns = lib.fs().ns();
+            ns.set_index_budget(0);
+            ns.set_index_budget(ENGINE_DEFAULT_BUDGET);
+        }
+    }
+
+    fn scrub(&self, tree: &Tree) {
+        match self {
+            Runner::Kernel(dir) => {
+                let _ = tool(dir, "rm", &[OsStr::new("-rf"), OsStr::new(&tree.top)]);
+            }
+            Runner::Lib(lib) => {
+                let _ = rm_rf(&lib.root_session(), &mut tree.top.clone());
+            }
+        }
+    }
+}
+
+pub(crate) fn run(
+    targets: &[Box<dyn Target>],
+    names: &[String],
+    opts: &Options,
+) -> anyhow::Result<Measured> {
+    let runners: Vec<Runner<'_>> = targets
+        .iter()
+        .map(|t| runner(t.as_ref()))
+        .collect::<anyhow::Result<_>>()?;
+    let tree = prepare(opts)?;
+    crate::mdtest::check_free(targets, names, &tree.top)?;
+    let mut notes = tree.notes.clone();
+    let cold = drop_kernel_caches();
+    if let Err(why) = &cold {
+        notes.push(why.clone());
+    }
+    notes.push(
+        "cold: kernel caches dropped (sync; echo 3 > /proc/sys/vm/drop_caches) and the LynxFS \
+         index evicted (set_index_budget(0)) just before; warm: the same run again right after; \
+         on tmpfs, dropping caches cannot drop the tree itself"
+            .into(),
+    );
+    notes.push(
+        "lib runs the tools in process (tar crate, tree walk, flate2 level 6, recursive \
+         remove); the kernel targets run GNU tar, du, find, gzip and rm"
+            .into(),
+    );
+    let mut grid = Grid::new(OPS.to_vec(), targets.len());
+    let mut failed: Vec<Option<String>> = vec![None; targets.len()];
+    let bar = progress_bar(opts, "apps", opts.rounds * OPS.len() * targets.len());
+    for _ in 0..opts.rounds {
+        for (op, label) in OPS.iter().enumerate() {
+            for (col, r) in runners.iter().enumerate() {
+                bar.set_message(format!("{label} on {}", names[col]));
+                bar.inc(1);
+                if failed[col].is_some() {
+                    grid.push(op, col, f64::NAN);
+                    continue;
+                }
+                if op == 1 || op == 3 {
+                    let _ = drop_kernel_caches();
+                    r.chill();
+                }
+                let start = Instant::now();
+                match r.run(op, &tree) {
+                    Ok(()) => grid.push(op, col, start.elapsed().as_secs_f64()),
+                    Err(e) => {
+                        grid.push(op, col, f64::NAN);
+                        failed[col] = Some(format!("{} failed at {label}: {e}", names[col]));
+                        r.scrub(&tree);
+                    }
+                }
+            }
+        }
+        // A failed target sits the remaining rounds out.
+    }
+    bar.finish_and_clear();
+    notes.extend(failed.into_iter().flatten());
+    let baseline = names.iter().find(|n| n.starts_with("tmpfs")).cloned();
+    Ok(Measured {
+        unit: "s",
+        higher_is_better: false,
+        columns: names.to_vec(),
+        rows: grid.into_rows(),
+        notes,
+        baseline,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DirTarget;
+
+    fn small_opts(dir: &Path) -> Options {
+        let tar = dir.join("t.tar");
+        generate(&tar, 120, 5).unwrap();
+        Options {
+            tree: Some(tar),
+            progress: false,
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn generated_tree_has_the_expected_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = small_opts(dir.path());
+        let tree = prepare(&opts).unwrap();
+        assert_eq!(tree.top, "gen-tree");
+        assert_eq!(tree.gzip_dir, "gen-tree/fs");
+        assert_eq!(tree.files, 120);
+        // 8 directories of 15 files f0..f14, of which f0..f5 and f10..f14 are .c.
+        assert_eq!(tree.c_files, 8 * 11);
+    }
+
+    #[test]
+    fn lib_and_kernel_tools_agree_and_leave_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = small_opts(dir.path());
+        let host = tempfile::tempdir().unwrap();
+        let lib = LibTarget::create(&{
+            let mut o = lynxfs::MkfsOptions::new(256 << 20);
+            o.inodes = Some(4096);
+            o
+        })
+        .unwrap();
+        let targets: Vec<Box<dyn Target>> = vec![
+            Box::new(lib),
+            Box::new(DirTarget::new(host.path(), "tmp").unwrap()),
+        ];
+        let names: Vec<String> = targets.iter().map(|t| t.name()).collect();
+        let m = run(&targets, &names, &opts).unwrap();
+        let failures: Vec<_> = m.notes.iter().filter(|n| n.contains("failed")).collect();
+        assert!(failures.is_empty(), "{failures:?}");
+        assert!(m.rows.iter().all(|r| r.values.iter().all(|v| *v > 0.0)));
+        assert!(std::fs::read_dir(host.path()).unwrap().next().is_none());
+        assert!(targets[0].readdir(Path::new("")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn lib_gzip_writes_real_gzip_and_removes_the_original() {
+        let lib = LibTarget::create(&lynxfs::MkfsOptions::new(64 << 20)).unwrap();
+        let s = lib.root_session();
+        s.mkdir("d", 0o755).unwrap();
+        let fd = s
+            .open("d/a.c", libc::O_CREAT | libc::O_WRONLY, 0o640)
+            .unwrap();
+        lib.fs()
+            .pwrite(fd, b"int main() { return 0; }\n", 0)
+            .unwrap();
+        lib.fs().close_fd(fd).unwrap();
+        gzip_r(&lib, &mut "d".to_string()).unwrap();
+        assert!(s.lstat("d/a.c").is_err());
+        let st = s.lstat("d/a.c.gz").unwrap();
+        assert_eq!(st.mode & 0o777, 0o640);
+        let fd = s.open("d/a.c.gz", libc::O_RDONLY, 0).unwrap();
+        let mut z = vec![0u8; st.size as usize];
+        lib.fs().pread(fd, &mut z, 0).unwrap();
+        let mut out = String::new();
+        flate2::read::GzDecoder::new(&z[..])
+            .read_to_string(&mut out)
+            .unwrap();
+        assert_eq!(out, "int main() { return 0; }\n");
+    }
+}

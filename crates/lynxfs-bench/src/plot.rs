@@ -1,0 +1,267 @@
+//! Figures: one PNG per report, drawn with `plotters` on its bitmap backend.
+//!
+//! Every report becomes a horizontal grouped bar chart: one group per operation (row),
+//! one bar per column, on a log axis. With several columns the bars show each value
+//! relative to the report's baseline column (or the first), so suites whose rows mix
+//! units (`ablation`) still share an axis and "better" reads the same way everywhere;
+//! with one column the bars show the values themselves. The absolute numbers stay in
+//! the table and the JSON next to the figure.
+//!
+//! Text is rendered with `ab_glyph` from a TrueType font read at run time (no
+//! fontconfig): `LYNXFS_BENCH_FONT` if set, else DejaVu Sans or Liberation Sans from
+//! the usual Debian/Fedora/Arch places. Without one, no figure is drawn and the error
+//! says so.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail};
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+
+use crate::Report;
+
+/// The font family name the figures ask for.
+const FAMILY: &str = "sans-serif";
+
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+];
+
+/// Registers the font once per process; the error (no font found) is kept too.
+fn font() -> anyhow::Result<()> {
+    static FONT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let r = FONT.get_or_init(|| {
+        let env = std::env::var_os("LYNXFS_BENCH_FONT").map(PathBuf::from);
+        let candidates = env.into_iter().chain(FONT_PATHS.iter().map(PathBuf::from));
+        for path in candidates {
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            // plotters keeps fonts for the life of the process.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            if register_font(FAMILY, FontStyle::Normal, bytes).is_ok() {
+                return Ok(path);
+            }
+        }
+        Err(format!(
+            "no TrueType font found (set LYNXFS_BENCH_FONT, or install fonts-dejavu-core); \
+             looked in {}",
+            FONT_PATHS.join(", ")
+        ))
+    });
+    r.as_ref().map(drop).map_err(|e| anyhow!("{e}"))
+}
+
+/// Bar colours, one per column (a colour-blind-safe palette).
+const COLORS: &[RGBColor] = &[
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(213, 94, 0),
+    RGBColor(120, 120, 120),
+    RGBColor(240, 228, 66),
+];
+
+/// What a figure shows: per row, per column, the plotted value (NaN: no bar).
+pub(crate) struct Bars {
+    pub(crate) title: String,
+    pub(crate) axis: String,
+    pub(crate) ops: Vec<String>,
+    pub(crate) columns: Vec<String>,
+    pub(crate) values: Vec<Vec<f64>>,
+}
+
+impl Bars {
+    pub(crate) fn of(report: &Report) -> Self {
+        let better = if report.higher_is_better {
+            "higher"
+        } else {
+            "lower"
+        };
+        let relative = report.columns.len() > 1;
+        let base = report.baseline_index().unwrap_or(0);
+        let values = report
+            .rows
+            .iter()
+            .map(|r| {
+                r.values
+                    .iter()
+                    .map(|&v| if relative { v / r.values[base] } else { v })
+                    .collect()
+            })
+            .collect();
+        let axis = if relative {
+            format!(
+                "{} relative to {} (log scale; {better} is better)",
+                report.unit, report.columns[base]
+            )
+        } else {
+            format!("{} (log scale; {better} is better)", report.unit)
+        };
+        Self {
+            title: format!("lynxfs bench {}", report.suite),
+            axis,
+            ops: report.rows.iter().map(|r| r.op.clone()).collect(),
+            columns: report.columns.clone(),
+            values,
+        }
+    }
+
+    /// The log axis range: every finite positive value, and 1 when relative, with a
+    /// margin.
+    fn range(&self) -> Option<(f64, f64)> {
+        let mut lo = f64::INFINITY;
+        let mut hi = f64::NEG_INFINITY;
+        for v in self.values.iter().flatten() {
+            if v.is_finite() && *v > 0.0 {
+                lo = lo.min(*v);
+                hi = hi.max(*v);
+            }
+        }
+        if !lo.is_finite() {
+            return None;
+        }
+        if self.columns.len() > 1 {
+            lo = lo.min(1.0);
+            hi = hi.max(1.0);
+        }
+        Some((lo / 1.6, hi * 1.6))
+    }
+}
+
+/// Draws `report` into `dir/<suite>-<unix time>.png` and returns the path.
+pub fn draw(report: &Report, dir: &Path) -> anyhow::Result<PathBuf> {
+    let path = dir.join(format!("{}-{}.png", report.suite, report.unix_time));
+    draw_bars(&Bars::of(report), &path)?;
+    Ok(path)
+}
+
+pub(crate) fn draw_bars(bars: &Bars, path: &Path) -> anyhow::Result<()> {
+    font()?;
+    let Some((lo, hi)) = bars.range() else {
+        bail!("nothing to plot: no positive value");
+    };
+    let (rows, cols) = (bars.ops.len(), bars.columns.len().max(1));
+    let bar_px = 12u32;
+    let group_px = bar_px * cols as u32 + 12;
+    let height = (120 + group_px * rows as u32 + 20 * cols as u32).clamp(260, 4000);
+    let label_px = bars
+        .ops
+        .iter()
+        .map(|o| o.chars().count() as u32)
+        .max()
+        .unwrap_or(4)
+        * 8
+        + 16;
+    let width = 900 + label_px;
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    let e = |e| anyhow!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(e)?;
+    let y_top = rows as f64 - 0.5;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&bars.title, (FAMILY, 22))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(label_px)
+        .build_cartesian_2d((lo..hi).log_scale(), -0.5f64..y_top)
+        .map_err(e)?;
+    // Rows top to bottom in table order: row i sits at y = rows - 1 - i.
+    let ops = bars.ops.clone();
+    let label = move |y: &f64| {
+        let r = y.round();
+        if (y - r).abs() > 1e-6 || r < 0.0 || r as usize >= ops.len() {
+            return String::new();
+        }
+        ops[ops.len() - 1 - r as usize].clone()
+    };
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(rows + 1)
+        .y_label_formatter(&label)
+        .x_desc(&bars.axis)
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .draw()
+        .map_err(e)?;
+    let band = 0.8 / cols as f64;
+    for (c, name) in bars.columns.iter().enumerate() {
+        let color = COLORS[c % COLORS.len()];
+        let rects: Vec<_> = bars
+            .values
+            .iter()
+            .enumerate()
+            .filter(|(_, vals)| vals[c].is_finite() && vals[c] > 0.0)
+            .map(|(i, vals)| {
+                let y = (rows - 1 - i) as f64 + 0.4 - band * (c as f64 + 1.0);
+                Rectangle::new([(lo, y), (vals[c], y + band * 0.9)], color.filled())
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(e)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font((FAMILY, 14))
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)?;
+    drop(chart);
+    drop(root);
+    if !path.exists() {
+        bail!("{} was not written", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Machine, Options, Row};
+
+    #[test]
+    fn draws_a_png_with_bars_relative_to_the_baseline() {
+        let report = Report {
+            suite: "apps".into(),
+            unit: "s".into(),
+            higher_is_better: false,
+            columns: vec!["lynxfs".into(), "tmpfs".into()],
+            rows: vec![
+                Row::from_rounds("tar -xf", vec![vec![2.0], vec![4.0]]),
+                Row::from_rounds("rm -rf", vec![vec![1.0], vec![f64::NAN]]),
+            ],
+            options: Options::default(),
+            machine: Machine::detect(),
+            unix_time: 7,
+            notes: vec![],
+            baseline: Some("tmpfs".into()),
+        };
+        let bars = Bars::of(&report);
+        assert_eq!(bars.values[0], [0.5, 1.0]);
+        assert!(bars.values[1][0].is_nan());
+        let dir = tempfile::tempdir().unwrap();
+        match draw(&report, dir.path()) {
+            Ok(path) => {
+                let bytes = std::fs::read(&path).unwrap();
+                assert_eq!(&bytes[1..4], b"PNG");
+                assert!(path.ends_with("apps-7.png"));
+            }
+            // A machine without any font: the error must say so.
+            Err(e) => assert!(format!("{e:#}").contains("font"), "{e:#}"),
+        }
+    }
+}
