@@ -288,12 +288,13 @@ fn tool(dir: &Path, program: &str, args: &[&OsStr]) -> io::Result<Vec<u8>> {
         .output()
         .map_err(|e| io::Error::new(e.kind(), format!("running {program}: {e}")))?;
     if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err.lines().next().unwrap_or("").trim();
+        let more = err.lines().count().saturating_sub(1);
         return Err(io::Error::other(format!(
-            "{program} {:?} in {}: {}: {}",
-            args,
+            "{program} {args:?} in {}: {}: {first} (and {more} more lines)",
             dir.display(),
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
     Ok(out.stdout)

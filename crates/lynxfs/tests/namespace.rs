@@ -352,3 +352,28 @@ fn eviction_races_with_creates_and_unlinks() {
         .sum();
     assert_eq!(total, expected);
 }
+
+#[test]
+fn closing_the_pool_frees_files_unlinked_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pool");
+    let mut o = lynxfs::MkfsOptions::new(16 << 20);
+    o.lanes = 2;
+    lynxfs::Pool::mkfs(&p, &o, lynxfs::pmem::PmemBackend::default()).unwrap();
+    let free = {
+        let fs = lynxfs::Fs::open(&p).unwrap();
+        let s = fs.session(Cred::root());
+        s.mkdir("/warm", 0o755).unwrap();
+        let free = fs.pool().alloc.blocks.free_count();
+        let fd = s.open("/f", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+        fs.write(fd, &vec![1u8; 50_000]).unwrap();
+        s.unlink("/f").unwrap();
+        fs.close().unwrap(); // with the handle still open
+        free
+    };
+    let fs = lynxfs::Fs::open(&p).unwrap();
+    assert!(fs.pool().was_clean);
+    assert_eq!(fs.pool().alloc.blocks.free_count(), free);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+}

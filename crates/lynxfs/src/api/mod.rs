@@ -85,7 +85,14 @@ impl<B: Backend> Fs<B> {
     }
 
     /// Close cleanly: the allocator state is saved and the pool marked clean.
+    /// Handles still open are closed first, so a file unlinked while open is freed
+    /// now rather than leaked into the saved allocator state.
     pub fn close(&self) -> Result<()> {
+        let fds: Vec<Fd> = self.files.pin().keys().copied().collect();
+        for fd in fds {
+            // A handle closed concurrently is already gone: nothing to do for it.
+            let _ = self.close_fd(fd);
+        }
         self.ns.close()
     }
 
