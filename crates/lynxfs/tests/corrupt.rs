@@ -261,6 +261,16 @@ fn flip(img: &mut [u8], off: u64, bit: u32) {
     img[off as usize] ^= 1 << bit;
 }
 
+/// The offset of the first bitmap word at `base` (of `n` bits) with a used bit outside
+/// `reserved` (bits of word 0 that are always in use).
+fn first_used_word(img: &[u8], base: u64, n: u64, reserved: u64) -> u64 {
+    (0..n.div_ceil(64))
+        .map(|k| (k, r64(img, base + k * 8)))
+        .find(|&(k, w)| if k == 0 { w & !reserved != 0 } else { w != 0 })
+        .map(|(k, _)| base + k * 8)
+        .expect("a used entry")
+}
+
 fn zero(img: &mut [u8], off: u64, len: usize) {
     img[off as usize..off as usize + len].fill(0);
 }
@@ -628,16 +638,27 @@ fn cases() -> Vec<(&'static str, Expect, Corrupt)> {
         }),
         // ---- the saved allocator state (clean pools)
         ("bitmap_used_blocks_free", Detect, |i, s| {
+            // The first bitmap word with a used block in it (which lane's blocks the
+            // seed used depends on the CPU it ran on).
             let (b, _, _) = s.l.state_bitmaps();
-            zero(i, b, 16)
+            let words = s.l.data_blocks.div_ceil(64);
+            let w = (0..words)
+                .map(|k| b + k * 8)
+                .find(|&o| r64(i, o) != 0)
+                .expect("a used block");
+            zero(i, w, 8)
         }),
         ("bitmap_used_inodes_free", Detect, |i, s| {
+            // Inodes 0 and 1 (the root) count as used whatever the bitmap says, so
+            // clear the first word holding any other used inode.
             let (_, ib, _) = s.l.state_bitmaps();
-            zero(i, ib, 8)
+            let w = first_used_word(i, ib, s.l.total_inodes(), 0b11);
+            zero(i, w, 8)
         }),
         ("bitmap_used_dentries_free", Detect, |i, s| {
             let (_, _, d) = s.l.state_bitmaps();
-            zero(i, d, 8)
+            let w = first_used_word(i, d, s.l.total_dentries(), 0b1);
+            zero(i, w, 8)
         }),
         ("bitmap_free_blocks_used", Detect, |i, s| {
             let (b, _, _) = s.l.state_bitmaps();

@@ -4,6 +4,10 @@
 //! and the inode's own number, and what nothing reaches is reclaimed. Link counts are
 //! recounted from the dentries found. The walk yields the allocators' state.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
 use crate::alloc::UsedSets;
 use crate::format::{dentry, dirlog, extents, inode, Layout, ROOT_INO};
 use crate::log::journal::{self, Replay};
@@ -30,40 +34,161 @@ pub fn is_dir(mode: u32) -> bool {
     mode & S_IFMT == S_IFDIR
 }
 
-/// Run recovery on `pm`; returns what is in use and what was done.
+/// Run recovery on `pm`; returns what is in use and what was done. Lanes' journals
+/// replay in parallel, the namespace walk shares out directories among threads, and
+/// the link-count and reclaim passes split the inode and dentry tables by lane.
 pub fn recover<B: Backend>(pm: &Pm<B>, l: &Layout) -> Result<(UsedSets, RecoveryReport), String> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(l.lanes() as usize)
+        .max(1);
     let mut rep = RecoveryReport::default();
-    for lane in 0..l.lanes() {
-        match journal::replay(pm, l, lane) {
+    let replays: Vec<Replay> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                sc.spawn(move || {
+                    let out: Vec<Replay> = (t as u32..l.lanes())
+                        .step_by(threads)
+                        .map(|lane| journal::replay(pm, l, lane))
+                        .collect();
+                    let _ = pm.fence();
+                    out
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().expect("journal replay thread"))
+            .collect()
+    });
+    for r in replays {
+        match r {
             Replay::Empty => {}
             Replay::Replayed(_) => rep.journals_replayed += 1,
             Replay::Torn => rep.journals_torn += 1,
         }
     }
-    let mut w = Walk {
+    let shared = Shared {
         pm,
         l,
-        used: UsedSets::empty(l),
-        links: vec![0u32; l.total_inodes() as usize],
-        rep,
+        blocks: AtomicBits::new(l.data_blocks),
+        inodes: AtomicBits::new(l.total_inodes()),
+        dentries: AtomicBits::new(l.total_dentries()),
+        links: (0..l.total_inodes()).map(|_| AtomicU32::new(0)).collect(),
+        queue: Mutex::new(Vec::new()),
+        busy: AtomicUsize::new(0),
     };
-    w.walk()?;
-    w.fix_link_counts();
-    w.reclaim();
-    let _ = pm.fence();
-    Ok((w.used, w.rep))
+    shared.inodes.set(0);
+    shared.dentries.set(0);
+    let root = shared.start()?;
+    let reports: Vec<RecoveryReport> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                let sh = &shared;
+                sc.spawn(move || {
+                    let mut w = Walker {
+                        sh,
+                        rep: RecoveryReport::default(),
+                    };
+                    w.run();
+                    let _ = sh.pm.fence();
+                    w.rep
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("recovery walk thread"))
+            .collect()
+    });
+    for r in reports {
+        rep.merge(r);
+    }
+    rep.merge(root);
+    let fixes: Vec<RecoveryReport> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let sh = &shared;
+                sc.spawn(move || {
+                    let mut r = RecoveryReport::default();
+                    for lane in (t as u32..sh.l.lanes()).step_by(threads) {
+                        sh.fix_link_counts(lane, &mut r);
+                        sh.reclaim(lane, &mut r);
+                    }
+                    let _ = sh.pm.fence();
+                    r
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("recovery fix thread"))
+            .collect()
+    });
+    for r in fixes {
+        rep.merge(r);
+    }
+    let used = UsedSets {
+        blocks: shared.blocks.into_plain(),
+        inodes: shared.inodes.into_plain(),
+        dentries: shared.dentries.into_plain(),
+    };
+    Ok((used, rep))
 }
 
-struct Walk<'a, B: Backend> {
+impl RecoveryReport {
+    fn merge(&mut self, o: RecoveryReport) {
+        self.journals_replayed += o.journals_replayed;
+        self.journals_torn += o.journals_torn;
+        self.directories += o.directories;
+        self.files += o.files;
+        self.slots_cleared += o.slots_cleared;
+        self.dentries_dropped += o.dentries_dropped;
+        self.nlinks_fixed += o.nlinks_fixed;
+        self.inodes_reclaimed += o.inodes_reclaimed;
+        self.problems.extend(o.problems);
+    }
+}
+
+/// A bitmap threads mark concurrently.
+struct AtomicBits(Vec<AtomicU64>);
+
+impl AtomicBits {
+    fn new(n: u64) -> Self {
+        AtomicBits((0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+    /// Set bit `i`; true if it was already set.
+    fn set(&self, i: u64) -> bool {
+        let bit = 1u64 << (i % 64);
+        self.0[(i / 64) as usize].fetch_or(bit, Ordering::AcqRel) & bit != 0
+    }
+    fn get(&self, i: u64) -> bool {
+        self.0[(i / 64) as usize].load(Ordering::Acquire) & (1 << (i % 64)) != 0
+    }
+    fn into_plain(self) -> Vec<u64> {
+        self.0.into_iter().map(AtomicU64::into_inner).collect()
+    }
+}
+
+/// State the walking threads share.
+struct Shared<'a, B: Backend> {
     pm: &'a Pm<B>,
     l: &'a Layout,
-    used: UsedSets,
+    blocks: AtomicBits,
+    inodes: AtomicBits,
+    dentries: AtomicBits,
     /// Dentries naming each inode; for directories, 2 + subdirectories.
-    links: Vec<u32>,
+    links: Vec<AtomicU32>,
+    /// Directories waiting to be walked.
+    queue: Mutex<Vec<u64>>,
+    /// Threads walking a directory right now (the walk ends when none is and the
+    /// queue is empty).
+    busy: AtomicUsize,
+}
+
+struct Walker<'s, 'a, B: Backend> {
+    sh: &'s Shared<'a, B>,
     rep: RecoveryReport,
 }
 
-impl<B: Backend> Walk<'_, B> {
+impl<B: Backend> Shared<'_, B> {
     fn inode_ok(&self, ino: u64) -> bool {
         self.l.ino_valid(ino) && self.pm.load_u64(self.l.inode_addr(ino) + inode::INO) == ino
     }
@@ -71,103 +196,180 @@ impl<B: Backend> Walk<'_, B> {
         self.pm.load_u64(self.l.inode_addr(ino) + inode::MODE) as u32
     }
 
-    fn walk(&mut self) -> Result<(), String> {
+    /// Check the root and queue it.
+    fn start(&self) -> Result<RecoveryReport, String> {
         if !self.inode_ok(ROOT_INO) || !is_dir(self.mode(ROOT_INO)) {
             return Err("the root directory's inode is damaged".into());
         }
-        UsedSets::mark(&mut self.used.inodes, ROOT_INO);
-        self.links[ROOT_INO as usize] = 2;
-        self.mark_inode_blocks(ROOT_INO);
-        let mut stack = vec![ROOT_INO];
-        while let Some(dir) = stack.pop() {
-            self.rep.directories += 1;
-            self.walk_dir(dir, &mut stack);
-        }
-        Ok(())
+        self.inodes.set(ROOT_INO);
+        self.links[ROOT_INO as usize].store(2, Ordering::Relaxed);
+        let mut w = Walker {
+            sh: self,
+            rep: RecoveryReport::default(),
+        };
+        w.mark_inode_blocks(ROOT_INO);
+        self.queue.lock().push(ROOT_INO);
+        Ok(w.rep)
     }
 
-    fn walk_dir(&mut self, dir: u64, stack: &mut Vec<u64>) {
-        let mut page = self.pm.load_u64(self.l.inode_addr(dir) + inode::DIR_LOG);
-        let mut prev_link = self.l.inode_addr(dir) + inode::DIR_LOG;
+    fn fix_link_counts(&self, lane: u32, rep: &mut RecoveryReport) {
+        for ino in self.l.lane_inodes(lane) {
+            if !self.inodes.get(ino) {
+                continue;
+            }
+            let want = self.links[ino as usize].load(Ordering::Relaxed) as u64;
+            let at = self.l.inode_addr(ino) + inode::NLINK;
+            if self.pm.load_u64(at) != want {
+                let mut b = self.pm.batch();
+                b.write_u64(at, want);
+                b.flushed();
+                rep.nlinks_fixed += 1;
+            }
+        }
+    }
+
+    /// Free what nothing reaches: inodes still stamped in use, dentries still valid.
+    fn reclaim(&self, lane: u32, rep: &mut RecoveryReport) {
+        for ino in self.l.lane_inodes(lane) {
+            let at = self.l.inode_addr(ino) + inode::INO;
+            if !self.inodes.get(ino) && self.pm.load_u64(at) != 0 {
+                let mut b = self.pm.batch();
+                b.write_u64(at, 0);
+                b.flushed();
+                rep.inodes_reclaimed += 1;
+            }
+        }
+        for id in self.l.lane_dentries(lane) {
+            let at = self.l.dentry_addr(id) + dentry::STATE;
+            if !self.dentries.get(id) && self.pm.load_u64(at) & dentry::VALID != 0 {
+                let mut b = self.pm.batch();
+                b.write_u64(at, 0);
+                b.flushed();
+            }
+        }
+    }
+}
+
+impl<B: Backend> Walker<'_, '_, B> {
+    /// Take directories from the shared queue until the whole tree is walked.
+    fn run(&mut self) {
+        loop {
+            let next = {
+                let mut q = self.sh.queue.lock();
+                let d = q.pop();
+                if d.is_some() {
+                    self.sh.busy.fetch_add(1, Ordering::AcqRel);
+                }
+                d
+            };
+            match next {
+                Some(dir) => {
+                    self.rep.directories += 1;
+                    let mut found = Vec::new();
+                    self.walk_dir(dir, &mut found);
+                    if !found.is_empty() {
+                        self.sh.queue.lock().extend(found);
+                    }
+                    self.sh.busy.fetch_sub(1, Ordering::AcqRel);
+                }
+                None if self.sh.busy.load(Ordering::Acquire) == 0 => {
+                    // Re-check under the lock: a busy thread may have just pushed.
+                    if self.sh.queue.lock().is_empty() && self.sh.busy.load(Ordering::Acquire) == 0
+                    {
+                        return;
+                    }
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+    }
+
+    fn walk_dir(&mut self, dir: u64, found: &mut Vec<u64>) {
+        let (pm, l) = (self.sh.pm, self.sh.l);
+        let mut page = pm.load_u64(l.inode_addr(dir) + inode::DIR_LOG);
+        let mut prev_link = l.inode_addr(dir) + inode::DIR_LOG;
         while page != 0 {
-            let ok = self.l.block_of(page).filter(|&b| {
-                !crate::alloc::bit(&self.used.blocks, b)
-                    && self.pm.load_u64(page + dirlog::OWNER) == dir
-            });
-            let Some(b) = ok else {
+            let owned = l
+                .block_of(page)
+                .filter(|_| pm.load_u64(page + dirlog::OWNER) == dir)
+                .filter(|&b| !self.sh.blocks.set(b));
+            if owned.is_none() {
                 self.rep
                     .problems
                     .push(format!("directory {dir}: bad log page link {page:#x}, cut"));
-                let mut fix = self.pm.batch();
+                let mut fix = pm.batch();
                 fix.write_u64(prev_link, 0);
                 fix.flushed();
                 return;
-            };
-            UsedSets::mark(&mut self.used.blocks, b);
+            }
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 let slot = dirlog::slot_addr(page, i);
-                let v = self.pm.load_u64(slot);
-                if v != 0 && !self.take_entry(dir, slot, v, stack) {
-                    let mut fix = self.pm.batch();
+                let v = pm.load_u64(slot);
+                if v != 0 && !self.take_entry(dir, slot, v, found) {
+                    let mut fix = pm.batch();
                     fix.write_u64(slot, 0);
                     fix.flushed();
                     self.rep.slots_cleared += 1;
                 }
             }
             prev_link = page + dirlog::NEXT;
-            page = self.pm.load_u64(page + dirlog::NEXT);
+            page = pm.load_u64(page + dirlog::NEXT);
         }
     }
 
     /// Accept the entry in `slot` (pointing at dentry `addr`) or say it must go.
-    fn take_entry(&mut self, dir: u64, slot: u64, addr: u64, stack: &mut Vec<u64>) -> bool {
-        let Some(id) = self.l.dentry_id(addr) else {
+    fn take_entry(&mut self, dir: u64, slot: u64, addr: u64, found: &mut Vec<u64>) -> bool {
+        let (pm, l, sh) = (self.sh.pm, self.sh.l, self.sh);
+        let Some(id) = l.dentry_id(addr) else {
             return false;
         };
-        let pm = self.pm;
         if pm.load_u64(addr + dentry::STATE) & dentry::VALID == 0
             || pm.load_u64(addr + dentry::PARENT) != dir
             || pm.load_u64(addr + dentry::SLOT) != slot
-            || crate::alloc::bit(&self.used.dentries, id)
+            || sh.dentries.get(id)
         {
             return false;
         }
         let ino = pm.load_u64(addr + dentry::INO);
         let (name_len, _) = dentry::split_name_len(pm.load_u64(addr + dentry::NAME_LEN));
-        let child_is_dir = self.inode_ok(ino) && is_dir(self.mode(ino));
-        let dir_seen = child_is_dir && crate::alloc::bit(&self.used.inodes, ino);
         // An unlink (or rmdir) of a last name clears the dentry, its slot and the
         // inode's INO word in one fence: if only the INO store landed, the entry names
         // a freed inode. That is a torn unlink, not damage: the name goes quietly.
-        if self.l.ino_valid(ino) && pm.load_u64(self.l.inode_addr(ino) + inode::INO) == 0 {
+        if l.ino_valid(ino) && pm.load_u64(l.inode_addr(ino) + inode::INO) == 0 {
             let mut b = pm.batch();
             b.write_u64(addr + dentry::STATE, 0);
             b.flushed();
             self.rep.dentries_dropped += 1;
             return false;
         }
-        if !self.inode_ok(ino)
-            || name_len == 0
-            || name_len > dentry::NAME_MAX
-            || dir_seen
-            || ino == ROOT_INO
-        {
+        if !sh.inode_ok(ino) || name_len == 0 || name_len > dentry::NAME_MAX || ino == ROOT_INO {
             self.drop_dentry(
                 addr,
-                format!(
-                    "directory {dir}: entry at {addr:#x} names a bad or second-linked inode {ino}"
-                ),
+                format!("directory {dir}: entry at {addr:#x} names a bad inode {ino}"),
             );
             return false;
         }
-        UsedSets::mark(&mut self.used.dentries, id);
-        let first = !UsedSets::mark(&mut self.used.inodes, ino);
+        if sh.dentries.set(id) {
+            return false; // another slot claimed this dentry first
+        }
+        let child_is_dir = is_dir(sh.mode(ino));
+        let first = !sh.inodes.set(ino);
         if child_is_dir {
-            self.links[ino as usize] = 2;
-            self.links[dir as usize] += 1;
-            stack.push(ino);
+            if !first {
+                // A second link to a directory (or a cycle): cut it.
+                self.drop_dentry(
+                    addr,
+                    format!(
+                        "directory {dir}: entry at {addr:#x} is a second link to directory {ino}"
+                    ),
+                );
+                return false;
+            }
+            sh.links[ino as usize].store(2, Ordering::Release);
+            sh.links[dir as usize].fetch_add(1, Ordering::AcqRel);
+            found.push(ino);
         } else {
-            self.links[ino as usize] += 1;
+            sh.links[ino as usize].fetch_add(1, Ordering::AcqRel);
         }
         if first {
             self.mark_inode_blocks(ino);
@@ -179,7 +381,7 @@ impl<B: Backend> Walk<'_, B> {
     }
 
     fn drop_dentry(&mut self, addr: u64, why: String) {
-        let mut b = self.pm.batch();
+        let mut b = self.sh.pm.batch();
         b.write_u64(addr + dentry::STATE, 0);
         b.flushed();
         self.rep.dentries_dropped += 1;
@@ -188,9 +390,10 @@ impl<B: Backend> Walk<'_, B> {
 
     /// Mark the data blocks, tree nodes and xattr block of `ino` as used.
     fn mark_inode_blocks(&mut self, ino: u64) {
-        let off = self.l.inode_addr(ino);
+        let (pm, l) = (self.sh.pm, self.sh.l);
+        let off = l.inode_addr(ino);
         let mut nodes = Vec::new();
-        match extents::read_map(self.pm, self.l, off, &mut nodes) {
+        match extents::read_map(pm, l, off, &mut nodes) {
             Ok(ext) => {
                 for e in ext {
                     for b in e.pblk..e.pblk + e.len as u64 {
@@ -201,13 +404,13 @@ impl<B: Backend> Walk<'_, B> {
             Err(e) => self.rep.problems.push(format!("inode {ino}: {e}")),
         }
         for n in nodes {
-            if let Some(b) = self.l.block_of(n) {
+            if let Some(b) = l.block_of(n) {
                 self.mark_block(ino, b);
             }
         }
-        let x = self.pm.load_u64(off + inode::XATTR);
+        let x = pm.load_u64(off + inode::XATTR);
         if x != 0 {
-            match self.l.block_of(x) {
+            match l.block_of(x) {
                 Some(b) => self.mark_block(ino, b),
                 None => self
                     .rep
@@ -218,49 +421,10 @@ impl<B: Backend> Walk<'_, B> {
     }
 
     fn mark_block(&mut self, ino: u64, b: u64) {
-        if UsedSets::mark(&mut self.used.blocks, b) {
+        if self.sh.blocks.set(b) {
             self.rep
                 .problems
                 .push(format!("inode {ino}: block {b} is owned twice"));
-        }
-    }
-
-    fn fix_link_counts(&mut self) {
-        for ino in 1..self.l.total_inodes() {
-            if !crate::alloc::bit(&self.used.inodes, ino) {
-                continue;
-            }
-            let want = self.links[ino as usize] as u64;
-            let at = self.l.inode_addr(ino) + inode::NLINK;
-            if self.pm.load_u64(at) != want {
-                let mut b = self.pm.batch();
-                b.write_u64(at, want);
-                b.flushed();
-                self.rep.nlinks_fixed += 1;
-            }
-        }
-    }
-
-    /// Free what nothing reaches: inodes still stamped in use, dentries still valid.
-    fn reclaim(&mut self) {
-        for ino in 1..self.l.total_inodes() {
-            let at = self.l.inode_addr(ino) + inode::INO;
-            if !crate::alloc::bit(&self.used.inodes, ino) && self.pm.load_u64(at) != 0 {
-                let mut b = self.pm.batch();
-                b.write_u64(at, 0);
-                b.flushed();
-                self.rep.inodes_reclaimed += 1;
-            }
-        }
-        for id in 1..self.l.total_dentries() {
-            let at = self.l.dentry_addr(id) + dentry::STATE;
-            if !crate::alloc::bit(&self.used.dentries, id)
-                && self.pm.load_u64(at) & dentry::VALID != 0
-            {
-                let mut b = self.pm.batch();
-                b.write_u64(at, 0);
-                b.flushed();
-            }
         }
     }
 }

@@ -38,6 +38,9 @@ impl RenameFlags {
     }
 }
 
+/// Internal: the names changed under a rename between its checks and its claims.
+const RETRY: crate::Error = crate::Error::Errno(libc::EAGAIN);
+
 struct Plan {
     src: Entry,
     dst: Option<Entry>,
@@ -46,8 +49,24 @@ struct Plan {
 }
 
 impl<B: Backend> Namespace<B> {
-    #[allow(clippy::too_many_arguments)]
     pub fn rename(
+        &self,
+        sp: u64,
+        sn: &[u8],
+        dp: u64,
+        dn: &[u8],
+        flags: RenameFlags,
+        cred: &Cred,
+    ) -> Result<()> {
+        loop {
+            match self.rename_once(sp, sn, dp, dn, flags, cred) {
+                Err(e) if e.errno() == RETRY.errno() => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn rename_once(
         &self,
         sp: u64,
         sn: &[u8],
@@ -86,6 +105,7 @@ impl<B: Backend> Namespace<B> {
         }
         // Claim both names. The rename lock keeps other renames out; creates and
         // unlinks take names by CAS, so a lost race here just reports the usual error.
+        let (want_src, want_dst) = (plan.src.dentry, plan.dst.map(|d| d.dentry));
         let src = self.claim_entry(sp, sn).ok_or(errno::ENOENT)?;
         let dst = match plan.dst {
             Some(_) => match self.claim_entry(dp, dn) {
@@ -129,6 +149,11 @@ impl<B: Backend> Namespace<B> {
             }
             err
         };
+        // An unlink and a create of one of the names between the plan and the claims
+        // would leave the plan's checks about other files: plan again.
+        if src.dentry != want_src || dst.map(|d| d.dentry) != want_dst {
+            return Err(undo(RETRY));
+        }
         if ddir.removed.load(Ordering::Acquire) || sdir.removed.load(Ordering::Acquire) {
             return Err(undo(errno::ENOENT));
         }
