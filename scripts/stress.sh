@@ -293,7 +293,7 @@ step_stressng() {
         rc=$?; dt=$(( $(now) - t0 ))
         note="$(grep -m1 -E 'fail|error|skipped|not supported|not implemented' "$out" | sed 's/^stress-ng: [a-z]*: *\[[0-9]*\] *//')"
         if [ $rc = 0 ] && ! grep -qE 'skipped|not supported|not implemented|unsupported' "$out"; then
-            res=PASS; note="$(grep -m1 -E "^stress-ng: (info|metrc): +\[[0-9]+\] +$s +[0-9]+ " "$out" | awk '{print $4" bogo-ops"}')"
+            res=PASS; note="$(grep -m1 -E "^stress-ng: (info|metrc): +\[[0-9]+\] +$s +[0-9]+ " "$out" | awk '{print $5" bogo-ops"}')"
         elif [ $rc = 0 ] || [ $rc = 4 ] || [ $rc = 3 ]; then
             if grep -qE 'skipped|not supported|not implemented|unsupported' "$out" || [ $rc = 4 ]; then
                 if [[ " $STRESSNG_EXPECTED_UNSUPPORTED " == *" $s "* ]]; then res=SKIP; else res=FAIL; fi

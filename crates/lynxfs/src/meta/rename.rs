@@ -105,7 +105,9 @@ impl<B: Backend> Namespace<B> {
         }
         // Claim both names. The rename lock keeps other renames out; creates and
         // unlinks take names by CAS, so a lost race here just reports the usual error.
-        let (want_src, want_dst) = (plan.src.dentry, plan.dst.map(|d| d.dentry));
+        // Whole entries: a freed dentry or inode number may come straight back (the
+        // free lists are stacks) for another file of another type.
+        let (want_src, want_dst) = (plan.src, plan.dst);
         let src = self.claim_entry(sp, sn).ok_or(errno::ENOENT)?;
         let dst = match plan.dst {
             Some(_) => match self.claim_entry(dp, dn) {
@@ -151,7 +153,13 @@ impl<B: Backend> Namespace<B> {
         };
         // An unlink and a create of one of the names between the plan and the claims
         // would leave the plan's checks about other files: plan again.
-        if src.dentry != want_src || dst.map(|d| d.dentry) != want_dst {
+        let same = |a: Entry, b: Entry| (a.dentry, a.ino, a.dtype) == (b.dentry, b.ino, b.dtype);
+        let dst_same = match (dst, want_dst) {
+            (Some(a), Some(b)) => same(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same(src, want_src) || !dst_same {
             return Err(undo(RETRY));
         }
         if ddir.removed.load(Ordering::Acquire) || sdir.removed.load(Ordering::Acquire) {
