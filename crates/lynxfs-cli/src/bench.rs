@@ -24,7 +24,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// How many files. Default per suite: syscalls 10000, mdtest 10000, smallfiles
-    /// 1000, recovery 1000000, ablation 10000; personalities: flow iterations per
+    /// 1000, recovery 1000000, ablation 1000; personalities: flow iterations per
     /// personality (default 2000); apps: files of the generated tree used when there
     /// is no Linux tarball (default 80000).
     #[arg(long)]
@@ -50,6 +50,7 @@ fn default_files(suite: &str) -> usize {
     match suite {
         "smallfiles" => 1000,
         "personalities" => 2000,
+        "ablation" => 1000,
         "recovery" => 1_000_000,
         "apps" => 80_000,
         _ => 10_000,

@@ -209,6 +209,9 @@ impl<B: Backend> Namespace<B> {
         }
         check_name(name)?;
         self.live(ino)?;
+        // The incarnation of `ino` the caller named: a number freed and reused for
+        // another file (perhaps a directory) must not get this link.
+        let generation = self.load(ino, inode::GENERATION);
         if is_dir(self.mode(ino)) {
             return Err(errno::EPERM);
         }
@@ -222,7 +225,7 @@ impl<B: Backend> Namespace<B> {
         let made = if dir.removed.load(Ordering::Acquire) {
             Err(errno::ENOENT)
         } else {
-            self.commit_link(&dir, ino, name)
+            self.commit_link(&dir, ino, generation, name)
         };
         match made {
             Ok(e) => {
@@ -236,13 +239,18 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
-    fn commit_link(&self, dir: &Dir, ino: u64, name: &[u8]) -> Result<Entry> {
+    fn commit_link(&self, dir: &Dir, ino: u64, generation: u64, name: &[u8]) -> Result<Entry> {
         let pool = &self.pool;
         let _g = self.ilock(ino);
-        // Re-checked under the inode lock: the last unlink may have just freed it.
+        // Re-checked under the inode lock: the last unlink may have just freed it, and
+        // a create may have reused the number.
         let nlink = self.load(ino, inode::NLINK);
-        if self.live(ino).is_err() || nlink == 0 {
+        if self.live(ino).is_err() || nlink == 0 || self.load(ino, inode::GENERATION) != generation
+        {
             return Err(errno::ENOENT);
+        }
+        if is_dir(self.mode(ino)) {
+            return Err(errno::EPERM);
         }
         if nlink >= u32::MAX as u64 {
             return Err(errno::EMLINK);
