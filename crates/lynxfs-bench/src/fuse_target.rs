@@ -146,14 +146,9 @@ mod tests {
 
     #[test]
     fn null_mount_serves_calls_and_unmounts_or_says_why_not() {
-        let t = match FuseNullTarget::mount() {
-            Ok(t) => t,
-            Err(e) => {
-                let msg = format!("{e:#}");
-                assert!(msg.contains("fuse") || msg.contains("FUSE"), "{msg}");
-                return;
-            }
-        };
+        // FUSE is part of the project's test setup (`./lynx test` installs fuse3): a
+        // mount that fails is a failure, not a skip.
+        let t = FuseNullTarget::mount().expect("mount the FUSE floor");
         let root = t._point.path().to_path_buf();
         t.mkdir(Path::new("a")).unwrap();
         t.create(Path::new("a/f")).unwrap();
@@ -161,7 +156,18 @@ mod tests {
         t.unlink(Path::new("a/f")).unwrap();
         t.rmdir(Path::new("a")).unwrap();
         drop(t);
-        assert!(!root.exists());
+        assert!(gone_soon(&root), "{} left behind", root.display());
+    }
+
+    /// The kernel may take a moment to let go of a mount point after the daemon exits.
+    pub(super) fn gone_soon(p: &Path) -> bool {
+        for _ in 0..50 {
+            if !p.exists() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
     }
 }
 
@@ -171,14 +177,7 @@ mod fuse_tests {
 
     #[test]
     fn lynxfs_fuse_mount_serves_calls_and_cleans_up_or_says_why_not() {
-        let t = match FuseTarget::mount() {
-            Ok(t) => t,
-            Err(e) => {
-                let msg = format!("{e:#}");
-                assert!(msg.contains("fuse") || msg.contains("FUSE"), "{msg}");
-                return;
-            }
-        };
+        let t = FuseTarget::mount().expect("mount a LynxFS pool with FUSE");
         let (root, pool) = (t._point.path().to_path_buf(), t._pool.0.clone());
         t.mkdir(Path::new("a")).unwrap();
         let h = t

@@ -132,3 +132,19 @@ fn writing_and_deleting_the_capacity_several_times_returns_every_block() {
     let rep = lynxfs::fsck::check(fs.pool());
     assert!(rep.is_clean(), "{:?}", rep.problems);
 }
+
+#[test]
+fn fallocate_that_grows_the_file_shows_zeros_past_the_old_end() {
+    // Found by fsx through the mount: truncate down into a block, then fallocate past
+    // the new end within allocated blocks; the bytes between must read as zeros.
+    let fs = fs(8 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/f", CREAT, 0o644).unwrap();
+    fs.pwrite(fd, &[0x84u8; 8192], 0).unwrap();
+    fs.ftruncate(fd, 4096 + 100).unwrap();
+    fs.fallocate(fd, 0, 4096 + 50, 1000).unwrap();
+    let mut buf = vec![0xffu8; 950];
+    assert_eq!(fs.pread(fd, &mut buf, 4096 + 100).unwrap(), 950);
+    assert!(buf.iter().all(|&b| b == 0), "stale bytes exposed");
+    fs.close_fd(fd).unwrap();
+}

@@ -337,6 +337,11 @@ fn allocate<B: Backend>(
         .collect();
     let new_size = (grow && end > size).then_some(end);
     if holes.is_empty() {
+        // Growing over blocks already there: bytes past the old end (left by a
+        // truncate down) must read as zeros once the size covers them.
+        if let Some(sz) = new_size {
+            zero_gap(pool, &m.extents, size, sz);
+        }
         return publish(pool, ino, lane, None, new_size);
     }
     let runs = pool
