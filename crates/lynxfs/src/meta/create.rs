@@ -154,7 +154,7 @@ impl<B: Backend> Namespace<B> {
     ) -> Result<Entry> {
         let pool = &self.pool;
         let did = pool.alloc.dentries.alloc(lane).ok_or(errno::ENOSPC)?;
-        let slot = match dir.claim_slot(pool, lane) {
+        let slot = match dir.claim_slot(pool, lane, self.mechanisms.slot_reuse()) {
             Ok(s) => s,
             Err(e) => {
                 pool.alloc.dentries.free(did);

@@ -37,6 +37,8 @@ pub struct Dir {
     pub evicted: AtomicBool,
     /// Used since the eviction clock last passed (second chance).
     pub referenced: AtomicBool,
+    /// A directory lock, taken only when lock-free creation is switched off.
+    pub serial: Arc<Mutex<()>>,
 }
 
 impl Dir {
@@ -53,6 +55,7 @@ impl Dir {
             gate: Arc::new(RwLock::new(())),
             evicted: AtomicBool::new(false),
             referenced: AtomicBool::new(true),
+            serial: Arc::new(Mutex::new(())),
         }
     }
 
@@ -112,8 +115,8 @@ impl Dir {
 
     /// Claim an empty slot: a freed one if one is at hand without waiting, else the
     /// next new one (a fetch-add on the cursor), adding a log page when needed.
-    pub fn claim_slot<B: Backend>(&self, pool: &Pool<B>, lane: u32) -> Result<u64> {
-        if let Some(mut free) = self.free_slots.try_lock() {
+    pub fn claim_slot<B: Backend>(&self, pool: &Pool<B>, lane: u32, reuse: bool) -> Result<u64> {
+        if let Some(mut free) = self.free_slots.try_lock().filter(|_| reuse) {
             if let Some(s) = free.pop() {
                 return Ok(s);
             }

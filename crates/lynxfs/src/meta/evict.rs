@@ -26,6 +26,8 @@ pub const DEFAULT_BUDGET: usize = 4 << 20;
 pub struct Entered {
     pub dir: Arc<Dir>,
     _gate: ArcRwLockReadGuard<parking_lot::RawRwLock, ()>,
+    /// Held only when lock-free creation is switched off (ablation).
+    _serial: Option<parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>>,
 }
 
 impl std::ops::Deref for Entered {
@@ -50,7 +52,12 @@ impl<B: Backend> Namespace<B> {
             if dir.evicted.load(Ordering::SeqCst) {
                 continue;
             }
-            return Ok(Entered { dir, _gate: gate });
+            let serial = (!self.mechanisms.lock_free()).then(|| dir.serial.lock_arc());
+            return Ok(Entered {
+                dir,
+                _gate: gate,
+                _serial: serial,
+            });
         }
     }
 

@@ -9,6 +9,7 @@ pub mod create;
 pub mod dir;
 mod evict;
 pub mod index;
+pub mod mechanisms;
 pub mod perm;
 mod readdir;
 mod remove;
@@ -49,6 +50,8 @@ pub struct Namespace<B: Backend> {
     clock: Mutex<std::collections::VecDeque<u64>>,
     /// Index entries allowed before cold directories are evicted.
     index_budget: std::sync::atomic::AtomicUsize,
+    /// Mechanisms that the ablation benchmark can turn off.
+    pub mechanisms: mechanisms::Mechanisms,
 }
 
 pub fn is_dir(mode: u32) -> bool {
@@ -82,6 +85,7 @@ impl<B: Backend> Namespace<B> {
             inode_locks: (0..INODE_LOCKS).map(|_| Mutex::new(())).collect(),
             clock: Mutex::new(std::collections::VecDeque::new()),
             index_budget: std::sync::atomic::AtomicUsize::new(evict::DEFAULT_BUDGET),
+            mechanisms: mechanisms::Mechanisms::default(),
         }
     }
 
@@ -171,7 +175,10 @@ impl<B: Backend> Namespace<B> {
         loop {
             let d = self.dir(parent)?;
             match self.lookup_entry(parent, name) {
-                Some(e) => return Ok(e.ino),
+                Some(e) if self.mechanisms.quick_path() => return Ok(e.ino),
+                // Ablation: without the quick path the inode number comes from the
+                // dentry in the pool, one more dependent read per component.
+                Some(e) => return Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
                 // Evicted while we looked: the entries are being reloaded; look again.
                 None if d.evicted.load(std::sync::atomic::Ordering::SeqCst) => continue,
                 None => return Err(errno::ENOENT),

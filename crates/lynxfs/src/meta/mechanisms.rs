@@ -1,0 +1,48 @@
+//! Switches that take a mechanism away, for the `ablation` benchmark: each paper's claim
+//! can then be checked on LynxFS itself. All are on (the normal engine) by default.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Debug)]
+pub struct Mechanisms {
+    /// DirectFS's inode quick path: the index entry carries the inode number, so a
+    /// lookup never reads the dentry. Off: every lookup reads it from the pool.
+    quick_path: AtomicBool,
+    /// Lock-free creation: creates, links, unlinks and renames in one directory run
+    /// concurrently. Off: they serialize on a per-directory lock.
+    lock_free: AtomicBool,
+    /// Reuse of dead directory-log slots (this engine's garbage collection of log
+    /// space). Off: every create takes a new slot and logs only grow.
+    slot_reuse: AtomicBool,
+}
+
+impl Default for Mechanisms {
+    fn default() -> Self {
+        Mechanisms {
+            quick_path: AtomicBool::new(true),
+            lock_free: AtomicBool::new(true),
+            slot_reuse: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Mechanisms {
+    pub fn quick_path(&self) -> bool {
+        self.quick_path.load(Ordering::Relaxed)
+    }
+    pub fn lock_free(&self) -> bool {
+        self.lock_free.load(Ordering::Relaxed)
+    }
+    pub fn slot_reuse(&self) -> bool {
+        self.slot_reuse.load(Ordering::Relaxed)
+    }
+    pub fn set_quick_path(&self, on: bool) {
+        self.quick_path.store(on, Ordering::Relaxed)
+    }
+    pub fn set_lock_free(&self, on: bool) {
+        self.lock_free.store(on, Ordering::Relaxed)
+    }
+    pub fn set_slot_reuse(&self, on: bool) {
+        self.slot_reuse.store(on, Ordering::Relaxed)
+    }
+}
