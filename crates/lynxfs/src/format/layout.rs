@@ -10,7 +10,8 @@ pub const SB_B: u64 = BLOCK;
 pub const INODE_SIZE: u64 = 256;
 pub const DENTRY_SIZE: u64 = 320;
 pub const JOURNAL_SIZE: u64 = 16 * 1024;
-/// The smallest pool mkfs makes.
+/// The smallest pool mkfs accepts (with many lanes the geometry needs more: each lane
+/// must get at least 16 data blocks, and mkfs says so when it does not fit).
 pub const MIN_POOL: u64 = 1 << 20;
 pub const MAX_LANES: u32 = 256;
 /// Inode 0 is never used (0 means "none" everywhere); 1 is the root directory.

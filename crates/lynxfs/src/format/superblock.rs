@@ -6,8 +6,8 @@ use super::layout::{Geometry, Layout, BLOCK, ROOT_INO, SB_A, SB_B};
 
 pub const MAGIC: [u8; 8] = *b"LYNXFSPM";
 pub const VERSION: u32 = 1;
-/// Feature bits this build understands. None are defined yet: an unknown incompat
-/// bit refuses the pool, an unknown ro_compat bit would refuse a writable open.
+/// Feature bits this build understands. None are defined yet: an unknown incompat or
+/// ro_compat bit refuses the pool (any open, read-only included, for now).
 pub const INCOMPAT_KNOWN: u32 = 0;
 pub const RO_COMPAT_KNOWN: u32 = 0;
 pub const SB_LEN: usize = 256;
