@@ -75,7 +75,7 @@ enum Cmd {
         pool: PathBuf,
     },
     /// Run a benchmark suite and print its table (syscalls, data, mdtest, smallfiles,
-    /// recovery).
+    /// recovery, apps, personalities, ablation).
     Bench(bench::BenchArgs),
     /// Mount a pool with FUSE. Without -f, returns once the mount is ready and serves
     /// from the background. Options (-o, comma-separated): entry_timeout=S,
