@@ -172,6 +172,13 @@ check_alive() {     # check_alive STEP
 # ---------------------------------------------------------------- 1. fsx
 step_fsx() {
     if ! command -v fsx >/dev/null; then record fsx SKIP 0 "fsx not installed"; return; fi
+    # fsx 0.3.2 never unmaps the mappings its mapread makes, so a long run passes the
+    # kernel's default of 65,530 mappings per process and its mmap fails with ENOMEM
+    # (seen at 1,000,000 operations). Allow enough mappings for the run.
+    local want_maps=$((FSX_OPS * 2 + 65536))
+    if [ "$(cat /proc/sys/vm/max_map_count)" -lt "$want_maps" ]; then
+        sysctl -q -w vm.max_map_count="$want_maps" || log "could not raise vm.max_map_count"
+    fi
     local cfg="$LOGDIR/fsx.toml"
     # Every operation fsx-rs knows, with the weights of its sample config plus the
     # optional ones (fallocate, hole punching, sendfile, fadvise, copy_file_range).
