@@ -95,50 +95,7 @@ impl FuseTarget {
 
 delegate_to_dir!(FuseTarget);
 
-impl Target for FuseNullTarget {
-    fn name(&self) -> String {
-        self.dir.name()
-    }
-    fn create(&self, path: &Path) -> io::Result<()> {
-        self.dir.create(path)
-    }
-    fn stat(&self, path: &Path) -> io::Result<Stat> {
-        self.dir.stat(path)
-    }
-    fn unlink(&self, path: &Path) -> io::Result<()> {
-        self.dir.unlink(path)
-    }
-    fn mkdir(&self, path: &Path) -> io::Result<()> {
-        self.dir.mkdir(path)
-    }
-    fn rmdir(&self, path: &Path) -> io::Result<()> {
-        self.dir.rmdir(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.dir.rename(from, to)
-    }
-    fn open(&self, path: &Path, flags: OpenFlags) -> io::Result<Handle> {
-        self.dir.open(path, flags)
-    }
-    fn pwrite(&self, handle: Handle, buf: &[u8], off: u64) -> io::Result<usize> {
-        self.dir.pwrite(handle, buf, off)
-    }
-    fn pread(&self, handle: Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
-        self.dir.pread(handle, buf, off)
-    }
-    fn close(&self, handle: Handle) -> io::Result<()> {
-        self.dir.close(handle)
-    }
-    fn readdir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-        self.dir.readdir(path)
-    }
-    fn fsync(&self, handle: Handle) -> io::Result<()> {
-        self.dir.fsync(handle)
-    }
-    fn host_dir(&self) -> Option<&Path> {
-        self.dir.host_dir()
-    }
-}
+delegate_to_dir!(FuseNullTarget);
 
 #[cfg(test)]
 mod tests {

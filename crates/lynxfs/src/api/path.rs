@@ -119,7 +119,7 @@ pub fn walk_parent<B: Backend>(
             }),
             b".." => {
                 ns.dir(cur)?;
-                perm::check(cred, ns_owner(ns, cur), perm::X)?;
+                perm::check(cred, ns.owner_of(cur), perm::X)?;
                 Ok(Walked {
                     parent: ns.parent_of(cur),
                     name: Vec::new(),
@@ -139,15 +139,6 @@ pub fn walk_parent<B: Backend>(
         name: Vec::new(),
         trailing_slash,
     })
-}
-
-fn ns_owner<B: Backend>(ns: &Namespace<B>, ino: u64) -> perm::Owner {
-    let s = ns.getattr(ino).expect("live directory");
-    perm::Owner {
-        mode: s.mode,
-        uid: s.uid,
-        gid: s.gid,
-    }
 }
 
 /// One component in the middle of a path: must end at a directory.

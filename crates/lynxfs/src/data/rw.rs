@@ -483,7 +483,9 @@ pub fn blocks_used<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
     data + xattr + dir_pages
 }
 
-fn dir_pages<B: Backend>(pool: &Pool<B>, ino: u64) -> Vec<u64> {
+/// The data blocks of directory `ino`'s log pages, in chain order (stops at a bad
+/// link or a cycle).
+pub fn dir_pages<B: Backend>(pool: &Pool<B>, ino: u64) -> Vec<u64> {
     let mut out = Vec::new();
     let mut p = pool
         .pm

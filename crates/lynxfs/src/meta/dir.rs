@@ -81,7 +81,7 @@ impl Dir {
         // written by this code. The bound guards against a cycle all the same.
         // A big directory: size the index once instead of growing it step by step
         // while a million entries go in.
-        let npages = count_pages(pool, page);
+        let npages = crate::data::dir_pages(pool, self.ino).len() as u64;
         if npages > 4 {
             idx.reserve((npages * dirlog::SLOTS_PER_PAGE) as usize);
         }
@@ -166,16 +166,6 @@ impl Dir {
     pub fn pages(&self) -> Vec<u64> {
         self.pages.read().clone()
     }
-}
-
-/// Log pages in the chain starting at `page` (stopping at a bad link or a cycle).
-fn count_pages<B: Backend>(pool: &Pool<B>, mut page: u64) -> u64 {
-    let mut n = 0;
-    while page != 0 && pool.layout.block_of(page).is_some() && n <= pool.layout.data_blocks {
-        n += 1;
-        page = pool.pm.load_u64(page + dirlog::NEXT);
-    }
-    n
 }
 
 /// The committed entry in `slot` of directory `dir`, if any.
