@@ -41,6 +41,7 @@ enum Flow {
     Webserver,
     Createfiles,
     Listdirs,
+    Mongo,
 }
 
 /// One personality: Filebench's parameters and what this suite uses.
@@ -110,6 +111,19 @@ const SPECS: &[Spec] = &[
         width: 5,
         mean_size: 0,
         fb_threads: 16,
+        prealloc: 100,
+    },
+    // Two filesets of `fb_files` each (`postset`, `postsetdel`): the first half of
+    // `files` is postset, the second postsetdel. The run ends when postsetdel is empty
+    // (Filebench's `mode quit firstdone`).
+    Spec {
+        name: "mongo",
+        flow: Flow::Mongo,
+        fb_files: 1000,
+        files: 2000,
+        width: 20,
+        mean_size: 16 << 10,
+        fb_threads: 1,
         prealloc: 100,
     },
 ];
@@ -188,6 +202,8 @@ struct Worker {
     rng: u64,
     present: Vec<usize>,
     absent: Vec<usize>,
+    /// mongo's `postsetdel` files still to delete.
+    doomed: Vec<usize>,
     /// Bytes in each file this thread owns (indexed by file number).
     sizes: Vec<u64>,
     log: Option<Handle>,
@@ -369,6 +385,27 @@ fn flow(t: &dyn Target, w: &mut Worker, c: &Ctx<'_>, buf: &mut [u8]) -> io::Resu
             named(d, t.readdir(d))?;
             w.ops += 1;
         }
+        Flow::Mongo => {
+            let Some(j) = take(&mut w.doomed, &mut w.rng) else {
+                return Ok(false);
+            };
+            if let Some(i) = peek(&w.present, &mut w.rng) {
+                let p = &files[i];
+                let h = named(p, t.open(p, OpenFlags::READ_WRITE))?;
+                append(t, h, w, i, c)?;
+                t.close(h)?;
+                w.ops += 3;
+            }
+            if let Some(i) = peek(&w.present, &mut w.rng) {
+                let p = &files[i];
+                let h = named(p, t.open(p, OpenFlags::READ))?;
+                read_whole(t, h, buf)?;
+                t.close(h)?;
+                w.ops += 3;
+            }
+            named(&files[j], t.unlink(&files[j]))?;
+            w.ops += 1;
+        }
     }
     Ok(true)
 }
@@ -392,6 +429,7 @@ fn setup(
             rng: seed ^ (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             present: Vec::new(),
             absent: Vec::new(),
+            doomed: Vec::new(),
             sizes: vec![0; set.files.len()],
             log: None,
             ops: 0,
@@ -406,7 +444,11 @@ fn setup(
             let r = write_whole(t, h, size, src);
             named(p, r.and(t.close(h)))?;
             w.sizes[i] = size;
-            w.present.push(i);
+            if spec.flow == Flow::Mongo && i >= set.files.len() / 2 {
+                w.doomed.push(i);
+            } else {
+                w.present.push(i);
+            }
         } else {
             w.absent.push(i);
         }
@@ -463,7 +505,7 @@ fn teardown(t: &dyn Target, set: &Fileset, workers: &[Mutex<Worker>]) -> io::Res
 fn measure(t: &dyn Target, spec: &Spec, threads: usize, opts: &Options) -> anyhow::Result<f64> {
     let set = Fileset::new(Path::new(ROOT), spec.files, spec.width);
     let src: Vec<u8> = (0..IOSIZE).map(|i| (i % 251) as u8).collect();
-    let flows = if spec.flow == Flow::Createfiles {
+    let flows = if matches!(spec.flow, Flow::Createfiles | Flow::Mongo) {
         usize::MAX / 2
     } else {
         opts.files
@@ -537,16 +579,20 @@ pub(crate) fn run(
     bar.finish_and_clear();
     for s in SPECS {
         let threads = s.fb_threads.min(opts.max_threads.max(1));
-        let flows = if s.flow == Flow::Createfiles {
-            "until the fileset is full".to_string()
+        let flows = match s.flow {
+            Flow::Createfiles => "until the fileset is full".to_string(),
+            Flow::Mongo => "until postsetdel is empty".to_string(),
+            _ => format!("{} flow iterations", opts.files),
+        };
+        let files = if s.flow == Flow::Mongo {
+            format!("2 x {} files (postset, postsetdel)", s.files / 2)
         } else {
-            format!("{} flow iterations", opts.files)
+            format!("{} files", s.files)
         };
         notes.push(format!(
-            "{}: {} files (Filebench {}), dir width {}, mean size {} KiB, {threads} threads \
-             (Filebench {}), {}% preallocated, {flows}",
+            "{}: {files} (Filebench nfiles {}), dir width {}, mean size {} KiB, {threads} \
+             threads (Filebench {}), {}% preallocated, {flows}",
             s.name,
-            s.files,
             s.fb_files,
             s.width,
             s.mean_size >> 10,
@@ -557,7 +603,7 @@ pub(crate) fn run(
     notes.push(
         "ops = Filebench flowops (open, read whole file, write whole file, append, fsync, \
          close, delete, stat, listdir); whole-file I/O in 1 MiB pieces, appends 1 B..16 KiB; \
-         varmail fsyncs as Filebench's does; mongo is not modelled"
+         varmail fsyncs as Filebench's does"
             .into(),
     );
     let baseline = names.iter().find(|n| n.starts_with("tmpfs")).cloned();

@@ -16,6 +16,7 @@ use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
 use lynxfs::{Access, Error, Pool};
 
 use crate::backend::BackendKind;
+use crate::progress::Bar;
 
 pub const CLEAN: u8 = 0;
 pub const CORRECTED: u8 = 1;
@@ -60,7 +61,10 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
     } else {
         Access::ReadOnly
     };
-    let mut pool = match Pool::open(path, access, backend) {
+    let bar = Bar::new();
+    let opened = Pool::open_with_progress(path, access, backend, &bar);
+    bar.finish();
+    let mut pool = match opened {
         Ok(p) => p,
         Err(e) => {
             for p in &sb_problems {
@@ -95,13 +99,16 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
         }
         found += r.problems.len();
     }
-    let first = fsck::check(&pool);
+    let first = fsck::check_with_progress(&pool, &bar);
+    bar.finish();
     print_report(&first);
     found += first.problems.len();
     let mut left = if repair { 0 } else { found };
     let mut last = first;
     if repair && !last.is_clean() {
-        match fsck::repair(&mut pool) {
+        let repaired = fsck::repair_with_progress(&mut pool, &bar);
+        bar.finish();
+        match repaired {
             Ok(r) => {
                 for f in &r.fixes {
                     println!("fixed: {f}");
@@ -109,7 +116,8 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
                 for p in &r.recovery_problems {
                     println!("fixed (cut by recovery): {p}");
                 }
-                last = fsck::check(&pool);
+                last = fsck::check_with_progress(&pool, &bar);
+                bar.finish();
                 if !last.is_clean() {
                     println!("after repair:");
                     print_report(&last);

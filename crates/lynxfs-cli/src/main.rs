@@ -6,6 +6,7 @@ mod demo;
 mod fsck;
 mod info;
 mod mount;
+mod progress;
 mod size;
 
 use std::path::PathBuf;
@@ -56,7 +57,8 @@ enum Cmd {
         #[arg(default_value = DEFAULT_POOL)]
         pool: PathBuf,
     },
-    /// Describe a pool: format, size, lanes, mapping, space used and free.
+    /// Describe a pool: format, size, lanes, mapping, space used and free; for a mounted
+    /// pool (give the pool or the mount point), the DRAM of its index and cachelets.
     Info {
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]

@@ -14,7 +14,9 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use lynxfs_fuse::mount::{block_stop_signals, prepare, MountOptions};
+use lynxfs_fuse::mount::{block_stop_signals, prepare_with_progress, MountOptions};
+
+use crate::progress::Bar;
 
 /// How long `umount` waits for the daemon to close the pool after the unmount.
 const CLOSE_WAIT: Duration = Duration::from_secs(30);
@@ -26,8 +28,10 @@ pub fn mount(pool: &Path, mountpoint: &Path, foreground: bool, options: &[String
         opts.apply(o)?;
     }
     let signals = block_stop_signals()?;
-    let prepared = prepare(pool, mountpoint, &opts)
+    let bar = Bar::new();
+    let prepared = prepare_with_progress(pool, mountpoint, &opts, &bar)
         .with_context(|| format!("mounting {} at {}", pool.display(), mountpoint.display()))?;
+    bar.finish();
     if !foreground {
         detach()?;
     }
@@ -97,21 +101,62 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// One line of /proc/self/mountinfo.
+struct MountEntry {
+    mountpoint: String,
+    fstype: String,
+    source: String,
+}
+
+/// The mounts this process sees, in mount order.
+fn mounts() -> Vec<MountEntry> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mut r = right.split(' ');
+            Some(MountEntry {
+                mountpoint: unescape(left.split(' ').nth(4)?),
+                fstype: r.next()?.to_string(),
+                source: unescape(r.next()?),
+            })
+        })
+        .collect()
+}
+
+/// Mounted by root through mount(2), the subtype is not recorded: plain "fuse".
+fn is_lynxfs_type(fstype: &str) -> bool {
+    fstype == "fuse.lynxfs" || fstype == "fuse"
+}
+
 /// The (fstype, source) of the mount at `mountpoint`, from /proc/self/mountinfo.
 fn mount_at(mountpoint: &Path) -> Option<(String, String)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = mountpoint.to_string_lossy();
-    info.lines().rev().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mp = unescape(left.split(' ').nth(4)?);
-        if mp != want {
-            return None;
-        }
-        let mut r = right.split(' ');
-        let fstype = r.next()?.to_string();
-        let source = unescape(r.next()?);
-        Some((fstype, source))
-    })
+    mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == want)
+        .map(|m| (m.fstype, m.source))
+}
+
+/// Where `pool` (a canonical path) is mounted, if it is: mounts record the pool's
+/// canonical path as their source.
+pub fn mountpoint_of_pool(pool: &Path) -> Option<PathBuf> {
+    let want = pool.to_string_lossy();
+    mounts()
+        .into_iter()
+        .rev()
+        .find(|m| is_lynxfs_type(&m.fstype) && m.source == want)
+        .map(|m| PathBuf::from(m.mountpoint))
+}
+
+/// The pool mounted at `mountpoint` (canonical), if that is a LynxFS mount.
+pub fn pool_at(mountpoint: &Path) -> Result<PathBuf> {
+    match mount_at(mountpoint) {
+        Some((t, source)) if is_lynxfs_type(&t) => Ok(PathBuf::from(source)),
+        Some((t, _)) => bail!("{}: not a LynxFS mount (type {t})", mountpoint.display()),
+        None => bail!("{}: not a mount point", mountpoint.display()),
+    }
 }
 
 /// Can the pool's lock be taken, i.e. has its daemon closed it?
@@ -131,8 +176,7 @@ pub fn umount(mountpoint: &Path) -> Result<()> {
         .with_context(|| format!("{}", mountpoint.display()))?;
     let found = mount_at(&mp);
     match &found {
-        // Mounted by root through mount(2), the subtype is not recorded: plain "fuse".
-        Some((t, _)) if t == "fuse.lynxfs" || t == "fuse" => {}
+        Some((t, _)) if is_lynxfs_type(t) => {}
         Some((t, _)) => bail!("{}: not a LynxFS mount (type {t})", mp.display()),
         None => bail!("{}: not mounted", mp.display()),
     }

@@ -77,7 +77,11 @@ fn mount_daemon_second_mount_umount_helper_and_sigterm() {
     let o = run(&[p("umount"), &mnt]);
     assert!(o.status.success(), "umount: {}", stderr(&o));
     assert!(!mounted(&mnt));
-    assert!(info_state(&pool).contains("clean"), "{}", info_state(&pool));
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
     let o = run(&[p("umount"), &mnt]);
     assert!(!o.status.success(), "umount of something not mounted fails");
 
@@ -114,5 +118,68 @@ fn mount_daemon_second_mount_umount_helper_and_sigterm() {
     let st = child.wait().unwrap();
     assert!(st.success(), "foreground mount exited with {st}");
     assert!(!mounted(&mnt));
-    assert!(info_state(&pool).contains("clean"), "{}", info_state(&pool));
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+}
+
+fn info(target: &Path) -> String {
+    let o = run(&[p("info"), target]);
+    assert!(o.status.success(), "info: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The number after `key` on the line starting with `key` (e.g. "index:" -> entries).
+fn first_number(text: &str, key: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no {key:?} line in:\n{text}"));
+    line[key.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no number in {line:?}"))
+}
+
+#[test]
+fn info_of_a_mounted_pool_shows_the_daemons_index_and_cachelets() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    let o = run(&[p("mkfs"), p("--size"), p("64M"), &pool]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let offline = info(&pool);
+    assert!(offline.contains("index, cachelets: none"), "{offline}");
+    let mnt = tempfile::tempdir().unwrap();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    std::fs::create_dir(mnt.join("d")).unwrap();
+    for i in 0..300 {
+        std::fs::write(mnt.join(format!("d/f{i}")), b"x").unwrap();
+    }
+    // By the pool's path (the daemon holds its lock) and by the mount point.
+    for target in [pool.as_path(), mnt.as_path()] {
+        let live = info(target);
+        assert!(
+            live.contains(&format!("mounted on {}", mnt.display())),
+            "{live}"
+        );
+        assert_eq!(first_number(&live, "inodes:"), 302, "{live}");
+        assert_eq!(first_number(&live, "dentries:"), 301, "{live}");
+        assert!(first_number(&live, "index:") >= 301, "{live}");
+        assert!(first_number(&live, "cachelets:") >= 1, "{live}");
+    }
+    // The usage attribute is the root's alone and not listed.
+    let names: Vec<_> = xattr::list(&mnt).unwrap().collect();
+    assert!(names.is_empty(), "{names:?}");
+    assert!(!matches!(
+        xattr::get(mnt.join("d"), "lynxfs.usage"),
+        Ok(Some(_))
+    ));
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+    assert_eq!(first_number(&info(&pool), "inodes:"), 302);
 }

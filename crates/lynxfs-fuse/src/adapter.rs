@@ -33,6 +33,8 @@ use lynxfs::meta::NewNode;
 use lynxfs::pmem::Backend;
 use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet};
 
+use crate::usage::{LiveUsage, USAGE_XATTR};
+
 /// How many directory entries to ask the engine for at a time while filling one
 /// readdir reply (the reply holds about 4 KiB, some 100 short names).
 const READDIR_BATCH: usize = 128;
@@ -759,6 +761,10 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name_bytes(name);
+        if ino.0 == lynxfs::format::ROOT_INO && name == USAGE_XATTR.as_bytes() {
+            let text = LiveUsage::of(self.ns()).encode();
+            return reply_xattr(Ok(text.into_bytes()), size, reply);
+        }
         let r = self
             .as_caller(req, |c| {
                 lynxfs::api::xattr_access(self.ns(), ino.0, name, c, perm::R)

@@ -55,6 +55,7 @@ use fuser::{BackgroundSession, Config, MountOption, Session};
 pub mod adapter;
 pub mod mount;
 pub mod null;
+pub mod usage;
 
 pub use adapter::LynxFuse;
 pub use mount::{mount, mount_background, prepare, LynxMount, MountOptions, Prepared};

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL, SessionUnmounter};
 use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
-use lynxfs::{Access, Fs, Pool};
+use lynxfs::{Access, Fs, Pool, Progress, Quiet};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::adapter::LynxFuse;
@@ -156,8 +156,11 @@ impl MountOptions {
 
     fn config(&self, pool: &Path) -> Config {
         let mut config = Config::default();
+        // The canonical path, so that tools (`lynxfs info`, `umount`) can match a
+        // pool with its mount whatever path it was mounted by.
+        let source = pool.canonicalize().unwrap_or_else(|_| pool.to_path_buf());
         let mut opts = vec![
-            MountOption::FSName(pool.display().to_string()),
+            MountOption::FSName(source.display().to_string()),
             MountOption::Subtype("lynxfs".to_string()),
             if self.read_only {
                 MountOption::RO
@@ -213,6 +216,7 @@ fn session<B: Backend>(
     mountpoint: &Path,
     o: &MountOptions,
     backend: B,
+    progress: &dyn Progress,
 ) -> anyhow::Result<Box<dyn Serve>> {
     let access = if o.read_only {
         Access::ReadOnly
@@ -220,7 +224,7 @@ fn session<B: Backend>(
         Access::ReadWrite
     };
     // The pool first: a missing, foreign or busy pool is reported before mounting.
-    let pool = Pool::open(pool_path, access, backend)?;
+    let pool = Pool::open_with_progress(pool_path, access, backend, progress)?;
     let fs = Arc::new(Fs::new(pool));
     let fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     match Session::new(fuse, mountpoint, &o.config(pool_path)) {
@@ -235,13 +239,23 @@ fn session<B: Backend>(
 
 /// Opens the pool and mounts it, without serving yet.
 pub fn prepare(pool: &Path, mountpoint: &Path, o: &MountOptions) -> anyhow::Result<Prepared> {
+    prepare_with_progress(pool, mountpoint, o, &Quiet)
+}
+
+/// [`prepare`], telling `progress` how recovery goes if the pool needs it.
+pub fn prepare_with_progress(
+    pool: &Path,
+    mountpoint: &Path,
+    o: &MountOptions,
+    progress: &dyn Progress,
+) -> anyhow::Result<Prepared> {
     crate::check_fuse_device()?;
     if !mountpoint.is_dir() {
         bail!("{}: mount point is not a directory", mountpoint.display());
     }
     let inner = match o.backend.unwrap_or_else(|| BackendChoice::auto(pool)) {
-        BackendChoice::Pmem => session(pool, mountpoint, o, PmemBackend::default())?,
-        BackendChoice::Msync => session(pool, mountpoint, o, MsyncBackend)?,
+        BackendChoice::Pmem => session(pool, mountpoint, o, PmemBackend::default(), progress)?,
+        BackendChoice::Msync => session(pool, mountpoint, o, MsyncBackend, progress)?,
     };
     Ok(Prepared {
         inner,

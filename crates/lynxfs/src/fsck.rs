@@ -32,6 +32,7 @@ use crate::format::{dentry, dirlog, extents, inode, journal, Layout, BLOCK, ROOT
 use crate::log::{recover, RecoveryReport};
 use crate::pmem::{Backend, Pm};
 use crate::pool::Pool;
+use crate::progress::{Progress, Quiet};
 
 /// What [`check`] found.
 #[derive(Debug, Default, Clone)]
@@ -125,9 +126,16 @@ fn superblocks_disagree(x: &Superblock, y: &Superblock) -> Vec<String> {
 /// Check every invariant of an open pool. Reads only; nothing may run on the pool
 /// meanwhile.
 pub fn check<B: Backend>(pool: &Pool<B>) -> FsckReport {
-    let mut w = Walker::new(&pool.pm, &pool.layout, false);
+    check_with_progress(pool, &Quiet)
+}
+
+/// [`check`], telling `progress` how the walk goes (in directory entries).
+pub fn check_with_progress<B: Backend>(pool: &Pool<B>, progress: &dyn Progress) -> FsckReport {
+    let mut w = Walker::new(&pool.pm, &pool.layout, false, progress);
     check_superblocks(pool, &mut w.rep);
     check_journals(&pool.pm, &pool.layout, &mut w.rep);
+    let in_use = pool.layout.total_dentries() - 1 - pool.alloc.dentries.free_count();
+    progress.phase("checking the namespace (entries)", Some(in_use));
     w.walk();
     w.finish();
     let used = pool.alloc.used_sets();
@@ -141,19 +149,28 @@ pub fn check<B: Backend>(pool: &Pool<B>) -> FsckReport {
 /// cut what recovery tolerates but [`check`] does not, and rebuild the allocators from
 /// the walk. Nothing else may run on the pool. Fails when the pool cannot be repaired.
 pub fn repair<B: Backend>(pool: &mut Pool<B>) -> Result<RepairReport, String> {
+    repair_with_progress(pool, &Quiet)
+}
+
+/// [`repair`], telling `progress` how its walks go.
+pub fn repair_with_progress<B: Backend>(
+    pool: &mut Pool<B>,
+    progress: &dyn Progress,
+) -> Result<RepairReport, String> {
     let mut out = RepairReport::default();
     // Recovery refuses a damaged root: rebuild the root inode's identity first.
     fix_root(&pool.pm, &pool.layout, &mut out.fixes);
-    let (_, rep) = recover(&pool.pm, &pool.layout)?;
+    let (_, rep) = recover(&pool.pm, &pool.layout, progress)?;
     out.recovery_problems.extend(rep.problems.iter().cloned());
     out.recovery = rep;
-    let mut w = Walker::new(&pool.pm, &pool.layout, true);
+    let mut w = Walker::new(&pool.pm, &pool.layout, true, progress);
+    progress.phase("repairing the namespace (entries)", None);
     w.walk();
     w.finish();
     out.fixes.extend(w.fixes.iter().cloned());
     // The stricter pass only cuts: a second recovery walk reclaims what it cut loose,
     // recounts links and yields the allocators' state.
-    let (used, rep) = recover(&pool.pm, &pool.layout)?;
+    let (used, rep) = recover(&pool.pm, &pool.layout, progress)?;
     out.recovery_problems.extend(rep.problems.iter().cloned());
     out.recovery = rep;
     pool.alloc = Allocators::from_used(&pool.layout, &used);
@@ -280,6 +297,7 @@ struct Walker<'a, B: Backend> {
     first_dentry: Vec<u64>,
     /// The owner of each reached block (inode number), for messages.
     owner: std::collections::HashMap<u64, u64>,
+    progress: &'a dyn Progress,
 }
 
 /// The reachable sets, for comparing with the allocators.
@@ -291,7 +309,7 @@ struct View<'v> {
 }
 
 impl<'a, B: Backend> Walker<'a, B> {
-    fn new(pm: &'a Pm<B>, l: &'a Layout, fix: bool) -> Self {
+    fn new(pm: &'a Pm<B>, l: &'a Layout, fix: bool, progress: &'a dyn Progress) -> Self {
         let mut e = UsedSets::empty(l);
         // `empty` marks the root as used; the walk marks what it reaches itself.
         e.inodes[0] &= !(1 << ROOT_INO);
@@ -307,6 +325,7 @@ impl<'a, B: Backend> Walker<'a, B> {
             links: vec![0; l.total_inodes() as usize],
             first_dentry: vec![0; l.total_inodes() as usize],
             owner: Default::default(),
+            progress,
         }
     }
 
@@ -485,13 +504,16 @@ impl<'a, B: Backend> Walker<'a, B> {
             }
             let b = self.l.block_of(page).expect("checked");
             self.take_block(dir, b, "a directory log page");
+            let mut entries = 0;
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 let slot = dirlog::slot_addr(page, i);
                 let v = self.pm.load_u64(slot);
                 if v != 0 {
                     self.entry(dir, slot, v, &mut names, stack);
+                    entries += 1;
                 }
             }
+            self.progress.advance(entries);
             link = page + dirlog::NEXT;
             page = self.pm.load_u64(link);
         }

@@ -16,9 +16,11 @@ pub mod log;
 pub mod meta;
 pub mod pmem;
 pub mod pool;
+pub mod progress;
 pub mod time;
 
 pub use api::{Fd, Fs, Session};
 pub use error::{Error, Result};
 pub use meta::{Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
 pub use pool::{Access, MkfsOptions, Pool};
+pub use progress::{Progress, Quiet};

@@ -17,6 +17,7 @@ use crate::format::superblock::{SbProblem, SB_LEN};
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::{Backend, Mapping, Pm};
+use crate::progress::{Progress, Quiet};
 use crate::time::now_ns;
 
 /// What `mkfs` makes.
@@ -122,7 +123,7 @@ impl<B: Backend> Pool<B> {
         format(&pm, layout);
         let path = Path::new("<memory>");
         let sb = pick_superblock(path, pm.len(), |off, buf| pm.read(off, buf))?;
-        Self::start(pm, sb, path, None, Access::ReadWrite)
+        Self::start(pm, sb, path, None, Access::ReadWrite, &Quiet)
     }
 
     /// Open a copy of a pool image held in memory (crash images, corruption tests).
@@ -132,11 +133,22 @@ impl<B: Backend> Pool<B> {
             buf.copy_from_slice(&img[off as usize..off as usize + buf.len()])
         })?;
         let pm = Pm::from_image(&img[..sb.geo.pool_size as usize], backend)?;
-        Self::start(pm, sb, path, None, Access::ReadWrite)
+        Self::start(pm, sb, path, None, Access::ReadWrite, &Quiet)
     }
 
     /// Open a pool file, validating everything before trusting it.
     pub fn open(path: &Path, access: Access, backend: B) -> Result<Pool<B>> {
+        Self::open_with_progress(path, access, backend, &Quiet)
+    }
+
+    /// [`Pool::open`], telling `progress` how recovery goes when the pool was not
+    /// closed cleanly.
+    pub fn open_with_progress(
+        path: &Path,
+        access: Access,
+        backend: B,
+        progress: &dyn Progress,
+    ) -> Result<Pool<B>> {
         let file = OpenOptions::new()
             .read(true)
             .write(access == Access::ReadWrite)
@@ -165,7 +177,7 @@ impl<B: Backend> Pool<B> {
             Access::ReadOnly => Mapping::map_private(&file, sb.geo.pool_size as usize, path)?,
         };
         let pm = Pm::new(map, backend);
-        Self::start(pm, sb, path, Some(file), access)
+        Self::start(pm, sb, path, Some(file), access, progress)
     }
 
     fn start(
@@ -174,13 +186,15 @@ impl<B: Backend> Pool<B> {
         path: &Path,
         lock: Option<File>,
         access: Access,
+        progress: &dyn Progress,
     ) -> Result<Pool<B>> {
         let layout = sb.layout;
         let was_clean = sb.clean;
         let (used, recovery) = if was_clean {
             (load_state(&pm, &layout), None)
         } else {
-            let (used, rep) = recover(&pm, &layout).map_err(|w| Error::corrupt(path, w))?;
+            let (used, rep) =
+                recover(&pm, &layout, progress).map_err(|w| Error::corrupt(path, w))?;
             (used, Some(rep))
         };
         sb.clean = false;

@@ -275,3 +275,57 @@ fn read_only_open_leaves_the_file_untouched() {
     drop(ro);
     assert_eq!(contents(&p), before);
 }
+
+/// Records what recovery and fsck report: (phase, total, units advanced).
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<(&'static str, Option<u64>, u64)>>);
+
+impl lynxfs::Progress for Recorder {
+    fn phase(&self, what: &'static str, total: Option<u64>) {
+        self.0.lock().unwrap().push((what, total, 0));
+    }
+    fn advance(&self, n: u64) {
+        self.0.lock().unwrap().last_mut().expect("a phase first").2 += n;
+    }
+}
+
+impl Recorder {
+    fn done(&self, phase: &str) -> (Option<u64>, u64) {
+        let phases = self.0.lock().unwrap();
+        let p = phases.iter().find(|p| p.0.starts_with(phase));
+        let p = p.unwrap_or_else(|| panic!("no phase {phase:?} in {:?}", *phases));
+        (p.1, p.2)
+    }
+}
+
+#[test]
+fn recovery_and_fsck_report_their_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pool_path(&dir);
+    Pool::mkfs(&p, &opts(16 << 20), PmemBackend::default()).unwrap();
+    let fs = lynxfs::Fs::open(&p).unwrap();
+    let s = fs.session(lynxfs::Cred::root());
+    s.mkdir("d", 0o755).unwrap();
+    for i in 0..50 {
+        s.mknod(&format!("d/f{i}"), libc::S_IFREG | 0o644, 0)
+            .unwrap();
+    }
+    drop(s);
+    fs.pool().crash_in_place();
+    drop(fs);
+
+    let rec = Recorder::default();
+    let pool =
+        Pool::open_with_progress(&p, Access::ReadWrite, PmemBackend::default(), &rec).unwrap();
+    assert!(pool.recovery.is_some());
+    assert_eq!(rec.done("replaying journals"), (Some(2), 2));
+    // Every entry the walk accepted: d and its 50 files.
+    assert_eq!(rec.done("walking the namespace"), (None, 51));
+    let (total, done) = rec.done("recounting links");
+    assert_eq!(total, Some(done));
+
+    let rec = Recorder::default();
+    let report = lynxfs::fsck::check_with_progress(&pool, &rec);
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(rec.done("checking the namespace"), (Some(51), 51));
+}

@@ -12,6 +12,7 @@ use crate::alloc::UsedSets;
 use crate::format::{dentry, dirlog, extents, inode, Layout, ROOT_INO};
 use crate::log::journal::{self, Replay};
 use crate::pmem::{Backend, Pm};
+use crate::progress::Progress;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -37,19 +38,28 @@ pub fn is_dir(mode: u32) -> bool {
 /// Run recovery on `pm`; returns what is in use and what was done. Lanes' journals
 /// replay in parallel, the namespace walk shares out directories among threads, and
 /// the link-count and reclaim passes split the inode and dentry tables by lane.
-pub fn recover<B: Backend>(pm: &Pm<B>, l: &Layout) -> Result<(UsedSets, RecoveryReport), String> {
+pub fn recover<B: Backend>(
+    pm: &Pm<B>,
+    l: &Layout,
+    progress: &dyn Progress,
+) -> Result<(UsedSets, RecoveryReport), String> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(l.lanes() as usize)
         .max(1);
     let mut rep = RecoveryReport::default();
+    progress.phase("replaying journals", Some(l.lanes() as u64));
     let replays: Vec<Replay> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 sc.spawn(move || {
                     let out: Vec<Replay> = (t as u32..l.lanes())
                         .step_by(threads)
-                        .map(|lane| journal::replay(pm, l, lane))
+                        .map(|lane| {
+                            let r = journal::replay(pm, l, lane);
+                            progress.advance(1);
+                            r
+                        })
                         .collect();
                     let _ = pm.fence();
                     out
@@ -76,10 +86,12 @@ pub fn recover<B: Backend>(pm: &Pm<B>, l: &Layout) -> Result<(UsedSets, Recovery
         links: (0..l.total_inodes()).map(|_| AtomicU32::new(0)).collect(),
         queue: Mutex::new(Vec::new()),
         busy: AtomicUsize::new(0),
+        progress,
     };
     shared.inodes.set(0);
     shared.dentries.set(0);
     let root = shared.start()?;
+    progress.phase("walking the namespace (entries)", None);
     let reports: Vec<RecoveryReport> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..threads)
             .map(|_| {
@@ -103,6 +115,10 @@ pub fn recover<B: Backend>(pm: &Pm<B>, l: &Layout) -> Result<(UsedSets, Recovery
         rep.merge(r);
     }
     rep.merge(root);
+    progress.phase(
+        "recounting links, reclaiming (inodes and dentries)",
+        Some((0..l.lanes()).map(|lane| lane_span(l, lane)).sum()),
+    );
     let fixes: Vec<RecoveryReport> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
@@ -112,6 +128,7 @@ pub fn recover<B: Backend>(pm: &Pm<B>, l: &Layout) -> Result<(UsedSets, Recovery
                     for lane in (t as u32..sh.l.lanes()).step_by(threads) {
                         sh.fix_link_counts(lane, &mut r);
                         sh.reclaim(lane, &mut r);
+                        sh.progress.advance(lane_span(sh.l, lane));
                     }
                     let _ = sh.pm.fence();
                     r
@@ -131,6 +148,12 @@ pub fn recover<B: Backend>(pm: &Pm<B>, l: &Layout) -> Result<(UsedSets, Recovery
         dentries: shared.dentries.into_plain(),
     };
     Ok((used, rep))
+}
+
+/// The inodes and dentries of one lane: the unit of the fixing phase's progress.
+fn lane_span(l: &Layout, lane: u32) -> u64 {
+    let (i, d) = (l.lane_inodes(lane), l.lane_dentries(lane));
+    (i.end - i.start) + (d.end - d.start)
 }
 
 impl RecoveryReport {
@@ -181,6 +204,7 @@ struct Shared<'a, B: Backend> {
     /// Threads walking a directory right now (the walk ends when none is and the
     /// queue is empty).
     busy: AtomicUsize,
+    progress: &'a dyn Progress,
 }
 
 struct Walker<'s, 'a, B: Backend> {
@@ -302,16 +326,23 @@ impl<B: Backend> Walker<'_, '_, B> {
                 fix.flushed();
                 return;
             }
+            let mut taken = 0;
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 let slot = dirlog::slot_addr(page, i);
                 let v = pm.load_u64(slot);
-                if v != 0 && !self.take_entry(dir, slot, v, found) {
+                if v == 0 {
+                    continue;
+                }
+                if self.take_entry(dir, slot, v, found) {
+                    taken += 1;
+                } else {
                     let mut fix = pm.batch();
                     fix.write_u64(slot, 0);
                     fix.flushed();
                     self.rep.slots_cleared += 1;
                 }
             }
+            self.sh.progress.advance(taken);
             prev_link = page + dirlog::NEXT;
             page = pm.load_u64(page + dirlog::NEXT);
         }

@@ -14,6 +14,7 @@ pub mod perm;
 mod readdir;
 mod remove;
 mod rename;
+mod usage;
 pub use evict::Entered;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ pub use index::{Entry, Index, Key, KeyRef, State};
 pub use perm::Cred;
 pub use readdir::DirEntry;
 pub use rename::RenameFlags;
+pub use usage::Usage;
 
 const INODE_LOCKS: usize = 256;
 
