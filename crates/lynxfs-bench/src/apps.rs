@@ -31,12 +31,9 @@ use flate2::Compression;
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Session, TimeSet};
 
+use crate::cold::{chill, drop_kernel_caches};
 use crate::lib_target::to_io;
 use crate::{progress_bar, Grid, LibTarget, Measured, Options, Target, SHM};
-
-/// The index budget LynxFS opens with (`lynxfs::meta::evict::DEFAULT_BUDGET`, which the
-/// engine does not export): restored after a cold run evicted everything.
-const ENGINE_DEFAULT_BUDGET: usize = 4 << 20;
 
 const OPS: &[&str] = &[
     "tar -xf",
@@ -64,12 +61,16 @@ pub(crate) struct Tree {
     notes: Vec<String>,
 }
 
+/// `--tree generated`: a generated tree even where the Linux tarball is installed.
+pub const GENERATED: &str = "generated";
+
 /// Finds the tarball (`opts.tree`, else `/usr/src/linux-source-*.tar.xz`), decompresses
 /// it once into `/dev/shm` if it is compressed, and reads its shape; with none, writes
 /// a generated tree of the Linux tree's shape instead and says so in the notes.
 pub(crate) fn prepare(opts: &Options) -> anyhow::Result<Tree> {
     let mut notes = Vec::new();
     let source = match &opts.tree {
+        Some(p) if p.as_os_str() == GENERATED => None,
         Some(p) => Some(p.clone()),
         None => linux_source(),
     };
@@ -97,10 +98,14 @@ pub(crate) fn prepare(opts: &Options) -> anyhow::Result<Tree> {
             if !path.exists() {
                 generate(&path, opts.files, opts.seed)?;
             }
+            let why = if opts.tree.is_some() {
+                "--tree generated"
+            } else {
+                "no /usr/src/linux-source-*.tar.xz (apt-get install linux-source)"
+            };
             notes.push(format!(
-                "tree: no /usr/src/linux-source-*.tar.xz (apt-get install linux-source), so a \
-                 GENERATED tree of the Linux tree's shape ({} files, 15 per directory, \
-                 mean 14 KiB, 60% .c), {}",
+                "tree: {why}, so a GENERATED tree of the Linux tree's shape ({} files, 15 \
+                 per directory, mean 14 KiB, 60% .c), {}",
                 opts.files,
                 path.display()
             ));
@@ -267,16 +272,6 @@ fn scan(tar: &Path) -> anyhow::Result<Tree> {
         dirs,
         bytes,
         notes: Vec::new(),
-    })
-}
-
-/// Drops the kernel's page, dentry and inode caches (needs root); the error says why
-/// not.
-fn drop_kernel_caches() -> Result<(), String> {
-    // SAFETY: sync takes no arguments and cannot fail.
-    unsafe { libc::sync() };
-    std::fs::write("/proc/sys/vm/drop_caches", "3\n").map_err(|e| {
-        format!("cannot drop the kernel's caches ({e}): cold = warm on kernel targets")
     })
 }
 
@@ -580,15 +575,6 @@ impl Runner<'_> {
         }
     }
 
-    /// Makes the next walk cold: the kernel's caches and, for LynxFS, its index.
-    fn chill(&self) {
-        if let Runner::Lib(lib) = self {
-            let ns = lib.fs().ns();
-            ns.set_index_budget(0);
-            ns.set_index_budget(ENGINE_DEFAULT_BUDGET);
-        }
-    }
-
     fn scrub(&self, tree: &Tree) {
         match self {
             Runner::Kernel(dir) => {
@@ -619,7 +605,7 @@ pub(crate) fn run(
     }
     notes.push(
         "cold: kernel caches dropped (sync; echo 3 > /proc/sys/vm/drop_caches) and the LynxFS \
-         index evicted (set_index_budget(0)) just before; warm: the same run again right after; \
+         index evicted (drop_index) just before; warm: the same run again right after; \
          on tmpfs, dropping caches cannot drop the tree itself"
             .into(),
     );
@@ -641,8 +627,7 @@ pub(crate) fn run(
                     continue;
                 }
                 if op == 1 || op == 3 {
-                    let _ = drop_kernel_caches();
-                    r.chill();
+                    let _ = chill(targets[col].as_ref());
                 }
                 let start = Instant::now();
                 match r.run(op, &tree) {

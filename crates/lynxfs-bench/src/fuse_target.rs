@@ -73,8 +73,23 @@ impl FuseTarget {
         Self::mount_with(Self::OPTIONS)
     }
 
+    /// The options of the `fuse-cached` target: the kernel keeps entries and
+    /// attributes for a second (`lynxfs mount`'s defaults), so repeated lookups and
+    /// stats of the same names never reach the daemon.
+    pub const CACHED_OPTIONS: &'static str =
+        "entry_timeout=1,attr_timeout=1,threads=2,backend=pmem";
+
+    /// [`Self::mount`] with [`Self::CACHED_OPTIONS`].
+    pub fn mount_cached() -> anyhow::Result<Self> {
+        Self::mount_labelled(Self::CACHED_OPTIONS, "fuse-cached")
+    }
+
     /// [`Self::mount`] with other mount options (`-o` syntax).
     pub fn mount_with(options: &str) -> anyhow::Result<Self> {
+        Self::mount_labelled(options, "fuse")
+    }
+
+    fn mount_labelled(options: &str, label: &str) -> anyhow::Result<Self> {
         let o = MountOptions::parse(options)?;
         let path = fresh_pool_path()?;
         let pool = PoolFile(path.clone());
@@ -83,7 +98,7 @@ impl FuseTarget {
         Pool::mkfs(&path, &mkfs, PmemBackend::default()).map_err(to_io)?;
         let point = TempDir::with_prefix("lynxfs-bench-fuse.")?;
         let mount = lynxfs_fuse::mount_background(&path, point.path(), &o)?;
-        let dir = DirTarget::new(point.path(), "fuse")?;
+        let dir = DirTarget::new(point.path(), label)?;
         Ok(Self {
             dir,
             _mount: mount,

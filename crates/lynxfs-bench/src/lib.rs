@@ -39,6 +39,7 @@
 
 mod ablation;
 mod apps;
+mod cold;
 mod data;
 mod dir;
 mod fuse_target;
@@ -210,13 +211,17 @@ pub fn run_suite(
 /// in `/dev/shm`), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
 /// `/dev/shm`), `ext4` (a loop-mounted ext4 image in `/dev/shm`), `fuse-null` (the
 /// FUSE floor), `fuse` (a fresh LynxFS pool in `/dev/shm` mounted through FUSE with
-/// [`FuseTarget::OPTIONS`]: kernel caches off) or `dir=PATH` (an existing directory,
-/// labelled with its path).
+/// [`FuseTarget::OPTIONS`]: kernel caches off), `fuse-cached` (the same with
+/// [`FuseTarget::CACHED_OPTIONS`]: kernel caches on) or `dir=PATH` (an existing
+/// directory, labelled with its path).
 pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
     let target: Box<dyn Target> = match spec {
         "lib" => Box::new(LibTarget::create_default().context("setting up a LynxFS pool")?),
         "fuse-null" => Box::new(FuseNullTarget::mount().context("setting up fuse-null")?),
         "fuse" => Box::new(FuseTarget::mount().context("mounting a LynxFS pool through FUSE")?),
+        "fuse-cached" => {
+            Box::new(FuseTarget::mount_cached().context("mounting a LynxFS pool through FUSE")?)
+        }
         "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
         "shm" => Box::new(
             TmpfsTarget::shm_dir("shm-dir", None).context("setting up a /dev/shm directory")?,
@@ -227,7 +232,7 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse, fuse-cached, fuse-null or dir=PATH")
             }
         },
     };

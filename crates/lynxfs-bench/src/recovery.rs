@@ -1,5 +1,6 @@
-//! The `recovery` suite (LynxFS only): a pool holding one directory of
-//! [`Options::files`] entries, and the times that depend on its size:
+//! The `recovery` suite (LynxFS only): pools holding one directory of 10^4, 10^5, ...
+//! up to [`Options::files`] entries (one column each), and the times that depend on
+//! its size:
 //!
 //! - **clean open**: `Fs::open` of the cleanly closed pool (goal ≤ 50 ms at 1M files);
 //! - **first lookup**: the first `stat` in the big directory after that open, which
@@ -9,7 +10,8 @@
 //!
 //! The notes add the DRAM the index takes per entry (growth of the process's
 //! anonymous resident memory across the first lookup, over the entries it indexed;
-//! the pool mapping is shared memory and not counted) and the create and close rates.
+//! the pool mapping is shared memory and not counted) next to the estimate `lynxfs
+//! info` prints for a mounted pool, and the create and close rates.
 
 use std::path::Path;
 use std::time::Instant;
@@ -90,16 +92,82 @@ pub(crate) fn run(opts: &Options) -> anyhow::Result<Measured> {
     run_at(&fresh_pool_path()?, opts)
 }
 
+/// The directory sizes measured: powers of ten from 10^4 up to `files`, and `files`
+/// itself (alone when it is below 10^4).
+fn sizes(files: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = std::iter::successors(Some(10_000usize), |n| n.checked_mul(10))
+        .take_while(|&n| n < files)
+        .collect();
+    out.push(files);
+    out
+}
+
 /// [`run`] with the pool file at `path`, which is removed afterwards.
 fn run_at(path: &Path, opts: &Options) -> anyhow::Result<Measured> {
-    let result = run_on(path, opts);
+    let result = run_sizes(path, opts);
     let _ = std::fs::remove_file(path);
     result
 }
 
-fn run_on(path: &Path, opts: &Options) -> anyhow::Result<Measured> {
-    let files = opts.files;
-    let bar = progress_bar(opts, "recovery", files + opts.rounds * 3);
+/// What one directory size gave.
+struct SizeResult {
+    /// Per row (clean open, first lookup, open after crash), every round, in ms.
+    ms: [Vec<f64>; 3],
+    notes: Vec<String>,
+}
+
+fn run_sizes(path: &Path, opts: &Options) -> anyhow::Result<Measured> {
+    let sizes = sizes(opts.files);
+    let steps = sizes.iter().map(|n| n + opts.rounds * 3).sum();
+    let bar = progress_bar(opts, "recovery", steps);
+    let mut grid = Grid::new(
+        vec![
+            "clean open",
+            "first lookup (index load)",
+            "open after crash",
+        ],
+        sizes.len() + 1,
+    );
+    let mut notes = Vec::new();
+    for (col, &files) in sizes.iter().enumerate() {
+        let r = run_on(path, files, opts, &bar)?;
+        for (row, values) in r.ms.iter().enumerate() {
+            for v in values {
+                grid.push(row, col, *v);
+            }
+        }
+        notes.extend(r.notes);
+    }
+    bar.finish_and_clear();
+    for (row, goal) in GOALS_MS.iter().enumerate() {
+        for _ in 0..opts.rounds {
+            grid.push(row, sizes.len(), *goal);
+        }
+    }
+    notes.push(
+        "goal column: the issue's goals at 1,000,000 files, to compare with the 1000000 column"
+            .into(),
+    );
+    let mut columns: Vec<String> = sizes.iter().map(|n| format!("{LIB_NAME} {n}")).collect();
+    columns.push("goal".into());
+    Ok(Measured {
+        unit: "ms",
+        higher_is_better: false,
+        columns,
+        rows: grid.into_rows(),
+        notes,
+        baseline: None,
+    })
+}
+
+/// One directory of `files` entries in a fresh pool at `path`: populate, close, then
+/// per round a clean open, the first lookup and an open after a crash.
+fn run_on(
+    path: &Path,
+    files: usize,
+    opts: &Options,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<SizeResult> {
     Pool::mkfs(path, &mkfs_options(files), PmemBackend::default())
         .with_context(|| format!("mkfs {}", path.display()))?;
     let (fs, _) = open(path)?;
@@ -115,45 +183,38 @@ fn run_on(path: &Path, opts: &Options) -> anyhow::Result<Measured> {
                 .map_err(to_io)
                 .with_context(|| format!("create {buf}"))?;
             if i % 4096 == 0 {
-                bar.set_position(i as u64);
+                bar.inc(4096.min(files - i) as u64);
             }
         }
         let secs = start.elapsed().as_secs_f64();
         notes.push(format!(
-            "populating: {files} creates (mknod) in one directory in {:.2} s, {:.0} files/s",
-            secs,
+            "{files} files: populated with {files} creates (mknod) in one directory in \
+             {secs:.2} s, {:.0} files/s",
             files as f64 / secs
         ));
     }
-    bar.set_position(files as u64);
     let start = Instant::now();
     fs.close().context("clean close")?;
     drop(fs);
     notes.push(format!(
-        "clean close (allocator bitmaps saved): {:.1} ms",
+        "{files} files: clean close (allocator bitmaps saved) {:.1} ms",
         start.elapsed().as_secs_f64() * 1e3
     ));
 
-    let mut grid = Grid::new(
-        vec![
-            "clean open",
-            "first lookup (index load)",
-            "open after crash",
-        ],
-        2,
-    );
+    let mut ms: [Vec<f64>; 3] = Default::default();
     let mut dram = Vec::new();
+    let mut estimate = Vec::new();
     let mut recovered = None;
     for _ in 0..opts.rounds {
-        bar.set_message("clean open");
-        let (fs, ms) = open(path)?;
+        bar.set_message(format!("{files} files: clean open"));
+        let (fs, t) = open(path)?;
         if !fs.pool().was_clean {
             bail!("the pool was not clean after a clean close");
         }
-        grid.push(0, 0, ms);
+        ms[0].push(t);
         bar.inc(1);
 
-        bar.set_message("first lookup");
+        bar.set_message(format!("{files} files: first lookup"));
         // The index of the populating run (and of earlier rounds) was freed, but
         // malloc keeps freed memory for reuse, which would hide the new index's growth.
         trim_heap();
@@ -163,7 +224,7 @@ fn run_on(path: &Path, opts: &Options) -> anyhow::Result<Measured> {
             .lstat("big/f0")
             .map_err(to_io)
             .context("first lookup")?;
-        grid.push(1, 0, start.elapsed().as_secs_f64() * 1e3);
+        ms[1].push(start.elapsed().as_secs_f64() * 1e3);
         let (rss1, idx1) = (rss_anon(), fs.ns().index.len());
         let indexed = idx1.saturating_sub(idx0);
         if indexed < files {
@@ -172,50 +233,38 @@ fn run_on(path: &Path, opts: &Options) -> anyhow::Result<Measured> {
         if let (Some(a), Some(b)) = (rss0, rss1) {
             dram.push(b.saturating_sub(a) as f64 / indexed as f64);
         }
+        let usage = fs.ns().usage();
+        estimate.push(usage.index_bytes as f64 / usage.index_entries.max(1) as f64);
         check_files(&fs, files)?;
         bar.inc(1);
 
-        bar.set_message("open after crash");
+        bar.set_message(format!("{files} files: open after crash"));
         fs.pool().crash_in_place();
         drop(fs);
-        let (fs, ms) = open(path)?;
+        let (fs, t) = open(path)?;
         let Some(rep) = fs.pool().recovery.clone() else {
             bail!("opening after crash_in_place did not run recovery");
         };
-        grid.push(2, 0, ms);
+        ms[2].push(t);
         check_files(&fs, files)?;
         recovered = Some(rep.files);
         fs.close().context("clean close after recovery")?;
         bar.inc(1);
     }
-    bar.finish_and_clear();
-    for (row, goal) in GOALS_MS.iter().enumerate() {
-        for _ in 0..opts.rounds {
-            grid.push(row, 1, *goal);
-        }
-    }
     if !dram.is_empty() {
         notes.push(format!(
-            "DRAM per indexed entry: {:.0} bytes (growth of RssAnon across the first lookup, \
-             over the {files} entries it indexed; names are {} bytes on average)",
+            "{files} files: DRAM per indexed entry {:.0} bytes measured (growth of RssAnon \
+             across the first lookup, over the {files} entries it indexed; names are {} bytes \
+             on average), {:.0} bytes estimated by `lynxfs info`'s formula",
             median(&dram),
-            mean_name_len(files)
+            mean_name_len(files),
+            median(&estimate)
         ));
     }
     if let Some(n) = recovered {
-        notes.push(format!("recovery walked {n} files"));
+        notes.push(format!("{files} files: recovery walked {n} files"));
     }
-    notes.push(
-        "goal column: the issue's goals at 1,000,000 files; lynxfs/goal <= 1 meets it".into(),
-    );
-    Ok(Measured {
-        unit: "ms",
-        higher_is_better: false,
-        columns: vec![LIB_NAME.into(), "goal".into()],
-        rows: grid.into_rows(),
-        notes,
-        baseline: None,
-    })
+    Ok(SizeResult { ms, notes })
 }
 
 fn mean_name_len(files: usize) -> f64 {
@@ -236,14 +285,14 @@ mod tests {
         };
         let path = fresh_pool_path().unwrap();
         let m = run_at(&path, &opts).unwrap();
-        assert_eq!(m.columns, ["lynxfs", "goal"]);
+        assert_eq!(m.columns, ["lynxfs 2000", "goal"]);
         assert_eq!(m.rows.len(), 3);
         assert!(m.rows.iter().all(|r| r.values[0] > 0.0));
         assert!(m.notes.iter().any(|n| n.contains("DRAM per indexed entry")));
         assert!(
             m.notes
                 .iter()
-                .any(|n| n.contains("recovery walked 2000 files")),
+                .any(|n| n.contains("2000 files: recovery walked 2000 files")),
             "{:?}",
             m.notes
         );
@@ -259,6 +308,14 @@ mod tests {
         };
         let report = crate::run_suite("recovery", &[], &opts, None).unwrap();
         assert_eq!(report.rows[2].op, "open after crash");
+    }
+
+    #[test]
+    fn sizes_are_powers_of_ten_up_to_the_count() {
+        assert_eq!(sizes(100), [100]);
+        assert_eq!(sizes(10_000), [10_000]);
+        assert_eq!(sizes(250_000), [10_000, 100_000, 250_000]);
+        assert_eq!(sizes(1_000_000), [10_000, 100_000, 1_000_000]);
     }
 
     #[test]

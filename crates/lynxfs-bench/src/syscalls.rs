@@ -48,6 +48,8 @@ impl Names {
 struct Step {
     op: &'static str,
     timed: bool,
+    /// Drop the target's caches before the clock starts ([`crate::cold::chill`]).
+    cold: bool,
     run: fn(&dyn Target, &Names) -> io::Result<()>,
 }
 
@@ -56,51 +58,79 @@ const STEPS: &[Step] = &[
     Step {
         op: "setup",
         timed: false,
+        cold: false,
         run: setup,
     },
     Step {
         op: "create",
         timed: true,
+        cold: false,
         run: |t, n| each(&n.depth1, |p| t.create(p)),
+    },
+    Step {
+        op: "stat (depth 1, cold)",
+        timed: true,
+        cold: true,
+        run: |t, n| each(&n.depth1, |p| t.stat(p).map(drop)),
     },
     Step {
         op: "stat (depth 1)",
         timed: true,
+        cold: false,
         run: |t, n| each(&n.depth1, |p| t.stat(p).map(drop)),
+    },
+    Step {
+        op: "stat (depth 2, cold)",
+        timed: true,
+        cold: true,
+        run: |t, n| each(&n.depth2, |p| t.stat(p).map(drop)),
     },
     Step {
         op: "stat (depth 2)",
         timed: true,
+        cold: false,
         run: |t, n| each(&n.depth2, |p| t.stat(p).map(drop)),
+    },
+    Step {
+        op: "stat (depth 3, cold)",
+        timed: true,
+        cold: true,
+        run: |t, n| each(&n.depth3, |p| t.stat(p).map(drop)),
     },
     Step {
         op: "stat (depth 3)",
         timed: true,
+        cold: false,
         run: |t, n| each(&n.depth3, |p| t.stat(p).map(drop)),
     },
     Step {
         op: "rename",
         timed: true,
+        cold: false,
         run: |t, n| pairs(&n.depth1, &n.renamed, |a, b| t.rename(a, b)),
     },
     Step {
         op: "unlink",
         timed: true,
+        cold: false,
         run: |t, n| each(&n.renamed, |p| t.unlink(p)),
     },
     Step {
         op: "mkdir",
         timed: true,
+        cold: false,
         run: |t, n| each(&n.subdirs, |p| t.mkdir(p)),
     },
     Step {
         op: "rmdir",
         timed: true,
+        cold: false,
         run: |t, n| each(&n.subdirs, |p| t.rmdir(p)),
     },
     Step {
         op: "teardown",
         timed: false,
+        cold: false,
         run: teardown,
     },
 ];
@@ -182,8 +212,14 @@ pub(crate) fn run(
     if result.is_err() {
         targets.iter().for_each(|t| scrub(t.as_ref(), &paths));
     }
-    let grid = result?;
-    let mut notes = Vec::new();
+    let (grid, mut notes) = result?;
+    notes.push(
+        "cold: before each cold stat loop, the kernel's caches are dropped (sync; echo 3 > \
+         /proc/sys/vm/drop_caches) and on lib the LynxFS index is evicted (drop_index), so \
+         the loop's first stat reloads the directory; fuse's daemon keeps its index; tmpfs \
+         cannot drop its tree; warm: the same loop again right after"
+            .into(),
+    );
     for (t, name) in targets.iter().zip(names) {
         let (one, two) = crate::mdtest::create_scaling(t.as_ref(), TOP, opts.files, opts.rounds)
             .with_context(|| format!("syscalls: create scaling on {name}"))?;
@@ -209,8 +245,9 @@ fn run_rounds(
     names: &[String],
     opts: &Options,
     paths: &Names,
-) -> anyhow::Result<Grid> {
+) -> anyhow::Result<(Grid, Vec<String>)> {
     let timed: Vec<&Step> = STEPS.iter().filter(|s| s.timed).collect();
+    let mut cold_notes = std::collections::BTreeSet::new();
     let mut grid = Grid::new(timed.iter().map(|s| s.op).collect(), targets.len());
     let bar = progress_bar(opts, "syscalls", opts.rounds * STEPS.len() * targets.len());
     for _ in 0..opts.rounds {
@@ -218,6 +255,11 @@ fn run_rounds(
         for step in STEPS {
             for (col, (t, name)) in targets.iter().zip(names).enumerate() {
                 bar.set_message(format!("{} on {name}", step.op));
+                if step.cold {
+                    if let Err(why) = crate::cold::chill(t.as_ref()) {
+                        cold_notes.insert(why);
+                    }
+                }
                 let start = Instant::now();
                 (step.run)(t.as_ref(), paths)
                     .with_context(|| format!("syscalls: {} on {name}", step.op))?;
@@ -231,7 +273,7 @@ fn run_rounds(
         }
     }
     bar.finish_and_clear();
-    Ok(grid)
+    Ok((grid, cold_notes.into_iter().collect()))
 }
 
 #[cfg(test)]
@@ -262,8 +304,11 @@ mod tests {
             ops,
             [
                 "create",
+                "stat (depth 1, cold)",
                 "stat (depth 1)",
+                "stat (depth 2, cold)",
                 "stat (depth 2)",
+                "stat (depth 3, cold)",
                 "stat (depth 3)",
                 "rename",
                 "unlink",

@@ -15,8 +15,8 @@ pub struct BenchArgs {
     pub suite: String,
     /// A file system to measure, repeatable; the first is the one the ratio columns
     /// compare with the others. lib (LynxFS in process, pool in /dev/shm), tmpfs, shm,
-    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, kernel caches off) or
-    /// dir=PATH. Default: lib and tmpfs (none for recovery and ablation, which make
+    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, kernel caches off),
+    /// fuse-cached (the same, kernel caches on for 1 s) or dir=PATH. Default: lib and tmpfs (none for recovery and ablation, which make
     /// their own pools).
     #[arg(long = "target", value_name = "T")]
     pub targets: Vec<String>,
@@ -39,8 +39,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8)]
     pub max_threads: usize,
     /// apps: the tarball to extract (.tar, or .tar.xz decompressed once into
-    /// /dev/shm). Default: /usr/src/linux-source-*.tar.xz (apt-get install
-    /// linux-source), else a generated tree.
+    /// /dev/shm), or `generated` for a generated tree of --files files. Default:
+    /// /usr/src/linux-source-*.tar.xz (apt-get install linux-source), else a generated
+    /// tree.
     #[arg(long, value_name = "TAR")]
     pub tree: Option<PathBuf>,
 }

@@ -44,6 +44,14 @@ impl<B: Backend> Namespace<B> {
         self.evict_to_budget(ROOT_INO);
     }
 
+    /// Evicts every directory it can from the index (as after a remount), keeping the
+    /// budget: the next lookups reload directories from their logs. Benchmarks' "cold".
+    pub fn drop_index(&self) {
+        let budget = self.index_budget.load(Ordering::Relaxed);
+        self.set_index_budget(0);
+        self.index_budget.store(budget, Ordering::Relaxed);
+    }
+
     /// The directory `ino`, loaded, with its gate held shared.
     pub fn enter(&self, ino: u64) -> Result<Entered> {
         loop {
