@@ -25,8 +25,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
@@ -368,6 +368,12 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         self.kernel_kills_privs = config
             .add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV)
             .is_err();
+        // Listing with attributes saves `ls -l` and friends one lookup per entry; the
+        // kernel picks plain or plus listings adaptively (AUTO). Optional: without it
+        // the kernel sends plain READDIR, which is also served.
+        let _ = config.add_capabilities(
+            fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+        );
         Ok(())
     }
 
@@ -689,6 +695,47 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 // `add` says the reply is full; the kernel asks again from the last
                 // entry's `next`.
                 if reply.add(INodeNo(e.ino), e.next, kind, name) {
+                    return reply.ok();
+                }
+            }
+            off = next_off;
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        // One TTL serves both the entry and its attributes in a plus listing.
+        let ttl = self.entry_ttl.min(self.attr_ttl);
+        let mut off = offset;
+        loop {
+            let batch = self.as_caller(req, |c| self.ns().readdir(ino.0, off, READDIR_BATCH, c));
+            let batch = match batch {
+                Ok(b) => b,
+                Err(e) => return reply.error(e),
+            };
+            let Some(last) = batch.last() else { break };
+            let next_off = last.next;
+            for e in &batch {
+                // An entry unlinked since the listing was read is left out, as a
+                // listing made a moment later would.
+                let Ok(st) = self.stat(e.ino) else { continue };
+                let name = OsStr::from_bytes(&e.name);
+                let generation = Generation(st.generation);
+                if reply.add(
+                    INodeNo(e.ino),
+                    e.next,
+                    name,
+                    &ttl,
+                    &file_attr(&st),
+                    generation,
+                ) {
                     return reply.ok();
                 }
             }
