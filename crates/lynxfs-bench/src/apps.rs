@@ -644,14 +644,13 @@ pub(crate) fn run(
     }
     bar.finish_and_clear();
     notes.extend(failed.into_iter().flatten());
-    let baseline = names.iter().find(|n| n.starts_with("tmpfs")).cloned();
     Ok(Measured {
         unit: "s",
         higher_is_better: false,
         columns: names.to_vec(),
         rows: grid.into_rows(),
         notes,
-        baseline,
+        baseline: crate::tmpfs_column(names),
     })
 }
 

@@ -239,7 +239,7 @@ pub(crate) fn run(
         columns,
         rows: grid.into_rows(),
         notes: vec!["memcpy: the same bytes copied between two DRAM buffers (the ceiling)".into()],
-        baseline: None,
+        baseline: crate::tmpfs_column(names),
     })
 }
 

@@ -239,6 +239,12 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
     Ok(target)
 }
 
+/// The tmpfs column (`tmpfs`, or its `tmpfs(shm-dir)` fallback), which suites that
+/// compare targets take their ratios against when it is there.
+pub(crate) fn tmpfs_column(names: &[String]) -> Option<String> {
+    names.iter().find(|n| n.starts_with("tmpfs")).cloned()
+}
+
 /// What a suite hands back to [`run_suite`].
 pub(crate) struct Measured {
     unit: &'static str,

@@ -214,7 +214,7 @@ pub(crate) fn run(
             per(opts.max_threads),
             opts.max_threads
         )],
-        baseline: None,
+        baseline: crate::tmpfs_column(names),
     })
 }
 

@@ -606,14 +606,13 @@ pub(crate) fn run(
          varmail fsyncs as Filebench's does"
             .into(),
     );
-    let baseline = names.iter().find(|n| n.starts_with("tmpfs")).cloned();
     Ok(Measured {
         unit: "ops/s",
         higher_is_better: true,
         columns: names.to_vec(),
         rows: grid.into_rows(),
         notes,
-        baseline,
+        baseline: crate::tmpfs_column(names),
     })
 }
 

@@ -145,7 +145,7 @@ pub(crate) fn run(
             plan.mean_kib(),
             plan.mean_kib() * 1024.0 / 1e6
         )],
-        baseline: None,
+        baseline: crate::tmpfs_column(names),
     })
 }
 

@@ -235,7 +235,7 @@ pub(crate) fn run(
         columns: names.to_vec(),
         rows: grid.into_rows(),
         notes,
-        baseline: None,
+        baseline: crate::tmpfs_column(names),
     })
 }
 
