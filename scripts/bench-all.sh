@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# scripts/bench-all.sh - one full benchmark run: every `lynxfs bench` suite on every
+# target it applies to, one after the other, on this machine (docs/BENCHMARKS.md holds
+# the tables and figures of the latest such run).
+#
+# Usage: scripts/bench-all.sh [OUT]        (default OUT: /tmp/lynxfs-bench-all)
+#   LYNXFS   the lynxfs binary [target/release/lynxfs, built if missing]
+#   ROUNDS   rounds of the syscalls, data, mdtest and smallfiles suites [3]
+#   SUITES   the suites to run [all, in the order below]
+#
+# Writes OUT/<suite>-<time>.{json,png} (lynxfs bench --out) and OUT/tables.txt (every
+# table as printed, each under the command that produced it). Needs root, /dev/fuse,
+# mkfs.ext4 and, for apps, Debian's linux-source (else a generated tree is used).
+# The FUSE issue's latency comparison runs client and daemon on one CPU (taskset -c 0):
+# waking a process on the other CPU costs about 80 us in these VMs.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${1:-/tmp/lynxfs-bench-all}"
+ROUNDS="${ROUNDS:-3}"
+SUITES="${SUITES:-syscalls fuse data mdtest smallfiles recovery apps personalities ablation}"
+LYNXFS="${LYNXFS:-$ROOT/target/release/lynxfs}"
+if [ ! -x "$LYNXFS" ]; then
+    (cd "$ROOT" && cargo build --release --locked -q -p lynxfs-cli)
+fi
+mkdir -p "$OUT"
+TABLES="$OUT/tables.txt"
+
+run() {     # run [PREFIX...] -- lynxfs bench ARGS...
+    local prefix=()
+    while [ "$1" != "--" ]; do prefix+=("$1"); shift; done
+    shift
+    local cmd=("${prefix[@]}" "$LYNXFS" bench "$@" --out "$OUT")
+    {
+        echo
+        echo "\$ ${cmd[*]}"
+    } | tee -a "$TABLES"
+    "${cmd[@]}" 2>&1 | tee -a "$TABLES"
+}
+
+KERNEL=(--target tmpfs --target ext4)
+for suite in $SUITES; do
+    case "$suite" in
+        syscalls) run -- syscalls --target lib "${KERNEL[@]}" --target fuse --target fuse-cached \
+                      --target fuse-null --rounds "$ROUNDS" ;;
+        fuse) run taskset -c 0 -- syscalls --files 2000 --target fuse --target fuse-null \
+                  --target fuse-cached --target tmpfs --rounds "$ROUNDS" ;;
+        data) run -- data --target lib "${KERNEL[@]}" --target fuse --rounds "$ROUNDS" ;;
+        mdtest) run -- mdtest --target lib "${KERNEL[@]}" --target fuse --max-threads 8 \
+                    --rounds "$ROUNDS" ;;
+        smallfiles) run -- smallfiles --target lib "${KERNEL[@]}" --target fuse \
+                        --target fuse-null --rounds "$ROUNDS" ;;
+        recovery) run -- recovery --files 1000000 ;;
+        apps) run -- apps --target lib "${KERNEL[@]}" --target fuse --target fuse-null ;;
+        personalities) run -- personalities --target lib "${KERNEL[@]}" --target fuse \
+                           --target fuse-null --max-threads 4 --rounds 3 ;;
+        ablation) run -- ablation --files 1000 --max-threads 2 ;;
+        *) echo "bench-all.sh: unknown suite $suite" >&2; exit 2 ;;
+    esac
+done
+echo "bench-all.sh: tables in $TABLES, JSON and figures in $OUT"
