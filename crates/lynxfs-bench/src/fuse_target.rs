@@ -39,7 +39,10 @@ impl FuseNullTarget {
     /// [`Self::mount`] with kernel caches that keep entries and attributes for `ttl`.
     pub fn mount_with_ttl(ttl: Duration) -> anyhow::Result<Self> {
         let point = TempDir::with_prefix("lynxfs-bench-fuse-null.")?;
-        let mount = lynxfs_fuse::mount_null(point.path(), ttl)?;
+        // As many workers as the `fuse` target (threads=2 in [`FuseTarget::OPTIONS`]),
+        // so the two columns differ only by the file system behind the daemon.
+        let options = lynxfs_fuse::NullOptions { ttl, threads: 2 };
+        let mount = lynxfs_fuse::mount_null_with(point.path(), &options)?;
         let dir = DirTarget::new(point.path(), "fuse-null")?;
         Ok(Self {
             dir,

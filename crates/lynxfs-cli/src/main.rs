@@ -33,11 +33,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Create a pool file (or format a device).
+    /// Create a pool file, or format a block device (with --force).
     Mkfs {
-        /// Pool size, e.g. 1G, 512M, 65536 (bytes).
-        #[arg(long, default_value = "1G", value_parser = size::parse)]
-        size: u64,
+        /// Pool size, e.g. 1G, 512M, 65536 (bytes); default: 1G for a file, the whole
+        /// device for a block device.
+        #[arg(long, value_parser = size::parse)]
+        size: Option<u64>,
         /// Lanes (per-CPU partitions); default: one per CPU.
         #[arg(long)]
         lanes: Option<u32>,
@@ -127,15 +128,32 @@ fn run(cli: Cli) -> Result<ExitCode> {
             force,
             pool,
         } => {
+            let device = match pool.exists() {
+                true => lynxfs::Pool::<lynxfs::pmem::PmemBackend>::device_size(&pool)?,
+                false => None,
+            };
+            let size = size.or(device).unwrap_or(1 << 30);
             let mut opts = lynxfs::MkfsOptions::new(size);
             if let Some(l) = lanes {
                 opts.lanes = l;
             }
             opts.inodes = inodes;
             opts.force = force;
-            lynxfs::Pool::mkfs(&pool, &opts, lynxfs::pmem::PmemBackend::default())
-                .with_context(|| format!("mkfs {}", pool.display()))?;
-            println!("created {} ({} bytes)", pool.display(), size);
+            let bar = progress::Bar::new();
+            let made = lynxfs::Pool::mkfs_with_progress(
+                &pool,
+                &opts,
+                lynxfs::pmem::PmemBackend::default(),
+                &bar,
+            );
+            bar.finish();
+            made.with_context(|| format!("mkfs {}", pool.display()))?;
+            let what = if device.is_some() {
+                "formatted"
+            } else {
+                "created"
+            };
+            println!("{what} {} ({size} bytes)", pool.display());
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Demo { size, pool } => {

@@ -183,3 +183,67 @@ fn info_of_a_mounted_pool_shows_the_daemons_index_and_cachelets() {
     assert!(o.status.success(), "umount: {}", stderr(&o));
     assert_eq!(first_number(&info(&pool), "inodes:"), 302);
 }
+
+/// Detaches a loop device when dropped.
+struct Loop(String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn mkfs_formats_a_block_device_whose_old_bytes_are_garbage() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let img = dir.path().join("disk.img");
+    // Garbage everywhere: what mkfs does not zero, the pool must not trust.
+    std::fs::write(&img, vec![0xa5u8; 64 << 20]).unwrap();
+    let o = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&img)
+        .output()
+        .expect("running losetup");
+    assert!(o.status.success(), "losetup: {}", stderr(&o));
+    let dev = Loop(String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let devp = Path::new(&dev.0);
+
+    let o = run(&[p("mkfs"), devp]);
+    assert!(
+        !o.status.success(),
+        "a device is formatted only with --force"
+    );
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    let o = run(&[p("mkfs"), p("--force"), p("--size"), p("128M"), devp]);
+    assert!(!o.status.success(), "larger than the device");
+    assert!(stderr(&o).contains("less than"), "{}", stderr(&o));
+
+    let o = run(&[p("mkfs"), p("--force"), devp]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("(67108864 bytes)"),
+        "the whole device by default"
+    );
+    let o = run(&[p("fsck"), devp]);
+    assert!(
+        o.status.success(),
+        "fsck: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    let mnt = tempfile::tempdir().unwrap();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), devp, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    std::fs::create_dir(mnt.join("d")).unwrap();
+    std::fs::write(mnt.join("d/f"), b"on a device").unwrap();
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+    let o = run(&[p("fsck"), devp]);
+    assert!(
+        o.status.success(),
+        "fsck: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("2 directories, 1 files"));
+}

@@ -92,8 +92,25 @@ pub struct Pool<B: Backend> {
 }
 
 impl<B: Backend> Pool<B> {
-    /// Format a pool file.
+    /// Format a pool file or block device.
     pub fn mkfs(path: &Path, opts: &MkfsOptions, backend: B) -> Result<()> {
+        Self::mkfs_with_progress(path, opts, backend, &Quiet)
+    }
+
+    /// [`Pool::mkfs`], telling `progress` how the zeroing of a device's metadata goes.
+    ///
+    /// A regular file is truncated to nothing and extended, which gives zeros without
+    /// writing them. A block device cannot be truncated: its metadata regions (every
+    /// byte before the data blocks) are zeroed through the persistence layer instead;
+    /// data blocks need no zeroing, since a block is always written (or zeroed) before
+    /// anything reads it. A device, like an existing file, is only formatted with
+    /// `force`.
+    pub fn mkfs_with_progress(
+        path: &Path,
+        opts: &MkfsOptions,
+        backend: B,
+        progress: &dyn Progress,
+    ) -> Result<()> {
         let layout = opts.geometry()?;
         if path.exists() && !opts.force {
             return Err(Error::Exists {
@@ -108,12 +125,39 @@ impl<B: Backend> Pool<B> {
             .open(path)
             .map_err(|e| Error::io(path, e))?;
         lock(&file, path, Access::ReadWrite)?;
-        // Truncating to zero first gives a pool of zeros without writing them.
-        file.set_len(0).map_err(|e| Error::io(path, e))?;
-        file.set_len(opts.size).map_err(|e| Error::io(path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        let device = is_block_device(&meta);
+        if device {
+            let have = file_size(&file, &meta, path)?;
+            if have < opts.size {
+                return Err(Error::Invalid(format!(
+                    "{}: the device holds {have} bytes, less than the {} asked for",
+                    path.display(),
+                    opts.size
+                )));
+            }
+        } else {
+            file.set_len(0).map_err(|e| Error::io(path, e))?;
+            file.set_len(opts.size).map_err(|e| Error::io(path, e))?;
+        }
         let pm = Pm::new(Mapping::map_file(&file, opts.size as usize, path)?, backend);
+        if device {
+            zero_metadata(&pm, &layout, progress);
+        }
         format(&pm, layout);
         Ok(())
+    }
+
+    /// The size of `path` if it is a block device (`None` for anything else), so that
+    /// mkfs can default to the whole device.
+    pub fn device_size(path: &Path) -> Result<Option<u64>> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        if is_block_device(&meta) {
+            file_size(&file, &meta, path).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     /// A formatted pool in anonymous memory (tests, the crash checker).
@@ -281,6 +325,22 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout) {
     write_superblock(pm, &sb);
     sb.generation += 1;
     write_superblock(pm, &sb);
+}
+
+/// Zeroes everything before the data blocks (superblocks, journals, saved state,
+/// inode and dentry tables), in pieces made durable one by one.
+fn zero_metadata<B: Backend>(pm: &Pm<B>, l: &Layout, progress: &dyn Progress) {
+    const PIECE: u64 = 64 << 20;
+    progress.phase("zeroing metadata (bytes)", Some(l.data_off));
+    let mut off = 0;
+    while off < l.data_off {
+        let len = PIECE.min(l.data_off - off);
+        let mut b = pm.batch();
+        b.zero(off, len as usize);
+        let _ = b.persist();
+        progress.advance(len);
+        off += len;
+    }
 }
 
 fn uuid() -> [u8; 16] {
