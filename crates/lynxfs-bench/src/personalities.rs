@@ -276,6 +276,30 @@ fn append(t: &dyn Target, h: Handle, w: &mut Worker, i: usize, c: &Ctx<'_>) -> i
     Ok(())
 }
 
+/// Opens a random present file, appends to it and closes it (3 flowops).
+fn append_random(t: &dyn Target, w: &mut Worker, c: &Ctx<'_>) -> io::Result<()> {
+    if let Some(i) = peek(&w.present, &mut w.rng) {
+        let p = &c.set.files[i];
+        let h = named(p, t.open(p, OpenFlags::READ_WRITE))?;
+        append(t, h, w, i, c)?;
+        t.close(h)?;
+        w.ops += 3;
+    }
+    Ok(())
+}
+
+/// Opens a random present file, reads it whole and closes it (3 flowops).
+fn read_random(t: &dyn Target, w: &mut Worker, c: &Ctx<'_>, buf: &mut [u8]) -> io::Result<()> {
+    if let Some(i) = peek(&w.present, &mut w.rng) {
+        let p = &c.set.files[i];
+        let h = named(p, t.open(p, OpenFlags::READ))?;
+        read_whole(t, h, buf)?;
+        t.close(h)?;
+        w.ops += 3;
+    }
+    Ok(())
+}
+
 /// One iteration of the personality's flow; returns false when there is nothing left
 /// to do (createfiles with a full fileset).
 fn flow(t: &dyn Target, w: &mut Worker, c: &Ctx<'_>, buf: &mut [u8]) -> io::Result<bool> {
@@ -306,13 +330,7 @@ fn flow(t: &dyn Target, w: &mut Worker, c: &Ctx<'_>, buf: &mut [u8]) -> io::Resu
                 t.close(h)?;
                 w.ops += 5;
             }
-            if let Some(i) = peek(&w.present, &mut w.rng) {
-                let p = &files[i];
-                let h = named(p, t.open(p, OpenFlags::READ))?;
-                read_whole(t, h, buf)?;
-                t.close(h)?;
-                w.ops += 3;
-            }
+            read_random(t, w, c, buf)?;
         }
         Flow::Fileserver => {
             if let Some(i) = take(&mut w.absent, &mut w.rng) {
@@ -325,20 +343,8 @@ fn flow(t: &dyn Target, w: &mut Worker, c: &Ctx<'_>, buf: &mut [u8]) -> io::Resu
                 t.close(h)?;
                 w.ops += 3;
             }
-            if let Some(i) = peek(&w.present, &mut w.rng) {
-                let p = &files[i];
-                let h = named(p, t.open(p, OpenFlags::READ_WRITE))?;
-                append(t, h, w, i, c)?;
-                t.close(h)?;
-                w.ops += 3;
-            }
-            if let Some(i) = peek(&w.present, &mut w.rng) {
-                let p = &files[i];
-                let h = named(p, t.open(p, OpenFlags::READ))?;
-                read_whole(t, h, buf)?;
-                t.close(h)?;
-                w.ops += 3;
-            }
+            append_random(t, w, c)?;
+            read_random(t, w, c, buf)?;
             if let Some(i) = take(&mut w.present, &mut w.rng) {
                 named(&files[i], t.unlink(&files[i]))?;
                 w.absent.push(i);
@@ -351,13 +357,7 @@ fn flow(t: &dyn Target, w: &mut Worker, c: &Ctx<'_>, buf: &mut [u8]) -> io::Resu
         }
         Flow::Webserver => {
             for _ in 0..10 {
-                if let Some(i) = peek(&w.present, &mut w.rng) {
-                    let p = &files[i];
-                    let h = named(p, t.open(p, OpenFlags::READ))?;
-                    read_whole(t, h, buf)?;
-                    t.close(h)?;
-                    w.ops += 3;
-                }
+                read_random(t, w, c, buf)?;
             }
             if let Some(h) = w.log {
                 let n = uniform(&mut w.rng, 1, APPEND);
@@ -389,20 +389,8 @@ fn flow(t: &dyn Target, w: &mut Worker, c: &Ctx<'_>, buf: &mut [u8]) -> io::Resu
             let Some(j) = take(&mut w.doomed, &mut w.rng) else {
                 return Ok(false);
             };
-            if let Some(i) = peek(&w.present, &mut w.rng) {
-                let p = &files[i];
-                let h = named(p, t.open(p, OpenFlags::READ_WRITE))?;
-                append(t, h, w, i, c)?;
-                t.close(h)?;
-                w.ops += 3;
-            }
-            if let Some(i) = peek(&w.present, &mut w.rng) {
-                let p = &files[i];
-                let h = named(p, t.open(p, OpenFlags::READ))?;
-                read_whole(t, h, buf)?;
-                t.close(h)?;
-                w.ops += 3;
-            }
+            append_random(t, w, c)?;
+            read_random(t, w, c, buf)?;
             named(&files[j], t.unlink(&files[j]))?;
             w.ops += 1;
         }

@@ -52,7 +52,6 @@ fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
     let backend_name = backend.name();
     let pool = Pool::open(path, Access::ReadOnly, backend)?;
     let sb = pool.superblock();
-    let l = &pool.layout;
     let dax = std::fs::File::open(path)
         .map(|f| lynxfs::pmem::dax_supported(&f))
         .unwrap_or(false);
@@ -82,16 +81,7 @@ fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
         }
     );
     println!("mount epoch:      {}", sb.epoch - 1);
-    let a = &pool.alloc;
-    print_space(&lynxfs::meta::Usage {
-        blocks_total: l.data_blocks,
-        blocks_free: a.blocks.free_count(),
-        inodes_total: l.total_inodes() - 1,
-        inodes_free: a.inodes.free_count(),
-        dentries_total: l.total_dentries() - 1,
-        dentries_free: a.dentries.free_count(),
-        ..Default::default()
-    });
+    print_space(&lynxfs::meta::Usage::of_pool(&pool));
     println!(
         "index, cachelets: none (they live in DRAM while the pool is mounted: \
          `lynxfs info MOUNTPOINT` then shows them)"

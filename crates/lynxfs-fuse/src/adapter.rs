@@ -217,6 +217,32 @@ impl<B: Backend> LynxFuse<B> {
         }
     }
 
+    /// Hands `add` the entries of directory `ino` from `offset` on, read in batches,
+    /// until `add` says the reply is full (the kernel then asks again from the last
+    /// entry's `next`) or the directory ends.
+    fn list(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        offset: u64,
+        mut add: impl FnMut(&lynxfs::DirEntry) -> bool,
+    ) -> Res<()> {
+        let mut off = offset;
+        loop {
+            let batch = self.as_caller(req, |c| self.ns().readdir(ino.0, off, READDIR_BATCH, c))?;
+            let Some(last) = batch.last() else {
+                return Ok(());
+            };
+            let next_off = last.next;
+            for e in &batch {
+                if add(e) {
+                    return Ok(());
+                }
+            }
+            off = next_off;
+        }
+    }
+
     fn reply_attr(&self, r: Res<Stat>, reply: ReplyAttr) {
         match r {
             Ok(st) => reply.attr(&self.attr_ttl, &file_attr(&st)),
@@ -680,27 +706,14 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let mut off = offset;
-        loop {
-            let batch = self.as_caller(req, |c| self.ns().readdir(ino.0, off, READDIR_BATCH, c));
-            let batch = match batch {
-                Ok(b) => b,
-                Err(e) => return reply.error(e),
-            };
-            let Some(last) = batch.last() else { break };
-            let next_off = last.next;
-            for e in &batch {
-                let kind = kind_of(u32::from(e.dtype) << 12);
-                let name = OsStr::from_bytes(&e.name);
-                // `add` says the reply is full; the kernel asks again from the last
-                // entry's `next`.
-                if reply.add(INodeNo(e.ino), e.next, kind, name) {
-                    return reply.ok();
-                }
-            }
-            off = next_off;
+        let listed = self.list(req, ino, offset, |e| {
+            let kind = kind_of(u32::from(e.dtype) << 12);
+            reply.add(INodeNo(e.ino), e.next, kind, OsStr::from_bytes(&e.name))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn readdirplus(
@@ -713,35 +726,27 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     ) {
         // One TTL serves both the entry and its attributes in a plus listing.
         let ttl = self.entry_ttl.min(self.attr_ttl);
-        let mut off = offset;
-        loop {
-            let batch = self.as_caller(req, |c| self.ns().readdir(ino.0, off, READDIR_BATCH, c));
-            let batch = match batch {
-                Ok(b) => b,
-                Err(e) => return reply.error(e),
+        let listed = self.list(req, ino, offset, |e| {
+            // An entry unlinked since the listing was read is left out, as a listing
+            // made a moment later would.
+            let Ok(st) = self.stat(e.ino) else {
+                return false;
             };
-            let Some(last) = batch.last() else { break };
-            let next_off = last.next;
-            for e in &batch {
-                // An entry unlinked since the listing was read is left out, as a
-                // listing made a moment later would.
-                let Ok(st) = self.stat(e.ino) else { continue };
-                let name = OsStr::from_bytes(&e.name);
-                let generation = Generation(st.generation);
-                if reply.add(
-                    INodeNo(e.ino),
-                    e.next,
-                    name,
-                    &ttl,
-                    &file_attr(&st),
-                    generation,
-                ) {
-                    return reply.ok();
-                }
-            }
-            off = next_off;
+            let name = OsStr::from_bytes(&e.name);
+            let generation = Generation(st.generation);
+            reply.add(
+                INodeNo(e.ino),
+                e.next,
+                name,
+                &ttl,
+                &file_attr(&st),
+                generation,
+            )
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn releasedir(

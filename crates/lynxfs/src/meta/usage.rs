@@ -2,6 +2,7 @@
 //! cachelets (`lynxfs info` of a mounted pool).
 
 use crate::pmem::Backend;
+use crate::pool::Pool;
 
 use super::index::{Entry, Key};
 use super::Namespace;
@@ -45,26 +46,36 @@ pub fn index_bytes(entries: u64, name_bytes: impl Iterator<Item = usize>) -> u64
     entries * node + names + slots * (std::mem::size_of::<usize>() as u64 + 1)
 }
 
-impl<B: Backend> Namespace<B> {
-    /// The pool's space and the DRAM of the index and cachelets, now. Walks the whole
-    /// index (to add up name lengths): O(entries), for tools, not for hot paths.
-    pub fn usage(&self) -> Usage {
-        let l = &self.pool.layout;
-        let a = &self.pool.alloc;
-        let idx = self.index.pin();
-        let entries = idx.len() as u64;
+impl Usage {
+    /// The pool's space alone (an open pool with no namespace: the DRAM figures are 0).
+    pub fn of_pool<B: Backend>(pool: &Pool<B>) -> Usage {
+        let (l, a) = (&pool.layout, &pool.alloc);
         Usage {
             blocks_total: l.data_blocks,
             blocks_free: a.blocks.free_count(),
+            // Inode 0 and dentry 0 are never handed out.
             inodes_total: l.total_inodes() - 1,
             inodes_free: a.inodes.free_count(),
             dentries_total: l.total_dentries() - 1,
             dentries_free: a.dentries.free_count(),
+            ..Usage::default()
+        }
+    }
+}
+
+impl<B: Backend> Namespace<B> {
+    /// The pool's space and the DRAM of the index and cachelets, now. Walks the whole
+    /// index (to add up name lengths): O(entries), for tools, not for hot paths.
+    pub fn usage(&self) -> Usage {
+        let idx = self.index.pin();
+        let entries = idx.len() as u64;
+        Usage {
             indexed_dirs: self.indexed_dirs() as u64,
             index_entries: entries,
             index_bytes: index_bytes(entries, idx.keys().map(|k| k.name.len())),
             cachelets: self.cachelets.live(),
             cachelet_bytes: self.cachelets.dram_bytes(),
+            ..Usage::of_pool(&self.pool)
         }
     }
 }
