@@ -328,9 +328,16 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout) {
 }
 
 /// Zeroes everything before the data blocks (superblocks, journals, saved state,
-/// inode and dentry tables), in pieces made durable one by one.
+/// inode and dentry tables), in pieces made durable one by one. Both superblock copies
+/// go first, in a piece of their own: a crash after that leaves no pool to open (the
+/// device's old one, if any, is gone), never an old superblock over half-zeroed tables.
 fn zero_metadata<B: Backend>(pm: &Pm<B>, l: &Layout, progress: &dyn Progress) {
     const PIECE: u64 = 64 << 20;
+    let mut b = pm.batch();
+    for sb in [crate::format::layout::SB_A, crate::format::layout::SB_B] {
+        b.zero(sb, crate::format::superblock::SB_LEN);
+    }
+    let _ = b.persist();
     progress.phase("zeroing metadata (bytes)", Some(l.data_off));
     let mut off = 0;
     while off < l.data_off {
