@@ -50,7 +50,7 @@ for suite in $SUITES; do
         smallfiles) run -- smallfiles --target lib "${KERNEL[@]}" --target fuse \
                         --target fuse-null --rounds "$ROUNDS" ;;
         recovery) run -- recovery --files 1000000 ;;
-        apps) run -- apps --target lib "${KERNEL[@]}" --target fuse --target fuse-null ;;
+        apps) run -- apps --target lib "${KERNEL[@]}" --target fuse ;;
         personalities) run -- personalities --target lib "${KERNEL[@]}" --target fuse \
                            --target fuse-null --max-threads 4 --rounds 3 ;;
         ablation) run -- ablation --files 1000 --max-threads 2 ;;
