@@ -34,8 +34,12 @@ run() {     # run [PREFIX...] -- lynxfs bench ARGS...
         echo
         echo "\$ ${cmd[*]}"
     } | tee -a "$TABLES"
-    "${cmd[@]}" 2>&1 | tee -a "$TABLES"
+    if ! "${cmd[@]}" 2>&1 | tee -a "$TABLES"; then
+        echo "bench-all.sh: FAILED: ${cmd[*]}" | tee -a "$TABLES"
+        FAILED=1
+    fi
 }
+FAILED=0
 
 KERNEL=(--target tmpfs --target ext4)
 for suite in $SUITES; do
@@ -58,3 +62,4 @@ for suite in $SUITES; do
     esac
 done
 echo "bench-all.sh: tables in $TABLES, JSON and figures in $OUT"
+exit "$FAILED"

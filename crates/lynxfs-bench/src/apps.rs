@@ -31,7 +31,7 @@ use flate2::Compression;
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Session, TimeSet};
 
-use crate::cold::{chill, drop_kernel_caches};
+use crate::cold::{chill_all, drop_kernel_caches};
 use crate::lib_target::to_io;
 use crate::{progress_bar, Grid, LibTarget, Measured, Options, Target, SHM};
 
@@ -605,8 +605,9 @@ pub(crate) fn run(
     }
     notes.push(
         "cold: kernel caches dropped (sync; echo 3 > /proc/sys/vm/drop_caches) and the LynxFS \
-         index evicted (drop_index) just before; warm: the same run again right after; \
-         on tmpfs, dropping caches cannot drop the tree itself"
+         index evicted (drop_index) once before the step, then each target in turn; warm: \
+         the same run again right after; on tmpfs, dropping caches cannot drop the tree \
+         itself"
             .into(),
     );
     notes.push(
@@ -619,15 +620,15 @@ pub(crate) fn run(
     let bar = progress_bar(opts, "apps", opts.rounds * OPS.len() * targets.len());
     for _ in 0..opts.rounds {
         for (op, label) in OPS.iter().enumerate() {
+            if op == 1 || op == 3 {
+                let _ = chill_all(targets);
+            }
             for (col, r) in runners.iter().enumerate() {
                 bar.set_message(format!("{label} on {}", names[col]));
                 bar.inc(1);
                 if failed[col].is_some() {
                     grid.push(op, col, f64::NAN);
                     continue;
-                }
-                if op == 1 || op == 3 {
-                    let _ = chill(targets[col].as_ref());
                 }
                 let start = Instant::now();
                 match r.run(op, &tree) {

@@ -15,11 +15,16 @@ pub(crate) fn drop_kernel_caches() -> Result<(), String> {
     })
 }
 
-/// Makes `t`'s next operations cold: the kernel's caches and, on the library, the
-/// index. The error says what could not be dropped.
-pub(crate) fn chill(t: &dyn Target) -> Result<(), String> {
-    if let Some(lib) = t.as_lib() {
-        lib.fs().ns().drop_index();
+/// Makes every target cold at once, before a cold step times them one after the
+/// other: the kernel's caches (dropped once: dropping them is global, so doing it per
+/// target would also chill the targets already measured, whose next, warm, step would
+/// then be cold again) and, on the library, the index. The error says what could not
+/// be dropped.
+pub(crate) fn chill_all(targets: &[Box<dyn Target>]) -> Result<(), String> {
+    for t in targets {
+        if let Some(lib) = t.as_lib() {
+            lib.fs().ns().drop_index();
+        }
     }
     drop_kernel_caches()
 }

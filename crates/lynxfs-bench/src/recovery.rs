@@ -168,6 +168,8 @@ fn run_on(
     opts: &Options,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<SizeResult> {
+    // Each size gets a fresh pool at the same path: the previous size's goes first.
+    let _ = std::fs::remove_file(path);
     Pool::mkfs(path, &mkfs_options(files), PmemBackend::default())
         .with_context(|| format!("mkfs {}", path.display()))?;
     let (fs, _) = open(path)?;
@@ -293,6 +295,30 @@ mod tests {
             m.notes
                 .iter()
                 .any(|n| n.contains("2000 files: recovery walked 2000 files")),
+            "{:?}",
+            m.notes
+        );
+        assert!(!path.exists(), "the pool file was left behind");
+    }
+
+    #[test]
+    fn two_sizes_get_a_column_each() {
+        let opts = Options {
+            files: 12_000,
+            progress: false,
+            ..Options::default()
+        };
+        let path = fresh_pool_path().unwrap();
+        let m = run_at(&path, &opts).unwrap();
+        assert_eq!(m.columns, ["lynxfs 10000", "lynxfs 12000", "goal"]);
+        assert!(m
+            .rows
+            .iter()
+            .all(|r| r.values[0] > 0.0 && r.values[1] > 0.0));
+        assert!(
+            m.notes
+                .iter()
+                .any(|n| n.contains("12000 files: recovery walked 12000 files")),
             "{:?}",
             m.notes
         );

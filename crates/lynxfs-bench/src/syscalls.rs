@@ -48,7 +48,7 @@ impl Names {
 struct Step {
     op: &'static str,
     timed: bool,
-    /// Drop the target's caches before the clock starts ([`crate::cold::chill`]).
+    /// Drop every target's caches before the step ([`crate::cold::chill_all`]).
     cold: bool,
     run: fn(&dyn Target, &Names) -> io::Result<()>,
 }
@@ -214,10 +214,11 @@ pub(crate) fn run(
     }
     let (grid, mut notes) = result?;
     notes.push(
-        "cold: before each cold stat loop, the kernel's caches are dropped (sync; echo 3 > \
+        "cold: before each cold stat step, the kernel's caches are dropped (sync; echo 3 > \
          /proc/sys/vm/drop_caches) and on lib the LynxFS index is evicted (drop_index), so \
-         the loop's first stat reloads the directory; fuse's daemon keeps its index; tmpfs \
-         cannot drop its tree; warm: the same loop again right after"
+         the loop's first stat reloads the directory; then each target's loop runs in turn; \
+         fuse's daemon keeps its index; tmpfs cannot drop its tree; warm: the same loop \
+         again right after"
             .into(),
     );
     for (t, name) in targets.iter().zip(names) {
@@ -253,13 +254,13 @@ fn run_rounds(
     for _ in 0..opts.rounds {
         let mut row = 0;
         for step in STEPS {
+            if step.cold {
+                if let Err(why) = crate::cold::chill_all(targets) {
+                    cold_notes.insert(why);
+                }
+            }
             for (col, (t, name)) in targets.iter().zip(names).enumerate() {
                 bar.set_message(format!("{} on {name}", step.op));
-                if step.cold {
-                    if let Err(why) = crate::cold::chill(t.as_ref()) {
-                        cold_notes.insert(why);
-                    }
-                }
                 let start = Instant::now();
                 (step.run)(t.as_ref(), paths)
                     .with_context(|| format!("syscalls: {} on {name}", step.op))?;
