@@ -48,13 +48,14 @@ for suite in $SUITES; do
                       --target fuse-null --rounds "$ROUNDS" ;;
         fuse) run taskset -c 0 -- syscalls --files 2000 --target fuse --target fuse-null \
                   --target fuse-cached --target tmpfs --rounds "$ROUNDS" ;;
-        data) run -- data --target lib "${KERNEL[@]}" --target fuse --rounds "$ROUNDS" ;;
-        mdtest) run -- mdtest --target lib "${KERNEL[@]}" --target fuse --max-threads 8 \
-                    --rounds "$ROUNDS" ;;
+        data) run -- data --target lib "${KERNEL[@]}" --target fuse --target fuse-null \
+                  --rounds "$ROUNDS" ;;
+        mdtest) run -- mdtest --target lib "${KERNEL[@]}" --target fuse --target fuse-null \
+                    --max-threads 8 --rounds "$ROUNDS" ;;
         smallfiles) run -- smallfiles --target lib "${KERNEL[@]}" --target fuse \
                         --target fuse-null --rounds "$ROUNDS" ;;
         recovery) run -- recovery --files 1000000 ;;
-        apps) run -- apps --target lib "${KERNEL[@]}" --target fuse ;;
+        apps) run -- apps --target lib "${KERNEL[@]}" --target fuse --target fuse-null ;;
         personalities) run -- personalities --target lib "${KERNEL[@]}" --target fuse \
                            --target fuse-null --max-threads 4 --rounds 3 ;;
         ablation) run -- ablation --files 1000 --max-threads 2 ;;

@@ -450,6 +450,32 @@ impl Tree {
         }
     }
 
+    /// Creates a symbolic link `name` in `parent` pointing at `target` (kept as the
+    /// node's bytes, so its size is the target's length, as `lstat` reports).
+    pub fn symlink(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        target: &[u8],
+        owner: Owner,
+    ) -> Result<FileAttr, Errno> {
+        let attr = self.create_node(parent, name, FileType::Symlink, 0o777, owner)?;
+        let ino = attr.ino.0;
+        *self.file_mut(ino)? = target.to_vec();
+        let node = self.node_mut(ino)?;
+        set_size(&mut node.attr, target.len() as u64);
+        Ok(node.attr)
+    }
+
+    /// The target of symbolic link `ino`.
+    pub fn readlink(&self, ino: u64) -> Result<&[u8], Errno> {
+        let node = self.node(ino)?;
+        match &node.content {
+            Content::File(target) if node.attr.kind == FileType::Symlink => Ok(target),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
     /// Lists `ino` starting after cookie `offset` (0 = from the beginning).
     pub fn readdir(&self, ino: u64, offset: u64) -> Result<DirListing, Errno> {
         let dir = self.dir(ino)?;
@@ -705,6 +731,29 @@ impl Filesystem for NullFs {
             self.tree()
                 .create_node(parent.0, name, FileType::Directory, perm, owner_of(req));
         self.reply_entry(result, reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        use std::os::unix::ffi::OsStrExt;
+        let target = target.as_os_str().as_bytes();
+        let result = self
+            .tree()
+            .symlink(parent.0, link_name, target, owner_of(req));
+        self.reply_entry(result, reply);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.tree().readlink(ino.0) {
+            Ok(target) => reply.data(target),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -974,6 +1023,23 @@ mod tests {
         t.rename(a, name("b"), ROOT, name("b"), none).unwrap();
         assert_eq!(t.dir(b).unwrap().parent, ROOT);
         assert_eq!(t.getattr(a).unwrap().nlink, 2);
+    }
+
+    #[test]
+    fn symlinks_keep_their_target() {
+        let mut t = Tree::new();
+        let owner = Owner { uid: 0, gid: 0 };
+        let attr = t.symlink(ROOT, name("l"), b"some/target", owner).unwrap();
+        assert_eq!(attr.kind, FileType::Symlink);
+        assert_eq!(attr.size, 11);
+        assert_eq!(t.readlink(attr.ino.0).unwrap(), b"some/target");
+        assert_eq!(t.lookup(ROOT, name("l")).unwrap().ino, attr.ino);
+        let f = mkfile(&mut t, ROOT, "f");
+        assert_eq!(t.readlink(f), Err(Errno::EINVAL));
+        assert_eq!(
+            t.symlink(ROOT, name("l"), b"x", owner).unwrap_err(),
+            Errno::EEXIST
+        );
     }
 
     #[test]
