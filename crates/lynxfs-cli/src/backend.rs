@@ -11,13 +11,11 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    /// The user's choice, else pmem on DAX or tmpfs, else msync.
+    /// The user's choice, else pmem where flushes suffice (DAX, or a file on tmpfs),
+    /// else msync ([`lynxfs::pmem::flushes_suffice`]).
     pub fn pick(choice: Option<BackendKind>, pool: &Path) -> BackendKind {
         choice.unwrap_or_else(|| {
-            let dax = std::fs::File::open(pool)
-                .map(|f| lynxfs::pmem::dax_supported(&f))
-                .unwrap_or(false);
-            if dax || lynxfs::pmem::on_tmpfs(pool) {
+            if lynxfs::pmem::flushes_suffice(pool) {
                 BackendKind::Pmem
             } else {
                 BackendKind::Msync

@@ -24,22 +24,22 @@ pub fn print(path: &Path, kind: BackendKind) -> Result<()> {
         let pool = pool_at(&mp)?;
         return print_live(&pool, &mp);
     }
+    // A read-only mount holds the pool's lock shared, so the pool would open here too:
+    // ask the mount first.
+    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    if let Some(mp) = mountpoint_of_pool(&canonical) {
+        return print_live(&canonical, &mp);
+    }
     let opened = match kind {
         BackendKind::Pmem => print_with(path, PmemBackend::default()),
         BackendKind::Msync => print_with(path, MsyncBackend),
     };
     match opened {
-        Err(Error::Locked { .. }) => {
-            let pool = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-            match mountpoint_of_pool(&pool) {
-                Some(mp) => print_live(&pool, &mp),
-                None => bail!(
-                    "{}: in use by another process, and not mounted where this process can \
-                     see it (run `lynxfs info MOUNTPOINT`, or stop the process that holds it)",
-                    path.display()
-                ),
-            }
-        }
+        Err(Error::Locked { .. }) => bail!(
+            "{}: in use by another process, and not mounted where this process can see it \
+             (run `lynxfs info MOUNTPOINT`, or stop the process that holds it)",
+            path.display()
+        ),
         r => Ok(r?),
     }
 }

@@ -5,6 +5,7 @@ mod bench;
 mod demo;
 mod fsck;
 mod info;
+mod mkfs;
 mod mount;
 mod progress;
 mod size;
@@ -12,7 +13,7 @@ mod size;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use backend::BackendKind;
@@ -45,10 +46,13 @@ enum Cmd {
         /// Number of inodes; default: one per 8 KiB of pool.
         #[arg(long)]
         inodes: Option<u64>,
-        /// Overwrite an existing file.
+        /// Overwrite an existing file, or format a block device.
         #[arg(long)]
         force: bool,
-        /// Pool file.
+        /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        /// Pool file or block device.
         pool: PathBuf,
     },
     /// Make the default pool and run a short workload on it, printing what it measured.
@@ -110,6 +114,12 @@ fn main() -> ExitCode {
         return mount::helper_main(args);
     }
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Mount { .. }) {
+        // A report piped into `head` ends quietly, as other tools do, instead of
+        // panicking on the closed pipe. Not for a mount: a daemon must not die of it.
+        // SAFETY: restores the default action of one signal; no handler is involved.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -126,34 +136,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             lanes,
             inodes,
             force,
+            backend,
             pool,
         } => {
-            let device = match pool.exists() {
-                true => lynxfs::Pool::<lynxfs::pmem::PmemBackend>::device_size(&pool)?,
-                false => None,
-            };
-            let size = size.or(device).unwrap_or(1 << 30);
-            let mut opts = lynxfs::MkfsOptions::new(size);
-            if let Some(l) = lanes {
-                opts.lanes = l;
-            }
-            opts.inodes = inodes;
-            opts.force = force;
-            let bar = progress::Bar::new();
-            let made = lynxfs::Pool::mkfs_with_progress(
-                &pool,
-                &opts,
-                lynxfs::pmem::PmemBackend::default(),
-                &bar,
-            );
-            bar.finish();
-            made.with_context(|| format!("mkfs {}", pool.display()))?;
-            let what = if device.is_some() {
-                "formatted"
-            } else {
-                "created"
-            };
-            println!("{what} {} ({size} bytes)", pool.display());
+            mkfs::run(&mkfs::Request {
+                pool: &pool,
+                size,
+                lanes,
+                inodes,
+                force,
+                backend,
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Demo { size, pool } => {

@@ -182,6 +182,13 @@ fn info_of_a_mounted_pool_shows_the_daemons_index_and_cachelets() {
     let o = run(&[p("umount"), &mnt]);
     assert!(o.status.success(), "umount: {}", stderr(&o));
     assert_eq!(first_number(&info(&pool), "inodes:"), 302);
+    // A read-only mount shares the pool's lock: the pool would open, but it is mounted.
+    let o = run(&[p("mount"), p("-o"), p("ro"), &pool, &mnt]);
+    assert!(o.status.success(), "mount ro: {}", stderr(&o));
+    let live = info(&pool);
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+    assert!(live.contains("mounted on"), "{live}");
 }
 
 /// Detaches a loop device when dropped.
@@ -246,4 +253,28 @@ fn mkfs_formats_a_block_device_whose_old_bytes_are_garbage() {
         String::from_utf8_lossy(&o.stdout)
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("2 directories, 1 files"));
+    // Not DAX: the page cache sits between the mapping and the device, so msync.
+    assert!(
+        info(devp).contains("durability:       msync"),
+        "{}",
+        info(devp)
+    );
+
+    // A device another file system has mounted is refused, whatever --force says.
+    let o = Command::new("mkfs.ext4")
+        .args(["-q", "-F", &dev.0])
+        .output()
+        .expect("running mkfs.ext4");
+    assert!(o.status.success(), "mkfs.ext4: {}", stderr(&o));
+    let ext4 = tempfile::tempdir().unwrap();
+    let o = Command::new("mount")
+        .arg(&dev.0)
+        .arg(ext4.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let refused = run(&[p("mkfs"), p("--force"), devp]);
+    let _ = Command::new("umount").arg(ext4.path()).status();
+    assert!(!refused.status.success(), "formatted a mounted device");
+    assert!(stderr(&refused).contains("busy"), "{}", stderr(&refused));
 }

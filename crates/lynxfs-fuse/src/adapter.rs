@@ -724,8 +724,19 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        // One TTL serves both the entry and its attributes in a plus listing.
-        let ttl = self.entry_ttl.min(self.attr_ttl);
+        // One TTL serves both the entry and its attributes in a plus listing. Listing
+        // needs read permission, using the names search permission: without
+        // `default_permissions` the kernel checks neither itself, so entries cached for a
+        // caller who may not search the directory would let them past it. Such a caller
+        // gets entries that expire at once, and the next walk asks LOOKUP, which checks.
+        let searchable = self
+            .as_caller(req, |c| self.check_perm(ino.0, c, perm::X))
+            .is_ok();
+        let ttl = if searchable {
+            self.entry_ttl.min(self.attr_ttl)
+        } else {
+            Duration::ZERO
+        };
         let listed = self.list(req, ino, offset, |e| {
             // An entry unlinked since the listing was read is left out, as a listing
             // made a moment later would.

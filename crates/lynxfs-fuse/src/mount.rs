@@ -30,12 +30,10 @@ pub enum BackendChoice {
 }
 
 impl BackendChoice {
-    /// pmem on DAX or tmpfs, else msync.
+    /// pmem where flushes suffice (DAX, or a file on tmpfs), else msync
+    /// ([`lynxfs::pmem::flushes_suffice`]).
     pub fn auto(pool: &Path) -> BackendChoice {
-        let dax = std::fs::File::open(pool)
-            .map(|f| lynxfs::pmem::dax_supported(&f))
-            .unwrap_or(false);
-        if dax || lynxfs::pmem::on_tmpfs(pool) {
+        if lynxfs::pmem::flushes_suffice(pool) {
             BackendChoice::Pmem
         } else {
             BackendChoice::Msync
@@ -52,7 +50,8 @@ pub struct MountOptions {
     pub attr_timeout: Duration,
     /// Let users other than the mounter in (`allow_other`).
     pub allow_other: bool,
-    /// Have the kernel check permissions too (`default_permissions`).
+    /// Have the kernel check permissions too (`default_permissions`); implied by
+    /// `allow_other`.
     pub default_permissions: bool,
     /// FUSE worker threads (`threads=`), each with its own /dev/fuse fd.
     pub threads: usize,
@@ -168,7 +167,10 @@ impl MountOptions {
                 MountOption::RW
             },
         ];
-        if self.default_permissions {
+        // With other users let in, the kernel checks permissions too: a name it caches
+        // for one caller is reused for the next without asking the daemon, so only the
+        // kernel can apply the next caller's search and access rights to it.
+        if self.default_permissions || self.allow_other {
             opts.push(MountOption::DefaultPermissions);
         }
         for e in &self.extra {

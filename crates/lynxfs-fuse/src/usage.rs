@@ -51,15 +51,17 @@ impl LiveUsage {
             .collect()
     }
 
-    /// Parses [`LiveUsage::encode`]'s text; every field must be there.
+    /// Parses [`LiveUsage::encode`]'s text: every field this version knows must be
+    /// there; fields it does not know (from a newer daemon) are skipped.
     pub fn decode(text: &str) -> Option<LiveUsage> {
         let mut out = LiveUsage::default();
         let mut seen = 0;
         for line in text.lines() {
             let (k, v) = line.split_once(' ')?;
-            let (_, f) = FIELDS.iter().find(|(name, _)| *name == k)?;
-            *f(&mut out) = v.parse().ok()?;
-            seen += 1;
+            if let Some((_, f)) = FIELDS.iter().find(|(name, _)| *name == k) {
+                *f(&mut out) = v.parse().ok()?;
+                seen += 1;
+            }
         }
         (seen == FIELDS.len()).then_some(out)
     }
@@ -94,6 +96,8 @@ mod tests {
         let partial: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
         assert_eq!(LiveUsage::decode(&partial), None);
         assert_eq!(LiveUsage::decode("hello world\n"), None);
+        let newer = format!("{text}some_future_field 7\n");
+        assert_eq!(LiveUsage::decode(&newer), Some(LiveUsage::default()));
         assert_eq!(LiveUsage::decode("blocks_total x\n"), None);
     }
 

@@ -141,3 +141,49 @@ fn many_entries_and_threads() {
     assert_eq!(fs::read(root.join("big")).unwrap(), big);
     m.unmount().unwrap();
 }
+
+/// Runs `f` on a thread whose file-system identity is uid and gid 1000 (per thread:
+/// setfsuid drops the capabilities that would bypass permission checks).
+fn as_user_1000<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        let none: [libc::gid_t; 0] = [];
+        // SAFETY: raw per-thread system calls; the group list is a valid empty array.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_setgroups, 0, none.as_ptr()), 0);
+            libc::syscall(libc::SYS_setfsgid, 1000);
+            libc::syscall(libc::SYS_setfsuid, 1000);
+        }
+        f()
+    })
+    .join()
+    .expect("user thread")
+}
+
+#[test]
+fn cached_names_do_not_let_a_caller_past_its_search_permission() {
+    let (_dir, pool, mnt) = setup();
+    let mut opts = MountOptions::default();
+    opts.apply("allow_other").unwrap();
+    let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
+    let d = mnt.path().join("d");
+    fs::create_dir(&d).unwrap();
+    fs::write(d.join("f"), b"secret").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o744)).unwrap();
+    fs::set_permissions(d.join("f"), fs::Permissions::from_mode(0o644)).unwrap();
+    // Root reaches the file first, so the kernel has its name cached for the user too.
+    assert_eq!(fs::read(d.join("f")).unwrap(), b"secret");
+    let f = d.join("f");
+    let read = as_user_1000(move || fs::read(f).map_err(|e| e.kind()));
+    assert_eq!(read, Err(std::io::ErrorKind::PermissionDenied));
+    // Listing (allowed: r--) must not cache names the user may not search (no x).
+    let (listed, read) = as_user_1000(move || {
+        let listed: Vec<_> = fs::read_dir(&d)
+            .map(|it| it.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        (listed, fs::read(d.join("f")).map_err(|e| e.kind()))
+    });
+    assert_eq!(listed, ["f"]);
+    assert_eq!(read, Err(std::io::ErrorKind::PermissionDenied));
+    m.unmount().expect("unmount");
+}

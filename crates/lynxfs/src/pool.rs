@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,16 +117,35 @@ impl<B: Backend> Pool<B> {
                 path: path.to_path_buf(),
             });
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
+        let existing = std::fs::metadata(path).ok();
+        if existing
+            .as_ref()
+            .is_some_and(|m| !m.is_file() && !is_block_device(m))
+        {
+            return Err(Error::Invalid(format!(
+                "{}: not a regular file or block device",
+                path.display()
+            )));
+        }
+        let device = existing.is_some_and(|m| is_block_device(&m));
+        let mut open = OpenOptions::new();
+        open.read(true).write(true);
+        if device {
+            // O_EXCL on a block device: the kernel refuses (EBUSY) a device that is
+            // mounted, used as swap or held by md/dm, which flock alone cannot see.
+            open.custom_flags(libc::O_EXCL);
+        } else {
+            open.create(true).truncate(false);
+        }
+        let file = open.open(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => Error::Invalid(format!(
+                "{}: the device is busy (mounted, used as swap, or held by another driver)",
+                path.display()
+            )),
+            _ => Error::io(path, e),
+        })?;
         lock(&file, path, Access::ReadWrite)?;
         let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-        let device = is_block_device(&meta);
         if device {
             let have = file_size(&file, &meta, path)?;
             if have < opts.size {
@@ -151,13 +170,13 @@ impl<B: Backend> Pool<B> {
     /// The size of `path` if it is a block device (`None` for anything else), so that
     /// mkfs can default to the whole device.
     pub fn device_size(path: &Path) -> Result<Option<u64>> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-        if is_block_device(&meta) {
-            file_size(&file, &meta, path).map(Some)
-        } else {
-            Ok(None)
+        // Looked at before opening: opening a FIFO, say, would block.
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if !is_block_device(&meta) {
+            return Ok(None);
         }
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        file_size(&file, &meta, path).map(Some)
     }
 
     /// A formatted pool in anonymous memory (tests, the crash checker).

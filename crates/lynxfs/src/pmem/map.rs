@@ -52,6 +52,24 @@ pub fn dax_supported(file: &File) -> bool {
     }
 }
 
+/// Whether cache-line flushes and a fence make a store to the pool at `path` durable
+/// (the `pmem` backend), or the pool needs `msync` (the `msync` backend): flushes
+/// suffice for a DAX mapping, and for a regular file (or one still to be created) on
+/// tmpfs, which has no device below it. A block device without DAX, or a file on a disk
+/// file system, has the page cache between the mapping and the medium.
+pub fn flushes_suffice(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        // Opened only when it is a file or device: opening a FIFO would block.
+        Ok(m) if m.is_file() || m.file_type().is_block_device() => {
+            let dax = File::open(path).is_ok_and(|f| dax_supported(&f));
+            dax || (m.is_file() && on_tmpfs(path))
+        }
+        Ok(_) => false,
+        Err(_) => on_tmpfs(path),
+    }
+}
+
 /// True when `path` is on tmpfs (memory that survives a process crash, not a power cut).
 pub fn on_tmpfs(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;

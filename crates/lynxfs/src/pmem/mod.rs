@@ -14,7 +14,7 @@ mod map;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use backend::{Backend, Event, MsyncBackend, PmemBackend, RecordingBackend};
-pub use map::{dax_supported, on_tmpfs, MapMode, Mapping};
+pub use map::{dax_supported, flushes_suffice, on_tmpfs, MapMode, Mapping};
 
 /// Proof that a fence completed after some set of flushes.
 #[must_use = "a Durable proof exists to be handed to the commit store that depends on it"]

@@ -1,0 +1,55 @@
+//! `lynxfs mkfs`: make a pool file, or format a block device.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
+use lynxfs::{MkfsOptions, Pool};
+
+use crate::backend::BackendKind;
+use crate::progress::Bar;
+
+/// What `lynxfs mkfs` was asked for.
+pub struct Request<'a> {
+    pub pool: &'a Path,
+    pub size: Option<u64>,
+    pub lanes: Option<u32>,
+    pub inodes: Option<u64>,
+    pub force: bool,
+    pub backend: Option<BackendKind>,
+}
+
+pub fn run(r: &Request<'_>) -> Result<()> {
+    let device = match r.pool.exists() {
+        true => Pool::<PmemBackend>::device_size(r.pool)?,
+        false => None,
+    };
+    let size = r.size.or(device).unwrap_or(1 << 30);
+    let mut opts = MkfsOptions::new(size);
+    if let Some(l) = r.lanes {
+        opts.lanes = l;
+    }
+    opts.inodes = r.inodes;
+    opts.force = r.force;
+    // The pool's own durability rules from the first store: on a disk (or a device
+    // without DAX) mkfs's fences must be msyncs, or a power cut could leave a
+    // superblock on the medium over tables that never got there.
+    match BackendKind::pick(r.backend, r.pool) {
+        BackendKind::Pmem => format(r.pool, &opts, PmemBackend::default()),
+        BackendKind::Msync => format(r.pool, &opts, MsyncBackend),
+    }?;
+    let what = if device.is_some() {
+        "formatted"
+    } else {
+        "created"
+    };
+    println!("{what} {} ({size} bytes)", r.pool.display());
+    Ok(())
+}
+
+fn format<B: Backend>(pool: &Path, opts: &MkfsOptions, backend: B) -> Result<()> {
+    let bar = Bar::new();
+    let made = Pool::mkfs_with_progress(pool, opts, backend, &bar);
+    bar.finish();
+    made.with_context(|| format!("mkfs {}", pool.display()))
+}
