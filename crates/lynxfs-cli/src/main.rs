@@ -86,8 +86,9 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Mount a pool with FUSE. Without -f, returns once the mount is ready and serves
     /// from the background. Options (-o, comma-separated): entry_timeout=S,
-    /// attr_timeout=S (default 1.0), allow_other, default_permissions, threads=N
-    /// (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec, noatime.
+    /// attr_timeout=S (default 1.0), allow_other (implies default_permissions),
+    /// default_permissions, threads=N (default 2), ro, backend=pmem|msync, nosuid,
+    /// nodev, noexec, noatime.
     Mount {
         /// Stay in the foreground (serve until unmounted, SIGINT or SIGTERM).
         #[arg(short = 'f')]
