@@ -16,8 +16,8 @@ pub struct BenchArgs {
     /// A file system to measure, repeatable; the first is the one the ratio columns
     /// compare with the others. lib (LynxFS in process, pool in /dev/shm), tmpfs, shm,
     /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, kernel caches off),
-    /// fuse-cached (the same, kernel caches on for 60 s) or dir=PATH. Default: lib and tmpfs (none for recovery and ablation, which make
-    /// their own pools).
+    /// fuse-cached (the same, kernel caches on for 60 s) or dir=PATH. Default: lib and
+    /// tmpfs (none for recovery and ablation, which make their own pools).
     #[arg(long = "target", value_name = "T")]
     pub targets: Vec<String>,
     /// Write the JSON report and a PNG figure into this directory.

@@ -134,7 +134,8 @@ pub fn check_with_progress<B: Backend>(pool: &Pool<B>, progress: &dyn Progress) 
     let mut w = Walker::new(&pool.pm, &pool.layout, false, progress);
     check_superblocks(pool, &mut w.rep);
     check_journals(&pool.pm, &pool.layout, &mut w.rep);
-    let in_use = pool.layout.total_dentries() - 1 - pool.alloc.dentries.free_count();
+    let space = crate::meta::Usage::of_pool(pool);
+    let in_use = space.dentries_total - space.dentries_free;
     progress.phase("checking the namespace (entries)", Some(in_use));
     w.walk();
     w.finish();

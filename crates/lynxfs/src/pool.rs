@@ -112,12 +112,12 @@ impl<B: Backend> Pool<B> {
         progress: &dyn Progress,
     ) -> Result<()> {
         let layout = opts.geometry()?;
-        if path.exists() && !opts.force {
+        let existing = std::fs::metadata(path).ok();
+        if existing.is_some() && !opts.force {
             return Err(Error::Exists {
                 path: path.to_path_buf(),
             });
         }
-        let existing = std::fs::metadata(path).ok();
         if existing
             .as_ref()
             .is_some_and(|m| !m.is_file() && !is_block_device(m))

@@ -181,15 +181,14 @@ impl<B: Backend> Namespace<B> {
     }
 
     pub fn statfs(&self) -> StatFs {
-        let l = &self.pool.layout;
-        let a = &self.pool.alloc;
-        let files_free = a.inodes.free_count().min(a.dentries.free_count());
+        let u = super::Usage::of_pool(&self.pool);
         StatFs {
             block_size: BLOCK,
-            blocks: l.data_blocks,
-            blocks_free: a.blocks.free_count(),
-            files: l.total_inodes() - 1,
-            files_free,
+            blocks: u.blocks_total,
+            blocks_free: u.blocks_free,
+            files: u.inodes_total,
+            // A new file needs an inode and a dentry.
+            files_free: u.inodes_free.min(u.dentries_free),
             name_max: crate::format::dentry::NAME_MAX as u64,
         }
     }
