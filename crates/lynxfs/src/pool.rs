@@ -540,3 +540,57 @@ fn file_size(file: &File, meta: &std::fs::Metadata, path: &Path) -> Result<u64> 
 
 /// Bytes per data block, for callers that report space.
 pub const BLOCK_SIZE: u64 = BLOCK;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::layout::{SB_A, SB_B};
+    use crate::pmem::{Event, RecordingBackend};
+
+    /// The order CONSISTENCY.md gives for mkfs of a device: both superblock copies are
+    /// zeroed and fenced before any other byte is stored, and every metadata byte is
+    /// zeroed and fenced before the new superblocks are written.
+    #[test]
+    fn a_device_loses_its_old_superblocks_first_and_gets_new_ones_last() {
+        let layout = MkfsOptions::new(8 << 20).geometry().unwrap();
+        let rec = RecordingBackend::new();
+        let pm = Pm::new(Mapping::anonymous(8 << 20).unwrap(), rec.clone());
+        zero_metadata(&pm, &layout, &Quiet);
+        let zeroing = rec.take();
+        format(&pm, layout);
+        let formatting = rec.take();
+
+        let first_fence = zeroing.iter().position(|e| matches!(e, Event::Fence));
+        let before: Vec<_> = zeroing[..first_fence.expect("a fence")]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Store { off, bytes } => Some((*off, bytes.len())),
+                _ => None,
+            })
+            .collect();
+        let sb_len = SB_LEN;
+        assert_eq!(before, [(SB_A, sb_len), (SB_B, sb_len)]);
+        assert!(matches!(zeroing.last(), Some(Event::Fence)));
+        // After that fence, stores that cover [0, data_off) without a gap.
+        let mut pieces: Vec<(u64, u64)> = zeroing[first_fence.unwrap()..]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Store { off, bytes } => Some((*off, bytes.len() as u64)),
+                _ => None,
+            })
+            .collect();
+        pieces.sort_unstable();
+        let covered = pieces.iter().try_fold(0, |end, &(off, len)| {
+            (off <= end).then_some(end.max(off + len))
+        });
+        assert_eq!(covered, Some(layout.data_off));
+        // The superblocks come after everything else mkfs writes.
+        let last_other = formatting
+            .iter()
+            .rposition(|e| matches!(e, Event::Store { off, .. } if *off != SB_A && *off != SB_B));
+        let first_sb = formatting
+            .iter()
+            .position(|e| matches!(e, Event::Store { off, .. } if *off == SB_A || *off == SB_B));
+        assert!(last_other < first_sb, "{last_other:?} {first_sb:?}");
+    }
+}
