@@ -3,8 +3,15 @@
 //! Every FUSE call maps straight onto an inode-level call of [`lynxfs::Fs`] or its
 //! [`Namespace`]: FUSE inode numbers *are* LynxFS inode numbers (the root is 1 in
 //! both), and the inode's generation goes with every entry, so the kernel notices when
-//! a number is reused. The adapter keeps no cache and no state of its own: FUSE file
-//! handles are engine handles ([`lynxfs::Fd`]), and `forget` has nothing to drop.
+//! a number is reused. The adapter keeps no cache of its own: FUSE file handles are
+//! engine handles ([`lynxfs::Fd`]).
+//!
+//! Lookup counts: every entry the kernel is given (lookup, create, mknod, mkdir,
+//! symlink, link, each entry of a plus listing) is *held* in the engine
+//! ([`Fs::hold`]) until the kernel forgets it, because later requests name the file
+//! by number alone. A held inode is not freed and its number is not reused, so a
+//! request reaches the file the kernel resolved, or that file's orphan after it lost
+//! its last name (as on a local file system), never a newer file with the same number.
 //!
 //! Permissions are checked by the engine with the caller's credentials (`req.uid()`,
 //! `req.gid()`, and the supplementary groups from `/proc/<pid>/status`, read only when
@@ -19,14 +26,14 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
@@ -51,6 +58,8 @@ pub struct LynxFuse<B: Backend> {
     /// The kernel did not accept FUSE_HANDLE_KILLPRIV, so it clears S_ISUID/S_ISGID
     /// after a write itself, with a mode-only setattr sent as the writer.
     kernel_kills_privs: bool,
+    /// Notices to the kernel (set once the session exists; see [`LynxFuse::notices`]).
+    notices: Arc<OnceLock<Notifier>>,
 }
 
 /// Maps an engine error to the errno the caller sees. The one place this is done.
@@ -154,6 +163,34 @@ impl<B: Backend> LynxFuse<B> {
             read_only,
             protected_hardlinks,
             kernel_kills_privs: true,
+            notices: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Where the mount puts the session's [`Notifier`] once the session exists, so
+    /// the adapter can tell the kernel about changes it did not ask for.
+    pub fn notices(&self) -> Arc<OnceLock<Notifier>> {
+        self.notices.clone()
+    }
+
+    /// The privilege bits a write by this handle may clear in `ino`'s mode.
+    fn privs(&self, ino: u64) -> u32 {
+        self.ns().mode(ino) & (libc::S_ISUID | libc::S_ISGID)
+    }
+
+    /// The engine cleared S_ISUID/S_ISGID of `ino` during a write (which FUSE answers
+    /// without attributes): drop the kernel's cached attributes now, before the
+    /// writer is answered, or it would go on granting the old set-user-ID bit to
+    /// exec for up to the attribute timeout.
+    fn privs_dropped(&self, ino: u64) {
+        if let Some(n) = self.notices.get() {
+            // Offset -1: attributes only; the pages stay (no page lock is taken, so
+            // this cannot wait on the write the kernel is making).
+            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    eprintln!("lynxfs: invalidating the attributes of inode {ino}: {e}");
+                }
+            }
         }
     }
 
@@ -256,7 +293,9 @@ impl<B: Backend> LynxFuse<B> {
         let (ino, _) = self.as_caller(req, |c| {
             self.ns().create(parent, name_bytes(name), node, c, true)
         })?;
-        self.stat(ino)
+        self.fs
+            .hold_new(parent, name_bytes(name), ino)
+            .map_err(|e| errno(&e))
     }
 
     fn setattr_inner(
@@ -411,15 +450,12 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = self
-            .as_caller(req, |c| self.ns().lookup(parent.0, name_bytes(name), c))
-            .and_then(|ino| self.stat(ino));
+        let r = self.as_caller(req, |c| self.fs.lookup_hold(parent.0, name_bytes(name), c));
         self.reply_entry(r, reply);
     }
 
-    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
-        // Nothing to do: the adapter holds no per-inode state. An inode's life is the
-        // engine's (its names and open handles), not the kernel's lookup count.
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -591,7 +627,9 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 self.may_link(ino.0, c)?;
                 self.ns().link(ino.0, newparent.0, name_bytes(newname), c)
             })?;
-            self.stat(ino.0)
+            self.fs
+                .hold_new(newparent.0, name_bytes(newname), ino.0)
+                .map_err(|e| errno(&e))
         });
         self.reply_entry(r, reply);
     }
@@ -631,7 +669,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -640,9 +678,13 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let privs = self.privs(ino.0);
         let r = self
             .writable()
             .and_then(|()| self.fs.pwrite(fh.0, data, offset).map_err(|e| errno(&e)));
+        if privs != 0 && self.privs(ino.0) != privs {
+            self.privs_dropped(ino.0);
+        }
         match r {
             // A FUSE write is at most max_write (far below 4 GiB) long.
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
@@ -738,21 +780,43 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             Duration::ZERO
         };
         let listed = self.list(req, ino, offset, |e| {
-            // An entry unlinked since the listing was read is left out, as a listing
-            // made a moment later would.
-            let Ok(st) = self.stat(e.ino) else {
+            let name = OsStr::from_bytes(&e.name);
+            if e.name == b"." || e.name == b".." {
+                // The kernel neither links nor counts these.
+                let Ok(st) = self.stat(e.ino) else {
+                    return false;
+                };
+                let generation = Generation(st.generation);
+                return reply.add(
+                    INodeNo(e.ino),
+                    e.next,
+                    name,
+                    &ttl,
+                    &file_attr(&st),
+                    generation,
+                );
+            }
+            // Each entry given with attributes counts as a lookup, so it is held. An
+            // entry unlinked since the listing was read is left out, and one whose
+            // name now leads elsewhere is given as it is now, as a listing made a
+            // moment later would.
+            let Ok(st) = self.fs.hold_new(ino.0, &e.name, e.ino) else {
                 return false;
             };
-            let name = OsStr::from_bytes(&e.name);
             let generation = Generation(st.generation);
-            reply.add(
-                INodeNo(e.ino),
+            let full = reply.add(
+                INodeNo(st.ino),
                 e.next,
                 name,
                 &ttl,
                 &file_attr(&st),
                 generation,
-            )
+            );
+            if full {
+                // Not sent: the kernel will not count it.
+                self.fs.forget(st.ino, 1);
+            }
+            full
         });
         match listed {
             Ok(()) => reply.ok(),
@@ -907,11 +971,18 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 self.ns().create(parent.0, name_bytes(name), node, c, excl)
             })?;
             let fd = self.as_caller(req, |c| self.fs.open_ino(ino, flags, c, created))?;
-            match self.stat(ino) {
-                Ok(st) => Ok((st, fd)),
+            match self.fs.hold_new(parent.0, name_bytes(name), ino) {
+                Ok(st) if st.ino == ino => Ok((st, fd)),
+                // The name moved on before the kernel learned it: the handle is on a
+                // file the name no longer leads to, so report the name as gone.
+                Ok(st) => {
+                    self.fs.forget(st.ino, 1);
+                    let _ = self.fs.close_fd(fd);
+                    Err(Errno::ENOENT)
+                }
                 Err(e) => {
                     let _ = self.fs.close_fd(fd);
-                    Err(e)
+                    Err(errno(&e))
                 }
             }
         })();
@@ -930,18 +1001,22 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let privs = self.privs(ino.0);
         let r = self.writable().and_then(|()| {
             self.fs
                 .fallocate(fh.0, mode, offset, length)
                 .map_err(|e| errno(&e))
         });
+        if privs != 0 && self.privs(ino.0) != privs {
+            self.privs_dropped(ino.0);
+        }
         reply_empty(r, reply);
     }
 }

@@ -229,8 +229,13 @@ fn session<B: Backend>(
     let pool = Pool::open_with_progress(pool_path, access, backend, progress)?;
     let fs = Arc::new(Fs::new(pool));
     let fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
+    let notices = fuse.notices();
     match Session::new(fuse, mountpoint, &o.config(pool_path)) {
-        Ok(s) => Ok(Box::new(s)),
+        Ok(s) => {
+            // Set once, here, before any request is served.
+            let _ = notices.set(s.notifier());
+            Ok(Box::new(s))
+        }
         Err(e) => {
             // Nothing was served: close the pool cleanly before reporting.
             let _ = fs.close();

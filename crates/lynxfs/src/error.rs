@@ -108,4 +108,5 @@ pub mod errno {
     pub const EOPNOTSUPP: Error = Error::Errno(libc::EOPNOTSUPP);
     pub const EIO: Error = Error::Errno(libc::EIO);
     pub const ENODEV: Error = Error::Errno(libc::ENODEV);
+    pub const ESTALE: Error = Error::Errno(libc::ESTALE);
 }

@@ -2,6 +2,7 @@
 //! errors as errnos. `Fs` owns the pool and the namespace; a `Session` is one caller
 //! (credentials and working directory).
 
+mod held;
 pub mod path;
 
 use std::path::Path;
@@ -41,6 +42,8 @@ pub struct Fs<B: Backend = PmemBackend> {
     ns: Namespace<B>,
     files: papaya::HashMap<Fd, Arc<OpenFile>, meta::index::IndexHasher>,
     next_fd: AtomicU64,
+    /// Inode numbers held from outside (the kernel's FUSE lookup counts).
+    held: held::Held,
 }
 
 impl Fs<PmemBackend> {
@@ -60,6 +63,7 @@ impl<B: Backend> Fs<B> {
             ns: Namespace::new(pool),
             files: papaya::HashMap::with_hasher(Default::default()),
             next_fd: AtomicU64::new(3),
+            held: held::Held::default(),
         }
     }
 
@@ -93,6 +97,7 @@ impl<B: Backend> Fs<B> {
             // A handle closed concurrently is already gone: nothing to do for it.
             let _ = self.close_fd(fd);
         }
+        self.forget_all();
         self.ns.close()
     }
 
@@ -116,24 +121,24 @@ impl<B: Backend> Fs<B> {
             }
             perm::check(cred, o, want)?;
         }
-        let c = self.ns.cachelets.get(&self.ns.pool, ino);
-        {
-            let _w = c.lock.write();
-            // The last name may have gone between the lookup and here.
-            self.ns.live(ino)?;
-            let at = self.ns.pool.layout.inode_addr(ino);
-            let nlink = self.ns.pool.pm.load_u64(at + inode::NLINK);
-            if nlink == 0 && c.open.load(Ordering::Acquire) == 0 {
-                return Err(errno::ENOENT);
-            }
-            c.open.fetch_add(1, Ordering::AcqRel);
-            let size = self.ns.pool.pm.load_u64(at + inode::SIZE);
-            if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG && size > 0 {
-                if let Err(e) = crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &c.map)
-                {
-                    c.open.fetch_sub(1, Ordering::AcqRel);
-                    return Err(e);
+        let c = self.open_ref(ino)?;
+        if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
+            let truncated = {
+                let _w = c.lock.write();
+                let size = self
+                    .ns
+                    .pool
+                    .pm
+                    .load_u64(self.ns.pool.layout.inode_addr(ino) + inode::SIZE);
+                if size > 0 {
+                    crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &c.map)
+                } else {
+                    Ok(())
                 }
+            };
+            if let Err(e) = truncated {
+                self.drop_open_ref(ino, &c);
+                return Err(e);
             }
         }
         let fd = self.next_fd.fetch_add(1, Ordering::Relaxed);
@@ -165,10 +170,7 @@ impl<B: Backend> Fs<B> {
     pub fn close_fd(&self, fd: Fd) -> Result<()> {
         let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
         if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let c = &f.cachelet;
-            let _w = c.lock.write();
-            c.open.fetch_sub(1, Ordering::AcqRel);
-            self.ns.free_if_orphan(f.ino, c);
+            self.drop_open_ref(f.ino, &f.cachelet);
         }
         Ok(())
     }

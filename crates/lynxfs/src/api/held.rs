@@ -1,0 +1,197 @@
+//! Inode numbers held from outside the engine.
+//!
+//! The kernel's FUSE client names files by number: once a lookup (or create, mkdir,
+//! link, a plus listing) has told it "this name is inode N", every later request for
+//! that name carries N alone, until the kernel sends FORGET. If the engine freed N
+//! when its last name and handle went and handed it to a new file, a request the
+//! kernel had resolved to the old file would reach the new one (a truncate of `f`
+//! landing on a file that never had that name). So each number handed out is *held*
+//! with the kernel's lookup count, and a hold keeps the inode allocated exactly as an
+//! open handle does: an inode whose last name goes while held becomes an orphan,
+//! freed when the last hold (or handle) is dropped, or by recovery after a crash.
+//!
+//! A hold is taken *after* the engine found the inode through a name, so between the
+//! two the inode may have been freed and its number reused. [`Fs::lookup_hold`] closes
+//! that window: it holds first and then checks that the name still leads to the held
+//! inode; a held inode cannot be freed, so from that check on the name, the number and
+//! the file agree.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use parking_lot::Mutex;
+
+use crate::error::{errno, Result};
+use crate::format::inode;
+use crate::meta::{CacheletRef, Cred, Stat};
+use crate::pmem::Backend;
+
+use super::Fs;
+
+/// Shards of the hold table, so holds on different inodes rarely share a lock.
+const SHARDS: usize = 64;
+
+/// How many times a lookup is retried when the name moved to another inode between
+/// finding it and holding it. Each retry means another thread changed the name
+/// meanwhile; giving up after this many reports the race instead of spinning on it.
+const LOOKUP_TRIES: usize = 64;
+
+struct Hold {
+    /// The holder's count (the kernel's lookup count for this number).
+    count: u64,
+    /// Keeps the cachelet, whose open count carries the hold.
+    cachelet: CacheletRef,
+}
+
+/// The table of held inodes and their counts.
+pub(crate) struct Held {
+    shards: Box<[Mutex<HashMap<u64, Hold>>]>,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+}
+
+impl Held {
+    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, Hold>> {
+        &self.shards[(ino as usize) % SHARDS]
+    }
+}
+
+impl<B: Backend> Fs<B> {
+    /// Adds one to the hold count of `ino`. The first hold takes an open reference,
+    /// so the inode cannot be freed (or its number reused) until [`Fs::forget`] drops
+    /// the count to zero. ENOENT when `ino` is not a live inode.
+    pub fn hold(&self, ino: u64) -> Result<()> {
+        let mut shard = self.held.shard(ino).lock();
+        if let Some(h) = shard.get_mut(&ino) {
+            h.count += 1;
+            return Ok(());
+        }
+        let cachelet = self.open_ref(ino)?;
+        shard.insert(ino, Hold { count: 1, cachelet });
+        Ok(())
+    }
+
+    /// Takes `n` off the hold count of `ino` (FUSE's FORGET); at zero the hold's open
+    /// reference goes, and an inode that lost its last name meanwhile is freed.
+    /// Forgetting more than is held forgets what there is.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let mut shard = self.held.shard(ino).lock();
+        let Some(h) = shard.get_mut(&ino) else {
+            return;
+        };
+        h.count = h.count.saturating_sub(n);
+        if h.count == 0 {
+            if let Some(h) = shard.remove(&ino) {
+                self.drop_open_ref(ino, &h.cachelet);
+            }
+        }
+    }
+
+    /// Drops every hold (the kernel forgets everything when it unmounts).
+    pub fn forget_all(&self) {
+        for shard in self.held.shards.iter() {
+            let mut shard = shard.lock();
+            for (ino, h) in shard.drain() {
+                self.drop_open_ref(ino, &h.cachelet);
+            }
+        }
+    }
+
+    /// The hold count of `ino` (0 when not held).
+    pub fn held_count(&self, ino: u64) -> u64 {
+        self.held.shard(ino).lock().get(&ino).map_or(0, |h| h.count)
+    }
+
+    /// Looks `name` up in `parent` as `cred` and holds the inode it names, making sure
+    /// the held inode is the one the name leads to (see the module comment). Returns
+    /// its attributes, read while held.
+    pub fn lookup_hold(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<Stat> {
+        let mut ino = self.ns.lookup(parent, name, cred)?;
+        for _ in 0..LOOKUP_TRIES {
+            match self.hold_named(parent, name, ino) {
+                Ok(st) => return Ok(st),
+                Err(Moved::To(now)) => ino = now,
+                Err(Moved::Gone(e)) => return Err(e),
+            }
+        }
+        Err(errno::ESTALE)
+    }
+
+    /// Holds `ino`, which the caller just created or linked as `name` in `parent`,
+    /// and returns its attributes. If the name was removed or replaced meanwhile (by
+    /// someone the caller does not serialize with), what the name leads to now is
+    /// held and returned instead, as a lookup made a moment later would find.
+    pub fn hold_new(&self, parent: u64, name: &[u8], ino: u64) -> Result<Stat> {
+        match self.hold_named(parent, name, ino) {
+            Ok(st) => Ok(st),
+            Err(Moved::Gone(e)) => Err(e),
+            Err(Moved::To(_)) => self.lookup_hold(parent, name, &Cred::root()),
+        }
+    }
+
+    /// Holds `ino` if `name` in `parent` still leads to it once held.
+    fn hold_named(&self, parent: u64, name: &[u8], ino: u64) -> std::result::Result<Stat, Moved> {
+        let now_at = || {
+            self.ns
+                .lookup(parent, name, &Cred::root())
+                .map_err(Moved::Gone)
+        };
+        if self.hold(ino).is_err() {
+            // Freed between the lookup and the hold: the name has moved on, if it
+            // still exists.
+            return Err(Moved::To(now_at()?));
+        }
+        match now_at() {
+            Ok(now) if now == ino => {}
+            other => {
+                self.forget(ino, 1);
+                return Err(Moved::To(other?));
+            }
+        }
+        self.ns.getattr(ino).map_err(|e| {
+            self.forget(ino, 1);
+            Moved::Gone(e)
+        })
+    }
+
+    /// One open reference on `ino` (an open handle or a hold), taken under the
+    /// cachelet's lock so that no unlink frees the inode in between. ENOENT when the
+    /// inode is gone: freed, or without a name and without another reference.
+    pub(super) fn open_ref(&self, ino: u64) -> Result<CacheletRef> {
+        self.ns.live(ino)?;
+        let c = self.ns.cachelets.get(&self.ns.pool, ino);
+        {
+            let _w = c.lock.write();
+            // The last name may have gone between the caller's lookup and here.
+            self.ns.live(ino)?;
+            let at = self.ns.pool.layout.inode_addr(ino);
+            let nlink = self.ns.pool.pm.load_u64(at + inode::NLINK);
+            if nlink == 0 && c.open.load(Ordering::Acquire) == 0 {
+                return Err(errno::ENOENT);
+            }
+            c.open.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(c)
+    }
+
+    /// Gives back an open reference; the last one frees an inode without names.
+    pub(super) fn drop_open_ref(&self, ino: u64, c: &CacheletRef) {
+        let _w = c.lock.write();
+        c.open.fetch_sub(1, Ordering::AcqRel);
+        self.ns.free_if_orphan(ino, c);
+    }
+}
+
+/// Why a hold did not stick to the inode a name led to.
+enum Moved {
+    /// The name now leads to this inode.
+    To(u64),
+    /// The name is gone (or the lookup failed for another reason).
+    Gone(crate::Error),
+}

@@ -1,0 +1,100 @@
+//! Holds: inode numbers handed outside the engine (FUSE lookup counts) keep their
+//! inode, as an open handle does, until forgotten.
+
+mod common;
+
+use common::{errno, fs};
+use lynxfs::format::ROOT_INO;
+use lynxfs::Cred;
+
+const CREAT: i32 = libc::O_CREAT | libc::O_RDWR | libc::O_EXCL;
+
+#[test]
+fn a_held_inode_outlives_its_last_name_and_its_number_is_not_reused() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/f", CREAT, 0o644).unwrap();
+    fs.pwrite(fd, b"old file", 0).unwrap();
+    fs.close_fd(fd).unwrap();
+    let st = fs.lookup_hold(ROOT_INO, b"f", &Cred::root()).unwrap();
+    let ino = st.ino;
+    assert_eq!(fs.held_count(ino), 1);
+    s.unlink("/f").unwrap();
+
+    // The orphan is still there for whoever holds its number.
+    let orphan = fs.ns().getattr(ino).expect("a held orphan stays");
+    assert_eq!((orphan.nlink, orphan.size), (0, 8));
+    // New files never get its number while it is held.
+    for i in 0..64 {
+        let fd = s.open(&format!("/n{i}"), CREAT, 0o644).unwrap();
+        assert_ne!(fs.fd_ino(fd).unwrap(), ino, "a held number was reused");
+        fs.close_fd(fd).unwrap();
+    }
+    fs.forget(ino, 1);
+    assert_eq!(fs.held_count(ino), 0);
+    assert_eq!(
+        errno(fs.ns().getattr(ino)),
+        libc::ENOENT,
+        "freed at the last forget"
+    );
+}
+
+#[test]
+fn counts_add_up_and_forget_all_frees_orphans() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    fs.close_fd(s.open("/f", CREAT, 0o644).unwrap()).unwrap();
+    let ino = fs.lookup_hold(ROOT_INO, b"f", &Cred::root()).unwrap().ino;
+    fs.hold(ino).unwrap();
+    fs.hold(ino).unwrap();
+    assert_eq!(fs.held_count(ino), 3);
+    s.unlink("/f").unwrap();
+    fs.forget(ino, 2);
+    assert!(fs.ns().getattr(ino).is_ok(), "one hold left");
+    fs.forget_all();
+    assert_eq!(errno(fs.ns().getattr(ino)), libc::ENOENT);
+    // Forgetting what is not held changes nothing.
+    fs.forget(ino, 5);
+    assert_eq!(fs.held_count(ino), 0);
+}
+
+#[test]
+fn hold_refuses_a_freed_number_and_lookup_hold_follows_the_name() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    fs.close_fd(s.open("/a", CREAT, 0o644).unwrap()).unwrap();
+    let a = s.stat("/a").unwrap().ino;
+    s.unlink("/a").unwrap();
+    assert_eq!(
+        errno(fs.hold(a)),
+        libc::ENOENT,
+        "a freed inode cannot be held"
+    );
+    fs.close_fd(s.open("/b", CREAT, 0o644).unwrap()).unwrap();
+    s.rename("/b", "/a", 0).unwrap();
+    let st = fs.lookup_hold(ROOT_INO, b"a", &Cred::root()).unwrap();
+    assert_eq!(st.ino, s.stat("/a").unwrap().ino);
+    assert_eq!(
+        errno(fs.lookup_hold(ROOT_INO, b"missing", &Cred::root())),
+        libc::ENOENT
+    );
+}
+
+#[test]
+fn closing_the_pool_drops_holds_so_nothing_leaks_into_a_clean_pool() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    fs.close_fd(s.open("/f", CREAT, 0o644).unwrap()).unwrap();
+    let ino = fs.lookup_hold(ROOT_INO, b"f", &Cred::root()).unwrap().ino;
+    s.unlink("/f").unwrap();
+    let used = fs.ns().statfs().files_free;
+    fs.close().unwrap();
+    assert_eq!(fs.held_count(ino), 0);
+    assert_eq!(
+        fs.ns().statfs().files_free,
+        used + 1,
+        "the orphan was freed at close"
+    );
+    let report = lynxfs::fsck::check(fs.pool());
+    assert!(report.is_clean(), "{report:?}");
+}
