@@ -98,3 +98,72 @@ fn closing_the_pool_drops_holds_so_nothing_leaks_into_a_clean_pool() {
     let report = lynxfs::fsck::check(fs.pool());
     assert!(report.is_clean(), "{report:?}");
 }
+
+/// The library's sibling of the FUSE race (issue 11, item 1): a path resolved to a
+/// number and then acted on by number must not act on a newer file that reused the
+/// number. Renamer threads loop { create `t<n>`, write, fstat, rename over `f` } while
+/// others truncate and chmod `/f`; a file that never had the name `f` must never be
+/// touched, and truncate/chmod only ever succeed or say ENOENT.
+#[test]
+fn truncate_and_chmod_by_path_never_land_on_a_file_that_reused_the_number() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let fs = fs(64 << 20);
+    let stop = AtomicBool::new(false);
+    let bad = std::sync::Mutex::new(Vec::<String>::new());
+    std::thread::scope(|sc| {
+        for who in 0..2 {
+            let (fs, bad) = (&fs, &bad);
+            sc.spawn(move || {
+                let s = fs.session(Cred::root());
+                let end = Instant::now() + Duration::from_millis(1500);
+                let mut n = 0;
+                while Instant::now() < end {
+                    n += 1;
+                    let t = format!("/t{who}-{n}");
+                    let fd = s.open(&t, CREAT, 0o644).unwrap();
+                    fs.pwrite(fd, &[7u8; 1000], 0).unwrap();
+                    let st = fs.fstat(fd).unwrap();
+                    if st.size != 1000 || st.mode & 0o7777 != 0o644 {
+                        bad.lock().unwrap().push(format!(
+                            "{t} (never named f): size {} mode {:o}",
+                            st.size,
+                            st.mode & 0o7777
+                        ));
+                    }
+                    fs.close_fd(fd).unwrap();
+                    s.rename(&t, "/f", 0).unwrap();
+                }
+            });
+        }
+        for op in 0..3 {
+            let (fs, bad, stop) = (&fs, &bad, &stop);
+            sc.spawn(move || {
+                let s = fs.session(Cred::root());
+                while !stop.load(Ordering::Relaxed) {
+                    let r = match op {
+                        0 => s.truncate("/f", 0),
+                        1 => s.chmod("/f", 0o600),
+                        _ => s
+                            .open("/f", libc::O_RDWR | libc::O_TRUNC, 0)
+                            .and_then(|fd| fs.close_fd(fd)),
+                    };
+                    if let Err(e) = r {
+                        if e.errno() != libc::ENOENT {
+                            bad.lock().unwrap().push(format!("op {op} on /f: {e}"));
+                        }
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1600));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let bad = bad.into_inner().unwrap();
+    assert!(
+        bad.is_empty(),
+        "{} failures, e.g. {:?}",
+        bad.len(),
+        &bad[..bad.len().min(5)]
+    );
+}

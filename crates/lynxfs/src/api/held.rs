@@ -195,3 +195,40 @@ enum Moved {
     /// The name is gone (or the lookup failed for another reason).
     Gone(crate::Error),
 }
+
+/// A hold for the length of one call: a path's inode, kept from being freed (and its
+/// number reused) while the call works on it by number.
+pub(super) struct HeldIno<'a, B: Backend> {
+    fs: &'a Fs<B>,
+    pub ino: u64,
+}
+
+impl<B: Backend> Drop for HeldIno<'_, B> {
+    fn drop(&mut self) {
+        self.fs.forget(self.ino, 1);
+    }
+}
+
+impl<B: Backend> super::Session<'_, B> {
+    /// Resolves `p` and holds the inode it leads to, checking once held that the path
+    /// still leads there: a call that resolved a path and then acts on the number
+    /// would otherwise act on a newer file that reused the number, if the file was
+    /// replaced and freed in between (a truncate of `f` landing on a file that never
+    /// had that name).
+    pub(super) fn resolve_held(&self, p: &str, follow: bool) -> Result<HeldIno<'_, B>> {
+        let mut ino = self.resolve(p, follow)?;
+        for _ in 0..LOOKUP_TRIES {
+            if self.fs.hold(ino).is_ok() {
+                let held = HeldIno { fs: self.fs, ino };
+                match self.resolve(p, follow) {
+                    Ok(now) if now == ino => return Ok(held),
+                    Ok(now) => ino = now,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                ino = self.resolve(p, follow)?;
+            }
+        }
+        Err(errno::ESTALE)
+    }
+}

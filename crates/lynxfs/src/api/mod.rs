@@ -483,10 +483,14 @@ impl<'a, B: Backend> Session<'a, B> {
 
     /// open(2) with O_* flags; `mode` is used when O_CREAT creates the file.
     pub fn open(&self, p: &str, flags: i32, mode: u32) -> Result<Fd> {
-        let (ino, created) = if flags & libc::O_CREAT != 0 {
-            self.open_create(p, flags, mode)?
+        // An existing file is held from its lookup to its open (see `resolve_held`);
+        // a file this call creates is opened at once by the creator.
+        let (ino, created, _held) = if flags & libc::O_CREAT != 0 {
+            let (ino, created) = self.open_create(p, flags, mode)?;
+            (ino, created, None)
         } else {
-            (self.resolve(p, flags & libc::O_NOFOLLOW == 0)?, false)
+            let h = self.resolve_held(p, flags & libc::O_NOFOLLOW == 0)?;
+            (h.ino, false, Some(h))
         };
         let m = self.ns().mode(ino);
         if m & libc::S_IFMT == libc::S_IFLNK {
@@ -611,38 +615,38 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn chmod(&self, p: &str, mode: u32) -> Result<()> {
-        let ino = self.resolve(p, true)?;
+        let ino = self.resolve_held(p, true)?;
         let a = SetAttr {
             mode: Some(mode),
             ..Default::default()
         };
-        self.ns().setattr(ino, &a, &self.cred).map(drop)
+        self.ns().setattr(ino.ino, &a, &self.cred).map(drop)
     }
 
     /// chown; `None` leaves that id alone (-1 in C).
     pub fn chown(&self, p: &str, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        let ino = self.resolve(p, true)?;
+        let ino = self.resolve_held(p, true)?;
         let a = SetAttr {
             uid,
             gid,
             ..Default::default()
         };
-        self.ns().setattr(ino, &a, &self.cred).map(drop)
+        self.ns().setattr(ino.ino, &a, &self.cred).map(drop)
     }
 
     pub fn utimens(&self, p: &str, atime: Option<TimeSet>, mtime: Option<TimeSet>) -> Result<()> {
-        let ino = self.resolve(p, true)?;
+        let ino = self.resolve_held(p, true)?;
         let a = SetAttr {
             atime,
             mtime,
             ..Default::default()
         };
-        self.ns().setattr(ino, &a, &self.cred).map(drop)
+        self.ns().setattr(ino.ino, &a, &self.cred).map(drop)
     }
 
     pub fn truncate(&self, p: &str, len: u64) -> Result<()> {
-        let ino = self.resolve(p, true)?;
-        self.fs.truncate_as(ino, len, &self.cred)
+        let ino = self.resolve_held(p, true)?;
+        self.fs.truncate_as(ino.ino, len, &self.cred)
     }
 
     /// All entries of a directory, "." and ".." included.
