@@ -57,6 +57,27 @@ impl Fs<PmemBackend> {
     }
 }
 
+/// The bit Linux sets (`__FMODE_EXEC`) in the flags of the open execve(2) makes, which
+/// FUSE passes on; no open(2) caller can set it.
+pub const FMODE_EXEC: i32 = 0o40;
+
+/// The permission an open with `flags` needs: execve's open needs execute permission
+/// only (a program may be run by one who may not read it); others read and/or write.
+fn open_wants(flags: i32) -> u32 {
+    if flags & FMODE_EXEC != 0 {
+        return perm::X;
+    }
+    let acc = flags & libc::O_ACCMODE;
+    let mut want = 0;
+    if acc == libc::O_RDONLY || acc == libc::O_RDWR {
+        want |= perm::R;
+    }
+    if acc == libc::O_WRONLY || acc == libc::O_RDWR || flags & libc::O_TRUNC != 0 {
+        want |= perm::W;
+    }
+    want
+}
+
 impl<B: Backend> Fs<B> {
     pub fn new(pool: Pool<B>) -> Self {
         Fs {
@@ -112,14 +133,7 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EISDIR);
         }
         if !created {
-            let mut want = 0;
-            if acc == libc::O_RDONLY || acc == libc::O_RDWR {
-                want |= perm::R;
-            }
-            if acc == libc::O_WRONLY || acc == libc::O_RDWR || flags & libc::O_TRUNC != 0 {
-                want |= perm::W;
-            }
-            perm::check(cred, o, want)?;
+            perm::check(cred, o, open_wants(flags))?;
         }
         let c = self.open_ref(ino)?;
         if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
