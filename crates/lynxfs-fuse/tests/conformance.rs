@@ -1091,12 +1091,9 @@ fn owner_loses_cached_names_when_a_directory_loses_search_permission() {
 }
 
 /// Set-ID bits after another user's write, through exec and open: see [`setid`].
-/// With FUSE_HANDLE_KILLPRIV the engine drops the bits during the write, but nothing
-/// tells the kernel, whose cached mode (attr_timeout) execve still honours.
+/// With FUSE_HANDLE_KILLPRIV the engine drops the bits during the write, and tells
+/// the kernel to drop its cached mode (attr_timeout), which execve would honour.
 #[test]
-#[ignore = "issue 11 item 14: after another user's write to a 04777 root file the \
-            daemon clears S_ISUID but the kernel keeps its cached mode, so exec within \
-            attr_timeout still runs as root"]
 fn exec_after_a_write_by_another_user_does_not_run_as_the_owner() {
     const NAME: &str = "exec_after_a_write_by_another_user_does_not_run_as_the_owner";
     match spawn::role_for(NAME) {
@@ -1117,8 +1114,6 @@ fn exec_after_a_write_by_another_user_with_caches_off() {
 
 /// Two threads and two processes race on the same names: see [`race`].
 #[test]
-#[ignore = "issue 11 item 14: racing unlink/rename-over with chmod/truncate/read \
-            intermittently fails with EIO (about 1 run in 3)"]
 fn racing_callers_keep_what_tmpfs_keeps() {
     const NAME: &str = "racing_callers_keep_what_tmpfs_keeps";
     match spawn::role_for(NAME) {
@@ -1129,8 +1124,6 @@ fn racing_callers_keep_what_tmpfs_keeps() {
 
 /// As above with the kernel's caches off, so every call reaches the daemon.
 #[test]
-#[ignore = "issue 11 item 14: racing unlink/rename-over with chmod/truncate/read \
-            intermittently fails with EIO (about 1 run in 3)"]
 fn racing_callers_with_caches_off() {
     const NAME: &str = "racing_callers_with_caches_off";
     match spawn::role_for(NAME) {
