@@ -67,8 +67,12 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
     let mut pool = match opened {
         Ok(p) => p,
         Err(e) => {
-            for p in &sb_problems {
-                println!("problem: {p}");
+            // The copies' damage explains a corrupt pool; for anything else (empty,
+            // too small, foreign, missing, ...) the open's own error says it all.
+            if matches!(e, Error::Corrupt { .. }) {
+                for p in &sb_problems {
+                    println!("problem: {p}");
+                }
             }
             eprintln!("lynxfs fsck: {e}");
             return match e {
