@@ -25,14 +25,15 @@ fn finish(mut cmd: Command) -> Out {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning lynxfs");
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut out, &mut s).unwrap();
-        s
-    });
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut err, &mut stderr).unwrap();
+    let read_all = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            r.read_to_string(&mut s).unwrap();
+            s
+        })
+    };
+    let stdout = read_all(Box::new(child.stdout.take().unwrap()));
+    let stderr = read_all(Box::new(child.stderr.take().unwrap()));
     let start = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -46,8 +47,8 @@ fn finish(mut cmd: Command) -> Out {
     };
     Out {
         status,
-        stdout: reader.join().unwrap(),
-        stderr,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
     }
 }
 
@@ -106,14 +107,24 @@ fn a_pool_made_by_a_user_is_private_and_its_root_directory_is_theirs() {
     let o = lynxfs_as_nobody(&["mkfs", "--size", "8M", s(&pool)]);
     assert!(o.status.success(), "mkfs: {}", o.stderr);
     let m = std::fs::metadata(&pool).unwrap();
-    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (NOBODY, NOBODY, 0o600));
+    assert_eq!(
+        (m.uid(), m.gid(), m.mode() & 0o7777),
+        (NOBODY, NOBODY, 0o600)
+    );
     assert_eq!(root_dir_of(&pool), (NOBODY, NOBODY, 0o755));
     // That user can use it: info opens it read-only, fsck --repair read-write.
     let o = lynxfs_as_nobody(&["fsck", "--repair", s(&pool)]);
     assert!(o.status.success(), "fsck: {}{}", o.stdout, o.stderr);
 
     let other = dir.path().join("other");
-    let o = lynxfs(&["mkfs", "--size", "8M", "--root-owner", "1000:1001", s(&other)]);
+    let o = lynxfs(&[
+        "mkfs",
+        "--size",
+        "8M",
+        "--root-owner",
+        "1000:1001",
+        s(&other),
+    ]);
     assert!(o.status.success(), "mkfs: {}", o.stderr);
     assert_eq!(root_dir_of(&other), (1000, 1001, 0o755));
     let o = lynxfs(&["mkfs", "--root-owner", "alice", s(&dir.path().join("x"))]);
@@ -130,7 +141,13 @@ fn mkfs_force_refuses_what_another_user_planted() {
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
     let link = dir.path().join("pool");
     let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "ln", "-s"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "ln",
+            "-s",
+        ])
         .arg(&victim)
         .arg(&link)
         .status()
@@ -163,7 +180,11 @@ fn the_demo_does_not_follow_a_planted_symlink() {
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     std::os::unix::fs::lchown(&link, Some(NOBODY), Some(NOBODY)).unwrap();
     let o = lynxfs(&["demo", "--size", "16M", s(&link)]);
-    assert!(!o.status.success(), "the demo ran on a symlink: {}", o.stdout);
+    assert!(
+        !o.status.success(),
+        "the demo ran on a symlink: {}",
+        o.stdout
+    );
     assert!(o.stderr.contains("symbolic link"), "{}", o.stderr);
     assert_eq!(std::fs::read(&victim).unwrap(), b"root's secret");
 }
@@ -178,14 +199,20 @@ fn a_failed_mkfs_changes_nothing_and_says_why_once() {
         assert_eq!(o.status.code(), Some(8), "{}", o.stderr);
         assert!(o.stderr.contains("does not fit"), "{}", o.stderr);
         assert_eq!(o.stderr.matches(s(&pool)).count(), 1, "{}", o.stderr);
-        assert!(names_in(dir.path()).is_empty(), "{:?}", names_in(dir.path()));
+        assert!(
+            names_in(dir.path()).is_empty(),
+            "{:?}",
+            names_in(dir.path())
+        );
     }
     let o = lynxfs(&["mkfs", "--size", "8M", s(&pool)]);
     assert!(o.status.success(), "the retry: {}", o.stderr);
 
     // A pool with data survives a --force that cannot succeed.
     let fs = lynxfs::Fs::open(&pool).unwrap();
-    fs.session(lynxfs::Cred::root()).mkdir("kept", 0o755).unwrap();
+    fs.session(lynxfs::Cred::root())
+        .mkdir("kept", 0o755)
+        .unwrap();
     fs.close().unwrap();
     drop(fs);
     let o = lynxfs(&["mkfs", "--force", "--size", "1024T", s(&pool)]);
@@ -267,4 +294,22 @@ fn info_and_fsck_of_a_pool_whose_storage_ran_out_give_an_error() {
     let o = lynxfs(&["fsck", "--repair", s(&pool)]);
     assert_eq!(o.status.code(), Some(8), "{}{}", o.stdout, o.stderr);
     assert!(o.stderr.contains("does not fit"), "{}", o.stderr);
+}
+
+#[test]
+fn info_and_fsck_of_a_fifo_say_so_instead_of_hanging() {
+    let dir = shared_dir();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for cmd in ["info", "fsck"] {
+        let o = lynxfs(&[cmd, s(&fifo)]);
+        assert_eq!(o.status.code(), Some(8), "{cmd}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("not a regular file"),
+            "{cmd}: {}",
+            o.stderr
+        );
+    }
 }

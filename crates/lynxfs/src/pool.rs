@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -190,6 +190,9 @@ impl<B: Backend> Pool<B> {
         let file = OpenOptions::new()
             .read(true)
             .write(access == Access::ReadWrite)
+            // A FIFO at the path must not hang the open (its type is checked next);
+            // for a file or a device the flag changes nothing.
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| match e.kind() {
                 ErrorKind::NotFound => Error::Missing {
