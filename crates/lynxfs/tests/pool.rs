@@ -369,6 +369,7 @@ fn mkfs_makes_a_file_only_its_owner_can_read() {
     Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
     let m = std::fs::metadata(&p).unwrap();
     assert_eq!(m.mode() & 0o7777, 0o600);
+    // SAFETY: geteuid takes nothing and cannot fail.
     assert_eq!(m.uid(), unsafe { libc::geteuid() });
     // Every byte reserved: no store can find its storage missing later.
     assert!(m.blocks() * 512 >= 4 << 20, "{} blocks", m.blocks());
@@ -468,11 +469,9 @@ fn the_root_directory_belongs_to_the_chosen_owner() {
     let dir = shm_dir();
     let p = pool_path(&dir);
     let mut o = opts(4 << 20);
-    assert_eq!(
-        o.root_owner,
-        unsafe { (libc::geteuid(), libc::getegid()) },
-        "the caller by default"
-    );
+    // SAFETY: geteuid and getegid take nothing and cannot fail.
+    let caller = unsafe { (libc::geteuid(), libc::getegid()) };
+    assert_eq!(o.root_owner, caller, "the caller by default");
     o.root_owner = (1234, 5678);
     Pool::mkfs(&p, &o, PmemBackend::default()).unwrap();
     let fs = lynxfs::Fs::open(&p).unwrap();

@@ -91,8 +91,9 @@ pub fn watch(base: *mut u8, len: usize, path: &std::path::Path) -> Watch {
 }
 
 fn install() {
-    // SAFETY: sigaction with a null new action only fills `old`, a live local.
+    // SAFETY: sigaction is plain data, for which all zeros is a valid value.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new action, sigaction only fills `old`, a live local.
     if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) } != 0 {
         return;
     }
