@@ -41,8 +41,7 @@ pub fn run(path: &Path, size: u64) -> Result<()> {
     // The same tree, as a tar archive, unpacked by tar(1) onto the mount and tmpfs.
     let shm = tempdir_in_shm()?;
     let archive = make_archive(&shm)?;
-    let mnt = std::env::temp_dir().join(format!("lynxfs-demo-mnt-{}", std::process::id()));
-    std::fs::create_dir_all(&mnt)?;
+    let mnt = private_dir(&std::env::temp_dir(), "lynxfs-demo-mnt")?;
     let mount = lynxfs_fuse::mount_background(path, &mnt, &lynxfs_fuse::MountOptions::default())
         .context("mount the pool with FUSE")?;
     let fuse = dir_workload(&mnt, &archive);
@@ -224,9 +223,27 @@ fn tempdir_in_shm() -> Result<std::path::PathBuf> {
     } else {
         Path::new("/tmp")
     };
-    let dir = base.join(format!("lynxfs-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    Ok(dir)
+    private_dir(base, "lynxfs-demo")
+}
+
+/// A new directory of ours (mode 0700) in `base`, a shared directory: mkdir never follows
+/// or reuses what another user may have put at the name, so a name taken is skipped.
+fn private_dir(base: &Path, prefix: &str) -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut last = None;
+    for attempt in 0..16 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = base.join(format!("{prefix}-{}-{attempt}-{nanos}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e).with_context(|| format!("create {}", dir.display())),
+        }
+    }
+    Err(last.expect("an attempt failed"))
+        .with_context(|| format!("a directory in {}", base.display()))
 }
 
 fn ms(t: Instant) -> f64 {

@@ -31,6 +31,19 @@ pub fn run(path: &Path, repair: bool, kind: BackendKind) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Only a file or a block device is read: opening a FIFO, say, would hang. (A missing
+/// path is left for the open to report.)
+fn check_type(path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.file_type().is_block_device() => Err(Error::Invalid(format!(
+            "{}: not a regular file or block device",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn print_report(rep: &FsckReport) {
     for p in &rep.problems {
         println!("problem: {p}");
@@ -46,6 +59,10 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
         path.display(),
         if repair { " (repair)" } else { "" }
     );
+    if let Err(e) = check_type(path) {
+        eprintln!("lynxfs fsck: {e}");
+        return OPERATIONAL;
+    }
     // The superblock copies as the file holds them: a read-write open rewrites the
     // older copy, which would hide damage to it.
     let sb_problems = match fsck::check_file_superblocks(path) {
@@ -67,8 +84,12 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
     let mut pool = match opened {
         Ok(p) => p,
         Err(e) => {
-            for p in &sb_problems {
-                println!("problem: {p}");
+            // The copies' damage explains a corrupt pool; for anything else (empty,
+            // too small, foreign, missing, ...) the open's own error says it all.
+            if matches!(e, Error::Corrupt { .. }) {
+                for p in &sb_problems {
+                    println!("problem: {p}");
+                }
             }
             eprintln!("lynxfs fsck: {e}");
             return match e {

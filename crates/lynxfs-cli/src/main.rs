@@ -34,7 +34,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Create a pool file, or format a block device (with --force).
+    /// Create a pool file (mode 0600, its space reserved), or format a block device
+    /// (with --force). A failed mkfs leaves the path as it was.
     Mkfs {
         /// Pool size, e.g. 1G, 512M, 65536 (bytes); default: 1G for a file, the whole
         /// device for a block device.
@@ -46,12 +47,16 @@ enum Cmd {
         /// Number of inodes; default: one per 8 KiB of pool.
         #[arg(long)]
         inodes: Option<u64>,
-        /// Overwrite an existing file, or format a block device.
+        /// Replace an existing pool file of yours, or format a block device.
         #[arg(long)]
         force: bool,
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// Owner of the root directory, as numeric UID:GID (default: yours), like
+        /// mke2fs's root_owner.
+        #[arg(long, value_name = "UID:GID", value_parser = mkfs::parse_owner)]
+        root_owner: Option<(u32, u32)>,
         /// Pool file or block device.
         pool: PathBuf,
     },
@@ -138,6 +143,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             inodes,
             force,
             backend,
+            root_owner,
             pool,
         } => {
             mkfs::run(&mkfs::Request {
@@ -147,6 +153,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 inodes,
                 force,
                 backend,
+                root_owner,
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -17,6 +17,15 @@ pub struct Request<'a> {
     pub inodes: Option<u64>,
     pub force: bool,
     pub backend: Option<BackendKind>,
+    /// Owner of the root directory; default: the caller.
+    pub root_owner: Option<(u32, u32)>,
+}
+
+/// `UID:GID`, both numeric, for `--root-owner`.
+pub fn parse_owner(s: &str) -> std::result::Result<(u32, u32), String> {
+    let bad = || format!("{s:?}: expected UID:GID, two numbers (e.g. 1000:1000)");
+    let (u, g) = s.split_once(':').ok_or_else(bad)?;
+    Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
 
 pub fn run(r: &Request<'_>) -> Result<()> {
@@ -31,6 +40,9 @@ pub fn run(r: &Request<'_>) -> Result<()> {
     }
     opts.inodes = r.inodes;
     opts.force = r.force;
+    if let Some(owner) = r.root_owner {
+        opts.root_owner = owner;
+    }
     // The pool's own durability rules from the first store: on a disk (or a device
     // without DAX) mkfs's fences must be msyncs, or a power cut could leave a
     // superblock on the medium over tables that never got there.
@@ -51,5 +63,6 @@ fn format<B: Backend>(pool: &Path, opts: &MkfsOptions, backend: B) -> Result<()>
     let bar = Bar::new();
     let made = Pool::mkfs_with_progress(pool, opts, backend, &bar);
     bar.finish();
-    made.with_context(|| format!("mkfs {}", pool.display()))
+    // The engine's errors name the pool already.
+    made.context("mkfs")
 }

@@ -20,6 +20,9 @@ use crate::pmem::{Backend, Mapping, Pm};
 use crate::progress::{Progress, Quiet};
 use crate::time::now_ns;
 
+mod file;
+pub use file::POOL_MODE;
+
 /// What `mkfs` makes.
 #[derive(Clone, Debug)]
 pub struct MkfsOptions {
@@ -27,8 +30,10 @@ pub struct MkfsOptions {
     pub lanes: u32,
     /// Total inodes; default one per 8 KiB of pool.
     pub inodes: Option<u64>,
-    /// Overwrite an existing file.
+    /// Replace an existing file of the caller's, or format a block device.
     pub force: bool,
+    /// Owner (uid, gid) of the root directory; default: the caller's effective ids.
+    pub root_owner: (u32, u32),
 }
 
 impl MkfsOptions {
@@ -38,6 +43,7 @@ impl MkfsOptions {
             lanes: default_lanes(),
             inodes: None,
             force: false,
+            root_owner: (file::caller_uid(), file::caller_gid()),
         }
     }
     fn geometry(&self) -> Result<Layout> {
@@ -99,12 +105,12 @@ impl<B: Backend> Pool<B> {
 
     /// [`Pool::mkfs`], telling `progress` how the zeroing of a device's metadata goes.
     ///
-    /// A regular file is truncated to nothing and extended, which gives zeros without
-    /// writing them. A block device cannot be truncated: its metadata regions (every
-    /// byte before the data blocks) are zeroed through the persistence layer instead;
-    /// data blocks need no zeroing, since a block is always written (or zeroed) before
-    /// anything reads it. A device, like an existing file, is only formatted with
-    /// `force`.
+    /// A pool file is built beside the path and renamed into place ([`file`]): a failed
+    /// mkfs leaves the path as it was. A block device cannot be replaced: it is formatted
+    /// in place, its metadata regions (every byte before the data blocks) zeroed through
+    /// the persistence layer first; data blocks need no zeroing, since a block is always
+    /// written (or zeroed) before anything reads it. A device, like an existing file, is
+    /// only formatted with `force`.
     pub fn mkfs_with_progress(
         path: &Path,
         opts: &MkfsOptions,
@@ -112,59 +118,21 @@ impl<B: Backend> Pool<B> {
         progress: &dyn Progress,
     ) -> Result<()> {
         let layout = opts.geometry()?;
-        let existing = std::fs::metadata(path).ok();
-        if existing.is_some() && !opts.force {
-            return Err(Error::Exists {
-                path: path.to_path_buf(),
-            });
-        }
-        if existing
-            .as_ref()
-            .is_some_and(|m| !m.is_file() && !is_block_device(m))
-        {
-            return Err(Error::Invalid(format!(
-                "{}: not a regular file or block device",
-                path.display()
-            )));
-        }
-        let device = existing.is_some_and(|m| is_block_device(&m));
-        let mut open = OpenOptions::new();
-        open.read(true).write(true);
-        if device {
-            // O_EXCL on a block device: the kernel refuses (EBUSY) a device that is
-            // mounted, used as swap or held by md/dm, which flock alone cannot see.
-            open.custom_flags(libc::O_EXCL);
-        } else {
-            open.create(true).truncate(false);
-        }
-        let file = open.open(path).map_err(|e| match e.raw_os_error() {
-            Some(libc::EBUSY) => Error::Invalid(format!(
-                "{}: the device is busy (mounted, used as swap, or held by another driver)",
-                path.display()
-            )),
-            _ => Error::io(path, e),
-        })?;
-        lock(&file, path, Access::ReadWrite)?;
-        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-        if device {
-            let have = file_size(&file, &meta, path)?;
-            if have < opts.size {
-                return Err(Error::Invalid(format!(
-                    "{}: the device holds {have} bytes, less than the {} asked for",
-                    path.display(),
-                    opts.size
-                )));
+        let len = usize::try_from(opts.size)
+            .map_err(|_| Error::Invalid(format!("pool size {} is out of range", opts.size)))?;
+        let replace = match file::examine(path, opts.force)? {
+            file::Target::Device(dev) => {
+                return mkfs_device(&dev, path, opts, layout, backend, progress)
             }
-        } else {
-            file.set_len(0).map_err(|e| Error::io(path, e))?;
-            file.set_len(opts.size).map_err(|e| Error::io(path, e))?;
-        }
-        let pm = Pm::new(Mapping::map_file(&file, opts.size as usize, path)?, backend);
-        if device {
-            zero_metadata(&pm, &layout, progress);
-        }
-        format(&pm, layout);
-        Ok(())
+            file::Target::New => None,
+            file::Target::Replace(old) => Some(old),
+        };
+        let staged = file::Staged::create(path, opts.size)?;
+        let pm = Pm::new(Mapping::map_file(staged.file(), len, path)?, backend);
+        format(&pm, layout, opts.root_owner);
+        drop(pm);
+        // `replace` (the old file, locked) is held until the new pool has taken its place.
+        staged.commit(replace.is_some())
     }
 
     /// The size of `path` if it is a block device (`None` for anything else), so that
@@ -183,7 +151,7 @@ impl<B: Backend> Pool<B> {
     pub fn create_in_memory(opts: &MkfsOptions, backend: B) -> Result<Pool<B>> {
         let layout = opts.geometry()?;
         let pm = Pm::new(Mapping::anonymous(opts.size as usize)?, backend);
-        format(&pm, layout);
+        format(&pm, layout, opts.root_owner);
         let path = Path::new("<memory>");
         let sb = pick_superblock(path, pm.len(), |off, buf| pm.read(off, buf))?;
         Self::start(pm, sb, path, None, Access::ReadWrite, &Quiet)
@@ -206,15 +174,25 @@ impl<B: Backend> Pool<B> {
 
     /// [`Pool::open`], telling `progress` how recovery goes when the pool was not
     /// closed cleanly.
+    ///
+    /// Before mapping, a pool file is checked so that no later access can fault: its
+    /// size covers the pool, and every byte has storage behind it (reserved now for a
+    /// read-write open; for a read-only one on tmpfs, the holes must fit in what is
+    /// free). A read-write open also refuses a file that someone other than the caller
+    /// or root could write, and no open follows another user's symlink.
     pub fn open_with_progress(
         path: &Path,
         access: Access,
         backend: B,
         progress: &dyn Progress,
     ) -> Result<Pool<B>> {
+        file::check_link(path)?;
         let file = OpenOptions::new()
             .read(true)
             .write(access == Access::ReadWrite)
+            // A FIFO at the path must not hang the open (its type is checked next);
+            // for a file or a device the flag changes nothing.
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| match e.kind() {
                 ErrorKind::NotFound => Error::Missing {
@@ -229,15 +207,25 @@ impl<B: Backend> Pool<B> {
                 path.display()
             )));
         }
+        if access == Access::ReadWrite {
+            file::check_trusted(&meta, path)?;
+        }
         lock(&file, path, access)?;
         let size = file_size(&file, &meta, path)?;
         let sb = pick_superblock(path, size, |off, buf| {
             // A short read leaves zeros, which fail the magic check.
             let _ = file.read_at(buf, off);
         })?;
+        let len = sb.geo.pool_size;
+        if meta.is_file() && file::unbacked(&meta, len) > 0 {
+            match access {
+                Access::ReadWrite => file::reserve(&file, len, path)?,
+                Access::ReadOnly => file::check_readable(&meta, len, path)?,
+            }
+        }
         let map = match access {
-            Access::ReadWrite => Mapping::map_file(&file, sb.geo.pool_size as usize, path)?,
-            Access::ReadOnly => Mapping::map_private(&file, sb.geo.pool_size as usize, path)?,
+            Access::ReadWrite => Mapping::map_file(&file, len as usize, path)?,
+            Access::ReadOnly => Mapping::map_private(&file, len as usize, path)?,
         };
         let pm = Pm::new(map, backend);
         Self::start(pm, sb, path, Some(file), access, progress)
@@ -323,11 +311,40 @@ impl<B: Backend> Drop for Pool<B> {
     }
 }
 
-fn format<B: Backend>(pm: &Pm<B>, layout: Layout) {
+/// Mkfs of a block device: its old superblocks and metadata zeroed in place, then the
+/// new pool written.
+fn mkfs_device<B: Backend>(
+    dev: &File,
+    path: &Path,
+    opts: &MkfsOptions,
+    layout: Layout,
+    backend: B,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let meta = dev.metadata().map_err(|e| Error::io(path, e))?;
+    let have = file_size(dev, &meta, path)?;
+    if have < opts.size {
+        return Err(Error::Invalid(format!(
+            "{}: the device holds {have} bytes, less than the {} asked for",
+            path.display(),
+            opts.size
+        )));
+    }
+    let pm = Pm::new(Mapping::map_file(dev, opts.size as usize, path)?, backend);
+    zero_metadata(&pm, &layout, progress);
+    format(&pm, layout, opts.root_owner);
+    Ok(())
+}
+
+/// Write a new, empty pool: the root directory (owned by `root_owner`), the saved
+/// allocator state, and the superblocks last.
+fn format<B: Backend>(pm: &Pm<B>, layout: Layout, (uid, gid): (u32, u32)) {
     let now = now_ns();
     let root = inode::InodeImage {
         ino: ROOT_INO,
         mode: libc::S_IFDIR | 0o755,
+        uid,
+        gid,
         nlink: 2,
         atime: now,
         mtime: now,
@@ -557,7 +574,7 @@ mod tests {
         let pm = Pm::new(Mapping::anonymous(8 << 20).unwrap(), rec.clone());
         zero_metadata(&pm, &layout, &Quiet);
         let zeroing = rec.take();
-        format(&pm, layout);
+        format(&pm, layout, (0, 0));
         let formatting = rec.take();
 
         let first_fence = zeroing.iter().position(|e| matches!(e, Event::Fence));

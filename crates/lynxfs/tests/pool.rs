@@ -329,3 +329,388 @@ fn recovery_and_fsck_report_their_progress() {
     assert!(report.is_clean(), "{:?}", report.problems);
     assert_eq!(rec.done("checking the namespace"), (Some(51), 51));
 }
+
+// ---- The pool file and what is at its path (issue 11) ----
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A user who is not the caller (the tests run as root).
+const NOBODY: u32 = 65534;
+
+fn shm_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").unwrap()
+}
+
+fn force(size: u64) -> MkfsOptions {
+    let mut o = opts(size);
+    o.force = true;
+    o
+}
+
+fn chown(p: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn mkfs_makes_a_file_only_its_owner_can_read() {
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
+    let m = std::fs::metadata(&p).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o600);
+    // SAFETY: geteuid takes nothing and cannot fail.
+    assert_eq!(m.uid(), unsafe { libc::geteuid() });
+    // Every byte reserved: no store can find its storage missing later.
+    assert!(m.blocks() * 512 >= 4 << 20, "{} blocks", m.blocks());
+}
+
+#[test]
+fn mkfs_force_never_follows_a_symlink_to_a_file() {
+    let dir = shm_dir();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"root's secret").unwrap();
+    let link = dir.path().join("pool");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    chown(&link, NOBODY, NOBODY); // planted by another user
+    let err = Pool::mkfs(&link, &force(4 << 20), PmemBackend::default()).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert_eq!(contents(&victim), b"root's secret");
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert_eq!(
+        names_in(dir.path()),
+        ["pool", "victim"],
+        "nothing left over"
+    );
+}
+
+#[test]
+fn mkfs_force_replaces_only_a_file_of_the_callers() {
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    std::fs::write(&p, b"another user's").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+    chown(&p, NOBODY, NOBODY);
+    let err = Pool::mkfs(&p, &force(4 << 20), PmemBackend::default()).unwrap_err();
+    assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+    assert_eq!(contents(&p), b"another user's");
+    assert_eq!(std::fs::metadata(&p).unwrap().uid(), NOBODY);
+}
+
+#[test]
+fn mkfs_force_gives_a_new_file_not_the_old_one() {
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    std::fs::write(&p, b"old").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let old = std::fs::File::open(&p).unwrap(); // another reader of the old file
+    Pool::mkfs(&p, &force(4 << 20), PmemBackend::default()).unwrap();
+    let m = std::fs::metadata(&p).unwrap();
+    assert_ne!(
+        m.ino(),
+        old.metadata().unwrap().ino(),
+        "the old inode is not reused"
+    );
+    assert_eq!(m.mode() & 0o777, 0o600);
+    assert_eq!(
+        old.metadata().unwrap().len(),
+        3,
+        "an old descriptor sees none of the pool"
+    );
+}
+
+#[test]
+fn a_failed_mkfs_changes_nothing() {
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    // Far more than any machine's /dev/shm holds.
+    for size in [1u64 << 50, u64::MAX] {
+        let err = Pool::mkfs(&p, &opts(size), PmemBackend::default()).unwrap_err();
+        assert!(err.to_string().contains("does not fit"), "{err}");
+        assert!(
+            names_in(dir.path()).is_empty(),
+            "{:?}",
+            names_in(dir.path())
+        );
+    }
+    // A pool with data, and a --force that cannot succeed: the pool stays as it was.
+    Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
+    let fs = lynxfs::Fs::open(&p).unwrap();
+    fs.session(lynxfs::Cred::root())
+        .mkdir("kept", 0o755)
+        .unwrap();
+    fs.close().unwrap();
+    drop(fs);
+    let before = contents(&p);
+    let err = Pool::mkfs(&p, &force(1 << 50), PmemBackend::default()).unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    assert_eq!(contents(&p), before);
+    assert_eq!(names_in(dir.path()), ["pool"]);
+    // A mounted (locked) pool is not replaced either.
+    let held = open(&p).unwrap();
+    let err = Pool::mkfs(&p, &force(4 << 20), PmemBackend::default()).unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err}");
+    assert_eq!(names_in(dir.path()), ["pool"]);
+    drop(held);
+}
+
+#[test]
+fn the_root_directory_belongs_to_the_chosen_owner() {
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    let mut o = opts(4 << 20);
+    // SAFETY: geteuid and getegid take nothing and cannot fail.
+    let caller = unsafe { (libc::geteuid(), libc::getegid()) };
+    assert_eq!(o.root_owner, caller, "the caller by default");
+    o.root_owner = (1234, 5678);
+    Pool::mkfs(&p, &o, PmemBackend::default()).unwrap();
+    let fs = lynxfs::Fs::open(&p).unwrap();
+    let st = fs.session(lynxfs::Cred::root()).stat("/").unwrap();
+    assert_eq!((st.uid, st.gid, st.mode & 0o7777), (1234, 5678, 0o755));
+}
+
+#[test]
+fn a_read_write_open_refuses_a_file_others_can_write() {
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = open(&p).err().expect("a world-writable pool was opened");
+    assert!(err.to_string().contains("writable by others"), "{err}");
+    // Reading it is harmless.
+    drop(Pool::open(&p, Access::ReadOnly, PmemBackend::default()).unwrap());
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    chown(&p, NOBODY, NOBODY);
+    let err = open(&p).err().expect("another user's pool was opened");
+    assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+    chown(&p, 0, 0);
+    drop(open(&p).unwrap());
+}
+
+#[test]
+fn an_open_follows_no_symlink_of_another_user() {
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&p, &link).unwrap();
+    drop(open(&link).expect("a link of the caller's is followed"));
+    chown(&link, NOBODY, NOBODY);
+    let err = open(&link).err().expect("another user's link was followed");
+    assert!(
+        err.to_string().contains("symbolic link owned by uid 65534"),
+        "{err}"
+    );
+}
+
+/// Gives `[from, len)` of the file back to its file system (a hole reads as zeros).
+fn punch(p: &Path, from: u64, len: u64) {
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+    // SAFETY: fallocate on a descriptor we own.
+    let r = unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            from as i64,
+            len as i64,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_read_write_open_reserves_the_holes_of_a_sparse_pool() {
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    Pool::mkfs(&p, &opts(8 << 20), PmemBackend::default()).unwrap();
+    punch(&p, 1 << 20, 7 << 20);
+    assert!(std::fs::metadata(&p).unwrap().blocks() * 512 < 8 << 20);
+    drop(open(&p).unwrap());
+    assert!(std::fs::metadata(&p).unwrap().blocks() * 512 >= 8 << 20);
+}
+
+/// A tmpfs of `size` bytes mounted on a fresh directory; unmounted when dropped.
+struct SmallTmpfs(tempfile::TempDir);
+
+impl SmallTmpfs {
+    fn new(size: u64) -> SmallTmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .output()
+            .expect("running mount");
+        assert!(
+            o.status.success(),
+            "mount: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        SmallTmpfs(dir)
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+    /// Take every free byte, a page at a time.
+    fn fill(&self) {
+        use std::os::unix::io::AsRawFd;
+        let f = std::fs::File::create(self.path().join("filler")).unwrap();
+        let mut len = 0;
+        // SAFETY: posix_fallocate on a descriptor we own.
+        while unsafe { libc::posix_fallocate(f.as_raw_fd(), len, 4096) } == 0 {
+            len += 4096;
+        }
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn mkfs_refuses_a_pool_bigger_than_its_file_system_before_writing() {
+    let fs = SmallTmpfs::new(8 << 20);
+    let p = fs.path().join("pool");
+    let err = Pool::mkfs(&p, &opts(16 << 20), PmemBackend::default()).unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    assert!(names_in(fs.path()).is_empty());
+    Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
+}
+
+#[test]
+fn a_sparse_pool_on_a_full_tmpfs_is_refused_not_faulted_on() {
+    let fs = SmallTmpfs::new(8 << 20);
+    let p = fs.path().join("pool");
+    Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
+    // Everything but the superblocks becomes a hole, then the file system fills up.
+    punch(&p, 8192, (4 << 20) - 8192);
+    fs.fill();
+    let err = Pool::open(&p, Access::ReadOnly, PmemBackend::default())
+        .err()
+        .expect("a reader would fault on the holes");
+    assert!(err.to_string().contains("no storage behind them"), "{err}");
+    let err = open(&p).err().expect("a writer would fault on the holes");
+    assert!(err.to_string().contains("does not fit"), "{err}");
+}
+
+/// Runs this test binary's `name` test in a child with `LYNXFS_CHILD` set, and returns
+/// its exit status and stderr; fails if it runs past a minute.
+fn child(name: &str, pool: &Path) -> (std::process::ExitStatus, String) {
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("LYNXFS_CHILD", pool)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = c.kill();
+            panic!("the child test {name} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut c.stderr.take().unwrap(), &mut err).unwrap();
+    (status, err)
+}
+
+#[test]
+fn a_pool_truncated_under_its_mapping_stops_the_process_with_a_message() {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(p) = std::env::var_os("LYNXFS_CHILD") {
+        // The child: a pool open read-write, its file cut to nothing by "someone else".
+        let pool = open(Path::new(&p)).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let _ = pool.pm.load_u64(1 << 20);
+        unreachable!("the load above faults");
+    }
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
+    let (status, err) = child(
+        "a_pool_truncated_under_its_mapping_stops_the_process_with_a_message",
+        &p,
+    );
+    assert_eq!(status.signal(), None, "died by a signal: {err}");
+    assert_eq!(
+        status.code(),
+        Some(lynxfs::pmem::Mapping::FAULT_EXIT),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "the storage under the pool {} is gone at offset 1048576",
+            p.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_fault_outside_pool_mappings_still_kills_by_signal() {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(p) = std::env::var_os("LYNXFS_CHILD") {
+        // The child: a pool is watched, and a fault happens in another file's mapping.
+        let _pool = open(Path::new(&p)).unwrap();
+        let other = Path::new(&p).with_extension("other");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&other)
+            .unwrap();
+        f.set_len(8192).unwrap();
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: a fresh shared mapping of a file we own, checked.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        f.set_len(0).unwrap();
+        // SAFETY: deliberately reads a page the file no longer has.
+        let _ = unsafe { std::ptr::read_volatile(base.cast::<u8>().add(4096)) };
+        unreachable!("the read above faults");
+    }
+    let dir = shm_dir();
+    let p = pool_path(&dir);
+    Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
+    let (status, err) = child("a_fault_outside_pool_mappings_still_kills_by_signal", &p);
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}: {err}");
+    assert!(!err.contains("the storage under the pool"), "{err}");
+}

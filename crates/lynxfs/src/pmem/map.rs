@@ -7,6 +7,8 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+mod fault;
+
 /// How the pool's bytes reach the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapMode {
@@ -96,6 +98,8 @@ pub struct Mapping {
     base: *mut u8,
     len: usize,
     mode: MapMode,
+    /// Set for a file mapping: a fault in it stops the process with a message.
+    watch: Option<fault::Watch>,
 }
 
 // SAFETY: the mapping is plain memory shared by design; every access goes through
@@ -106,6 +110,9 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
+    /// The exit status of a process whose pool mapping lost its storage (see [`fault`]).
+    pub const FAULT_EXIT: i32 = fault::FAULT_EXIT;
+
     /// Map `file` (of `len` bytes) read-write and shared, trying `MAP_SYNC` first.
     pub fn map_file(file: &File, len: usize, path: &Path) -> Result<Mapping> {
         let fd = file.as_raw_fd();
@@ -123,11 +130,12 @@ impl Mapping {
             )
         };
         if sync != libc::MAP_FAILED {
-            return Ok(Mapping {
-                base: sync.cast(),
+            return Ok(Mapping::of_file(
+                sync.cast(),
                 len,
-                mode: MapMode::SharedSync,
-            });
+                MapMode::SharedSync,
+                path,
+            ));
         }
         // SAFETY: as above, without MAP_SYNC (the file is not on DAX).
         let shared =
@@ -135,11 +143,7 @@ impl Mapping {
         if shared == libc::MAP_FAILED {
             return Err(Error::io(path, std::io::Error::last_os_error()));
         }
-        Ok(Mapping {
-            base: shared.cast(),
-            len,
-            mode: MapMode::Shared,
-        })
+        Ok(Mapping::of_file(shared.cast(), len, MapMode::Shared, path))
     }
 
     /// Map `file` copy-on-write: reads see the file, writes stay in this process.
@@ -158,11 +162,7 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(Error::io(path, std::io::Error::last_os_error()));
         }
-        Ok(Mapping {
-            base: p.cast(),
-            len,
-            mode: MapMode::Private,
-        })
+        Ok(Mapping::of_file(p.cast(), len, MapMode::Private, path))
     }
 
     /// Zeroed private memory of `len` bytes.
@@ -188,7 +188,18 @@ impl Mapping {
             base: p.cast(),
             len,
             mode: MapMode::Anonymous,
+            watch: None,
         })
+    }
+
+    /// A fresh file mapping, watched for faults (see [`fault`]).
+    fn of_file(base: *mut u8, len: usize, mode: MapMode, path: &Path) -> Mapping {
+        Mapping {
+            base,
+            len,
+            mode,
+            watch: Some(fault::watch(base, len, path)),
+        }
     }
 
     pub fn base(&self) -> *mut u8 {
@@ -207,6 +218,8 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        // Unwatched first: once unmapped, the addresses may be reused.
+        drop(self.watch.take());
         // SAFETY: `base`/`len` came from a successful mmap and are unmapped once; no
         // `Pm` outlives its mapping (it owns it).
         unsafe {

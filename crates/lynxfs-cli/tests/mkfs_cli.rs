@@ -1,0 +1,315 @@
+//! `lynxfs mkfs`, `info`, `fsck` and `demo` against what users (and other users) put at
+//! a pool's path (issue 11). Runs as root; "another user" is nobody (65534), through
+//! setpriv(1).
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
+const NOBODY: u32 = 65534;
+
+struct Out {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd`, killing it (and failing) past two minutes.
+fn finish(mut cmd: Command) -> Out {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning lynxfs");
+    let read_all = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            r.read_to_string(&mut s).unwrap();
+            s
+        })
+    };
+    let stdout = read_all(Box::new(child.stdout.take().unwrap()));
+    let stderr = read_all(Box::new(child.stderr.take().unwrap()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("lynxfs hung: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Out {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+fn lynxfs(args: &[&str]) -> Out {
+    let mut c = Command::new(BIN);
+    c.args(args);
+    finish(c)
+}
+
+/// `lynxfs ARGS` as nobody.
+fn lynxfs_as_nobody(args: &[&str]) -> Out {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(args);
+    finish(c)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A directory anyone may create files in, as /tmp and /dev/shm are.
+fn shared_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// (uid, gid, mode) of the pool's root directory, read without changing the pool.
+fn root_dir_of(pool: &Path) -> (u32, u32, u32) {
+    let p = lynxfs::Pool::open(
+        pool,
+        lynxfs::Access::ReadOnly,
+        lynxfs::pmem::PmemBackend::default(),
+    )
+    .unwrap();
+    let fs = lynxfs::Fs::new(p);
+    let st = fs.session(lynxfs::Cred::root()).stat("/").unwrap();
+    fs.pool().crash_in_place(); // a read-only look
+    (st.uid, st.gid, st.mode & 0o7777)
+}
+
+#[test]
+fn a_pool_made_by_a_user_is_private_and_its_root_directory_is_theirs() {
+    let dir = shared_dir();
+    let pool = dir.path().join("pool");
+    let o = lynxfs_as_nobody(&["mkfs", "--size", "8M", s(&pool)]);
+    assert!(o.status.success(), "mkfs: {}", o.stderr);
+    let m = std::fs::metadata(&pool).unwrap();
+    assert_eq!(
+        (m.uid(), m.gid(), m.mode() & 0o7777),
+        (NOBODY, NOBODY, 0o600)
+    );
+    assert_eq!(root_dir_of(&pool), (NOBODY, NOBODY, 0o755));
+    // That user can use it: info opens it read-only, fsck --repair read-write.
+    let o = lynxfs_as_nobody(&["fsck", "--repair", s(&pool)]);
+    assert!(o.status.success(), "fsck: {}{}", o.stdout, o.stderr);
+
+    let other = dir.path().join("other");
+    let o = lynxfs(&[
+        "mkfs",
+        "--size",
+        "8M",
+        "--root-owner",
+        "1000:1001",
+        s(&other),
+    ]);
+    assert!(o.status.success(), "mkfs: {}", o.stderr);
+    assert_eq!(root_dir_of(&other), (1000, 1001, 0o755));
+    let o = lynxfs(&["mkfs", "--root-owner", "alice", s(&dir.path().join("x"))]);
+    assert!(!o.status.success());
+    assert!(o.stderr.contains("UID:GID"), "{}", o.stderr);
+}
+
+#[test]
+fn mkfs_force_refuses_what_another_user_planted() {
+    let dir = shared_dir();
+    // A symlink planted by nobody, to a file of root's.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"root's secret").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = dir.path().join("pool");
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "ln",
+            "-s",
+        ])
+        .arg(&victim)
+        .arg(&link)
+        .status()
+        .unwrap();
+    assert!(o.success());
+    let o = lynxfs(&["mkfs", "--force", "--size", "8M", s(&link)]);
+    assert_eq!(o.status.code(), Some(8), "{}", o.stderr);
+    assert!(o.stderr.contains("symbolic link"), "{}", o.stderr);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's secret");
+
+    // A file nobody made world-writable, waiting for root's pool.
+    let trap = dir.path().join("trap");
+    let o = lynxfs_as_nobody(&["mkfs", "--size", "8M", s(&trap)]);
+    assert!(o.status.success(), "{}", o.stderr);
+    std::fs::set_permissions(&trap, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let before = std::fs::read(&trap).unwrap();
+    let o = lynxfs(&["mkfs", "--force", "--size", "8M", s(&trap)]);
+    assert_eq!(o.status.code(), Some(8), "{}", o.stderr);
+    assert!(o.stderr.contains("owned by uid 65534"), "{}", o.stderr);
+    assert_eq!(std::fs::read(&trap).unwrap(), before);
+    assert_eq!(names_in(dir.path()), ["pool", "trap", "victim"]);
+}
+
+#[test]
+fn the_demo_does_not_follow_a_planted_symlink() {
+    let dir = shared_dir();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"root's secret").unwrap();
+    let link = dir.path().join("lynxfs.pool");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(NOBODY), Some(NOBODY)).unwrap();
+    let o = lynxfs(&["demo", "--size", "16M", s(&link)]);
+    assert!(
+        !o.status.success(),
+        "the demo ran on a symlink: {}",
+        o.stdout
+    );
+    assert!(o.stderr.contains("symbolic link"), "{}", o.stderr);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's secret");
+}
+
+#[test]
+fn a_failed_mkfs_changes_nothing_and_says_why_once() {
+    let dir = shared_dir();
+    let pool = dir.path().join("pool");
+    // Far more than /dev/shm holds, and the largest size there is.
+    for size in ["1024T", "18446744073709551615"] {
+        let o = lynxfs(&["mkfs", "--size", size, s(&pool)]);
+        assert_eq!(o.status.code(), Some(8), "{}", o.stderr);
+        assert!(o.stderr.contains("does not fit"), "{}", o.stderr);
+        assert_eq!(o.stderr.matches(s(&pool)).count(), 1, "{}", o.stderr);
+        assert!(
+            names_in(dir.path()).is_empty(),
+            "{:?}",
+            names_in(dir.path())
+        );
+    }
+    let o = lynxfs(&["mkfs", "--size", "8M", s(&pool)]);
+    assert!(o.status.success(), "the retry: {}", o.stderr);
+
+    // A pool with data survives a --force that cannot succeed.
+    let fs = lynxfs::Fs::open(&pool).unwrap();
+    fs.session(lynxfs::Cred::root())
+        .mkdir("kept", 0o755)
+        .unwrap();
+    fs.close().unwrap();
+    drop(fs);
+    let o = lynxfs(&["mkfs", "--force", "--size", "1024T", s(&pool)]);
+    assert_eq!(o.status.code(), Some(8), "{}", o.stderr);
+    let o = lynxfs(&["fsck", s(&pool)]);
+    assert!(o.status.success(), "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("2 directories"), "{}", o.stdout);
+    assert_eq!(names_in(dir.path()), ["pool"]);
+}
+
+#[test]
+fn fsck_of_an_empty_file_gives_the_real_problem_only() {
+    let dir = shared_dir();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let o = lynxfs(&["fsck", s(&empty)]);
+    assert_eq!(o.status.code(), Some(8), "{}", o.stderr);
+    assert!(!o.stdout.contains("problem"), "{}", o.stdout);
+    assert!(o.stderr.contains("pool too small"), "{}", o.stderr);
+}
+
+/// A tmpfs of `size` bytes; unmounted when dropped.
+struct SmallTmpfs(tempfile::TempDir);
+
+impl SmallTmpfs {
+    fn new(size: u64) -> SmallTmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("running mount");
+        assert!(o.success());
+        SmallTmpfs(dir)
+    }
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn info_and_fsck_of_a_pool_whose_storage_ran_out_give_an_error() {
+    let fs = SmallTmpfs::new(8 << 20);
+    let pool = fs.join("pool");
+    let o = lynxfs(&["mkfs", "--size", "16M", s(&pool)]);
+    assert_eq!(o.status.code(), Some(8), "bigger than its file system");
+    assert!(o.stderr.contains("does not fit"), "{}", o.stderr);
+    let o = lynxfs(&["mkfs", "--size", "4M", s(&pool)]);
+    assert!(o.status.success(), "{}", o.stderr);
+    // The pool loses its storage (all but its superblocks), and the tmpfs fills up.
+    let st = Command::new("fallocate")
+        .args(["--punch-hole", "--offset", "8192", "--length"])
+        .arg(((4 << 20) - 8192).to_string())
+        .arg(&pool)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let filler = std::fs::File::create(fs.join("filler")).unwrap();
+    let mut len = 0;
+    // SAFETY: posix_fallocate on a descriptor we own.
+    while unsafe {
+        libc::posix_fallocate(std::os::unix::io::AsRawFd::as_raw_fd(&filler), len, 4096)
+    } == 0
+    {
+        len += 4096;
+    }
+    for cmd in ["info", "fsck"] {
+        let o = lynxfs(&[cmd, s(&pool)]);
+        assert_eq!(o.status.signal(), None, "{cmd} died by a signal");
+        assert_eq!(o.status.code(), Some(8), "{cmd}: {}{}", o.stdout, o.stderr);
+        assert!(o.stderr.contains("no storage behind them"), "{}", o.stderr);
+    }
+    let o = lynxfs(&["fsck", "--repair", s(&pool)]);
+    assert_eq!(o.status.code(), Some(8), "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("does not fit"), "{}", o.stderr);
+}
+
+#[test]
+fn info_and_fsck_of_a_fifo_say_so_instead_of_hanging() {
+    let dir = shared_dir();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for cmd in ["info", "fsck"] {
+        let o = lynxfs(&[cmd, s(&fifo)]);
+        assert_eq!(o.status.code(), Some(8), "{cmd}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("not a regular file"),
+            "{cmd}: {}",
+            o.stderr
+        );
+    }
+}
