@@ -105,8 +105,21 @@ fn chmod(p: &Path, mode: u32) {
 fn setxattr(p: &Path, name: &str, value: &[u8]) {
     let (c, n) = (cstr(p), CString::new(name).unwrap());
     // SAFETY: valid NUL-terminated strings and a value slice of the length given.
-    let r = unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(r, 0, "setxattr {p:?} {name}: {}", std::io::Error::last_os_error());
+    let r = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "setxattr {p:?} {name}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// The user.* attributes of `p`, sorted, with values.
@@ -115,14 +128,26 @@ fn user_xattrs(p: &Path) -> Vec<(String, Vec<u8>)> {
     let mut names = vec![0u8; 65536];
     // SAFETY: the buffer is valid for its length.
     let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(n >= 0, "listxattr {p:?}: {}", std::io::Error::last_os_error());
+    assert!(
+        n >= 0,
+        "listxattr {p:?}: {}",
+        std::io::Error::last_os_error()
+    );
     let mut out = Vec::new();
-    for name in names[..n as usize].split(|&b| b == 0).filter(|n| n.starts_with(b"user.")) {
+    for name in names[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|n| n.starts_with(b"user."))
+    {
         let cn = CString::new(name).unwrap();
         let mut v = vec![0u8; 65536];
         // SAFETY: as above.
-        let len = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-        assert!(len >= 0, "getxattr {p:?}: {}", std::io::Error::last_os_error());
+        let len =
+            unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+        assert!(
+            len >= 0,
+            "getxattr {p:?}: {}",
+            std::io::Error::last_os_error()
+        );
         v.truncate(len as usize);
         out.push((String::from_utf8_lossy(name).into_owned(), v));
     }
@@ -228,7 +253,13 @@ fn build_tree(root: &Path) {
     run(&["setfacl", "-m", "u:1001:rw,g:50:r,m::rw", &p("acl-file")]);
     d("acl-dir", 0o750, (1000, 1000));
     run(&["setfacl", "-m", "u:1002:rx,g:60:rwx", &p("acl-dir")]);
-    run(&["setfacl", "-d", "-m", "u:1001:rwx,g:50:rx,o::-", &p("acl-dir")]);
+    run(&[
+        "setfacl",
+        "-d",
+        "-m",
+        "u:1001:rwx,g:50:rx,o::-",
+        &p("acl-dir"),
+    ]);
     // Inherited from the default ACL on tmpfs, then copied as it is.
     f("acl-dir/inherited", b"i", 0o640, (1000, 1000));
     d("acl-dir/subdir", 0o750, (1000, 1000));
@@ -251,7 +282,11 @@ fn build_tree(root: &Path) {
     all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for (i, p) in all.iter().enumerate() {
         let i = i as i64;
-        set_times(p, (1_600_000_000 + i, 111_111_111 + i), (1_500_000_000 + i * 7, 123_456_789 + i));
+        set_times(
+            p,
+            (1_600_000_000 + i, 111_111_111 + i),
+            (1_500_000_000 + i * 7, 123_456_789 + i),
+        );
     }
 }
 
@@ -290,7 +325,7 @@ fn mount(options: &str) -> Mounted {
     Pool::mkfs(&pool, &MkfsOptions::new(128 << 20), PmemBackend::default()).expect("mkfs");
     let mnt = tempfile::tempdir().expect("mount point");
     let opts = MountOptions::parse(options).expect("options");
-    let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
+    let m = mount_background(&pool, mnt.path(), &opts).unwrap_or_else(|e| panic!("mount: {e:#}"));
     Mounted {
         _pool_dir: dir,
         mnt,
@@ -327,12 +362,36 @@ fn cp_a_and_tar_keep_modes_owners_acls_xattrs_links_and_times() {
 
     let tarball = src_dir.path().join("tree.tar");
     let tarball = tarball.to_str().unwrap();
-    run(&["tar", "--xattrs", "--xattrs-include=user.*", "--acls", "-cpf", tarball, "-C", src.to_str().unwrap(), "."]);
+    run(&[
+        "tar",
+        "--xattrs",
+        "--xattrs-include=user.*",
+        "--acls",
+        "-cpf",
+        tarball,
+        "-C",
+        src.to_str().unwrap(),
+        ".",
+    ]);
     let untar = m.path().join("tar");
     std::fs::create_dir(&untar).unwrap();
-    run(&["tar", "--xattrs", "--xattrs-include=user.*", "--acls", "--same-owner", "-xpf", tarball, "-C", untar.to_str().unwrap()]);
+    run(&[
+        "tar",
+        "--xattrs",
+        "--xattrs-include=user.*",
+        "--acls",
+        "--same-owner",
+        "-xpf",
+        tarball,
+        "-C",
+        untar.to_str().unwrap(),
+    ]);
     let diff = differences(&want, &listing(&untar));
-    assert!(diff.is_empty(), "tar --xattrs --acls differs:\n{}", diff.join("\n"));
+    assert!(
+        diff.is_empty(),
+        "tar --xattrs --acls differs:\n{}",
+        diff.join("\n")
+    );
     m.unmount();
 }
 
@@ -384,25 +443,49 @@ fn setfacl_on_the_mount_is_enforced_inherited_and_follows_chmod() {
     assert_eq!(write, Err(std::io::ErrorKind::PermissionDenied));
     // chmod sets the mask: group bits 0 leave the named user nothing.
     chmod(&f, 0o600);
-    assert!(getfacl(&f).contains(&"mask::---".to_string()), "{:?}", getfacl(&f));
+    assert!(
+        getfacl(&f).contains(&"mask::---".to_string()),
+        "{:?}",
+        getfacl(&f)
+    );
     assert!(read(f.clone()).is_err());
 
     // Default ACL: new files take it, without the umask; elsewhere the umask applies.
     let d = m.path().join("d");
     std::fs::create_dir(&d).unwrap();
-    run(&["setfacl", "-d", "-m", "u:1000:rwx,g::rwx,o::rx", d.to_str().unwrap()]);
+    run(&[
+        "setfacl",
+        "-d",
+        "-m",
+        "u:1000:rwx,g::rwx,o::rx",
+        d.to_str().unwrap(),
+    ]);
     let script = format!(
         "umask 022 && touch {0}/d/new && mkdir {0}/d/sub && touch {0}/plain",
         m.path().display()
     );
     run(&["sh", "-c", &script]);
-    assert_eq!(mode_of(&d.join("new")), 0o664, "mask rw from the default, no umask");
+    assert_eq!(
+        mode_of(&d.join("new")),
+        0o664,
+        "mask rw from the default, no umask"
+    );
     assert_eq!(mode_of(&d.join("sub")), 0o775);
-    assert_eq!(mode_of(&m.path().join("plain")), 0o644, "no default ACL: umask");
+    assert_eq!(
+        mode_of(&m.path().join("plain")),
+        0o644,
+        "no default ACL: umask"
+    );
     let acl = getfacl(&d.join("new"));
-    assert!(acl.contains(&"user:1000:rwx\t#effective:rw-".to_string()), "{acl:?}");
+    assert!(
+        acl.contains(&"user:1000:rwx\t#effective:rw-".to_string()),
+        "{acl:?}"
+    );
     let sub = getfacl(&d.join("sub"));
-    assert!(sub.contains(&"default:user:1000:rwx".to_string()), "{sub:?}");
+    assert!(
+        sub.contains(&"default:user:1000:rwx".to_string()),
+        "{sub:?}"
+    );
     let new = d.join("new");
     let write = as_user_1000(move || std::fs::write(new, b"ok").map_err(|e| e.kind()));
     assert_eq!(write, Ok(()));
@@ -414,7 +497,10 @@ fn setfacl_on_the_mount_is_enforced_inherited_and_follows_chmod() {
     // SAFETY: valid NUL-terminated strings and a value slice of the length given.
     let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), bad.as_ptr().cast(), bad.len(), 0) };
     assert_eq!(r, -1);
-    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EINVAL));
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EINVAL)
+    );
     assert_eq!(mode_of(&f), 0o600);
     m.unmount();
 }

@@ -61,7 +61,7 @@ impl Acl {
         if value.is_empty() {
             return Ok(None);
         }
-        if value.len() < HEADER || (value.len() - HEADER) % ENTRY != 0 {
+        if value.len() < HEADER || !(value.len() - HEADER).is_multiple_of(ENTRY) {
             return Err(errno::EINVAL);
         }
         let version = u32::from_le_bytes(value[..HEADER].try_into().expect("4 bytes"));
@@ -298,7 +298,12 @@ mod tests {
         assert_eq!(acl.mode_bits(), 0o660);
         let bad: &[&[(u16, u16, u32)]] = &[
             // no mask with named entries
-            &[(USER_OBJ, 6, U), (USER, 4, 7), (GROUP_OBJ, 4, U), (OTHER, 0, U)],
+            &[
+                (USER_OBJ, 6, U),
+                (USER, 4, 7),
+                (GROUP_OBJ, 4, U),
+                (OTHER, 0, U),
+            ],
             // duplicate and unsorted named users
             &[
                 (USER_OBJ, 6, U),
@@ -319,10 +324,20 @@ mod tests {
             // missing other, missing owner, bad tag, bad permission bits
             &[(USER_OBJ, 6, U), (GROUP_OBJ, 4, U)],
             &[(GROUP_OBJ, 4, U), (OTHER, 0, U)],
-            &[(USER_OBJ, 6, U), (0x40, 4, U), (GROUP_OBJ, 4, U), (OTHER, 0, U)],
+            &[
+                (USER_OBJ, 6, U),
+                (0x40, 4, U),
+                (GROUP_OBJ, 4, U),
+                (OTHER, 0, U),
+            ],
             &[(USER_OBJ, 8, U), (GROUP_OBJ, 4, U), (OTHER, 0, U)],
             // an entry after other
-            &[(USER_OBJ, 6, U), (GROUP_OBJ, 4, U), (OTHER, 0, U), (OTHER, 0, U)],
+            &[
+                (USER_OBJ, 6, U),
+                (GROUP_OBJ, 4, U),
+                (OTHER, 0, U),
+                (OTHER, 0, U),
+            ],
         ];
         for b in bad {
             assert_eq!(parse_err(&value(b)), libc::EINVAL, "{b:?}");
@@ -349,7 +364,11 @@ mod tests {
         .unwrap();
         acl.chmod(0o640);
         assert_eq!(acl.mode_bits(), 0o640);
-        assert_eq!(acl.perm_of(GROUP_OBJ), Some(5), "the owning group keeps its entry");
+        assert_eq!(
+            acl.perm_of(GROUP_OBJ),
+            Some(5),
+            "the owning group keeps its entry"
+        );
         let (new, mode) = acl.for_new_inode(libc::S_IFREG | 0o666);
         assert_eq!(mode, libc::S_IFREG | 0o640);
         assert_eq!(new.perm_of(USER), Some(7), "named entries are kept");
@@ -382,6 +401,11 @@ mod tests {
         // though "other" would not have helped either.
         let owning = Cred::user(3000, 1);
         assert!(refused(check(&owning, o, Some(&acl), perm::R)));
-        assert!(refused(check(&Cred::user(4000, 4000), o, Some(&acl), perm::R)));
+        assert!(refused(check(
+            &Cred::user(4000, 4000),
+            o,
+            Some(&acl),
+            perm::R
+        )));
     }
 }
