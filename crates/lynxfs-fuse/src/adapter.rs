@@ -146,10 +146,11 @@ fn name_bytes(name: &OsStr) -> &[u8] {
     name.as_bytes()
 }
 
-/// Applies the umask the kernel passed (with FUSE_DONT_MASK the kernel leaves it to
-/// us; without, it has already applied it and doing it again changes nothing).
-fn masked(mode: u32, umask: u32) -> u32 {
-    mode & 0o7777 & !umask
+/// Applies the umask the kernel passed unless `parent`'s default ACL replaces it
+/// (with FUSE_DONT_MASK the kernel leaves it to us; without, it has already applied
+/// it and doing it again changes nothing).
+fn masked<B: Backend>(ns: &lynxfs::api::Namespace<B>, parent: u64, mode: u32, umask: u32) -> u32 {
+    mode & 0o7777 & !ns.umask_for(parent, umask)
 }
 
 impl<B: Backend> LynxFuse<B> {
@@ -396,13 +397,7 @@ impl<B: Backend> LynxFuse<B> {
     }
 
     fn check_perm(&self, ino: u64, cred: &Cred, want: u32) -> lynxfs::Result<()> {
-        let st = self.ns().getattr(ino)?;
-        let owner = perm::Owner {
-            mode: st.mode,
-            uid: st.uid,
-            gid: st.gid,
-        };
-        perm::check(cred, owner, want)
+        self.ns().may(ino, cred, want)
     }
 }
 
@@ -439,6 +434,13 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         let _ = config.add_capabilities(
             fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
         );
+        // POSIX ACLs: the kernel caches them and checks permissions with them (this
+        // turns `default_permissions` on); the engine keeps ACL and mode in step and
+        // applies default ACLs at create. With FUSE_DONT_MASK the umask comes to us
+        // unapplied, and is applied only where no default ACL replaces it (`masked`).
+        // Optional: an older kernel passes the ACL attributes through as before.
+        let _ = config
+            .add_capabilities(fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK);
         Ok(())
     }
 
@@ -530,7 +532,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 _ => return Err(Errno::EINVAL),
             }
             let node = NewNode {
-                mode: kind | masked(mode, umask),
+                mode: kind | masked(self.ns(), parent.0, mode, umask),
                 rdev: u64::from(rdev),
                 target: None,
             };
@@ -549,7 +551,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         reply: ReplyEntry,
     ) {
         let node = NewNode {
-            mode: libc::S_IFDIR | masked(mode, umask),
+            mode: libc::S_IFDIR | masked(self.ns(), parent.0, mode, umask),
             rdev: 0,
             target: None,
         };
@@ -874,13 +876,11 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     ) {
         let name = name_bytes(name);
         let r = self.writable().and_then(|()| {
-            self.as_caller(req, |c| {
-                lynxfs::api::xattr_access(self.ns(), ino.0, name, c, perm::W)
-            })?;
+            // Setting an access ACL may clear S_ISGID depending on the caller's
+            // groups, so they are read first.
+            let cred = Self::full_cred(req);
             let ns = self.ns();
-            let cl = ns.cachelets.get(&ns.pool, ino.0);
-            let _w = cl.lock.write();
-            lynxfs::data::xattr::set(&ns.pool, ino.0, lane(ns), name, value, flags)
+            ns.setxattr(ino.0, name, value, flags, &cred)
                 .map_err(|e| errno(&e))
         });
         reply_empty(r, reply);
@@ -892,43 +892,28 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             let text = LiveUsage::of(self.ns()).encode();
             return reply_xattr(Ok(text.into_bytes()), size, reply);
         }
-        let r = self
-            .as_caller(req, |c| {
-                lynxfs::api::xattr_access(self.ns(), ino.0, name, c, perm::R)
-            })
-            .and_then(|()| {
-                lynxfs::data::xattr::get(&self.ns().pool, ino.0, name).map_err(|e| errno(&e))
-            });
+        let r = self.as_caller(req, |c| self.ns().getxattr(ino.0, name, c));
         reply_xattr(r, size, reply);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = (|| {
-            self.ns().live(ino.0).map_err(|e| errno(&e))?;
-            let names = lynxfs::data::xattr::list(&self.ns().pool, ino.0).map_err(|e| errno(&e))?;
-            // Unprivileged callers do not see trusted.* names, as on Linux.
-            let root = req.uid() == 0;
-            let mut out = Vec::new();
-            for n in names.iter().filter(|n| root || !n.starts_with(b"trusted.")) {
-                out.extend_from_slice(n);
-                out.push(0);
-            }
-            Ok(out)
-        })();
+        let r = self
+            .as_caller(req, |c| self.ns().listxattr(ino.0, c))
+            .map(|names| {
+                names.iter().fold(Vec::new(), |mut out, n| {
+                    out.extend_from_slice(n);
+                    out.push(0);
+                    out
+                })
+            });
         reply_xattr(r, size, reply);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_bytes(name);
-        let r = self.writable().and_then(|()| {
-            self.as_caller(req, |c| {
-                lynxfs::api::xattr_access(self.ns(), ino.0, name, c, perm::W)
-            })?;
-            let ns = self.ns();
-            let cl = ns.cachelets.get(&ns.pool, ino.0);
-            let _w = cl.lock.write();
-            lynxfs::data::xattr::remove(&ns.pool, ino.0, lane(ns), name).map_err(|e| errno(&e))
-        });
+        let r = self
+            .writable()
+            .and_then(|()| self.as_caller(req, |c| self.ns().removexattr(ino.0, name, c)));
         reply_empty(r, reply);
     }
 
@@ -962,7 +947,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         let r = (|| {
             self.writable()?;
             let node = NewNode {
-                mode: libc::S_IFREG | masked(mode, umask),
+                mode: libc::S_IFREG | masked(self.ns(), parent.0, mode, umask),
                 rdev: 0,
                 target: None,
             };
@@ -1019,9 +1004,4 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         }
         reply_empty(r, reply);
     }
-}
-
-/// The allocation lane of the calling thread (one per CPU).
-fn lane<B: Backend>(ns: &lynxfs::api::Namespace<B>) -> u32 {
-    lynxfs::alloc::lane::current(ns.pool.layout.lanes())
 }

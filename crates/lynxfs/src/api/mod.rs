@@ -133,7 +133,7 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EISDIR);
         }
         if !created {
-            perm::check(cred, o, open_wants(flags))?;
+            self.ns.may(ino, cred, open_wants(flags))?;
         }
         let c = self.open_ref(ino)?;
         if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
@@ -348,16 +348,7 @@ impl<B: Backend> Fs<B> {
     /// truncate by inode, checking write permission (FUSE setattr with a size).
     pub fn truncate_as(&self, ino: u64, len: u64, cred: &Cred) -> Result<()> {
         self.ns.live(ino)?;
-        let st = self.ns.getattr(ino)?;
-        perm::check(
-            cred,
-            perm::Owner {
-                mode: st.mode,
-                uid: st.uid,
-                gid: st.gid,
-            },
-            perm::W,
-        )?;
+        self.ns.may(ino, cred, perm::W)?;
         let c = self.ns.cachelets.get(&self.ns.pool, ino);
         self.truncate_ino(ino, len, &c, cred.is_root())
     }
@@ -425,7 +416,7 @@ impl<'a, B: Backend> Session<'a, B> {
     pub fn chdir(&mut self, p: &str) -> Result<()> {
         let ino = self.resolve(p, true)?;
         self.ns().dir(ino)?;
-        perm::check(&self.cred, owner_of(self.ns(), ino)?, perm::X)?;
+        self.ns().may(ino, &self.cred, perm::X)?;
         self.cwd = ino;
         Ok(())
     }
@@ -681,99 +672,26 @@ impl<'a, B: Backend> Session<'a, B> {
         self.ns().statfs()
     }
 
-    // ---- extended attributes ----
+    // ---- extended attributes (POSIX ACLs among them: `system.posix_acl_*`) ----
 
     pub fn getxattr(&self, p: &str, name: &str) -> Result<Vec<u8>> {
         let ino = self.resolve(p, true)?;
-        xattr_access(self.ns(), ino, bytes(name), &self.cred, perm::R)?;
-        crate::data::xattr::get(&self.ns().pool, ino, bytes(name))
+        self.ns().getxattr(ino, bytes(name), &self.cred)
     }
 
     pub fn setxattr(&self, p: &str, name: &str, value: &[u8], flags: i32) -> Result<()> {
         let ino = self.resolve(p, true)?;
-        xattr_access(self.ns(), ino, bytes(name), &self.cred, perm::W)?;
-        let c = self.ns().cachelets.get(&self.ns().pool, ino);
-        let _w = c.lock.write();
-        crate::data::xattr::set(
-            &self.ns().pool,
-            ino,
-            self.ns().lane(),
-            bytes(name),
-            value,
-            flags,
-        )
+        self.ns()
+            .setxattr(ino, bytes(name), value, flags, &self.cred)
     }
 
     pub fn listxattr(&self, p: &str) -> Result<Vec<Vec<u8>>> {
         let ino = self.resolve(p, true)?;
-        let names = crate::data::xattr::list(&self.ns().pool, ino)?;
-        // Unprivileged callers do not see trusted.* names, as on Linux.
-        Ok(names
-            .into_iter()
-            .filter(|n| self.cred.is_root() || !n.starts_with(b"trusted."))
-            .collect())
+        self.ns().listxattr(ino, &self.cred)
     }
 
     pub fn removexattr(&self, p: &str, name: &str) -> Result<()> {
         let ino = self.resolve(p, true)?;
-        xattr_access(self.ns(), ino, bytes(name), &self.cred, perm::W)?;
-        let c = self.ns().cachelets.get(&self.ns().pool, ino);
-        let _w = c.lock.write();
-        crate::data::xattr::remove(&self.ns().pool, ino, self.ns().lane(), bytes(name))
-    }
-}
-
-fn owner_of<B: Backend>(ns: &Namespace<B>, ino: u64) -> Result<perm::Owner> {
-    let s = ns.getattr(ino)?;
-    Ok(perm::Owner {
-        mode: s.mode,
-        uid: s.uid,
-        gid: s.gid,
-    })
-}
-
-/// Linux's xattr rules: a known namespace prefix; `user.` only on regular files and
-/// directories, by file permission; `trusted.` for root only; `security.` and
-/// `system.` writable by root only.
-pub fn xattr_access<B: Backend>(
-    ns: &Namespace<B>,
-    ino: u64,
-    name: &[u8],
-    cred: &Cred,
-    want: u32,
-) -> Result<()> {
-    let o = owner_of(ns, ino)?;
-    if name.len() > crate::data::xattr::NAME_MAX || name.is_empty() {
-        return Err(errno::ERANGE);
-    }
-    if name.starts_with(b"user.") {
-        let kind = o.mode & libc::S_IFMT;
-        if kind != libc::S_IFREG && kind != libc::S_IFDIR {
-            return Err(if want == perm::R {
-                errno::ENODATA
-            } else {
-                errno::EPERM
-            });
-        }
-        if name.len() == 5 {
-            return Err(errno::EINVAL);
-        }
-        perm::check(cred, o, want)
-    } else if name.starts_with(b"trusted.") {
-        if cred.is_root() {
-            Ok(())
-        } else if want == perm::R {
-            Err(errno::ENODATA)
-        } else {
-            Err(errno::EPERM)
-        }
-    } else if name.starts_with(b"security.") || name.starts_with(b"system.") {
-        if want == perm::R || cred.is_root() {
-            Ok(())
-        } else {
-            Err(errno::EPERM)
-        }
-    } else {
-        Err(errno::EOPNOTSUPP)
+        self.ns().removexattr(ino, bytes(name), &self.cred)
     }
 }

@@ -119,7 +119,7 @@ pub fn walk_parent<B: Backend>(
             }),
             b".." => {
                 ns.dir(cur)?;
-                perm::check(cred, ns.owner_of(cur), perm::X)?;
+                ns.may(cur, cred, perm::X)?;
                 Ok(Walked {
                     parent: ns.parent_of(cur),
                     name: Vec::new(),

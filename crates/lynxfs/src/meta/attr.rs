@@ -2,7 +2,9 @@
 //!
 //! A change of one word (chmod's mode, chown's owner pair) is one atomic store; a
 //! change of several (times, or mode with owner) goes through the lane journal, so it
-//! is atomic too.
+//! is atomic too. A chmod of a file with an extended access ACL also sets the ACL's
+//! mask (`posix_acl_chmod`): the new attribute block and the words go in one journal
+//! transaction.
 
 use crate::error::{errno, Result};
 use crate::format::{inode, BLOCK};
@@ -85,6 +87,10 @@ impl<B: Backend> Namespace<B> {
     /// chmod, chown and utimens, with Linux's permission rules.
     pub fn setattr(&self, ino: u64, a: &SetAttr, cred: &Cred) -> Result<Stat> {
         self.live(ino)?;
+        // A chmod may rewrite the access ACL: exclude other attribute writers (their
+        // lock comes before the inode lock).
+        let cachelet = a.mode.map(|_| self.cachelets.get(&self.pool, ino));
+        let _xw = cachelet.as_ref().map(|c| c.lock.write());
         let _g = self.ilock(ino);
         let o = self.owner(ino);
         let at = self.iaddr(ino);
@@ -129,7 +135,7 @@ impl<B: Backend> Namespace<B> {
             match t {
                 TimeSet::Now => {
                     if perm::owner_or_root(cred, o).is_err() {
-                        perm::check(cred, o, perm::W).map_err(|_| errno::EACCES)?;
+                        self.may(ino, cred, perm::W).map_err(|_| errno::EACCES)?;
                     }
                     words.push((at + field, now));
                 }
@@ -142,7 +148,13 @@ impl<B: Backend> Namespace<B> {
         if mode != o.mode {
             words.push((at + inode::MODE, mode as u64));
         }
-        if !words.is_empty() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some() {
+        let acl = match a.mode {
+            Some(_) => self.chmod_acl(ino, mode)?,
+            None => None,
+        };
+        if let Some(attrs) = acl {
+            crate::data::xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)?;
+        } else if !words.is_empty() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some() {
             words.push((at + inode::CTIME, now));
             self.commit_words(&words)?;
         }

@@ -43,8 +43,7 @@ impl<B: Backend> Namespace<B> {
         }
         check_name(name)?;
         let dir = self.enter(parent)?;
-        let pown = self.owner(parent);
-        perm::check(cred, pown, perm::X)?;
+        self.may(parent, cred, perm::X)?;
         let idx = self.index.pin();
         let key = KeyRef { parent, name };
         loop {
@@ -57,7 +56,7 @@ impl<B: Backend> Namespace<B> {
                 Some(e) => return Ok((e.ino, false)),
                 None => {}
             }
-            perm::check(cred, pown, perm::W | perm::X)?;
+            self.may(parent, cred, perm::W | perm::X)?;
             if idx.try_insert(key.owned(), Entry::creating()).is_ok() {
                 break;
             }
@@ -106,6 +105,12 @@ impl<B: Backend> Namespace<B> {
         } else {
             cred.gid
         };
+        // A default ACL on the parent gives the new inode its ACLs and decides its
+        // permission bits (the caller applied no umask then: `umask_for`).
+        let inherited = self.inherited_acls(parent, mode).map_err(fail_ino)?;
+        if let Some((_, m)) = &inherited {
+            mode = *m;
+        }
         let now = now_ns();
         let image = inode::InodeImage {
             ino,
@@ -124,12 +129,29 @@ impl<B: Backend> Namespace<B> {
         let mut b = pool.pm.batch();
         b.write(self.iaddr(ino), &image.encode());
         b.flushed();
+        // The inherited ACLs' block is published by the inode's xattr word, which
+        // counts only once the commit below makes the inode live.
+        let acl_block = match inherited.filter(|(a, _)| !a.is_empty()) {
+            Some((attrs, _)) => {
+                let blk = crate::data::xattr::write_block(pool, lane, &attrs).map_err(fail_ino)?;
+                let mut b = pool.pm.batch();
+                b.write_u64(self.iaddr(ino) + inode::XATTR, blk);
+                b.flushed();
+                pool.layout.block_of(blk)
+            }
+            None => None,
+        };
         if let Some(t) = node.target {
             crate::data::write_fresh(pool, ino, lane, t).map_err(fail_ino)?;
         }
         let entry = self
             .new_dentry(dir, ino, name, dtype(mode), lane)
-            .map_err(fail_ino)?;
+            .map_err(|e| {
+                if let Some(blk) = acl_block {
+                    pool.alloc.blocks.free(blk, 1);
+                }
+                fail_ino(e)
+            })?;
         let mut b = pool.pm.batch();
         b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
         self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 });
@@ -216,7 +238,7 @@ impl<B: Backend> Namespace<B> {
             return Err(errno::EPERM);
         }
         let dir = self.enter(parent)?;
-        perm::check(cred, self.owner(parent), perm::W | perm::X)?;
+        self.may(parent, cred, perm::W | perm::X)?;
         let idx = self.index.pin();
         let key = KeyRef { parent, name };
         if idx.try_insert(key.owned(), Entry::creating()).is_err() {

@@ -3,6 +3,7 @@
 //! Every operation is synchronous and atomic, with one commit point each
 //! (docs/CONSISTENCY.md).
 
+pub mod acl;
 mod attr;
 pub mod cachelet;
 pub mod create;
@@ -15,6 +16,7 @@ mod readdir;
 mod remove;
 mod rename;
 mod usage;
+mod xattr;
 pub use evict::Entered;
 
 use std::sync::Arc;
@@ -167,7 +169,7 @@ impl<B: Backend> Namespace<B> {
     /// The entry `name` in directory `parent`, as the caller may see it.
     pub fn lookup(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<u64> {
         let _ = self.dir(parent)?;
-        perm::check(cred, self.owner(parent), perm::X)?;
+        self.may(parent, cred, perm::X)?;
         match name {
             b"." => return Ok(parent),
             b".." => return Ok(self.parent_of(parent)),

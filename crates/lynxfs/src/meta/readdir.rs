@@ -24,7 +24,7 @@ impl<B: Backend> Namespace<B> {
     /// Up to `max` entries of `dir` from `offset` on (0 starts with "." and "..").
     pub fn readdir(&self, dir: u64, offset: u64, max: usize, cred: &Cred) -> Result<Vec<DirEntry>> {
         let d = self.dir(dir)?;
-        perm::check(cred, self.owner(dir), perm::R)?;
+        self.may(dir, cred, perm::R)?;
         let mut out = Vec::new();
         let dt_dir = (libc::S_IFDIR >> 12) as u8;
         if offset == 0 && out.len() < max {

@@ -63,9 +63,9 @@ impl<B: Backend> Namespace<B> {
         check_name(name)?;
         let dir = self.enter(parent)?;
         let pown = self.owner(parent);
-        perm::check(cred, pown, perm::X)?;
+        self.may(parent, cred, perm::X)?;
         let e = self.claim_entry(parent, name).ok_or(errno::ENOENT)?;
-        if let Err(err) = perm::check(cred, pown, perm::W | perm::X) {
+        if let Err(err) = self.may(parent, cred, perm::W | perm::X) {
             self.unclaim(parent, name, e);
             return Err(err);
         }

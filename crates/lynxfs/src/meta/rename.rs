@@ -87,7 +87,7 @@ impl<B: Backend> Namespace<B> {
         self.dir(sp)?;
         self.dir(dp)?;
         for p in [sp, dp] {
-            perm::check(cred, self.owner(p), perm::W | perm::X)?;
+            self.may(p, cred, perm::W | perm::X)?;
         }
         let _serial = self.rename_lock.lock();
         // Both parents entered (once if they are one), before any name is looked at.
@@ -247,10 +247,10 @@ impl<B: Backend> Namespace<B> {
         // A directory changing parent rewrites its "..": that needs write access to it.
         if sp != dp {
             if src_dir {
-                perm::check(cred, self.owner(src.ino), perm::W)?;
+                self.may(src.ino, cred, perm::W)?;
             }
             if let Some(d) = dst.filter(|_| flags.exchange && dst_dir) {
-                perm::check(cred, self.owner(d.ino), perm::W)?;
+                self.may(d.ino, cred, perm::W)?;
             }
         }
         Ok(Plan {
