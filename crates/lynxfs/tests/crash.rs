@@ -157,7 +157,7 @@ fn two_threads_two_lanes() {
         forced += f;
         runs += n;
     }
-    eprintln!("two threads: {runs} schedules run, {forced} turns passed on a stuck thread");
+    eprintln!("two threads: {runs} schedules run, {forced} segments inserted for a thread that waited on a stuck one");
     finish("two threads, two lanes", &stats);
 }
 

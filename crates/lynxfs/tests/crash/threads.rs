@@ -4,8 +4,9 @@
 //! A scheduler ([`Turns`]) lets one thread run at a time and switches only at fences:
 //! a schedule is the list of which thread runs each fence-delimited segment, so every
 //! run is one deterministic interleaving. If the thread whose turn it is makes no
-//! progress for a while (it waits for a lock the other thread holds), the turn passes
-//! on; the run is then another real interleaving, counted as "forced".
+//! progress for a while (it waits for a lock the other thread holds), the waiting
+//! thread gets a segment inserted; the run is then another real interleaving, counted
+//! as "forced". A watchdog fails the test if a run still hangs.
 //!
 //! The recorded log (each event tagged with its thread; a fence makes only its own
 //! thread's flushes durable) gives crash points before every fence of either thread and
@@ -76,14 +77,16 @@ impl Turns {
         }
     }
 
-    /// Block until it is `me`'s turn.
+    /// Block until it is `me`'s turn. If the thread whose turn it is makes no progress
+    /// for `STUCK`, `me` gets a segment of its own inserted here (the other thread may
+    /// wait for a lock `me` holds).
     fn wait(&self, me: usize) {
         let mut st = self.st.lock();
         while st.owner() != me {
             let pos = st.pos;
             let timed_out = self.cv.wait_for(&mut st, STUCK).timed_out();
             if timed_out && st.pos == pos && st.owner() != me {
-                st.pos += 1;
+                st.schedule.insert(pos, me);
                 st.forced += 1;
                 self.cv.notify_all();
             }
@@ -113,6 +116,35 @@ impl Turns {
         st.done[me] = true;
         self.cv.notify_all();
     }
+}
+
+/// Marks a thread finished when dropped.
+struct Finished<'a>(&'a Turns, usize);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.finish(self.1);
+    }
+}
+
+/// Ends the process if a concurrent run takes longer than this (an engine deadlock):
+/// the test fails instead of hanging.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+/// Kill the process unless `f` returns within `WATCHDOG`.
+fn watched<R>(what: &str, f: impl FnOnce() -> R) -> R {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let what = what.to_string();
+    let dog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(WATCHDOG) {
+            eprintln!("crash checker: {what} hung for {WATCHDOG:?}; aborting");
+            std::process::exit(101);
+        }
+    });
+    let r = f();
+    drop(tx);
+    dog.join().expect("watchdog");
+    r
 }
 
 /// One thread's part: an operation, its instance number and its lane.
@@ -176,10 +208,12 @@ fn run(parts: [Part; 2], schedule: Vec<usize>) -> Run {
                 sc.spawn(move || {
                     lane::pin(Some(p.lane));
                     WHO.with(|w| w.set(Some(me)));
+                    // Finished even if the operation panics, so the other thread
+                    // is not left waiting for its turn.
+                    let _done = Finished(turns, me);
                     turns.wait(me);
                     let r = (p.op.run)(c, p.i);
                     let at = rec.len();
-                    turns.finish(me);
                     assert!(r.is_ok(), "{} failed: {r:?}", p.op.name);
                     at
                 })
@@ -258,7 +292,7 @@ pub fn run_concurrent(parts: [Part; 2], random: usize, cfg: &Config) -> (Stats, 
     let mut judge: Option<Judge> = None;
     let mut forced = 0;
     for schedule in scheds {
-        let r = run(parts, schedule.clone());
+        let r = watched(name, || run(parts, schedule.clone()));
         forced += r.forced;
         let sched: String = schedule
             .iter()
