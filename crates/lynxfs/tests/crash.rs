@@ -29,7 +29,7 @@
 //! Run: `cargo test -p lynxfs --profile ci --test crash -- --nocapture` (prints one
 //! table per test: per operation type, the workloads, crash points, images judged,
 //! distinct images opened, images using an in-between value, images whose recovery was
-//! crashed, the images those crashes left, and violations); about three minutes.
+//! crashed, the images those crashes left, and violations); about 80 s of CPU.
 //! `LYNXFS_LONG=1` samples 2,000 choices per crash point, pairs every operation with
 //! every other, runs 200 triples and crashes the recovery of every image whose recovery
 //! does work (hours). `LYNXFS_CRASH_ONLY=name` limits the single-operation test to the

@@ -279,3 +279,30 @@ impl Drop for Mapping {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(m: &Mapping) -> Vec<u8> {
+        // SAFETY: the mapping is `len` bytes of readable memory this test owns.
+        unsafe { std::slice::from_raw_parts(m.base(), m.len()) }.to_vec()
+    }
+
+    #[test]
+    fn a_reused_image_mapping_shows_only_the_new_image() {
+        let a = vec![0xAAu8; 64 << 10];
+        let b: Vec<u8> = (0..64 << 10).map(|i| i as u8).collect();
+        let first = Mapping::anonymous_copy(&a).unwrap();
+        let base = first.base();
+        drop(first);
+        let second = Mapping::anonymous_copy(&b).unwrap();
+        assert_eq!(second.base(), base, "the spare was reused");
+        assert_eq!(bytes(&second), b);
+        // A zeroed mapping never comes from the spares.
+        drop(second);
+        assert!(bytes(&Mapping::anonymous(64 << 10).unwrap())
+            .iter()
+            .all(|&x| x == 0));
+    }
+}
