@@ -1,24 +1,39 @@
-//! The crash-state checker (issue 5).
+//! The crash-state checker (issues 5 and 11).
 //!
 //! Each workload builds a small tree on an in-memory pool with the recording backend,
 //! snapshots the image, then runs one operation (or a pair, or a triple) while every
-//! store, flush and fence is logged. Replaying the log over the snapshot gives the
-//! crash images: at the start of each operation, just before every fence and after the
-//! call returns, the durable image plus any subset of the 8-byte units written but not
-//! yet durable (all subsets up to 12 such units, else "none", "all" and at least 1,000
-//! more). Each image is opened (recovery runs) and must show the state before or after
-//! the operation in flight, with every earlier operation included (after a call
-//! returns, only the state after it is allowed); recovery and `fsck::check` must report
-//! no problems; link counts, block ownership and the allocators must agree with the
-//! names found; and (for "none", "all" and every 8th image, as mapping a pool is what
-//! an image costs) a clean close and reopen must show the same state again.
+//! store, flush and fence is logged with its thread. Replaying the log over the
+//! snapshot gives the crash images: at the start of each operation, just before every
+//! fence and after the call returns, the durable image plus, for each 8-byte unit
+//! stored to since it was last durable, its durable value, its latest value or any
+//! value it held in between (a fence makes durable only its own thread's flushes).
+//! Every combination is tried up to 4,096 of them, else "none", "all" and at least
+//! 1,000 more, with each in-between value alone and with all else latest. Each image is
+//! opened (recovery runs) and must show the state before or after the operation in
+//! flight, with every earlier operation included (after a call returns, only the state
+//! after it is allowed); recovery and `fsck::check` must report no problems; link
+//! counts, block ownership and the allocators must agree with the names found; and
+//! (for "none", "all" and every 8th image, as mapping a pool is what an image costs) a
+//! clean close and reopen must show the same state again.
+//!
+//! Recovery is crashed too: of the images whose recovery wrote more than the
+//! superblock, a seeded uniform sample per workload (6; 12 per thread pair) has its
+//! recovery log replayed the same way; each image a crash during recovery can leave is
+//! recovered again and must give exactly the state of the uninterrupted recovery.
+//!
+//! `two_threads_two_lanes` runs pairs of operations on two threads pinned to two lanes
+//! of a two-lane pool, interleaved at fence granularity by a deterministic schedule
+//! (see `crash/threads.rs`); each crash image must show each operation done or not,
+//! and done once its call returned.
 //!
 //! Run: `cargo test -p lynxfs --profile ci --test crash -- --nocapture` (prints one
 //! table per test: per operation type, the workloads, crash points, images judged,
-//! distinct images opened and violations); about two to three minutes of CPU.
-//! `LYNXFS_LONG=1` samples 2,000 subsets per crash point, pairs every operation with
-//! every other and runs 200 triples (an hour or more). `LYNXFS_CRASH_ONLY=name` limits
-//! the single-operation test to the workloads whose name contains `name`.
+//! distinct images opened, images using an in-between value, images whose recovery was
+//! crashed, the images those crashes left, and violations); about 80 s of CPU.
+//! `LYNXFS_LONG=1` samples 2,000 choices per crash point, pairs every operation with
+//! every other, runs 200 triples and crashes the recovery of every image whose recovery
+//! does work (hours). `LYNXFS_CRASH_ONLY=name` limits the single-operation test to the
+//! workloads whose name contains `name`.
 //!
 //! Pairs and triples start from the same tree as the single-operation workloads, so
 //! their first step's crash points are those already checked alone; only the later
@@ -33,10 +48,16 @@ mod replay;
 #[path = "crash/state.rs"]
 mod state;
 
-use check::{long, run_workload, Config, Stats};
-use lynxfs::pmem::Event;
+#[path = "crash/threads.rs"]
+mod threads;
+
+use std::thread::ThreadId;
+
+use check::{long, run_workload, Config, Judge, Stats};
+use lynxfs::pmem::{Event, Tagged};
 use ops::{all_ops, find, Op, PAIR_SET};
-use replay::{subsets, Replay, Rng};
+use replay::{choices, subsets, InFlight, Replay, Rng, DURABLE, LATEST, MID};
+use threads::{run_concurrent, Part};
 
 /// Operations that only mean something after "unlink-open"; they run in its sequence.
 const ORPHAN_STEPS: &[&str] = &["unlink-open", "write-orphan", "close-orphan"];
@@ -112,23 +133,80 @@ fn random_triples() {
     finish("random triples", &stats);
 }
 
+/// Two operations on two threads and two lanes, interleaved at fence granularity
+/// under every nesting schedule and a few seeded shuffles (see `crash/threads.rs`).
+#[test]
+fn two_threads_two_lanes() {
+    let cfg = Config {
+        exhaustive_max: 8,
+        samples: 128,
+        recrash_images: if long() { usize::MAX } else { 12 },
+        ..Config::from_env()
+    };
+    let ops = all_ops();
+    let part = |name: &str, i: usize, lane: u32| Part {
+        op: find(&ops, name),
+        i,
+        lane,
+    };
+    let mut stats = Stats::default();
+    let (mut forced, mut runs) = (0, 0);
+    for [a, b] in THREAD_PAIRS {
+        let (st, f, n) = run_concurrent([part(a, 0, 0), part(b, 1, 1)], 4, &cfg);
+        stats.merge(st);
+        forced += f;
+        runs += n;
+    }
+    eprintln!("two threads: {runs} schedules run, {forced} segments inserted for a thread that waited on a stuck one");
+    finish("two threads, two lanes", &stats);
+}
+
+/// Pairs that touch one directory, one inode's link count, two journals, or nothing
+/// in common.
+const THREAD_PAIRS: &[[&str; 2]] = &[
+    ["create", "create"],
+    ["mkdir", "unlink"],
+    ["link", "unlink-hardlinked"],
+    ["rename-over-file", "setxattr-new"],
+    ["write-append", "write-overwrite"],
+    ["chmod", "truncate-tree"],
+];
+
 // ---- the checker checks itself ----
 
-fn store(off: u64, v: u64) -> Event {
-    Event::Store {
-        off,
-        bytes: v.to_le_bytes().to_vec(),
-    }
+fn on(thread: ThreadId, event: Event) -> Tagged {
+    Tagged { thread, event }
+}
+
+fn store(t: ThreadId, off: u64, v: u64) -> Tagged {
+    on(
+        t,
+        Event::Store {
+            off,
+            bytes: v.to_le_bytes().to_vec(),
+        },
+    )
+}
+
+fn flush(t: ThreadId, off: u64) -> Tagged {
+    on(t, Event::Flush { off, len: 8 })
+}
+
+fn other_thread() -> ThreadId {
+    std::thread::spawn(|| std::thread::current().id())
+        .join()
+        .unwrap()
 }
 
 #[test]
 fn replay_durability_model() {
+    let me = std::thread::current().id();
     let mut r = Replay::new(vec![0u8; 64]);
-    r.apply(&store(0, 1));
-    r.apply(&Event::Flush { off: 0, len: 8 });
-    r.apply(&store(8, 2)); // never flushed
+    r.apply(&store(me, 0, 1));
+    r.apply(&flush(me, 0));
+    r.apply(&store(me, 8, 2)); // never flushed
     assert_eq!(r.in_flight().len(), 2, "nothing is durable before a fence");
-    r.apply(&Event::Fence);
+    r.apply(&on(me, Event::Fence));
     let fl = r.in_flight();
     assert_eq!(fl.len(), 1, "the flushed store became durable");
     assert_eq!(
@@ -138,22 +216,25 @@ fn replay_durability_model() {
     assert_eq!(r.durable()[0], 1);
     // Flushed, then stored again before the fence: the flushed value becomes durable,
     // the newer one is still in flight.
-    r.apply(&store(16, 3));
-    r.apply(&Event::Flush { off: 16, len: 8 });
-    r.apply(&store(16, 4));
-    r.apply(&Event::Fence);
+    r.apply(&store(me, 16, 3));
+    r.apply(&flush(me, 16));
+    r.apply(&store(me, 16, 4));
+    r.apply(&on(me, Event::Fence));
     assert_eq!(r.durable()[16], 3);
     assert!(r
         .in_flight()
         .iter()
-        .any(|f| f.unit == 2 && f.latest[0] == 4));
-    // A partial store touches only its unit; subsets are built and undone in place.
-    r.apply(&Event::Store {
-        off: 33,
-        bytes: vec![9, 9],
-    });
+        .any(|f| f.unit == 2 && f.latest[0] == 4 && f.mid.is_empty()));
+    // A partial store touches only its unit; images are built and undone in place.
+    r.apply(&on(
+        me,
+        Event::Store {
+            off: 33,
+            bytes: vec![9, 9],
+        },
+    ));
     let fl = r.in_flight();
-    let all = vec![true; fl.len()];
+    let all = vec![LATEST; fl.len()];
     let print_all = r.print_with(&fl, &all);
     let img = r.with_image(&fl, &all, |img| img.to_vec());
     assert_eq!(img, r.current());
@@ -164,6 +245,46 @@ fn replay_durability_model() {
     assert_ne!(r.durable(), r.current(), "with_image undid its changes");
 }
 
+/// A unit flushed with one value and overwritten before the fence may hold the value
+/// in between after a crash, even when its latest value equals the durable one.
+#[test]
+fn replay_in_between_values() {
+    let me = std::thread::current().id();
+    let mut r = Replay::new(vec![0u8; 64]);
+    r.apply(&store(me, 0, 5));
+    r.apply(&flush(me, 0));
+    r.apply(&store(me, 0, 6));
+    r.apply(&store(me, 0, 0));
+    let fl = r.in_flight();
+    assert_eq!(fl.len(), 1, "back at its durable value, still in flight");
+    assert_eq!(fl[0].mid.len(), 2, "{:?}", fl[0].mid);
+    assert_eq!(fl[0].value(MID)[0], 5);
+    let img = r.with_image(&fl, &[MID + 1], |img| img.to_vec());
+    assert_eq!(img[0], 6);
+    // The fence makes the flushed 5 durable; only the later values stay possible.
+    r.apply(&on(me, Event::Fence));
+    assert_eq!(r.durable()[0], 5);
+    let fl = r.in_flight();
+    assert_eq!(
+        (fl[0].latest[0], fl[0].mid.clone()),
+        (0, vec![[6, 0, 0, 0, 0, 0, 0, 0]])
+    );
+}
+
+/// A fence orders only its own thread's flushes.
+#[test]
+fn replay_fences_are_per_thread() {
+    let (me, them) = (std::thread::current().id(), other_thread());
+    let mut r = Replay::new(vec![0u8; 64]);
+    r.apply(&store(them, 0, 7));
+    r.apply(&flush(them, 0));
+    r.apply(&on(me, Event::Fence));
+    assert_eq!(r.durable()[0], 0, "another thread's fence");
+    r.apply(&on(them, Event::Fence));
+    assert_eq!(r.durable()[0], 7, "its own fence");
+    assert!(r.in_flight().is_empty());
+}
+
 #[test]
 fn subset_counts() {
     let mut rng = Rng::new(1);
@@ -172,6 +293,26 @@ fn subset_counts() {
     let s = subsets(500, 12, 1000, &mut rng);
     assert!(s.len() >= 1000, "{} subsets", s.len());
     assert!(s.contains(&vec![false; 500]) && s.contains(&vec![true; 500]));
+    // With in-between values: every combination while few, else each such value
+    // alone and with everything else latest.
+    let unit = |mid: usize| InFlight {
+        unit: 0,
+        durable: [0; 8],
+        latest: [1; 8],
+        mid: (0..mid).map(|k| [k as u8 + 2; 8]).collect(),
+    };
+    let fl = vec![unit(1), unit(0), unit(2)];
+    assert_eq!(choices(&fl, 12, 1000, &mut rng).len(), 3 * 2 * 4);
+    let mut many: Vec<InFlight> = (0..20).map(|_| unit(0)).collect();
+    many[7] = unit(3);
+    let ch = choices(&many, 12, 100, &mut rng);
+    for k in 0..3 {
+        for rest in [DURABLE, LATEST] {
+            let mut c = vec![rest; 20];
+            c[7] = MID + k;
+            assert!(ch.contains(&c), "value {k} with the rest at {rest}");
+        }
+    }
 }
 
 /// A "rename" made of a link and an unlink is not atomic: the checker must see the
@@ -211,4 +352,98 @@ fn checker_catches_a_missing_fence() {
     let st = run_workload("lazy", &[(lazy, 0)], 0, &Config::from_env());
     assert!(st.total_violations > 0, "the missing fence went unnoticed");
     assert!(st.violations[0].point.contains("returned"));
+}
+
+fn size_word(c: &ops::Ctx) -> lynxfs::Result<u64> {
+    let ino = c.s().stat("/d2/g")?.ino;
+    Ok(c.fs.pool().layout.inode_addr(ino) + lynxfs::format::inode::SIZE)
+}
+
+/// A word flushed with a wrong value and put back before the fence can be on the media
+/// after a crash: the checker must try that value.
+#[test]
+fn checker_catches_an_in_between_value() {
+    let flicker = Op {
+        name: "size-flicker",
+        run: |c, _| {
+            let at = size_word(c)?;
+            let pm = &c.fs.pool().pm;
+            let old = pm.load_u64(at);
+            let mut b = pm.batch();
+            b.write_u64(at, 10).write_u64(at, old);
+            let _ = b.persist();
+            Ok(())
+        },
+        times: false,
+    };
+    let st = run_workload("flicker", &[(flicker, 0)], 0, &Config::from_env());
+    assert!(
+        st.total_violations > 0,
+        "the in-between value went unnoticed"
+    );
+    assert!(
+        st.violations[0].subset.contains("in-between"),
+        "{}",
+        st.report(3)
+    );
+}
+
+/// A flush fenced by another thread is not durable: the checker must say so.
+#[test]
+fn checker_catches_a_fence_on_the_wrong_thread() {
+    let wrong = Op {
+        name: "other-thread-flush",
+        run: |c, _| {
+            let at = size_word(c)?;
+            let pm = &c.fs.pool().pm;
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    let mut b = pm.batch();
+                    b.write_u64(at, 10);
+                    b.flushed();
+                });
+            });
+            let _ = pm.fence();
+            Ok(())
+        },
+        times: false,
+    };
+    let st = run_workload("wrong", &[(wrong, 0)], 0, &Config::from_env());
+    assert!(
+        st.total_violations > 0,
+        "the other thread's flush counted as fenced"
+    );
+    assert!(st.violations[0].point.contains("returned"));
+}
+
+/// A recovery step whose interruption a second recovery does not repair (here: a
+/// word set to a wrong value, fenced, then set back) must be caught by crashing
+/// recovery at its fences.
+#[test]
+fn checker_catches_a_recovery_that_is_not_rerunnable() {
+    let (fs, _rec) = check::fresh_pool(1);
+    let c = ops::Ctx::new(&fs);
+    ops::setup(&c);
+    let at = size_word(&c).unwrap();
+    let img = fs.pool().pm.snapshot();
+    drop(c);
+    fs.pool().crash_in_place();
+    let (st, mut log) = state::examine(&img, false).unwrap();
+    let me = std::thread::current().id();
+    let old = u64::from_le_bytes(img[at as usize..at as usize + 8].try_into().unwrap());
+    let detour = [
+        store(me, at, 10),
+        flush(me, at),
+        on(me, Event::Fence),
+        store(me, at, old),
+        flush(me, at),
+        on(me, Event::Fence),
+    ];
+    log.splice(0..0, detour);
+    let cfg = Config::from_env();
+    let mut j = Judge::new("detour", fs.pool().layout, &cfg, vec![st.clone()], false);
+    j.check_recovery(&img, log, &st);
+    let stats = j.crash_recoveries();
+    assert!(stats.total_violations > 0, "the detour went unnoticed");
+    assert!(stats.violations[0].what.contains("recovery run again"));
 }

@@ -104,10 +104,23 @@ pub enum Event {
     Fence,
 }
 
-/// Tests: logs every store (with its bytes), flush and fence, in program order.
+/// One event and the thread that made it: a fence orders only its own thread's
+/// flushes, so the crash checker needs to know whose flush a fence covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tagged {
+    pub thread: std::thread::ThreadId,
+    pub event: Event,
+}
+
+/// Called by [`RecordingBackend`] after it records a fence (see `set_fence_hook`).
+pub type FenceHook = Arc<dyn Fn() + Send + Sync>;
+
+/// Tests: logs every store (with its bytes), flush and fence, in program order, each
+/// tagged with its thread.
 #[derive(Clone, Default)]
 pub struct RecordingBackend {
-    log: Arc<Mutex<Vec<Event>>>,
+    log: Arc<Mutex<Vec<Tagged>>>,
+    hook: Arc<Mutex<Option<FenceHook>>>,
 }
 
 impl RecordingBackend {
@@ -116,6 +129,10 @@ impl RecordingBackend {
     }
     /// Take the events recorded so far, leaving the log empty.
     pub fn take(&self) -> Vec<Event> {
+        self.take_tagged().into_iter().map(|t| t.event).collect()
+    }
+    /// Take the events recorded so far with their threads, leaving the log empty.
+    pub fn take_tagged(&self) -> Vec<Tagged> {
         std::mem::take(&mut *self.log.lock())
     }
     pub fn len(&self) -> usize {
@@ -124,23 +141,40 @@ impl RecordingBackend {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Run `hook` on the fencing thread after each recorded fence (or stop, with
+    /// `None`): the crash checker's scheduler uses it to interleave two threads'
+    /// operations at fence granularity.
+    pub fn set_fence_hook(&self, hook: Option<FenceHook>) {
+        *self.hook.lock() = hook;
+    }
+    fn record(&self, event: Event) {
+        self.log.lock().push(Tagged {
+            thread: std::thread::current().id(),
+            event,
+        });
+    }
 }
 
 impl Backend for RecordingBackend {
     fn stored(&self, off: u64, bytes: &[u8]) {
-        self.log.lock().push(Event::Store {
+        self.record(Event::Store {
             off,
             bytes: bytes.to_vec(),
         });
     }
     fn flush(&self, _addr: *const u8, off: u64, len: usize) {
-        self.log.lock().push(Event::Flush {
+        self.record(Event::Flush {
             off,
             len: len as u64,
         });
     }
     fn fence(&self) {
-        self.log.lock().push(Event::Fence);
+        self.record(Event::Fence);
+        // Cloned out of the lock: the hook may block until another thread's turn.
+        let hook = self.hook.lock().clone();
+        if let Some(h) = hook {
+            h();
+        }
     }
     fn name(&self) -> String {
         "recording".into()

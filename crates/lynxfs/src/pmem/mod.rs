@@ -13,7 +13,7 @@ mod map;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub use backend::{Backend, Event, MsyncBackend, PmemBackend, RecordingBackend};
+pub use backend::{Backend, Event, FenceHook, MsyncBackend, PmemBackend, RecordingBackend, Tagged};
 pub use map::{dax_supported, flushes_suffice, on_tmpfs, MapMode, Mapping};
 
 /// Proof that a fence completed after some set of flushes.
@@ -44,11 +44,7 @@ impl<B: Backend> Pm<B> {
     /// A pool in fresh anonymous memory holding a copy of `img`: the state a machine
     /// would find after a power cut. Building it is not a write to a live pool.
     pub fn from_image(img: &[u8], backend: B) -> crate::Result<Self> {
-        let map = Mapping::anonymous(img.len())?;
-        // SAFETY: the mapping was just created with `img.len()` bytes and nothing else
-        // refers to it yet; `img` is a separate buffer.
-        unsafe { std::ptr::copy_nonoverlapping(img.as_ptr(), map.base(), img.len()) };
-        Ok(Self::new(map, backend))
+        Ok(Self::new(Mapping::anonymous_copy(img)?, backend))
     }
 
     pub fn len(&self) -> u64 {

@@ -2,14 +2,14 @@
 //! image, and judge every crash image against the states captured at operation
 //! boundaries.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use lynxfs::format::Layout;
-use lynxfs::pmem::{Event, RecordingBackend};
+use lynxfs::pmem::{Event, RecordingBackend, Tagged};
 use lynxfs::{Fs, MkfsOptions};
 
 use super::ops::{setup, Ctx, Op};
-use super::replay::{subsets, InFlight, Replay, Rng};
+use super::replay::{choices, Choice, InFlight, Replay, Rng, DURABLE, MID};
 use super::state::{capture, examine, invariants, State};
 
 #[derive(Clone, Copy, Debug)]
@@ -19,6 +19,9 @@ pub struct Config {
     /// Subsets tried beyond "none" and "all" above that.
     pub samples: usize,
     pub seed: u64,
+    /// Crash images per workload whose recovery is itself crashed (at every fence of
+    /// recovery, with up to `2^6` in-flight choices each, else 24 sampled).
+    pub recrash_images: usize,
 }
 
 impl Config {
@@ -29,6 +32,7 @@ impl Config {
             exhaustive_max: 12,
             samples: if long { 2000 } else { 1000 },
             seed: 0x1f5_c0de,
+            recrash_images: if long { usize::MAX } else { 6 },
         }
     }
 }
@@ -47,7 +51,40 @@ pub struct OpStats {
     pub images: u64,
     /// Distinct images opened and examined (the rest were the same bytes again).
     pub opened: u64,
+    /// Images with some unit at an in-between value (neither durable nor latest).
+    pub mid: u64,
+    /// Crash images whose recovery was crashed and run again.
+    pub recrashed: u64,
+    /// Images left by a crash during recovery, recovered again and compared.
+    pub rec_images: u64,
     pub violations: u64,
+}
+
+impl OpStats {
+    fn add(&mut self, v: &OpStats) {
+        self.workloads += v.workloads;
+        self.points += v.points;
+        self.images += v.images;
+        self.opened += v.opened;
+        self.mid += v.mid;
+        self.recrashed += v.recrashed;
+        self.rec_images += v.rec_images;
+        self.violations += v.violations;
+    }
+    fn row(&self, name: &str) -> String {
+        format!(
+            "{:<26} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10}\n",
+            name,
+            self.workloads,
+            self.points,
+            self.images,
+            self.opened,
+            self.mid,
+            self.recrashed,
+            self.rec_images,
+            self.violations
+        )
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -70,12 +107,7 @@ pub struct Stats {
 impl Stats {
     pub fn merge(&mut self, o: Stats) {
         for (k, v) in o.per_op {
-            let e = self.per_op.entry(k).or_default();
-            e.workloads += v.workloads;
-            e.points += v.points;
-            e.images += v.images;
-            e.opened += v.opened;
-            e.violations += v.violations;
+            self.per_op.entry(k).or_default().add(&v);
         }
         self.total_violations += o.total_violations;
         self.violations.extend(o.violations);
@@ -89,27 +121,23 @@ impl Stats {
         }
     }
 
+    /// Everything summed.
+    pub fn total(&self) -> OpStats {
+        let mut tot = OpStats::default();
+        self.per_op.values().for_each(|v| tot.add(v));
+        tot
+    }
+
     pub fn table(&self, title: &str) -> String {
         let mut s = format!(
-            "\n== crash checker: {title} ==\n{:<26} {:>9} {:>7} {:>9} {:>9} {:>10}\n",
-            "operation", "workloads", "points", "images", "opened", "violations"
+            "\n== crash checker: {title} ==\n{:<26} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10}\n",
+            "operation", "workloads", "points", "images", "opened", "mid", "recrashed", "rec-imgs",
+            "violations"
         );
-        let mut tot = OpStats::default();
         for (k, v) in &self.per_op {
-            s += &format!(
-                "{:<26} {:>9} {:>7} {:>9} {:>9} {:>10}\n",
-                k, v.workloads, v.points, v.images, v.opened, v.violations
-            );
-            tot.workloads += v.workloads;
-            tot.points += v.points;
-            tot.images += v.images;
-            tot.opened += v.opened;
-            tot.violations += v.violations;
+            s += &v.row(k);
         }
-        s += &format!(
-            "{:<26} {:>9} {:>7} {:>9} {:>9} {:>10}\n",
-            "TOTAL", tot.workloads, tot.points, tot.images, tot.opened, tot.violations
-        );
+        s += &self.total().row("TOTAL");
         s
     }
 
@@ -163,39 +191,305 @@ pub fn region(l: &Layout, off: u64) -> String {
     }
 }
 
-fn describe_subset(l: &Layout, fl: &[InFlight], s: &[bool]) -> String {
-    let on = s.iter().filter(|&&x| x).count();
-    let (word, pick) = if on <= fl.len() - on {
-        ("reached the media", true)
+/// Which in-flight units an image took past their durable value (for reports).
+fn describe_choice(l: &Layout, fl: &[InFlight], c: &[Choice]) -> String {
+    let on = c.iter().filter(|&&x| x != DURABLE).count();
+    let (word, pick): (&str, fn(Choice) -> bool) = if on <= fl.len() - on {
+        ("reached the media", |x| x != DURABLE)
     } else {
-        ("did NOT reach the media", false)
+        ("did NOT reach the media", |x| x == DURABLE)
     };
-    let list: Vec<String> = fl
-        .iter()
-        .zip(s)
-        .filter(|(_, &x)| x == pick)
-        .take(8)
-        .map(|(f, _)| region(l, f.off()))
-        .collect();
-    let more = if fl.iter().zip(s).filter(|(_, &x)| x == pick).count() > 8 {
-        " ..."
+    let list = |keep: &dyn Fn(Choice) -> bool| -> String {
+        let names: Vec<String> = fl
+            .iter()
+            .zip(c)
+            .filter(|(_, &x)| keep(x))
+            .map(|(f, _)| region(l, f.off()))
+            .collect();
+        let more = if names.len() > 8 { " ..." } else { "" };
+        format!("{}{more}", names[..names.len().min(8)].join(" "))
+    };
+    let mid = list(&|x| x >= MID);
+    let mid = if mid.is_empty() {
+        String::new()
     } else {
-        ""
+        format!("; at an in-between value: {mid}")
     };
     format!(
-        "{on} of {} in-flight units reached the media; {word}: {}{more}",
+        "{on} of {} in-flight units reached the media; {word}: {}{mid}",
         fl.len(),
-        list.join(" ")
+        list(&pick)
     )
 }
 
-/// A fresh in-memory pool holding the starting tree, with its recorder.
-pub fn fresh() -> (Fs<RecordingBackend>, RecordingBackend) {
+/// A fresh in-memory pool with `lanes` lanes holding nothing, with its recorder.
+pub fn fresh_pool(lanes: u32) -> (Fs<RecordingBackend>, RecordingBackend) {
     let rec = RecordingBackend::new();
     let mut o = MkfsOptions::new(POOL);
-    o.lanes = 1;
+    o.lanes = lanes;
     let fs = Fs::in_memory(&o, rec.clone()).expect("in-memory pool");
     (fs, rec)
+}
+
+/// True when recovery's log changed more than the superblock (crashing such a
+/// recovery can leave an image the crash image itself is not).
+fn recovery_did_work(l: &Layout, log: &[Tagged]) -> bool {
+    log.iter()
+        .any(|t| matches!(t.event, Event::Store { off, .. } if off >= l.journal_off))
+}
+
+/// A crash image kept for crashing its recovery, and where it came from.
+struct Kept {
+    img: Vec<u8>,
+    log: Vec<Tagged>,
+    state: State,
+    op: &'static str,
+    step: usize,
+    point: String,
+    subset: String,
+}
+
+/// Judges one workload's crash images against the states captured at its operation
+/// boundaries, remembering each distinct image's outcome.
+pub struct Judge<'c> {
+    name: String,
+    layout: Layout,
+    cfg: &'c Config,
+    states: Vec<State>,
+    times: bool,
+    cache: HashMap<u64, Result<State, String>>,
+    rng: Rng,
+    /// A uniform sample (reservoir) of the images whose recovery did work.
+    kept: Vec<Kept>,
+    candidates: usize,
+    /// Compare inode numbers only as "which names share an inode".
+    relabel: bool,
+    pub stats: Stats,
+}
+
+impl<'c> Judge<'c> {
+    pub fn new(
+        name: &str,
+        layout: Layout,
+        cfg: &'c Config,
+        states: Vec<State>,
+        times: bool,
+    ) -> Self {
+        let seed = name
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+        Judge {
+            name: name.into(),
+            layout,
+            cfg,
+            states,
+            times,
+            cache: HashMap::new(),
+            rng: Rng::new(cfg.seed ^ seed),
+            kept: Vec::new(),
+            candidates: 0,
+            relabel: false,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Judge every image the replay allows now: each must recover to one of the
+    /// states `window` names.
+    pub fn point(
+        &mut self,
+        rp: &mut Replay,
+        step: usize,
+        op: &'static str,
+        point: String,
+        window: &[usize],
+    ) {
+        let fl = rp.in_flight();
+        let chs = choices(
+            &fl,
+            self.cfg.exhaustive_max,
+            self.cfg.samples,
+            &mut self.rng,
+        );
+        let e = self.stats.per_op.entry(op).or_default();
+        e.points += 1;
+        e.images += chs.len() as u64;
+        e.mid += chs.iter().filter(|c| c.iter().any(|&x| x >= MID)).count() as u64;
+        for c in &chs {
+            let print = rp.print_with(&fl, c);
+            if !self.cache.contains_key(&print) {
+                let e = self.stats.per_op.entry(op).or_default();
+                e.opened += 1;
+                // The clean close and reopen doubles the cost of an image (mapping a
+                // pool is what costs): do it for "none", "all" and every 8th image.
+                let ends = c.iter().all(|&x| x == DURABLE) || c.iter().all(|&x| x != DURABLE);
+                let reopen = ends || e.opened.is_multiple_of(8);
+                let outcome = rp.with_image(&fl, c, |img| {
+                    examine(img, reopen).map(|(st, log)| {
+                        if recovery_did_work(&self.layout, &log) {
+                            let subset = describe_choice(&self.layout, &fl, c);
+                            self.keep(img, log, &st, op, step, &point, subset);
+                        }
+                        st
+                    })
+                });
+                self.cache.insert(print, outcome);
+            }
+            let what = match &self.cache[&print] {
+                Ok(st) => {
+                    let st = if self.relabel {
+                        st.relabeled()
+                    } else {
+                        st.clone()
+                    };
+                    if window.iter().any(|&w| st.same(&self.states[w], self.times)) {
+                        continue;
+                    }
+                    window
+                        .iter()
+                        .map(|&w| {
+                            format!(
+                                "state is not the one after {w} step(s): {}",
+                                st.diff(&self.states[w])
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n  ")
+                }
+                Err(e) => e.clone(),
+            };
+            let subset = describe_choice(&self.layout, &fl, c);
+            self.violation(step, op, point.clone(), subset, what);
+        }
+    }
+
+    /// From now on, judge states by which names share an inode, not by the numbers
+    /// (two threads' allocations depend on their order).
+    pub fn compare_inodes_by_names(&mut self) {
+        self.relabel = true;
+        self.states = self.states.iter().map(State::relabeled).collect();
+    }
+
+    /// The `k`th captured state.
+    pub fn state(&self, k: usize) -> &State {
+        &self.states[k]
+    }
+
+    pub fn violation(
+        &mut self,
+        step: usize,
+        op: &'static str,
+        point: String,
+        subset: String,
+        what: String,
+    ) {
+        self.stats.violation(Violation {
+            workload: self.name.clone(),
+            step,
+            op,
+            point,
+            subset,
+            what,
+        });
+    }
+
+    /// Reservoir sampling: each image whose recovery did work is equally likely to be
+    /// among the `recrash_images` kept.
+    #[allow(clippy::too_many_arguments)]
+    fn keep(
+        &mut self,
+        img: &[u8],
+        log: Vec<Tagged>,
+        st: &State,
+        op: &'static str,
+        step: usize,
+        point: &str,
+        subset: String,
+    ) {
+        self.candidates += 1;
+        let slot = if self.kept.len() < self.cfg.recrash_images {
+            self.kept.len()
+        } else {
+            self.rng.below(self.candidates as u64) as usize
+        };
+        if slot >= self.cfg.recrash_images {
+            return;
+        }
+        let k = Kept {
+            img: img.to_vec(),
+            log,
+            state: st.clone(),
+            op,
+            step,
+            point: point.into(),
+            subset,
+        };
+        if slot == self.kept.len() {
+            self.kept.push(k);
+        } else {
+            self.kept[slot] = k;
+        }
+    }
+
+    /// Crash the recovery of `img` (which `log` recorded and which gave `state`) too,
+    /// whatever the sampling kept.
+    pub fn check_recovery(&mut self, img: &[u8], log: Vec<Tagged>, state: &State) {
+        self.kept.push(Kept {
+            img: img.to_vec(),
+            log,
+            state: state.clone(),
+            op: "given",
+            step: 0,
+            point: "given image".into(),
+            subset: "-".into(),
+        });
+    }
+
+    /// Crash the recovery of every kept image at each of its fences (and once it has
+    /// returned), recover that image again and require exactly the state the
+    /// uninterrupted recovery gave.
+    pub fn crash_recoveries(mut self) -> Stats {
+        for k in std::mem::take(&mut self.kept) {
+            self.stats.per_op.entry(k.op).or_default().recrashed += 1;
+            let mut rp = Replay::new(k.img.clone());
+            let mut seen: HashSet<u64> = HashSet::from([rp.print_with(&[], &[])]);
+            let mut fences = 0;
+            for ev in &k.log {
+                if ev.event == Event::Fence {
+                    let at = format!("before recovery fence {fences} of {}", k.log.len());
+                    self.recovery_point(&mut rp, &mut seen, &k, at);
+                    fences += 1;
+                }
+                rp.apply(ev);
+            }
+            self.recovery_point(&mut rp, &mut seen, &k, "after recovery returned".into());
+        }
+        self.stats
+    }
+
+    fn recovery_point(&mut self, rp: &mut Replay, seen: &mut HashSet<u64>, k: &Kept, at: String) {
+        let fl = rp.in_flight();
+        for c in choices(&fl, 6, 24, &mut self.rng) {
+            if !seen.insert(rp.print_with(&fl, &c)) {
+                continue;
+            }
+            self.stats.per_op.entry(k.op).or_default().rec_images += 1;
+            let what = match rp.with_image(&fl, &c, |img| examine(img, false)) {
+                Ok((st, _)) if st.same(&k.state, true) => continue,
+                Ok((st, _)) => format!(
+                    "recovery run again gives another state than the uninterrupted one: {}",
+                    st.diff(&k.state)
+                ),
+                Err(e) => format!("recovery run again: {e}"),
+            };
+            let point = format!("{}; recovery crashed {at}", k.point);
+            let subset = format!(
+                "{}; in recovery: {}",
+                k.subset,
+                describe_choice(&self.layout, &fl, &c)
+            );
+            self.violation(k.step, k.op, point, subset, what);
+        }
+    }
 }
 
 /// Run `steps` after the standard setup and check every crash image they allow.
@@ -203,8 +497,7 @@ pub fn fresh() -> (Fs<RecordingBackend>, RecordingBackend) {
 /// Crash points of the steps before `from` are not judged (a sequence's first step
 /// from the same start is the single-operation workload, already checked).
 pub fn run_workload(name: &str, steps: &[(Op, usize)], from: usize, cfg: &Config) -> Stats {
-    let mut stats = Stats::default();
-    let (fs, rec) = fresh();
+    let (fs, rec) = fresh_pool(1);
     let layout = fs.pool().layout;
     let c = Ctx::new(&fs);
     setup(&c);
@@ -213,105 +506,54 @@ pub fn run_workload(name: &str, steps: &[(Op, usize)], from: usize, cfg: &Config
     let base = fs.pool().pm.snapshot();
     rec.take();
     let mut states = vec![s0];
-    let mut events: Vec<Vec<Event>> = Vec::new();
+    let mut events: Vec<Vec<Tagged>> = Vec::new();
+    let mut live = Vec::new();
     for (k, &(op, i)) in steps.iter().enumerate() {
         let r = (op.run)(&c, i);
-        events.push(rec.take());
+        events.push(rec.take_tagged());
         let st = capture(&fs).expect("capture of the live file system");
         assert!(rec.is_empty(), "reading the state wrote to the pool");
         if r.is_err() && !st.same(&states[k], true) {
-            stats.violation(Violation {
-                workload: name.into(),
-                step: k,
-                op: op.name,
-                point: "live run".into(),
-                subset: "-".into(),
-                what: format!(
+            live.push((
+                k,
+                op.name,
+                format!(
                     "the call failed ({:?}) but changed the state: {}",
                     r,
                     st.diff(&states[k])
                 ),
-            });
+            ));
         }
         states.push(st);
     }
-    for &(op, _) in &steps[from..] {
-        stats.per_op.entry(op.name).or_default().workloads += 1;
-    }
+    drop(c);
     let times = steps.iter().all(|(o, _)| o.times);
+    let mut j = Judge::new(name, layout, cfg, states, times);
+    for (k, op, what) in live {
+        j.violation(k, op, "live run".into(), "-".into(), what);
+    }
+    for &(op, _) in &steps[from..] {
+        j.stats.per_op.entry(op.name).or_default().workloads += 1;
+    }
     let mut rp = Replay::new(base);
-    let mut cache: HashMap<u64, Result<State, String>> = HashMap::new();
-    let mut rng = Rng::new(
-        cfg.seed
-            ^ name
-                .bytes()
-                .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64)),
-    );
-    let mut judge = |rp: &mut Replay,
-                     stats: &mut Stats,
-                     k: usize,
-                     op: &'static str,
-                     point: String,
-                     window: &[usize]| {
-        let fl = rp.in_flight();
-        let subs = subsets(fl.len(), cfg.exhaustive_max, cfg.samples, &mut rng);
-        let e = stats.per_op.entry(op).or_default();
-        e.points += 1;
-        e.images += subs.len() as u64;
-        for s in &subs {
-            let print = rp.print_with(&fl, s);
-            let outcome = cache.entry(print).or_insert_with(|| {
-                let e = stats.per_op.entry(op).or_default();
-                e.opened += 1;
-                // The clean close and reopen doubles the cost of an image (mapping a
-                // pool is what costs): do it for "none", "all" and every 8th image.
-                let ends = s.iter().all(|&x| x) || s.iter().all(|&x| !x);
-                let reopen = ends || e.opened.is_multiple_of(8);
-                rp.with_image(&fl, s, |img| examine(img, reopen))
-            });
-            let what = match outcome {
-                Ok(st) if window.iter().any(|&w| st.same(&states[w], times)) => continue,
-                Ok(st) => window
-                    .iter()
-                    .map(|&w| {
-                        format!(
-                            "state is not the one after {w} step(s): {}",
-                            st.diff(&states[w])
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n  "),
-                Err(e) => e.clone(),
-            };
-            stats.violation(Violation {
-                workload: name.into(),
-                step: k,
-                op,
-                point: point.clone(),
-                subset: describe_subset(&layout, &fl, s),
-                what,
-            });
-        }
-    };
     for (k, &(op, _)) in steps.iter().enumerate() {
         if k < from {
             events[k].iter().for_each(|ev| rp.apply(ev));
             continue;
         }
-        judge(&mut rp, &mut stats, k, op.name, "start".into(), &[k, k + 1]);
+        j.point(&mut rp, k, op.name, "start".into(), &[k, k + 1]);
         let mut fences = 0;
-        for (j, ev) in events[k].iter().enumerate() {
-            if *ev == Event::Fence {
-                let point = format!("before fence {fences} (event {j} of {})", events[k].len());
-                judge(&mut rp, &mut stats, k, op.name, point, &[k, k + 1]);
+        for (n, ev) in events[k].iter().enumerate() {
+            if ev.event == Event::Fence {
+                let point = format!("before fence {fences} (event {n} of {})", events[k].len());
+                j.point(&mut rp, k, op.name, point, &[k, k + 1]);
                 fences += 1;
             }
             rp.apply(ev);
         }
         // The call has returned: it must be durable.
         let point = format!("after the call returned ({fences} fences)");
-        judge(&mut rp, &mut stats, k, op.name, point, &[k + 1]);
+        j.point(&mut rp, k, op.name, point, &[k + 1]);
     }
-    drop(c);
-    stats
+    j.crash_recoveries()
 }

@@ -1,7 +1,7 @@
 //! The starting tree every workload builds, and the operations the checker runs.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use lynxfs::pmem::RecordingBackend;
 use lynxfs::{Cred, Fd, Fs, Session, TimeSet};
@@ -11,14 +11,14 @@ pub type TestFs = Fs<RecordingBackend>;
 /// A live file system and the handles operations leave open.
 pub struct Ctx<'a> {
     pub fs: &'a TestFs,
-    pub fds: RefCell<HashMap<&'static str, Fd>>,
+    pub fds: Mutex<HashMap<&'static str, Fd>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(fs: &'a TestFs) -> Ctx<'a> {
         Ctx {
             fs,
-            fds: RefCell::new(HashMap::new()),
+            fds: Mutex::new(HashMap::new()),
         }
     }
     pub fn s(&self) -> Session<'a, RecordingBackend> {
@@ -127,15 +127,17 @@ pub fn all_ops() -> Vec<Op> {
         // The last name of an open file goes; the handle keeps the inode alive.
         op("unlink-open", |c, _| {
             let fd = c.s().open("/d1/f1", libc::O_RDWR, 0)?;
-            c.fds.borrow_mut().insert("orphan", fd);
+            c.fds.lock().unwrap().insert("orphan", fd);
             c.s().unlink("/d1/f1")
         }),
-        op("write-orphan", |c, _| match c.fds.borrow().get("orphan") {
-            Some(&fd) => c.fs.pwrite(fd, &pattern(3000, 9), 2000).map(drop),
-            None => Ok(()),
+        op("write-orphan", |c, _| {
+            match c.fds.lock().unwrap().get("orphan") {
+                Some(&fd) => c.fs.pwrite(fd, &pattern(3000, 9), 2000).map(drop),
+                None => Ok(()),
+            }
         }),
         op("close-orphan", |c, _| {
-            match c.fds.borrow_mut().remove("orphan") {
+            match c.fds.lock().unwrap().remove("orphan") {
                 Some(fd) => c.fs.close_fd(fd),
                 None => Ok(()),
             }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use lynxfs::format::{dirlog, extents, inode, ROOT_INO};
-use lynxfs::pmem::{Backend, RecordingBackend};
+use lynxfs::pmem::{Backend, RecordingBackend, Tagged};
 use lynxfs::{Cred, Fs, Pool};
 
 /// One name (or the root) and what it shows.
@@ -51,6 +51,18 @@ impl State {
                     && (!times || (a.atime, a.mtime) == (b.atime, b.mtime))
                     && strip(a) == strip(b)
             })
+    }
+
+    /// The same state with each inode number replaced by the position (in path order)
+    /// of the first name of that inode: which names share an inode stays, which
+    /// number the allocator handed out goes (with two threads it depends on the order).
+    pub fn relabeled(&self) -> State {
+        let mut first: HashMap<u64, u64> = HashMap::new();
+        let mut out = self.clone();
+        for (i, n) in out.nodes.iter_mut().enumerate() {
+            n.ino = *first.entry(n.ino).or_insert(i as u64);
+        }
+        out
     }
 
     /// A short description of how `self` differs from `other`.
@@ -353,8 +365,11 @@ pub fn invariants<B: Backend>(fs: &Fs<B>, st: &State) -> Result<(), String> {
 
 /// Open a crash image (recovery runs), check it and read its state; then, if
 /// `reopen`, close it cleanly, open that image again and require the same state.
-pub fn examine(img: &[u8], reopen: bool) -> Result<State, String> {
-    let pool = Pool::open_image(img, RecordingBackend::new()).map_err(|e| format!("open: {e}"))?;
+/// Returns the state and what recovery (and the open) stored, flushed and fenced.
+pub fn examine(img: &[u8], reopen: bool) -> Result<(State, Vec<Tagged>), String> {
+    let rec = RecordingBackend::new();
+    let pool = Pool::open_image(img, rec.clone()).map_err(|e| format!("open: {e}"))?;
+    let log = rec.take_tagged();
     match &pool.recovery {
         None => return Err("the crash image was marked clean".into()),
         Some(r) if !r.problems.is_empty() => {
@@ -371,7 +386,7 @@ pub fn examine(img: &[u8], reopen: bool) -> Result<State, String> {
     invariants(&fs, &st).map_err(|e| format!("after recovery: {e}"))?;
     if !reopen {
         fs.pool().crash_in_place();
-        return Ok(st);
+        return Ok((st, log));
     }
     fs.close().map_err(|e| format!("close: {e}"))?;
     let img2 = fs.pool().pm.snapshot();
@@ -395,5 +410,5 @@ pub fn examine(img: &[u8], reopen: bool) -> Result<State, String> {
     }
     invariants(&fs2, &st2).map_err(|e| format!("after reopen: {e}"))?;
     fs2.pool().crash_in_place();
-    Ok(st)
+    Ok((st, log))
 }
