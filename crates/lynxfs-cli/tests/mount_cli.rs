@@ -119,7 +119,11 @@ fn mount_daemon_second_mount_umount_helper_and_sigterm() {
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"through the daemon");
     d.signal(libc::SIGTERM);
     let st = d.wait();
-    assert!(st.success(), "foreground mount exited with {st}: {}", d.log());
+    assert!(
+        st.success(),
+        "foreground mount exited with {st}: {}",
+        d.log()
+    );
     assert!(!mounted(&mnt));
     assert!(
         info_state(&pool).ends_with(" clean, not mounted"),
@@ -338,7 +342,10 @@ impl Drop for Daemon {
             let _ = self.child.wait();
         }
         if lynxfs_mounted(&self.mnt) {
-            let _ = output_within(Command::new("umount").arg("-l").arg(&self.mnt), COMMAND_LIMIT);
+            let _ = output_within(
+                Command::new("umount").arg("-l").arg(&self.mnt),
+                COMMAND_LIMIT,
+            );
         }
     }
 }
@@ -348,8 +355,7 @@ fn lynxfs_mounted(mp: &Path) -> bool {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let mp = mp.to_string_lossy();
     info.lines()
-        .filter(|l| l.split(' ').nth(4) == Some(mp.as_ref()))
-        .last()
+        .rfind(|l| l.split(' ').nth(4) == Some(mp.as_ref()))
         .and_then(|l| l.split_once(" - "))
         .is_some_and(|(_, right)| right.starts_with("fuse.lynxfs ") || right.starts_with("fuse "))
 }
@@ -421,7 +427,9 @@ struct Tmpfs(PathBuf);
 impl Tmpfs {
     fn mount(dir: &Path) -> Tmpfs {
         let o = output_within(
-            Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(dir),
+            Command::new("mount")
+                .args(["-t", "tmpfs", "tmpfs"])
+                .arg(dir),
             COMMAND_LIMIT,
         );
         assert!(o.status.success(), "mount -t tmpfs: {}", stderr(&o));
@@ -480,7 +488,10 @@ fn umount_leaves_the_file_system_under_the_mount_alone() {
     wait_until("the daemon's exit", Duration::from_secs(30), || {
         exited(daemons[0])
     });
-    assert!(under.still_there(), "the tmpfs under LynxFS was unmounted too");
+    assert!(
+        under.still_there(),
+        "the tmpfs under LynxFS was unmounted too"
+    );
     assert!(
         info_state(&pool).ends_with(" clean, not mounted"),
         "{}",
@@ -499,7 +510,10 @@ fn sigterm_never_unmounts_a_file_system_mounted_over_ours() {
     wait_until("the SIGTERM handled", Duration::from_secs(20), || {
         d.log().contains("mounted over")
     });
-    assert!(over.still_there(), "SIGTERM unmounted the tmpfs over LynxFS");
+    assert!(
+        over.still_there(),
+        "SIGTERM unmounted the tmpfs over LynxFS"
+    );
     assert!(d.running(), "{}", d.log());
     // Once the tmpfs is gone, the next signal unmounts ours.
     drop(over);
@@ -560,7 +574,9 @@ fn lynxfs_fuse_source(mp: &Path) -> Option<String> {
         .find_map(|l| {
             let (_, right) = l.split_once(" - ")?;
             let mut r = right.split(' ');
-            r.next()?.starts_with("fuse").then(|| r.next().map(str::to_string))?
+            r.next()?
+                .starts_with("fuse")
+                .then(|| r.next().map(str::to_string))?
         })
 }
 

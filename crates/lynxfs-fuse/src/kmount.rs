@@ -296,7 +296,9 @@ fn mount_fusermount(
     drop(theirs);
     let received = receive_fd(&ours);
     drop(ours);
-    let out = child.wait_with_output().context("waiting for fusermount3")?;
+    let out = child
+        .wait_with_output()
+        .context("waiting for fusermount3")?;
     match received {
         Ok(fd) if out.status.success() => Ok(fd),
         _ => bail!(
@@ -444,7 +446,8 @@ impl OwnMount {
                     thread::sleep(Duration::from_millis(20));
                 }
                 Err(e) => {
-                    return Err(e).with_context(|| format!("unmounting {}", self.mountpoint.display()))
+                    return Err(e)
+                        .with_context(|| format!("unmounting {}", self.mountpoint.display()))
                 }
             }
         }
@@ -500,10 +503,7 @@ fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
     if msg.contains("busy") {
         return Err(io::Error::from_raw_os_error(libc::EBUSY));
     }
-    Err(io::Error::other(format!(
-        "fusermount3 -u: {}",
-        msg.trim()
-    )))
+    Err(io::Error::other(format!("fusermount3 -u: {}", msg.trim())))
 }
 
 #[cfg(test)]

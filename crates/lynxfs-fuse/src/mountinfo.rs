@@ -63,7 +63,8 @@ mod tests {
 
     #[test]
     fn parses_a_line() {
-        let l = r"43 27 0:40 / /tmp/a\040b rw,nosuid shared:1 - fuse.lynxfs /dev/shm/p,q rw,user_id=0";
+        let l =
+            r"43 27 0:40 / /tmp/a\040b rw,nosuid shared:1 - fuse.lynxfs /dev/shm/p,q rw,user_id=0";
         assert_eq!(
             parse_line(l),
             Some(MountEntry {

@@ -245,7 +245,13 @@ fn umount(path: &Path) {
     let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: c is a NUL-terminated path.
     let r = unsafe { libc::umount2(c.as_ptr(), 0) };
-    assert_eq!(r, 0, "umount {}: {}", path.display(), std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "umount {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 #[test]
@@ -259,7 +265,10 @@ fn an_unmount_by_someone_else_leaves_the_file_system_under_ours_alone() {
     umount(&mp);
     // The session has ended: ending it must not unmount anything at that path again.
     m.unmount().expect("unmount after the kernel unmounted it");
-    assert!(under.still_there(), "the tmpfs under LynxFS was unmounted too");
+    assert!(
+        under.still_there(),
+        "the tmpfs under LynxFS was unmounted too"
+    );
     assert!(is_clean(&pool));
 }
 
@@ -272,7 +281,10 @@ fn a_mount_covered_by_another_is_not_unmounted_through_it() {
     let over = Tmpfs::mount(&mp);
     let e = m.unmount().expect_err("a covered mount is not unmounted");
     assert!(format!("{e:#}").contains("mounted over"), "{e:#}");
-    assert!(over.still_there(), "the tmpfs mounted over LynxFS was unmounted");
+    assert!(
+        over.still_there(),
+        "the tmpfs mounted over LynxFS was unmounted"
+    );
     // Ours is still there, under the tmpfs; once that goes it can be unmounted.
     drop(over);
     support::wait_until("tmpfs gone", Duration::from_secs(10), || {

@@ -2,6 +2,7 @@
 //! exits, a mount nobody answers) fails the test instead of stalling CI.
 
 use std::io::Read;
+use std::io::Write;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -24,7 +25,12 @@ pub fn watchdog(what: &str, limit: Duration) -> Watchdog {
         let mut finished = lock.lock().unwrap_or_else(|e| e.into_inner());
         while !*finished {
             let Some(left) = limit.checked_sub(start.elapsed()) else {
-                eprintln!("watchdog: {what} still running after {limit:?}: aborting");
+                // Straight to the process's stderr: the test harness captures eprintln!
+                // (in threads a test spawns too), and would lose it in the abort.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "watchdog: {what} still running after {limit:?}: aborting"
+                );
                 std::process::abort();
             };
             finished = cv

@@ -1,6 +1,7 @@
 //! Time bounds for tests that mount, spawn or wait: a hang (a mount nobody answers,
 //! an unmount that never comes) fails the test run instead of stalling CI.
 
+use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,12 @@ pub fn watchdog(what: &str, limit: Duration) -> Watchdog {
         let mut finished = lock.lock().unwrap_or_else(|e| e.into_inner());
         while !*finished {
             let Some(left) = limit.checked_sub(start.elapsed()) else {
-                eprintln!("watchdog: {what} still running after {limit:?}: aborting");
+                // Straight to the process's stderr: the test harness captures eprintln!
+                // (in threads a test spawns too), and would lose it in the abort.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "watchdog: {what} still running after {limit:?}: aborting"
+                );
                 std::process::abort();
             };
             finished = cv
