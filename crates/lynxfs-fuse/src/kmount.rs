@@ -16,7 +16,9 @@
 //! minor is the connection's number: no other file system has it while our
 //! connection lives. Before unmounting, the path's mount ID and device must both
 //! still match and our connection must still be alive (`/dev/fuse` not `POLLERR`);
-//! otherwise the kernel has already unmounted ours and nothing is done.
+//! otherwise the kernel has already unmounted ours and nothing is done. Linux has no
+//! unmount by descriptor, so one window remains: a mount placed over ours between the
+//! check and `umount2` (microseconds) would be the one unmounted.
 
 use std::ffi::{CString, OsStr};
 use std::fs::File;
@@ -441,8 +443,11 @@ impl OwnMount {
                 Ok(()) if lazy => return Ok(Unmounted::Lazily),
                 Ok(()) => return Ok(Unmounted::Now),
                 // Busy, or unmounted by someone else meanwhile (EINVAL: not a mount
-                // point any more): look again.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EINVAL)) => {
+                // point any more): look again, for a bounded time.
+                Err(e)
+                    if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EINVAL))
+                        && start.elapsed() < 2 * BUSY_PATIENCE =>
+                {
                     thread::sleep(Duration::from_millis(20));
                 }
                 Err(e) => {
@@ -479,9 +484,19 @@ pub fn unmount_and_join(mount: &OwnMount, session: BackgroundSession) -> anyhow:
             mount.mountpoint().display()
         );
     }
-    session
-        .join()
+    session_ended(session.join())
         .with_context(|| format!("the session of {}", mount.mountpoint().display()))
+}
+
+/// What a session's end means: `ECONNABORTED` from a worker is the kernel ending the
+/// connection while that worker was taking a request (the last user of a lazily
+/// detached mount closing a file as the mount goes). The session has ended all the
+/// same, and `fuser` called `destroy` (which closes the pool) before returning.
+pub fn session_ended(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+        r => r,
+    }
 }
 
 /// `fusermount3 -u [-z] -- DIR` (it checks itself that DIR is the user's FUSE mount).

@@ -356,7 +356,7 @@ impl Prepared {
         if let Some(signals) = signals {
             unmount_on_signals(signals, Arc::new(mount), "lynxfs")?;
         }
-        inner.run().context("FUSE session")
+        kmount::session_ended(inner.run()).context("FUSE session")
     }
 
     /// Serves from background threads (tests).

@@ -10,7 +10,6 @@ use std::ffi::CString;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use lynxfs::pmem::PmemBackend;
@@ -214,17 +213,29 @@ fn mounted(mp: &Path) -> bool {
         .any(|m| Path::new(&m.mountpoint) == mp)
 }
 
-/// A tmpfs mounted at `dir` (with a marker file in it); unmounted when dropped.
+/// A tmpfs mounted at `dir` (with a marker file in it); unmounted when dropped. By
+/// system calls, not mount(8): a child forked while another test holds its pool open
+/// would hold the pool's lock too, for an instant.
 struct Tmpfs(PathBuf);
+
+fn cpath(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_encoded_bytes()).unwrap()
+}
 
 impl Tmpfs {
     fn mount(dir: &Path) -> Tmpfs {
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "tmpfs"])
-            .arg(dir)
-            .status()
-            .expect("running mount");
-        assert!(st.success(), "mount -t tmpfs");
+        let (tmpfs, target) = (CString::new("tmpfs").unwrap(), cpath(dir));
+        // SAFETY: NUL-terminated strings that outlive the call; no data argument.
+        let r = unsafe {
+            libc::mount(
+                tmpfs.as_ptr(),
+                target.as_ptr(),
+                tmpfs.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
         fs::write(dir.join("tmpfs-marker"), b"").unwrap();
         Tmpfs(dir.to_path_buf())
     }
@@ -236,13 +247,15 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let target = cpath(&self.0);
+        // SAFETY: a NUL-terminated path.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
     }
 }
 
 /// `umount2(path, 0)`, as umount(8) does.
 fn umount(path: &Path) {
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let c = cpath(path);
     // SAFETY: c is a NUL-terminated path.
     let r = unsafe { libc::umount2(c.as_ptr(), 0) };
     assert_eq!(

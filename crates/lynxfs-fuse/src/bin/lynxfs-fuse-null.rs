@@ -63,7 +63,7 @@ fn run() -> anyhow::Result<()> {
         args.options.ttl,
         args.options.threads
     );
-    session.run().context("FUSE session")
+    lynxfs_fuse::kmount::session_ended(session.run()).context("FUSE session")
 }
 
 fn main() -> ExitCode {
