@@ -14,7 +14,9 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use lynxfs_fuse::kmount::BUSY_PATIENCE;
 use lynxfs_fuse::mount::{block_stop_signals, prepare_with_progress, MountOptions};
+use lynxfs_fuse::mountinfo::MountEntry;
 
 use crate::progress::Bar;
 
@@ -80,48 +82,9 @@ fn detach() -> Result<()> {
     }
 }
 
-/// Decodes the octal escapes (`\040` for a space) of /proc/self/mountinfo.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = |c: &u8| (b'0'..=b'7').contains(c);
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(octal) {
-            let v = u32::from(b[i + 1] - b'0') * 64
-                + u32::from(b[i + 2] - b'0') * 8
-                + u32::from(b[i + 3] - b'0');
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// One line of /proc/self/mountinfo.
-struct MountEntry {
-    mountpoint: String,
-    fstype: String,
-    source: String,
-}
-
 /// The mounts this process sees, in mount order.
 fn mounts() -> Vec<MountEntry> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mut r = right.split(' ');
-            Some(MountEntry {
-                mountpoint: unescape(left.split(' ').nth(4)?),
-                fstype: r.next()?.to_string(),
-                source: unescape(r.next()?),
-            })
-        })
-        .collect()
+    lynxfs_fuse::mountinfo::mounts()
 }
 
 /// Mounted by root through mount(2), the subtype is not recorded: plain "fuse".
@@ -159,7 +122,8 @@ pub fn pool_at(mountpoint: &Path) -> Result<PathBuf> {
     }
 }
 
-/// Can the pool's lock be taken, i.e. has its daemon closed it?
+/// Can the pool's lock be taken, i.e. has its daemon closed it? (A file or a block
+/// device: the daemon holds either with `flock`.)
 fn pool_released(pool: &Path) -> bool {
     let Ok(f) = std::fs::File::open(pool) else {
         return true;
@@ -168,53 +132,62 @@ fn pool_released(pool: &Path) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
-/// `lynxfs umount MOUNTPOINT`: unmounts, then waits until the daemon has closed the
-/// pool, so the pool can be used again as soon as this returns.
-pub fn umount(mountpoint: &Path) -> Result<()> {
-    let mp = mountpoint
-        .canonicalize()
-        .with_context(|| format!("{}", mountpoint.display()))?;
-    let found = mount_at(&mp);
-    match &found {
-        Some((t, _)) if is_lynxfs_type(t) => {}
-        Some((t, _)) => bail!("{}: not a LynxFS mount (type {t})", mp.display()),
-        None => bail!("{}: not mounted", mp.display()),
-    }
+/// Unmounts the topmost mount at `mp` (checked to be LynxFS by the caller). A busy
+/// mount is retried for a moment: a process that forked while holding a file there
+/// holds a copy until it `exec`s.
+fn unmount_path(mp: &Path) -> Result<()> {
     // SAFETY: geteuid has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
-            .context("mount point contains a NUL byte")?;
-        // SAFETY: c is a valid NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
-            let e = std::io::Error::last_os_error();
-            bail!("umount {}: {e}", mp.display());
-        }
-    } else {
+    if unsafe { libc::geteuid() } != 0 {
         let st = Command::new("fusermount3")
             .arg("-u")
-            .arg(&mp)
+            .arg("--")
+            .arg(mp)
             .status()
             .context("running fusermount3 (install the fuse3 package)")?;
         if !st.success() {
             bail!("fusermount3 -u {} failed ({st})", mp.display());
         }
+        return Ok(());
     }
-    if let Some((_, source)) = found {
-        let pool = PathBuf::from(source);
-        if pool.is_file() {
-            let start = Instant::now();
-            while !pool_released(&pool) {
-                if start.elapsed() > CLOSE_WAIT {
-                    bail!(
-                        "{} unmounted, but its pool {} is still held after {:?}",
-                        mp.display(),
-                        pool.display(),
-                        CLOSE_WAIT
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
+        .context("mount point contains a NUL byte")?;
+    let start = Instant::now();
+    loop {
+        // SAFETY: c is a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), libc::UMOUNT_NOFOLLOW) } == 0 {
+            return Ok(());
         }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) || start.elapsed() > BUSY_PATIENCE {
+            bail!("umount {}: {e}", mp.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `lynxfs umount MOUNTPOINT`: unmounts, then waits until the daemon has closed the
+/// pool, so the pool (file or device) can be used again as soon as this returns.
+pub fn umount(mountpoint: &Path) -> Result<()> {
+    let mp = mountpoint
+        .canonicalize()
+        .with_context(|| format!("{}", mountpoint.display()))?;
+    let source = match mount_at(&mp) {
+        Some((t, source)) if is_lynxfs_type(&t) => PathBuf::from(source),
+        Some((t, _)) => bail!("{}: not a LynxFS mount (type {t})", mp.display()),
+        None => bail!("{}: not mounted", mp.display()),
+    };
+    unmount_path(&mp)?;
+    let start = Instant::now();
+    while source.exists() && !pool_released(&source) {
+        if start.elapsed() > CLOSE_WAIT {
+            bail!(
+                "{} unmounted, but its pool {} is still held after {:?}",
+                mp.display(),
+                source.display(),
+                CLOSE_WAIT
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
 }
@@ -265,16 +238,4 @@ fn helper(args: Vec<OsString>) -> Result<()> {
         return Ok(());
     }
     mount(&pool, &dir, false, &options)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unescapes_mountinfo() {
-        assert_eq!(unescape(r"/mnt/a\040b"), "/mnt/a b");
-        assert_eq!(unescape(r"/plain"), "/plain");
-        assert_eq!(unescape(r"/x\0"), r"/x\0");
-    }
 }

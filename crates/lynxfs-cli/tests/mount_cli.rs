@@ -1,17 +1,30 @@
 //! `lynxfs mount` / `lynxfs umount` / `mount.lynxfs` end to end, through the binary.
-//! Needs root and `/dev/fuse`; fails loudly without them.
+//! Needs root and `/dev/fuse`; fails loudly without them. Every command runs with a
+//! time limit and every test under a watchdog: a hang fails the test.
 
-use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+mod support;
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::Duration;
+
+use support::{output_within, wait_until, wait_within, watchdog, Watchdog};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
 
+/// A command of these tests that takes longer has hung.
+const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+
 fn run(args: &[&Path]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("running lynxfs")
+    output_within(Command::new(BIN).args(args), COMMAND_LIMIT)
+}
+
+/// Bounds a whole test (for file operations on a mount, which no child limit covers).
+fn bound(test: &str) -> Watchdog {
+    watchdog(test, Duration::from_secs(300))
 }
 
 fn p(s: &str) -> &Path {
@@ -41,6 +54,7 @@ fn info_state(pool: &Path) -> String {
 
 #[test]
 fn mount_daemon_second_mount_umount_helper_and_sigterm() {
+    let _w = bound("mount_daemon_second_mount_umount_helper_and_sigterm");
     assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = dir.path().join("pool");
@@ -88,35 +102,28 @@ fn mount_daemon_second_mount_umount_helper_and_sigterm() {
     // The mount(8) helper, by its name (a link to the binary).
     let helper = dir.path().join("mount.lynxfs");
     std::os::unix::fs::symlink(BIN, &helper).unwrap();
-    let o = Command::new(&helper)
-        .arg(&pool)
-        .arg(&mnt)
-        .args(["-o", "rw,attr_timeout=0"])
-        .output()
-        .unwrap();
+    let o = output_within(
+        Command::new(&helper)
+            .arg(&pool)
+            .arg(&mnt)
+            .args(["-o", "rw,attr_timeout=0"]),
+        COMMAND_LIMIT,
+    );
     assert!(o.status.success(), "mount.lynxfs: {}", stderr(&o));
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"through the daemon");
     let o = run(&[p("umount"), &mnt]);
     assert!(o.status.success(), "umount: {}", stderr(&o));
 
     // Foreground: SIGTERM unmounts and closes the pool cleanly.
-    let mut child = Command::new(BIN)
-        .args([p("mount"), p("-f"), &pool, &mnt])
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !mounted(&mnt) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the foreground mount never appeared"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut d = Daemon::start(&pool, &mnt, dir.path());
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"through the daemon");
-    // SAFETY: signalling our own child by its pid.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let st = child.wait().unwrap();
-    assert!(st.success(), "foreground mount exited with {st}");
+    d.signal(libc::SIGTERM);
+    let st = d.wait();
+    assert!(
+        st.success(),
+        "foreground mount exited with {st}: {}",
+        d.log()
+    );
     assert!(!mounted(&mnt));
     assert!(
         info_state(&pool).ends_with(" clean, not mounted"),
@@ -146,6 +153,7 @@ fn first_number(text: &str, key: &str) -> u64 {
 
 #[test]
 fn info_of_a_mounted_pool_shows_the_daemons_index_and_cachelets() {
+    let _w = bound("info_of_a_mounted_pool_shows_the_daemons_index_and_cachelets");
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = dir.path().join("pool");
     let o = run(&[p("mkfs"), p("--size"), p("64M"), &pool]);
@@ -196,21 +204,21 @@ struct Loop(String);
 
 impl Drop for Loop {
     fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        let _ = output_within(Command::new("losetup").args(["-d", &self.0]), COMMAND_LIMIT);
     }
 }
 
 #[test]
 fn mkfs_formats_a_block_device_whose_old_bytes_are_garbage() {
+    let _w = bound("mkfs_formats_a_block_device_whose_old_bytes_are_garbage");
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let img = dir.path().join("disk.img");
     // Garbage everywhere: what mkfs does not zero, the pool must not trust.
     std::fs::write(&img, vec![0xa5u8; 64 << 20]).unwrap();
-    let o = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&img)
-        .output()
-        .expect("running losetup");
+    let o = output_within(
+        Command::new("losetup").args(["-f", "--show"]).arg(&img),
+        COMMAND_LIMIT,
+    );
     assert!(o.status.success(), "losetup: {}", stderr(&o));
     let dev = Loop(String::from_utf8_lossy(&o.stdout).trim().to_string());
     let devp = Path::new(&dev.0);
@@ -261,20 +269,322 @@ fn mkfs_formats_a_block_device_whose_old_bytes_are_garbage() {
     );
 
     // A device another file system has mounted is refused, whatever --force says.
-    let o = Command::new("mkfs.ext4")
-        .args(["-q", "-F", &dev.0])
-        .output()
-        .expect("running mkfs.ext4");
+    let o = output_within(
+        Command::new("mkfs.ext4").args(["-q", "-F", &dev.0]),
+        COMMAND_LIMIT,
+    );
     assert!(o.status.success(), "mkfs.ext4: {}", stderr(&o));
     let ext4 = tempfile::tempdir().unwrap();
-    let o = Command::new("mount")
-        .arg(&dev.0)
-        .arg(ext4.path())
-        .output()
-        .unwrap();
+    let o = output_within(
+        Command::new("mount").arg(&dev.0).arg(ext4.path()),
+        COMMAND_LIMIT,
+    );
     assert!(o.status.success(), "mount: {}", stderr(&o));
     let refused = run(&[p("mkfs"), p("--force"), devp]);
-    let _ = Command::new("umount").arg(ext4.path()).status();
+    let _ = output_within(Command::new("umount").arg(ext4.path()), COMMAND_LIMIT);
     assert!(!refused.status.success(), "formatted a mounted device");
     assert!(stderr(&refused).contains("busy"), "{}", stderr(&refused));
+}
+
+/// A foreground `lynxfs mount -f`, its standard error in a log file. If the test
+/// fails, dropping it kills the daemon and detaches whatever it left mounted.
+struct Daemon {
+    child: Child,
+    mnt: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts the daemon and waits for the mount to appear.
+    fn start(pool: &Path, mnt: &Path, logdir: &Path) -> Daemon {
+        let log = logdir.join(format!("daemon-{}.log", std::process::id()));
+        let child = Command::new(BIN)
+            .args([p("mount"), p("-f"), pool, mnt])
+            .stdin(Stdio::null())
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .expect("spawning lynxfs mount -f");
+        let d = Daemon {
+            child,
+            mnt: mnt.to_path_buf(),
+            log,
+        };
+        wait_until("the foreground mount", Duration::from_secs(60), || {
+            lynxfs_mounted(mnt)
+        });
+        d
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child, not yet waited for, by its pid.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        wait_within(&mut self.child, Duration::from_secs(60))
+    }
+
+    fn log(&self) -> String {
+        let mut s = String::new();
+        let _ = File::open(&self.log).and_then(|mut f| f.read_to_string(&mut s));
+        s
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.running() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if lynxfs_mounted(&self.mnt) {
+            let _ = output_within(
+                Command::new("umount").arg("-l").arg(&self.mnt),
+                COMMAND_LIMIT,
+            );
+        }
+    }
+}
+
+/// Is the topmost mount at `mp` a LynxFS one?
+fn lynxfs_mounted(mp: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mp = mp.to_string_lossy();
+    info.lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(mp.as_ref()))
+        .and_then(|l| l.split_once(" - "))
+        .is_some_and(|(_, right)| right.starts_with("fuse.lynxfs ") || right.starts_with("fuse "))
+}
+
+/// A fresh 64 MiB pool in /dev/shm and a mount point: (its directory, pool, mount point).
+fn pool_and_mountpoint() -> (tempfile::TempDir, PathBuf, tempfile::TempDir) {
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    let o = run(&[p("mkfs"), p("--size"), p("64M"), &pool]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let mnt = tempfile::tempdir().unwrap();
+    (dir, pool, mnt)
+}
+
+#[test]
+fn sigterm_while_busy_detaches_and_the_pool_closes_when_its_last_user_goes() {
+    let _w = bound("sigterm_while_busy_detaches_and_the_pool_closes_when_its_last_user_goes");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let mut d = Daemon::start(&pool, &mnt, dir.path());
+    std::fs::write(mnt.join("f"), b"held").unwrap();
+    let mut held = File::open(mnt.join("f")).unwrap();
+    d.signal(libc::SIGTERM);
+    wait_until("the busy mount detached", Duration::from_secs(20), || {
+        !lynxfs_mounted(&mnt)
+    });
+    // Later stop signals are handled too (not left pending), and change nothing.
+    d.signal(libc::SIGINT);
+    wait_until("the SIGINT handled", Duration::from_secs(20), || {
+        d.log().contains("SIGINT")
+    });
+    assert!(d.running(), "the daemon serves its last user: {}", d.log());
+    let mut s = String::new();
+    held.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "held", "an open file still reads after the detach");
+    drop(held);
+    let st = d.wait();
+    assert!(st.success(), "exited with {st}: {}", d.log());
+    assert!(d.log().contains("busy"), "{}", d.log());
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+}
+
+#[test]
+fn sighup_stops_a_foreground_mount_cleanly() {
+    let _w = bound("sighup_stops_a_foreground_mount_cleanly");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let mut d = Daemon::start(&pool, &mnt, dir.path());
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    d.signal(libc::SIGHUP);
+    let st = d.wait();
+    assert!(st.success(), "exited with {st}: {}", d.log());
+    assert!(!lynxfs_mounted(&mnt));
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+}
+
+/// A tmpfs with a marker file; detached when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path) -> Tmpfs {
+        let o = output_within(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "tmpfs"])
+                .arg(dir),
+            COMMAND_LIMIT,
+        );
+        assert!(o.status.success(), "mount -t tmpfs: {}", stderr(&o));
+        std::fs::write(dir.join("tmpfs-marker"), b"").unwrap();
+        Tmpfs(dir.to_path_buf())
+    }
+
+    fn still_there(&self) -> bool {
+        self.0.join("tmpfs-marker").exists()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = output_within(Command::new("umount").arg("-l").arg(&self.0), COMMAND_LIMIT);
+    }
+}
+
+/// The pids of `lynxfs mount` daemons serving `pool` (by their command line).
+fn daemons_of(pool: &Path) -> Vec<u32> {
+    let want = pool.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+            args.contains(&b"mount".as_slice()) && args.contains(&want.as_bytes())
+        })
+        .collect()
+}
+
+/// Gone, or a zombie nobody reaped yet.
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+#[test]
+fn umount_leaves_the_file_system_under_the_mount_alone() {
+    let _w = bound("umount_leaves_the_file_system_under_the_mount_alone");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let under = Tmpfs::mount(&mnt);
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let daemons = daemons_of(&pool);
+    assert_eq!(daemons.len(), 1, "one daemon: {daemons:?}");
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+    wait_until("the daemon's exit", Duration::from_secs(30), || {
+        exited(daemons[0])
+    });
+    assert!(
+        under.still_there(),
+        "the tmpfs under LynxFS was unmounted too"
+    );
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+}
+
+#[test]
+fn sigterm_never_unmounts_a_file_system_mounted_over_ours() {
+    let _w = bound("sigterm_never_unmounts_a_file_system_mounted_over_ours");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let mut d = Daemon::start(&pool, &mnt, dir.path());
+    let over = Tmpfs::mount(&mnt);
+    d.signal(libc::SIGTERM);
+    wait_until("the SIGTERM handled", Duration::from_secs(20), || {
+        d.log().contains("mounted over")
+    });
+    assert!(
+        over.still_there(),
+        "SIGTERM unmounted the tmpfs over LynxFS"
+    );
+    assert!(d.running(), "{}", d.log());
+    // Once the tmpfs is gone, the next signal unmounts ours.
+    drop(over);
+    wait_until("the tmpfs gone", Duration::from_secs(20), || {
+        lynxfs_mounted(&mnt)
+    });
+    d.signal(libc::SIGTERM);
+    let st = d.wait();
+    assert!(st.success(), "exited with {st}: {}", d.log());
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+}
+
+/// `lynxfs ARGS` as uid/gid 1000.
+fn run_as_user(args: &[&Path]) -> Output {
+    use std::os::unix::process::CommandExt;
+    output_within(
+        Command::new(BIN).args(args).uid(1000).gid(1000),
+        COMMAND_LIMIT,
+    )
+}
+
+#[test]
+fn a_user_mounts_a_pool_whose_path_has_a_comma() {
+    let _w = bound("a_user_mounts_a_pool_whose_path_has_a_comma");
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pool = dir.path().join("a,b.pool");
+    let o = run(&[p("mkfs"), p("--size"), p("64M"), &pool]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let mnt = tempfile::tempdir().unwrap();
+    let mnt = mnt.path().canonicalize().unwrap();
+    for path in [&pool, &mnt] {
+        std::os::unix::fs::chown(path, Some(1000), Some(1000)).unwrap();
+    }
+    let o = run_as_user(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount as a user: {}", stderr(&o));
+    let source = lynxfs_fuse_source(&mnt);
+    let o2 = run_as_user(&[p("umount"), &mnt]);
+    assert_eq!(source.as_deref(), Some(pool.to_str().unwrap()));
+    assert!(o2.status.success(), "umount as a user: {}", stderr(&o2));
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+}
+
+/// The source of the LynxFS mount at `mp`, if there is one.
+fn lynxfs_fuse_source(mp: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mp = mp.to_string_lossy();
+    info.lines()
+        .filter(|l| l.split(' ').nth(4) == Some(mp.as_ref()))
+        .find_map(|l| {
+            let (_, right) = l.split_once(" - ")?;
+            let mut r = right.split(' ');
+            r.next()?
+                .starts_with("fuse")
+                .then(|| r.next().map(str::to_string))?
+        })
+}
+
+#[test]
+fn mounting_onto_a_missing_directory_says_so() {
+    let _w = bound("mounting_onto_a_missing_directory_says_so");
+    let (dir, pool, _mnt) = pool_and_mountpoint();
+    let o = run(&[p("mount"), &pool, &dir.path().join("missing")]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
 }

@@ -24,14 +24,13 @@
 //!
 //! # About `fuser` 0.18.0 (the version pinned in Cargo.lock)
 //!
-//! * **Mounting needs no libfuse.** With default features (no `libfuse*` feature),
-//!   `fuser`'s build script selects its pure-Rust mount path on Linux: it first calls
-//!   `mount(2)` on `/dev/fuse` itself (works as root), and otherwise runs the setuid
-//!   `fusermount3` (or `fusermount`, override with `FUSERMOUNT_PATH`) and receives
-//!   the `/dev/fuse` fd over a Unix socket. Unmounting is `umount(2)`; on EPERM,
-//!   `umount2(MNT_DETACH)` and then `fusermount3 -u -z`. So the runtime needs the
-//!   `fuse3` package (for `fusermount3`) only when not root; `libfuse3-dev` is not
-//!   needed at all (it only matters with the `libfuse3` feature).
+//! * **Mounting needs no libfuse.** We mount ourselves ([`kmount`]): `mount(2)` on
+//!   `/dev/fuse` as root, otherwise the setuid `fusermount3`, which sends the
+//!   `/dev/fuse` fd back over a Unix socket; the session is then built with
+//!   `Session::from_fd`, so `fuser` never unmounts (its own unmount goes by path
+//!   after the session ended, and hit other file systems at that path). The runtime
+//!   needs the `fuse3` package (for `fusermount3`) only when not root; `libfuse3-dev`
+//!   is not needed at all.
 //! * **Threads.** `Filesystem` methods take `&self` and the trait requires
 //!   `Send + Sync`, because the session can run several worker threads.
 //!   `Session::run` spawns `Config::n_threads` event-loop threads (default `None` =
@@ -46,14 +45,18 @@
 //!   `Config` passed to `Session::new` / `spawn_mount`; here that is
 //!   [`NullOptions::threads`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use fuser::{BackgroundSession, Config, MountOption, Session};
 
+use kmount::OwnMount;
+
 pub mod adapter;
+pub mod kmount;
 pub mod mount;
+pub mod mountinfo;
 pub mod null;
 pub mod usage;
 
@@ -106,25 +109,30 @@ pub fn mount_null(mountpoint: &Path, ttl: Duration) -> anyhow::Result<NullMount>
 
 /// [`mount_null`] with every option.
 pub fn mount_null_with(mountpoint: &Path, options: &NullOptions) -> anyhow::Result<NullMount> {
-    let session = new_null_session(mountpoint, options)?;
-    let background = session
-        .spawn()
-        .context("spawning the FUSE session thread")?;
+    let (session, mount) = new_null_session(mountpoint, options)?;
+    let background = match session.spawn() {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = mount.unmount();
+            return Err(anyhow::Error::new(e).context("spawning the FUSE session thread"));
+        }
+    };
     Ok(NullMount {
-        mountpoint: mountpoint.to_path_buf(),
+        mount,
         session: Some(background),
     })
 }
 
 /// Mounts a fresh [`NullFs`] and returns the session without running it, for callers
-/// that serve it on their own thread (`Session::run`), like the foreground binary.
+/// that serve it on their own thread (`Session::run`), like the foreground binary,
+/// with its mount (which only [`OwnMount::unmount`] ever unmounts).
 pub fn new_null_session(
     mountpoint: &Path,
     options: &NullOptions,
-) -> anyhow::Result<Session<NullFs>> {
+) -> anyhow::Result<(Session<NullFs>, OwnMount)> {
     check_fuse_device()?;
     let fs = NullFs::new(options.ttl);
-    Session::new(fs, mountpoint, &null_config(options)).with_context(|| {
+    kmount::session(fs, mountpoint, &null_config(options)).with_context(|| {
         format!(
             "mounting the null FUSE file system at {}",
             mountpoint.display()
@@ -148,13 +156,13 @@ pub fn check_fuse_device() -> anyhow::Result<()> {
 /// A mounted [`NullFs`]; dropping it unmounts and waits for the session thread.
 #[derive(Debug)]
 pub struct NullMount {
-    mountpoint: PathBuf,
+    mount: OwnMount,
     session: Option<BackgroundSession>,
 }
 
 impl NullMount {
     pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
+        self.mount.mountpoint()
     }
 
     /// Unmounts now, reporting errors that `Drop` can only log.
@@ -166,9 +174,7 @@ impl NullMount {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        session
-            .umount_and_join()
-            .with_context(|| format!("unmounting {}", self.mountpoint.display()))
+        kmount::unmount_and_join(&self.mount, session)
     }
 }
 

@@ -2,23 +2,24 @@
 //! until unmounted or signalled, a two-step variant for daemons (mount, then serve in
 //! a forked child), and a background mount for tests.
 //!
-//! However the session ends (`umount`, `fusermount3 -u`, SIGTERM/SIGINT in the
-//! foreground, dropping a [`LynxMount`]), the pool is closed cleanly
+//! However the session ends (`umount`, `fusermount3 -u`, SIGTERM/SIGINT/SIGHUP in
+//! the foreground, dropping a [`LynxMount`]), the pool is closed cleanly
 //! ([`lynxfs::Fs::close`], from the adapter's `destroy`, after every worker stopped).
 //! A second mount of a pool already mounted fails with the pool's "in use" error.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL, SessionUnmounter};
+use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
 use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
 use lynxfs::{Access, Fs, Pool, Progress, Quiet};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::adapter::LynxFuse;
+use crate::kmount::{self, OwnMount, Unmounted};
 
 /// Which durability backend to open the pool with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,21 +191,18 @@ impl MountOptions {
 
 /// A mounted pool whose session has not started serving yet: the mount is live (the
 /// kernel's INIT was answered), so a daemon may detach now and serve in the child.
+/// Dropped unserved, it unmounts (its own mount only) and closes the pool.
 pub struct Prepared {
-    inner: Box<dyn Serve>,
-    mountpoint: PathBuf,
+    inner: Option<Box<dyn Serve>>,
+    mount: Option<OwnMount>,
 }
 
 trait Serve: Send {
-    fn unmounter(&mut self) -> SessionUnmounter;
     fn run(self: Box<Self>) -> std::io::Result<()>;
     fn spawn(self: Box<Self>) -> std::io::Result<BackgroundSession>;
 }
 
 impl<B: Backend> Serve for Session<LynxFuse<B>> {
-    fn unmounter(&mut self) -> SessionUnmounter {
-        self.unmount_callable()
-    }
     fn run(self: Box<Self>) -> std::io::Result<()> {
         (*self).run()
     }
@@ -219,7 +217,7 @@ fn session<B: Backend>(
     o: &MountOptions,
     backend: B,
     progress: &dyn Progress,
-) -> anyhow::Result<Box<dyn Serve>> {
+) -> anyhow::Result<(Box<dyn Serve>, OwnMount)> {
     let access = if o.read_only {
         Access::ReadOnly
     } else {
@@ -230,16 +228,16 @@ fn session<B: Backend>(
     let fs = Arc::new(Fs::new(pool));
     let fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     let notices = fuse.notices();
-    match Session::new(fuse, mountpoint, &o.config(pool_path)) {
-        Ok(s) => {
+    match kmount::session(fuse, mountpoint, &o.config(pool_path)) {
+        Ok((s, mount)) => {
             // Set once, here, before any request is served.
             let _ = notices.set(s.notifier());
-            Ok(Box::new(s))
+            Ok((Box::new(s), mount))
         }
         Err(e) => {
             // Nothing was served: close the pool cleanly before reporting.
             let _ = fs.close();
-            Err(anyhow::Error::new(e).context(format!("mounting at {}", mountpoint.display())))
+            Err(e.context(format!("mounting at {}", mountpoint.display())))
         }
     }
 }
@@ -247,6 +245,18 @@ fn session<B: Backend>(
 /// Opens the pool and mounts it, without serving yet.
 pub fn prepare(pool: &Path, mountpoint: &Path, o: &MountOptions) -> anyhow::Result<Prepared> {
     prepare_with_progress(pool, mountpoint, o, &Quiet)
+}
+
+/// A missing mount point and a file in its place are different mistakes.
+fn check_mountpoint(mountpoint: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => bail!("{}: mount point is not a directory", mountpoint.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{}: mount point does not exist", mountpoint.display())
+        }
+        Err(e) => Err(e).with_context(|| format!("mount point {}", mountpoint.display())),
+    }
 }
 
 /// [`prepare`], telling `progress` how recovery goes if the pool needs it.
@@ -257,71 +267,134 @@ pub fn prepare_with_progress(
     progress: &dyn Progress,
 ) -> anyhow::Result<Prepared> {
     crate::check_fuse_device()?;
-    if !mountpoint.is_dir() {
-        bail!("{}: mount point is not a directory", mountpoint.display());
-    }
-    let inner = match o.backend.unwrap_or_else(|| BackendChoice::auto(pool)) {
+    check_mountpoint(mountpoint)?;
+    let (inner, mount) = match o.backend.unwrap_or_else(|| BackendChoice::auto(pool)) {
         BackendChoice::Pmem => session(pool, mountpoint, o, PmemBackend::default(), progress)?,
         BackendChoice::Msync => session(pool, mountpoint, o, MsyncBackend, progress)?,
     };
     Ok(Prepared {
-        inner,
-        mountpoint: mountpoint.to_path_buf(),
+        inner: Some(inner),
+        mount: Some(mount),
     })
 }
 
-/// Blocks SIGINT/SIGTERM in this thread and every thread spawned after it, so they
-/// only ever reach `sigwait`. Call before [`prepare`] (before any thread exists).
-pub fn block_stop_signals() -> anyhow::Result<SigSet> {
+/// The signals that stop a foreground mount: SIGINT (^C), SIGTERM (kill, systemd)
+/// and SIGHUP (its terminal closed). Each unmounts and closes the pool cleanly.
+fn stop_signals() -> SigSet {
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGINT);
     signals.add(Signal::SIGTERM);
-    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
+    signals.add(Signal::SIGHUP);
+    signals
+}
+
+/// Blocks the stop signals (SIGINT, SIGTERM, SIGHUP) in this thread and every thread
+/// spawned after it, so they only ever reach `sigwait`. Call before [`prepare`]
+/// (before any thread exists).
+pub fn block_stop_signals() -> anyhow::Result<SigSet> {
+    let signals = stop_signals();
+    signals
+        .thread_block()
+        .context("blocking SIGINT/SIGTERM/SIGHUP")?;
     Ok(signals)
+}
+
+/// Handles every stop signal for the life of the process, on a thread of its own:
+/// each one unmounts `mount` (and only it); a busy mount is retried, then detached
+/// lazily, so the session ends (and the pool is closed) when its last user goes. A
+/// mount hidden under another one is left alone and reported.
+pub fn unmount_on_signals(
+    signals: SigSet,
+    mount: Arc<OwnMount>,
+    who: &'static str,
+) -> anyhow::Result<()> {
+    thread::Builder::new()
+        .name("signal-wait".to_string())
+        .spawn(move || loop {
+            let sig = match signals.wait() {
+                Ok(sig) => sig,
+                Err(e) => {
+                    eprintln!("{who}: waiting for signals: {e}");
+                    return;
+                }
+            };
+            let mp = mount.mountpoint().display();
+            eprintln!("{who}: {sig}, unmounting {mp}");
+            match mount.unmount() {
+                Ok(Unmounted::Now) => {}
+                Ok(Unmounted::Lazily) => eprintln!(
+                    "{who}: {mp} is busy: detached it; the pool is closed when the last \
+                     process using it lets go"
+                ),
+                Ok(Unmounted::AlreadyGone) => eprintln!(
+                    "{who}: {mp} is already unmounted; the pool is closed when the last \
+                     process using it lets go"
+                ),
+                Ok(Unmounted::Covered) => eprintln!(
+                    "{who}: another file system is mounted over {mp}: not unmounting; \
+                     unmount that one, then signal again"
+                ),
+                Err(e) => eprintln!("{who}: {e:#}"),
+            }
+        })
+        .context("spawning the signal thread")?;
+    Ok(())
 }
 
 impl Prepared {
     pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
+        self.mount.as_ref().expect("mounted").mountpoint()
+    }
+
+    fn take(&mut self) -> (Box<dyn Serve>, OwnMount) {
+        let inner = self.inner.take().expect("served once");
+        let mount = self.mount.take().expect("served once");
+        (inner, mount)
     }
 
     /// Serves until unmounted (`umount`, `fusermount3 -u`) or, with `signals`, until
-    /// one of them arrives (then it unmounts itself). The pool is closed cleanly
-    /// before this returns.
+    /// one of them unmounts it ([`unmount_on_signals`]). The pool is closed cleanly
+    /// before this returns. Once the session has ended nothing is unmounted: the
+    /// kernel already did, and the path may now show another file system.
     pub fn run(mut self, signals: Option<SigSet>) -> anyhow::Result<()> {
+        let (inner, mount) = self.take();
         if let Some(signals) = signals {
-            let mut unmounter = self.inner.unmounter();
-            let mp = self.mountpoint.clone();
-            thread::Builder::new()
-                .name("signal-wait".to_string())
-                .spawn(move || {
-                    if let Ok(sig) = signals.wait() {
-                        eprintln!("lynxfs: {sig}, unmounting {}", mp.display());
-                    }
-                    if let Err(e) = unmounter.unmount() {
-                        eprintln!("lynxfs: unmounting {}: {e}", mp.display());
-                    }
-                })
-                .context("spawning the signal thread")?;
+            unmount_on_signals(signals, Arc::new(mount), "lynxfs")?;
         }
-        self.inner.run().context("FUSE session")
+        kmount::session_ended(inner.run()).context("FUSE session")
     }
 
     /// Serves from background threads (tests).
-    pub fn spawn(self) -> anyhow::Result<LynxMount> {
-        let session = self
-            .inner
-            .spawn()
-            .context("spawning the FUSE session thread")?;
+    pub fn spawn(mut self) -> anyhow::Result<LynxMount> {
+        let (inner, mount) = self.take();
+        let session = match inner.spawn() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = mount.unmount();
+                return Err(anyhow::Error::new(e).context("spawning the FUSE session thread"));
+            }
+        };
         Ok(LynxMount {
-            mountpoint: self.mountpoint,
+            mount,
             session: Some(session),
         })
     }
 }
 
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // Never served: unmount first (nobody answers the kernel, but an unmount of a
+        // FUSE file system needs no answer), then the session's drop closes the pool.
+        if let Some(mount) = self.mount.take() {
+            if let Err(e) = mount.unmount() {
+                eprintln!("lynxfs-fuse: {e:#}");
+            }
+        }
+    }
+}
+
 /// Mounts `pool` at `mountpoint` and serves in the foreground until it is unmounted
-/// or SIGINT/SIGTERM arrives; the pool is closed cleanly before this returns.
+/// or a stop signal arrives; the pool is closed cleanly before this returns.
 pub fn mount(pool: &Path, mountpoint: &Path, o: &MountOptions) -> anyhow::Result<()> {
     let signals = block_stop_signals()?;
     prepare(pool, mountpoint, o)?.run(Some(signals))
@@ -340,13 +413,13 @@ pub fn mount_background(
 /// A pool mounted by [`mount_background`].
 #[derive(Debug)]
 pub struct LynxMount {
-    mountpoint: PathBuf,
+    mount: OwnMount,
     session: Option<BackgroundSession>,
 }
 
 impl LynxMount {
     pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
+        self.mount.mountpoint()
     }
 
     /// Unmounts, waits for the session to end and the pool to be closed.
@@ -358,9 +431,7 @@ impl LynxMount {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        session
-            .umount_and_join()
-            .with_context(|| format!("unmounting {}", self.mountpoint.display()))
+        kmount::unmount_and_join(&self.mount, session)
     }
 }
 

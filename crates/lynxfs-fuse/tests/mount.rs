@@ -4,14 +4,24 @@
 //!
 //! Needs root (or fusermount3) and `/dev/fuse`; fails loudly without them.
 
+mod support;
+
+use std::ffi::CString;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Access, MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, prepare, MountOptions};
+use support::{watchdog, Watchdog};
 use tempfile::TempDir;
+
+/// Every test here mounts: two minutes is far more than any needs.
+fn bound(test: &str) -> Watchdog {
+    watchdog(test, Duration::from_secs(120))
+}
 
 fn setup() -> (TempDir, PathBuf, TempDir) {
     assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
@@ -29,6 +39,7 @@ fn is_clean(pool: &Path) -> bool {
 
 #[test]
 fn serve_refuse_second_close_clean_and_remount() {
+    let _w = bound("serve_refuse_second_close_clean_and_remount");
     let (_dir, pool, mnt) = setup();
     let opts = MountOptions::default();
     let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
@@ -53,6 +64,7 @@ fn serve_refuse_second_close_clean_and_remount() {
 
 #[test]
 fn read_only_mount_changes_nothing() {
+    let _w = bound("read_only_mount_changes_nothing");
     let (_dir, pool, mnt) = setup();
     let m = mount_background(&pool, mnt.path(), &MountOptions::default()).unwrap();
     fs::write(mnt.path().join("f"), b"data").unwrap();
@@ -83,6 +95,7 @@ fn read_only_mount_changes_nothing() {
 
 #[test]
 fn errors_are_reported_before_mounting() {
+    let _w = bound("errors_are_reported_before_mounting");
     let (dir, pool, mnt) = setup();
     let opts = MountOptions::default();
     let missing = dir.path().join("nope");
@@ -94,7 +107,11 @@ fn errors_are_reported_before_mounting() {
             .err()
             .unwrap()
     );
-    assert!(e.contains("not a directory"), "{e}");
+    assert!(e.contains("mount point does not exist"), "{e}");
+    let file = dir.path().join("file");
+    fs::write(&file, b"").unwrap();
+    let e = format!("{:#}", prepare(&pool, &file, &opts).err().unwrap());
+    assert!(e.contains("mount point is not a directory"), "{e}");
     let foreign = dir.path().join("foreign");
     fs::File::create(&foreign)
         .unwrap()
@@ -109,6 +126,7 @@ fn errors_are_reported_before_mounting() {
 
 #[test]
 fn many_entries_and_threads() {
+    let _w = bound("many_entries_and_threads");
     let (_dir, pool, mnt) = setup();
     let opts = MountOptions::parse("threads=4,entry_timeout=0,attr_timeout=0").unwrap();
     let m = mount_background(&pool, mnt.path(), &opts).unwrap();
@@ -161,6 +179,7 @@ fn as_user_1000<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T 
 
 #[test]
 fn cached_names_do_not_let_a_caller_past_its_search_permission() {
+    let _w = bound("cached_names_do_not_let_a_caller_past_its_search_permission");
     let (_dir, pool, mnt) = setup();
     let mut opts = MountOptions::default();
     opts.apply("allow_other").unwrap();
@@ -186,4 +205,107 @@ fn cached_names_do_not_let_a_caller_past_its_search_permission() {
     assert_eq!(listed, ["f"]);
     assert_eq!(read, Err(std::io::ErrorKind::PermissionDenied));
     m.unmount().expect("unmount");
+}
+
+fn mounted(mp: &Path) -> bool {
+    lynxfs_fuse::mountinfo::mounts()
+        .iter()
+        .any(|m| Path::new(&m.mountpoint) == mp)
+}
+
+/// A tmpfs mounted at `dir` (with a marker file in it); unmounted when dropped. By
+/// system calls, not mount(8): a child forked while another test holds its pool open
+/// would hold the pool's lock too, for an instant.
+struct Tmpfs(PathBuf);
+
+fn cpath(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+impl Tmpfs {
+    fn mount(dir: &Path) -> Tmpfs {
+        let (tmpfs, target) = (CString::new("tmpfs").unwrap(), cpath(dir));
+        // SAFETY: NUL-terminated strings that outlive the call; no data argument.
+        let r = unsafe {
+            libc::mount(
+                tmpfs.as_ptr(),
+                target.as_ptr(),
+                tmpfs.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        fs::write(dir.join("tmpfs-marker"), b"").unwrap();
+        Tmpfs(dir.to_path_buf())
+    }
+
+    fn still_there(&self) -> bool {
+        self.0.join("tmpfs-marker").exists()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let target = cpath(&self.0);
+        // SAFETY: a NUL-terminated path.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// `umount2(path, 0)`, as umount(8) does.
+fn umount(path: &Path) {
+    let c = cpath(path);
+    // SAFETY: c is a NUL-terminated path.
+    let r = unsafe { libc::umount2(c.as_ptr(), 0) };
+    assert_eq!(
+        r,
+        0,
+        "umount {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+#[test]
+fn an_unmount_by_someone_else_leaves_the_file_system_under_ours_alone() {
+    let _w = bound("an_unmount_by_someone_else_leaves_the_file_system_under_ours_alone");
+    let (_dir, pool, mnt) = setup();
+    let mp = mnt.path().canonicalize().unwrap();
+    let under = Tmpfs::mount(&mp);
+    let m = mount_background(&pool, &mp, &MountOptions::default()).expect("mount");
+    assert!(!under.still_there(), "LynxFS hides the tmpfs");
+    umount(&mp);
+    // The session has ended: ending it must not unmount anything at that path again.
+    m.unmount().expect("unmount after the kernel unmounted it");
+    assert!(
+        under.still_there(),
+        "the tmpfs under LynxFS was unmounted too"
+    );
+    assert!(is_clean(&pool));
+}
+
+#[test]
+fn a_mount_covered_by_another_is_not_unmounted_through_it() {
+    let _w = bound("a_mount_covered_by_another_is_not_unmounted_through_it");
+    let (_dir, pool, mnt) = setup();
+    let mp = mnt.path().canonicalize().unwrap();
+    let m = mount_background(&pool, &mp, &MountOptions::default()).expect("mount");
+    let over = Tmpfs::mount(&mp);
+    let e = m.unmount().expect_err("a covered mount is not unmounted");
+    assert!(format!("{e:#}").contains("mounted over"), "{e:#}");
+    assert!(
+        over.still_there(),
+        "the tmpfs mounted over LynxFS was unmounted"
+    );
+    // Ours is still there, under the tmpfs; once that goes it can be unmounted.
+    drop(over);
+    support::wait_until("tmpfs gone", Duration::from_secs(10), || {
+        !mp.join("tmpfs-marker").exists()
+    });
+    umount(&mp);
+    support::wait_until("pool closed", Duration::from_secs(30), || {
+        Pool::open(&pool, Access::ReadOnly, PmemBackend::default()).is_ok_and(|p| p.was_clean)
+    });
+    assert!(!mounted(&mp));
 }

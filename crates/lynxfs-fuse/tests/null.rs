@@ -4,6 +4,8 @@
 //! Needs `/dev/fuse` and permission to mount (root, or `fusermount3` installed).
 //! Without them the tests fail loudly rather than pass vacuously.
 
+mod support;
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -11,12 +13,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use lynxfs_fuse::{mount_null, mount_null_with, NullMount, NullOptions};
+use support::{watchdog, Watchdog};
 use tempfile::TempDir;
 
-/// A mount plus the directory it lives on; fields drop in order, unmount first.
+/// A mount plus the directory it lives on; fields drop in order, unmount first, and
+/// the watchdog bounds the whole test, unmount included.
 struct Mounted {
     mount: NullMount,
     _dir: TempDir,
+    _watchdog: Watchdog,
 }
 
 impl Mounted {
@@ -31,13 +36,18 @@ fn mount(options: Option<NullOptions>) -> Mounted {
         "/dev/fuse is missing: these tests need the FUSE device (modprobe fuse, or run \
          the container with --device /dev/fuse --cap-add SYS_ADMIN)"
     );
+    let watchdog = watchdog("a null-mount test", Duration::from_secs(120));
     let dir = tempfile::tempdir().expect("creating a temporary mount point");
     let mount = match options {
         Some(options) => mount_null_with(dir.path(), &options),
         None => mount_null(dir.path(), Duration::ZERO),
     };
     let mount = mount.unwrap_or_else(|e| panic!("mounting the null FUSE file system: {e:#}"));
-    Mounted { mount, _dir: dir }
+    Mounted {
+        mount,
+        _dir: dir,
+        _watchdog: watchdog,
+    }
 }
 
 fn errno(result: std::io::Result<impl Sized>) -> i32 {
@@ -235,7 +245,11 @@ fn statfs_and_explicit_unmount() {
     let stat = nix::sys::statvfs::statvfs(m.root()).unwrap();
     assert!(stat.blocks_free() > 0);
     assert_eq!(stat.name_max(), 255);
-    let Mounted { mount, _dir } = m;
+    let Mounted {
+        mount,
+        _dir,
+        _watchdog,
+    } = m;
     let path = mount.mountpoint().to_path_buf();
     mount.unmount().unwrap();
     // After unmounting, the temporary directory is an ordinary empty directory again.

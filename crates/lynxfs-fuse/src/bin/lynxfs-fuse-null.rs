@@ -1,18 +1,17 @@
 //! `lynxfs-fuse-null MOUNTPOINT [--ttl-ms N] [--threads N]`
 //!
 //! Mounts the in-memory null file system (the "FUSE floor") and serves it in the
-//! foreground until SIGINT/SIGTERM or an external `fusermount3 -u MOUNTPOINT`.
+//! foreground until SIGINT/SIGTERM/SIGHUP or an external `fusermount3 -u MOUNTPOINT`.
 //! Defaults: TTL 0 (kernel caches off), one FUSE worker thread.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::thread;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use fuser::SessionUnmounter;
+use lynxfs_fuse::mount::{block_stop_signals, unmount_on_signals};
 use lynxfs_fuse::{new_null_session, NullOptions};
-use nix::sys::signal::{SigSet, Signal};
 
 const USAGE: &str = "usage: lynxfs-fuse-null MOUNTPOINT [--ttl-ms N] [--threads N]";
 
@@ -52,46 +51,19 @@ fn number_after(flag: &str, value: Option<String>) -> anyhow::Result<u64> {
         .with_context(|| format!("{flag}: not a number: {value}"))
 }
 
-/// Blocks SIGINT/SIGTERM in this thread, and so in every thread spawned after it
-/// (including fuser's workers): they are then only ever received by `sigwait`.
-fn block_stop_signals() -> anyhow::Result<SigSet> {
-    let mut signals = SigSet::empty();
-    signals.add(Signal::SIGINT);
-    signals.add(Signal::SIGTERM);
-    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
-    Ok(signals)
-}
-
-/// Waits for a stop signal on a dedicated thread and unmounts, which makes
-/// `Session::run` return and `main` exit normally instead of leaving a dead mount.
-fn unmount_on_signal(signals: SigSet, mut unmounter: SessionUnmounter) -> anyhow::Result<()> {
-    thread::Builder::new()
-        .name("signal-wait".to_string())
-        .spawn(move || {
-            if let Ok(signal) = signals.wait() {
-                eprintln!("lynxfs-fuse-null: {signal}, unmounting");
-            }
-            if let Err(e) = unmounter.unmount() {
-                eprintln!("lynxfs-fuse-null: unmount failed: {e}");
-            }
-        })
-        .context("spawning the signal thread")?;
-    Ok(())
-}
-
 fn run() -> anyhow::Result<()> {
     let args = parse_args()?;
     // Before mounting: a signal arriving during the mount must not kill the process.
     let signals = block_stop_signals()?;
-    let mut session = new_null_session(&args.mountpoint, &args.options)?;
-    unmount_on_signal(signals, session.unmount_callable())?;
+    let (session, mount) = new_null_session(&args.mountpoint, &args.options)?;
+    unmount_on_signals(signals, Arc::new(mount), "lynxfs-fuse-null")?;
     eprintln!(
         "lynxfs-fuse-null: serving {} (ttl {:?}, {} thread(s))",
         args.mountpoint.display(),
         args.options.ttl,
         args.options.threads
     );
-    session.run().context("FUSE session")
+    lynxfs_fuse::kmount::session_ended(session.run()).context("FUSE session")
 }
 
 fn main() -> ExitCode {
