@@ -60,6 +60,9 @@ pub struct LynxFuse<B: Backend> {
     kernel_kills_privs: bool,
     /// Notices to the kernel (set once the session exists; see [`LynxFuse::notices`]).
     notices: Arc<OnceLock<Notifier>>,
+    /// Offer the kernel POSIX ACLs (FUSE_POSIX_ACL), which also makes it check
+    /// permissions itself; off for `daemon_permissions` mounts.
+    kernel_acls: bool,
 }
 
 /// Maps an engine error to the errno the caller sees. The one place this is done.
@@ -165,7 +168,15 @@ impl<B: Backend> LynxFuse<B> {
             protected_hardlinks,
             kernel_kills_privs: true,
             notices: Arc::new(OnceLock::new()),
+            kernel_acls: true,
         }
+    }
+
+    /// Leaves ACLs (and so every permission check) to the engine: the kernel then
+    /// passes ACL attributes through as plain xattr calls.
+    pub fn without_kernel_acls(mut self) -> Self {
+        self.kernel_acls = false;
+        self
     }
 
     /// Where the mount puts the session's [`Notifier`] once the session exists, so
@@ -439,8 +450,12 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         // applies default ACLs at create. With FUSE_DONT_MASK the umask comes to us
         // unapplied, and is applied only where no default ACL replaces it (`masked`).
         // Optional: an older kernel passes the ACL attributes through as before.
-        let _ = config
-            .add_capabilities(fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK);
+        let acl = if self.kernel_acls {
+            fuser::InitFlags::FUSE_POSIX_ACL
+        } else {
+            fuser::InitFlags::empty()
+        };
+        let _ = config.add_capabilities(acl | fuser::InitFlags::FUSE_DONT_MASK);
         Ok(())
     }
 

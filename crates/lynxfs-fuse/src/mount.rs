@@ -54,6 +54,12 @@ pub struct MountOptions {
     /// Have the kernel check permissions too (`default_permissions`); implied by
     /// `allow_other`.
     pub default_permissions: bool,
+    /// The daemon alone checks permissions (`daemon_permissions`): the kernel is not
+    /// told about ACLs (FUSE_POSIX_ACL would turn its own checks on) and caches no
+    /// names (entry_timeout=0: it would reuse a cached name without asking, so a
+    /// directory that lost its x bit would still be walked through). Refused with
+    /// `allow_other` and `default_permissions`.
+    pub daemon_permissions: bool,
     /// FUSE worker threads (`threads=`), each with its own /dev/fuse fd.
     pub threads: usize,
     /// Mount read-only (`ro`); the pool is then mapped privately and never changed.
@@ -71,6 +77,7 @@ impl Default for MountOptions {
             attr_timeout: Duration::from_secs(1),
             allow_other: false,
             default_permissions: false,
+            daemon_permissions: false,
             threads: 2,
             read_only: false,
             backend: None,
@@ -127,6 +134,7 @@ impl MountOptions {
                 }
                 "allow_other" => self.allow_other = true,
                 "default_permissions" => self.default_permissions = true,
+                "daemon_permissions" => self.daemon_permissions = true,
                 "ro" => self.read_only = true,
                 "rw" => self.read_only = false,
                 "nosuid" => self.extra.push(MountOption::NoSuid),
@@ -146,11 +154,27 @@ impl MountOptions {
                 _ if val.is_some() && key.starts_with("x-") => {}
                 _ => bail!(
                     "unknown mount option {opt:?} (known: entry_timeout=, attr_timeout=, \
-                     threads=, backend=pmem|msync, allow_other, default_permissions, ro, rw, \
+                     threads=, backend=pmem|msync, allow_other, default_permissions, \
+                     daemon_permissions, ro, rw, \
                      nosuid, nodev, noexec, noatime, sync, dirsync)"
                 ),
             }
         }
+        self.settle_permissions()
+    }
+
+    /// `daemon_permissions` excludes the kernel's checks, and needs names uncached.
+    fn settle_permissions(&mut self) -> anyhow::Result<()> {
+        if !self.daemon_permissions {
+            return Ok(());
+        }
+        if self.allow_other || self.default_permissions {
+            bail!(
+                "daemon_permissions cannot go with allow_other or default_permissions \
+                 (they have the kernel check permissions)"
+            );
+        }
+        self.entry_timeout = Duration::ZERO;
         Ok(())
     }
 
@@ -226,7 +250,10 @@ fn session<B: Backend>(
     // The pool first: a missing, foreign or busy pool is reported before mounting.
     let pool = Pool::open_with_progress(pool_path, access, backend, progress)?;
     let fs = Arc::new(Fs::new(pool));
-    let fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
+    let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
+    if o.daemon_permissions {
+        fuse = fuse.without_kernel_acls();
+    }
     let notices = fuse.notices();
     match kmount::session(fuse, mountpoint, &o.config(pool_path)) {
         Ok((s, mount)) => {
@@ -475,9 +502,19 @@ mod tests {
             ("entry_timeout", "needs a value"),
             ("backend=disk", "pmem or msync"),
             ("frobnicate", "unknown mount option"),
+            ("daemon_permissions,allow_other", "cannot go with"),
+            ("default_permissions,daemon_permissions", "cannot go with"),
         ] {
             let e = MountOptions::parse(bad).unwrap_err();
             assert!(format!("{e:#}").contains(says), "{bad}: {e:#}");
         }
+    }
+
+    #[test]
+    fn daemon_permissions_caches_no_names() {
+        let o = MountOptions::parse("entry_timeout=5,daemon_permissions").unwrap();
+        assert!(o.daemon_permissions);
+        assert_eq!(o.entry_timeout, Duration::ZERO);
+        assert_eq!(o.attr_timeout, Duration::from_secs(1));
     }
 }

@@ -1061,7 +1061,7 @@ fn matches_tmpfs_as_mount_owner_without_default_permissions() {
     const NAME: &str = "matches_tmpfs_as_mount_owner_without_default_permissions";
     match spawn::role_for(NAME) {
         Some(args) => owner::child(&args),
-        None => owner::parent(NAME, "entry_timeout=0,attr_timeout=0"),
+        None => owner::parent(NAME, "daemon_permissions,attr_timeout=0"),
     }
 }
 
@@ -1075,13 +1075,12 @@ fn matches_tmpfs_as_mount_owner_with_default_caches() {
     }
 }
 
-/// Without `default_permissions` the kernel uses a name it cached (for entry_timeout)
-/// without asking the daemon, so taking x off a directory does not stop its owner
-/// from reaching names it used just before; tmpfs refuses at once.
+/// A directory that loses its x bit stops its owner at once, cached names or not
+/// (tmpfs refuses at once). Without the kernel's checks it would reuse a name it
+/// cached for entry_timeout without asking the daemon; so default mounts have the
+/// kernel check (FUSE_POSIX_ACL turns `default_permissions` on), and
+/// `daemon_permissions` mounts cache no names.
 #[test]
-#[ignore = "issue 11 item 14: without default_permissions the kernel serves cached names \
-            (entry_timeout) without asking the daemon, so chmod 0600 of a directory does \
-            not stop lookups of names cached before it"]
 fn owner_loses_cached_names_when_a_directory_loses_search_permission() {
     const NAME: &str = "owner_loses_cached_names_when_a_directory_loses_search_permission";
     match spawn::role_for(NAME) {
