@@ -26,7 +26,7 @@ use crate::format::inode;
 use crate::meta::{CacheletRef, Cred, Stat};
 use crate::pmem::Backend;
 
-use super::Fs;
+use super::{path, Fs};
 
 /// Shards of the hold table, so holds on different inodes rarely share a lock.
 const SHARDS: usize = 64;
@@ -197,15 +197,17 @@ enum Moved {
 }
 
 /// A hold for the length of one call: a path's inode, kept from being freed (and its
-/// number reused) while the call works on it by number.
+/// number reused) while the call works on it by number. It is an open reference
+/// taken directly, without the table that counts holds from outside.
 pub(super) struct HeldIno<'a, B: Backend> {
     fs: &'a Fs<B>,
     pub ino: u64,
+    cachelet: CacheletRef,
 }
 
 impl<B: Backend> Drop for HeldIno<'_, B> {
     fn drop(&mut self) {
-        self.fs.forget(self.ino, 1);
+        self.fs.drop_open_ref(self.ino, &self.cachelet);
     }
 }
 
@@ -216,17 +218,25 @@ impl<B: Backend> super::Session<'_, B> {
     /// replaced and freed in between (a truncate of `f` landing on a file that never
     /// had that name).
     pub(super) fn resolve_held(&self, p: &str, follow: bool) -> Result<HeldIno<'_, B>> {
-        let mut ino = self.resolve(p, follow)?;
+        let ns = self.fs.ns();
         for _ in 0..LOOKUP_TRIES {
-            if self.fs.hold(ino).is_ok() {
-                let held = HeldIno { fs: self.fs, ino };
-                match self.resolve(p, follow) {
-                    Ok(now) if now == ino => return Ok(held),
-                    Ok(now) => ino = now,
-                    Err(e) => return Err(e),
-                }
-            } else {
-                ino = self.resolve(p, follow)?;
+            let found = path::resolve_last(ns, self.cwd, p.as_bytes(), follow, &self.cred)?;
+            let Ok(cachelet) = self.fs.open_ref(found.ino) else {
+                continue; // freed since the lookup: the path leads elsewhere now
+            };
+            let held = HeldIno {
+                fs: self.fs,
+                ino: found.ino,
+                cachelet,
+            };
+            // Once held, the name that led to the inode must still lead there: one
+            // index probe (a path that ended at a directory itself is walked again).
+            let now = match &found.last {
+                Some((dir, name)) => ns.lookup(*dir, name, &Cred::root()),
+                None => self.resolve(p, follow),
+            };
+            if now.is_ok_and(|now| now == held.ino) {
+                return Ok(held);
             }
         }
         Err(errno::ESTALE)

@@ -44,16 +44,30 @@ pub fn resolve<B: Backend>(
     follow: bool,
     cred: &Cred,
 ) -> Result<u64> {
+    resolve_last(ns, base, path, follow, cred).map(|r| r.ino)
+}
+
+/// Where a path led: the inode, and the directory and name of the last lookup that
+/// found it (none when the path ended at a directory itself, like "/" or "a/..").
+pub struct Resolved {
+    pub ino: u64,
+    pub last: Option<(u64, Vec<u8>)>,
+}
+
+/// [`resolve`], telling also through which name the inode was found last.
+pub fn resolve_last<B: Backend>(
+    ns: &Namespace<B>,
+    base: u64,
+    path: &[u8],
+    follow: bool,
+    cred: &Cred,
+) -> Result<Resolved> {
     let mut links = 0;
     let w = walk_parent(ns, base, path, cred, &mut links)?;
-    let ino = match w.name.as_slice() {
-        b"" => w.parent,
-        name => ns.lookup(w.parent, name, cred)?,
-    };
+    let found = found_at(ns, w.parent, w.name, cred)?;
     finish(
         ns,
-        ino,
-        w.parent,
+        found,
         follow || w.trailing_slash,
         w.trailing_slash,
         cred,
@@ -61,32 +75,49 @@ pub fn resolve<B: Backend>(
     )
 }
 
+/// Looks `name` up in `parent` (the parent itself for an empty name).
+fn found_at<B: Backend>(
+    ns: &Namespace<B>,
+    parent: u64,
+    name: Vec<u8>,
+    cred: &Cred,
+) -> Result<Resolved> {
+    if name.is_empty() {
+        return Ok(Resolved {
+            ino: parent,
+            last: None,
+        });
+    }
+    let ino = ns.lookup(parent, &name, cred)?;
+    Ok(Resolved {
+        ino,
+        last: Some((parent, name)),
+    })
+}
+
 fn finish<B: Backend>(
     ns: &Namespace<B>,
-    mut ino: u64,
-    mut parent: u64,
+    mut r: Resolved,
     follow: bool,
     want_dir: bool,
     cred: &Cred,
     links: &mut u32,
-) -> Result<u64> {
-    while follow && is_symlink(ns.mode(ino)) {
+) -> Result<Resolved> {
+    while follow && is_symlink(ns.mode(r.ino)) {
         *links += 1;
         if *links > SYMLOOP_MAX {
             return Err(errno::ELOOP);
         }
-        let target = ns.readlink(ino)?;
-        let w = walk_parent(ns, parent, &target, cred, links)?;
-        ino = match w.name.as_slice() {
-            b"" => w.parent,
-            name => ns.lookup(w.parent, name, cred)?,
-        };
-        parent = w.parent;
+        let target = ns.readlink(r.ino)?;
+        // A relative target starts in the directory that holds the link.
+        let from = r.last.as_ref().map_or(r.ino, |(dir, _)| *dir);
+        let w = walk_parent(ns, from, &target, cred, links)?;
+        r = found_at(ns, w.parent, w.name, cred)?;
     }
-    if want_dir && !is_dir(ns.mode(ino)) {
+    if want_dir && !is_dir(ns.mode(r.ino)) {
         return Err(errno::ENOTDIR);
     }
-    Ok(ino)
+    Ok(r)
 }
 
 /// Resolve every component but the last; return the parent and the last name
@@ -153,5 +184,17 @@ fn step<B: Backend>(
         return Err(errno::ENAMETOOLONG);
     }
     let next = ns.lookup(cur, comp, cred)?;
-    finish(ns, next, cur, true, true, cred, links)
+    if !is_symlink(ns.mode(next)) {
+        // The common case, without the name copy a symlink's resolution needs.
+        return if is_dir(ns.mode(next)) {
+            Ok(next)
+        } else {
+            Err(errno::ENOTDIR)
+        };
+    }
+    let found = Resolved {
+        ino: next,
+        last: Some((cur, comp.to_vec())),
+    };
+    finish(ns, found, true, true, cred, links).map(|r| r.ino)
 }
