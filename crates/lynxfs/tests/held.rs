@@ -167,3 +167,28 @@ fn truncate_and_chmod_by_path_never_land_on_a_file_that_reused_the_number() {
         &bad[..bad.len().min(5)]
     );
 }
+
+/// A session's working directory is held as a process's is: removed, it stays an
+/// empty orphan (relative paths say ENOENT) and its number is not given to a new
+/// directory that relative paths would then reach.
+#[test]
+fn a_removed_working_directory_keeps_its_number_until_the_session_leaves_it() {
+    let fs = fs(16 << 20);
+    let root = fs.session(Cred::root());
+    root.mkdir("/w", 0o755).unwrap();
+    let w = root.stat("/w").unwrap().ino;
+    let mut s = fs.session(Cred::root());
+    s.chdir("/w").unwrap();
+    root.rmdir("/w").unwrap();
+    for i in 0..64 {
+        let d = format!("/n{i}");
+        root.mkdir(&d, 0o755).unwrap();
+        assert_ne!(root.stat(&d).unwrap().ino, w, "the cwd's number was reused");
+    }
+    assert_eq!(errno(s.open("f", CREAT, 0o644)), libc::ENOENT);
+    assert_eq!(errno(s.stat("f")), libc::ENOENT);
+    s.chdir("/").unwrap();
+    assert_eq!(errno(fs.ns().getattr(w)), libc::ENOENT, "freed once left");
+    let report = lynxfs::fsck::check(fs.pool());
+    assert!(report.is_clean(), "{report:?}");
+}

@@ -106,6 +106,7 @@ impl<B: Backend> Fs<B> {
             fs: self,
             cred,
             cwd: ROOT_INO,
+            cwd_hold: None,
         }
     }
 
@@ -388,6 +389,10 @@ pub struct Session<'a, B: Backend> {
     fs: &'a Fs<B>,
     pub cred: Cred,
     cwd: u64,
+    /// Holds the working directory (none for the root), as a process's cwd holds its
+    /// directory: removed, it stays an empty orphan rather than its number going to a
+    /// new directory that relative paths would then reach.
+    cwd_hold: Option<held::HeldIno<'a, B>>,
 }
 
 fn bytes(p: &str) -> &[u8] {
@@ -414,10 +419,11 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn chdir(&mut self, p: &str) -> Result<()> {
-        let ino = self.resolve(p, true)?;
-        self.ns().dir(ino)?;
-        self.ns().may(ino, &self.cred, perm::X)?;
-        self.cwd = ino;
+        let held = self.resolve_held(p, true)?;
+        self.ns().dir(held.ino)?;
+        self.ns().may(held.ino, &self.cred, perm::X)?;
+        self.cwd = held.ino;
+        self.cwd_hold = Some(held);
         Ok(())
     }
 
@@ -594,7 +600,8 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn link(&self, old: &str, new: &str) -> Result<()> {
-        let ino = self.resolve(old, false)?;
+        let held = self.resolve_held(old, false)?;
+        let ino = held.ino;
         let w = self.parent(new)?;
         if w.name.is_empty() {
             return Err(errno::EEXIST);
@@ -680,9 +687,9 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn setxattr(&self, p: &str, name: &str, value: &[u8], flags: i32) -> Result<()> {
-        let ino = self.resolve(p, true)?;
+        let ino = self.resolve_held(p, true)?;
         self.ns()
-            .setxattr(ino, bytes(name), value, flags, &self.cred)
+            .setxattr(ino.ino, bytes(name), value, flags, &self.cred)
     }
 
     pub fn listxattr(&self, p: &str) -> Result<Vec<Vec<u8>>> {
@@ -691,7 +698,7 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn removexattr(&self, p: &str, name: &str) -> Result<()> {
-        let ino = self.resolve(p, true)?;
-        self.ns().removexattr(ino, bytes(name), &self.cred)
+        let ino = self.resolve_held(p, true)?;
+        self.ns().removexattr(ino.ino, bytes(name), &self.cred)
     }
 }

@@ -142,6 +142,11 @@ impl<B: Backend> Namespace<B> {
         if !is_dir(self.mode(ino)) {
             return Err(errno::ENOTDIR);
         }
+        // A removed directory still held (a working directory, a FUSE node) is dead,
+        // as Linux's S_DEAD: nothing is looked up, listed or created in it.
+        if self.load(ino, inode::NLINK) == 0 {
+            return Err(errno::ENOENT);
+        }
         let dirs = self.dirs.pin();
         let d = match dirs.get(&ino) {
             Some(d) => d.clone(),
