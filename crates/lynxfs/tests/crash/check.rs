@@ -369,6 +369,15 @@ impl<'c> Judge<'c> {
         self.states = self.states.iter().map(State::relabeled).collect();
     }
 
+    /// Judge against `st` as the `k`th state from now on (relabeled like the others).
+    pub fn set_state(&mut self, k: usize, st: &State) {
+        self.states[k] = if self.relabel {
+            st.relabeled()
+        } else {
+            st.clone()
+        };
+    }
+
     /// The `k`th captured state.
     pub fn state(&self, k: usize) -> &State {
         &self.states[k]

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use lynxfs::meta::acl::{GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
 use lynxfs::pmem::RecordingBackend;
 use lynxfs::{Cred, Fd, Fs, Session, TimeSet};
 
@@ -43,12 +44,63 @@ fn put(c: &Ctx, path: &str, off: u64, data: &[u8]) -> lynxfs::Result<()> {
     r
 }
 
+pub const ACL_ACCESS: &str = "system.posix_acl_access";
+pub const ACL_DEFAULT: &str = "system.posix_acl_default";
+const NO_ID: u32 = u32::MAX;
+
+/// The `system.posix_acl_*` value of an ACL with these (tag, permission, id) entries.
+pub fn acl_value(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+/// /a's access ACL in the starting tree: a named user, mask rw (mode 0664).
+fn acl_of_a() -> Vec<u8> {
+    acl_value(&[
+        (USER_OBJ, 6, NO_ID),
+        (USER, 6, 1000),
+        (GROUP_OBJ, 4, NO_ID),
+        (MASK, 6, NO_ID),
+        (OTHER, 4, NO_ID),
+    ])
+}
+
+/// The extended access ACL set on /x (0644 with user.a): mask rw, other none, so the
+/// mode becomes 0660.
+pub fn acl_for_x() -> Vec<u8> {
+    acl_value(&[
+        (USER_OBJ, 6, NO_ID),
+        (USER, 4, 1000),
+        (GROUP_OBJ, 4, NO_ID),
+        (GROUP, 6, 60),
+        (MASK, 6, NO_ID),
+        (OTHER, 0, NO_ID),
+    ])
+}
+
+/// A default ACL (on /da in the starting tree, and set on /d1 by an operation).
+fn default_acl() -> Vec<u8> {
+    acl_value(&[
+        (USER_OBJ, 7, NO_ID),
+        (USER, 7, 1000),
+        (GROUP_OBJ, 5, NO_ID),
+        (MASK, 7, NO_ID),
+        (OTHER, 5, NO_ID),
+    ])
+}
+
 /// The tree every workload starts from:
 ///
 /// ```text
 /// /d1/f1 (5000 B)  /d1/e1/ (empty)  /d2/g (100 B)  /d2/hl = /h (hard link)
 /// /f (3 blocks + 500 B)  /h (50 B)  /s -> f  /x (xattr user.a)  /e2/ (empty)
 /// /big (blocks 0,2,4,6: four inline extents)  /tree (blocks 0,2,..,10: a tree)
+/// /a (50 B, extended access ACL: mode 0664)  /da/ (empty, default ACL)
 /// ```
 pub fn setup(c: &Ctx) {
     let s = c.s();
@@ -70,6 +122,10 @@ pub fn setup(c: &Ctx) {
     for i in 0..6 {
         put(c, "/tree", 2 * i * B, &pattern(B as usize, 20 + i as u8)).unwrap();
     }
+    put(c, "/a", 0, &pattern(50, 30)).unwrap();
+    s.setxattr("/a", ACL_ACCESS, &acl_of_a(), 0).unwrap();
+    s.mkdir("/da", 0o755).unwrap();
+    s.setxattr("/da", ACL_DEFAULT, &default_acl(), 0).unwrap();
 }
 
 /// One operation: a name and what it does (`i` tells instances in a sequence apart).
@@ -268,13 +324,51 @@ pub fn all_ops() -> Vec<Op> {
             c.s().setxattr("/d1", &format!("user.d{i}"), b"v", 0)
         }),
         op("removexattr", |c, _| c.s().removexattr("/x", "user.a")),
+        // POSIX ACLs: the attribute block and the mode change in one journal record.
+        op("acl-access-extended", |c, _| {
+            c.s().setxattr("/x", ACL_ACCESS, &acl_for_x(), 0)
+        }),
+        // A minimal ACL is the mode: /a's stored ACL goes, its mode becomes 0600.
+        op("acl-access-minimal", |c, _| {
+            let minimal = acl_value(&[
+                (USER_OBJ, 6, NO_ID),
+                (GROUP_OBJ, 0, NO_ID),
+                (OTHER, 0, NO_ID),
+            ]);
+            c.s().setxattr("/a", ACL_ACCESS, &minimal, 0)
+        }),
+        op("acl-remove-access", |c, _| {
+            c.s().removexattr("/a", ACL_ACCESS)
+        }),
+        // The ACL's mask takes the new group bits.
+        op("chmod-acl", |c, _| c.s().chmod("/a", 0o640)),
+        op("acl-default-dir", |c, _| {
+            c.s().setxattr("/d1", ACL_DEFAULT, &default_acl(), 0)
+        }),
+        op("acl-remove-default", |c, _| {
+            c.s().removexattr("/da", ACL_DEFAULT)
+        }),
+        // Inherited from /da's default ACL: an access ACL (and, for a directory, the
+        // default), written before the create's commit point.
+        op("create-inherit", |c, i| {
+            let fd = c.s().open(
+                &format!("/da/c{i}"),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o640,
+            )?;
+            c.fs.close_fd(fd)
+        }),
+        op("mkdir-inherit", |c, i| {
+            c.s().mkdir(&format!("/da/m{i}"), 0o750)
+        }),
     ]
 }
 
 /// The operations paired with each other by default: one of each kind of commit
-/// (dentry valid bit, journal record, single inode word, size word, xattr word), in
-/// one directory and across directories. Cost is what limits the set: each image
-/// means mapping and recovering a pool.
+/// (dentry valid bit, journal record, single inode word, size word, xattr word, an
+/// attribute block published with the mode in a journal record), in one directory
+/// and across directories. Cost is what limits the set: each image means mapping and
+/// recovering a pool.
 pub const PAIR_SET: &[&str] = &[
     "create",
     "unlink",
@@ -284,6 +378,19 @@ pub const PAIR_SET: &[&str] = &[
     "chmod",
     "write-append",
     "setxattr-new",
+    "acl-access-extended",
+];
+
+/// Pairs beyond `PAIR_SET` where an ACL operation meets one that reads or rewrites
+/// what it wrote: a create inheriting (or no longer inheriting) a default ACL just
+/// set (or removed), a chmod and an ACL change of one file, in both orders.
+pub const ACL_PAIRS: &[[&str; 2]] = &[
+    ["acl-default-dir", "create"],
+    ["acl-default-dir", "mkdir"],
+    ["acl-remove-default", "create-inherit"],
+    ["chmod-acl", "acl-access-minimal"],
+    ["acl-access-minimal", "chmod-acl"],
+    ["chmod-acl", "acl-remove-access"],
 ];
 
 pub fn find(ops: &[Op], name: &str) -> Op {

@@ -98,7 +98,13 @@ fn node_diff(n: &Node, m: &Node) -> String {
             if n.$x != m.$x { s.push(format!("{} {:?} vs {:?}", stringify!($x), n.$x, m.$x)); }
         )*};
     }
-    f!(ino, mode, uid, gid, nlink, size, rdev, xattrs, atime, mtime);
+    f!(ino, uid, gid, nlink, size, rdev, atime, mtime);
+    if n.mode != m.mode {
+        s.push(format!("mode {:o} vs {:o}", n.mode, m.mode));
+    }
+    if n.xattrs != m.xattrs {
+        s.push(xattr_diff(&n.xattrs, &m.xattrs));
+    }
     if n.data != m.data {
         let at = n
             .data
@@ -113,6 +119,42 @@ fn node_diff(n: &Node, m: &Node) -> String {
         ));
     }
     s.join(", ")
+}
+
+/// Which attributes differ (by name; values by length and first differing byte).
+fn xattr_diff(a: &[(Vec<u8>, Vec<u8>)], b: &[(Vec<u8>, Vec<u8>)]) -> String {
+    let a: BTreeMap<&[u8], &[u8]> = a.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+    let b: BTreeMap<&[u8], &[u8]> = b.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+    let show = |v: Option<&&[u8]>| match v {
+        None => "absent".to_string(),
+        Some(v) => format!("{} B", v.len()),
+    };
+    let mut names: Vec<&[u8]> = a.keys().chain(b.keys()).copied().collect();
+    names.sort();
+    names.dedup();
+    let parts: Vec<String> = names
+        .into_iter()
+        .filter(|n| a.get(n) != b.get(n))
+        .map(|n| {
+            let (x, y) = (a.get(n), b.get(n));
+            let at = match (x, y) {
+                (Some(x), Some(y)) => x
+                    .iter()
+                    .zip(y.iter())
+                    .position(|(p, q)| p != q)
+                    .map(|i| format!(" (from byte {i})"))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
+            format!(
+                "xattr {}: {} vs {}{at}",
+                String::from_utf8_lossy(n),
+                show(x),
+                show(y)
+            )
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// Read the whole visible state of `fs`. Reads only: no store reaches the pool.
