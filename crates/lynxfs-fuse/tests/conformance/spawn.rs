@@ -143,8 +143,16 @@ impl ExeCopy {
         let dir = tempfile::tempdir().expect("tempdir for the test binary");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let path = dir.path().join("conformance-test");
-        std::fs::copy(std::env::current_exe().expect("current_exe"), &path)
-            .expect("copying the test binary");
+        // Copied by `cp`, not by this process: a file this process held open for
+        // writing would be inherited by a child another test thread forks meanwhile,
+        // and exec of the copy would then fail with ETXTBSY until that child execs.
+        let cp = Command::new("cp")
+            .arg("--")
+            .arg(std::env::current_exe().expect("current_exe"))
+            .arg(&path)
+            .status()
+            .expect("running cp");
+        assert!(cp.success(), "copying the test binary: {cp}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         ExeCopy { _dir: dir, path }
     }

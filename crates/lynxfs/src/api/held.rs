@@ -142,10 +142,11 @@ impl<B: Backend> Fs<B> {
                 .lookup(parent, name, &Cred::root())
                 .map_err(Moved::Gone)
         };
-        if self.hold(ino).is_err() {
-            // Freed between the lookup and the hold: the name has moved on, if it
-            // still exists.
-            return Err(Moved::To(now_at()?));
+        if let Err(e) = self.hold(ino) {
+            // Freed since the lookup: its name went meanwhile, a point at which the
+            // name was missing. (Looking again could find the same number while the
+            // unlink that freed it has yet to drop the name from the index.)
+            return Err(Moved::Gone(e));
         }
         match now_at() {
             Ok(now) if now == ino => {}
@@ -221,9 +222,8 @@ impl<'a, B: Backend> super::Session<'a, B> {
         let ns = self.fs.ns();
         for _ in 0..LOOKUP_TRIES {
             let found = path::resolve_last(ns, self.cwd, p.as_bytes(), follow, &self.cred)?;
-            let Ok(cachelet) = self.fs.open_ref(found.ino) else {
-                continue; // freed since the lookup: the path leads elsewhere now
-            };
+            // Freed since the lookup: the name went meanwhile (see `hold_named`).
+            let cachelet = self.fs.open_ref(found.ino)?;
             let held = HeldIno {
                 fs: self.fs,
                 ino: found.ino,

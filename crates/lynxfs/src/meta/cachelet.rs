@@ -44,7 +44,15 @@ pub struct Cachelets {
     next: AtomicU32,
     free: Mutex<Vec<u32>>,
     live: AtomicU64,
+    /// Making a cachelet for an inode takes its stripe here, so that two threads never
+    /// both replace the same dead pointer: with compare-and-swap alone, a slot freed
+    /// and handed out again carries the same stamp (ABA), and a second cachelet could
+    /// replace a live one, giving one file two locks and two block-map caches.
+    making: Box<[Mutex<()>]>,
 }
+
+/// Stripes of [`Cachelets::making`].
+const MAKING_STRIPES: usize = 64;
 
 impl Default for Cachelets {
     fn default() -> Self {
@@ -53,6 +61,7 @@ impl Default for Cachelets {
             next: AtomicU32::new(0),
             free: Mutex::new(Vec::new()),
             live: AtomicU64::new(0),
+            making: (0..MAKING_STRIPES).map(|_| Mutex::new(())).collect(),
         }
     }
 }
@@ -108,23 +117,42 @@ impl Cachelets {
     /// The cachelet of `ino`, made if it has none this epoch.
     pub fn get<B: Backend>(self: &Arc<Self>, pool: &Pool<B>, ino: u64) -> CacheletRef {
         let at = pool.layout.inode_addr(ino) + inode::NV_POINTER;
+        if let Some(r) = self.current(pool, at, ino) {
+            return r;
+        }
+        // Slow path, one maker per inode at a time: look again, then make one.
+        let _making = self.making[(ino as usize) % MAKING_STRIPES].lock();
         loop {
-            let nv = pool.pm.load_u64(at);
-            if nv >> 32 == pool.epoch & 0xffff_ffff && nv as u32 != 0 {
-                let slot = nv as u32 - 1;
-                if let Some(r) = self.try_acquire(slot, ino) {
-                    return r;
-                }
+            if let Some(r) = self.current(pool, at, ino) {
+                return r;
             }
+            let nv = pool.pm.load_u64(at);
             let slot = self.new_slot(ino);
             let stamp = (pool.epoch & 0xffff_ffff) << 32 | (slot as u64 + 1);
+            // Besides makers (who hold the stripe), only a create writing a fresh
+            // inode image (pointer 0) changes the pointer: then look again.
             if pool.pm.cas_volatile(at, nv, stamp).is_ok() {
                 return CacheletRef {
                     set: self.clone(),
                     slot,
                 };
             }
-            self.release(slot); // lost the race: someone else made one; use theirs
+            self.release(slot);
+        }
+    }
+
+    /// The live cachelet the pointer at `at` names for `ino`, if any.
+    fn current<B: Backend>(
+        self: &Arc<Self>,
+        pool: &Pool<B>,
+        at: u64,
+        ino: u64,
+    ) -> Option<CacheletRef> {
+        let nv = pool.pm.load_u64(at);
+        if nv >> 32 == pool.epoch & 0xffff_ffff && nv as u32 != 0 {
+            self.try_acquire(nv as u32 - 1, ino)
+        } else {
+            None
         }
     }
 

@@ -127,7 +127,14 @@ impl<B: Backend> Namespace<B> {
             ..Default::default()
         };
         let mut b = pool.pm.batch();
-        b.write(self.iaddr(ino), &image.encode());
+        // Every word but the cachelet pointer: a cachelet made for this number while
+        // it was free (by a caller holding a stale number, about to find the inode
+        // live) must stay the inode's one cachelet, or a hold on it would not keep
+        // the new file from being freed.
+        let bytes = image.encode();
+        let nv = inode::NV_POINTER as usize;
+        b.write(self.iaddr(ino), &bytes[..nv]);
+        b.write(self.iaddr(ino) + nv as u64 + 8, &bytes[nv + 8..]);
         b.flushed();
         // The inherited ACLs' block is published by the inode's xattr word, which
         // counts only once the commit below makes the inode live.
