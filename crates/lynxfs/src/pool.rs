@@ -521,11 +521,24 @@ fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
         Access::ReadWrite => libc::LOCK_EX,
         Access::ReadOnly => libc::LOCK_SH,
     };
-    // SAFETY: flock on a descriptor we own; no memory is passed.
-    let r = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
-    if r != 0 {
+    // A lock another holder keeps is "in use" at once, but only after a short grace:
+    // the last holder may have closed the pool an instant ago while a child that a
+    // thread of its process forked still shares the locked descriptor until that
+    // child's exec closes it (descriptors are close-on-exec).
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    loop {
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        let r = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+        if r == 0 {
+            return Ok(());
+        }
         let e = std::io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK);
+        if busy && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            continue;
+        }
+        return Err(if busy {
             Error::Locked {
                 path: path.to_path_buf(),
             }
@@ -533,8 +546,10 @@ fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
             Error::io(path, e)
         });
     }
-    Ok(())
 }
+
+/// How long a busy pool lock is retried before the pool is reported in use.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn is_block_device(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::FileTypeExt;

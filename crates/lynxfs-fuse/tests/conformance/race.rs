@@ -8,8 +8,8 @@
 //! - a file never named by the others (the racer's own temporary) is exactly what
 //!   its racer wrote, and its rename over a shared name succeeds;
 //! - whatever is read under a shared name is empty (truncated) or one whole record
-//!   some racer wrote: never a mix, never another length. Unless `strict`, zeros of
-//!   a record's length are let pass *during* the race: the kernel's FUSE page cache
+//!   some racer wrote: never a mix, never another length. Unless `strict`, zeros (at
+//!   most a record's length) are let pass *during* the race: the kernel's FUSE page cache
 //!   fills a read the daemon answered short (the file was just truncated) with zeros
 //!   up to the size it had cached (`fuse_short_read`), which tmpfs never shows; the
 //!   ignored `racing_reads_see_only_bytes_someone_wrote` keeps that case;
@@ -116,9 +116,10 @@ fn put(problems: &mut Vec<String>, dir: &Path, id: u32, i: u32, to: &Path) {
     allow(problems, "rename temporary", std::fs::rename(&tmp, to), &[]);
 }
 
-/// Zeros of a record's length (see the module comment).
+/// Zeros, at most a record's length (see the module comment): the kernel fills up to
+/// the size it cached, which a read split in two can see part of.
 fn is_zero_fill(b: &[u8]) -> bool {
-    b.len() == RECORD && b.iter().all(|&x| x == 0)
+    b.len() <= RECORD && b.iter().all(|&x| x == 0)
 }
 
 /// Reads `name` and checks what it holds.
