@@ -42,7 +42,9 @@ impl Drop for PoolFile {
 
 impl LibTarget {
     /// Default pool size: room for the data suite's file, the metadata suites' files
-    /// and the `apps` suite's Linux tree (1.4 GB). The file is sparse, so only what is written takes memory.
+    /// and the `apps` suite's Linux tree (1.4 GB). mkfs reserves every byte (no pool is
+    /// sparse: a full backing store must not fault), so this is 4 GiB of /dev/shm while
+    /// a benchmark runs, and about a second to make.
     pub const DEFAULT_SIZE: u64 = 4 << 30;
     /// Default inode count: more than every suite creates at its default sizes.
     pub const DEFAULT_INODES: u64 = 1 << 20;
