@@ -109,4 +109,7 @@ pub mod errno {
     pub const EIO: Error = Error::Errno(libc::EIO);
     pub const ENODEV: Error = Error::Errno(libc::ENODEV);
     pub const ESTALE: Error = Error::Errno(libc::ESTALE);
+    /// Internal: the shared runtime is under repair and the operation must be retried
+    /// (never returned to a caller: the API retries).
+    pub const ERESTART: Error = Error::Errno(libc::ERESTART);
 }

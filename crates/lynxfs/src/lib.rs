@@ -17,6 +17,7 @@ pub mod meta;
 pub mod pmem;
 pub mod pool;
 pub mod progress;
+pub mod runtime;
 pub mod time;
 
 pub use api::{Fd, Fs, Session};

@@ -1,0 +1,316 @@
+//! Locks in shared memory: one 32-bit word each, waited on with futexes (not the
+//! private kind: the word is shared between processes). They record no owner. A
+//! process killed while holding one leaves it held; waiters therefore wait in short
+//! slices and between slices ask a [`Watch`] whether something died, in which case
+//! the runtime is being repaired and the wait ends with [`Interrupted`]: the
+//! operation unwinds (dropping what it holds) and is retried after the repair, which
+//! rebuilds every lock word along with the rest of the runtime state.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// The runtime is being repaired: the operation must unwind and be retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interrupted;
+
+impl From<Interrupted> for crate::error::Error {
+    fn from(_: Interrupted) -> Self {
+        crate::error::errno::ERESTART
+    }
+}
+
+/// Asked by a waiter between slices of a long wait.
+pub trait Watch: Sync {
+    /// `Err` if the runtime is (now) under repair; may look for dead processes.
+    fn check(&self) -> Result<(), Interrupted>;
+}
+
+/// A watch for state only this process uses: nothing can die under it.
+pub struct Alone;
+impl Watch for Alone {
+    fn check(&self) -> Result<(), Interrupted> {
+        Ok(())
+    }
+}
+
+/// How long one slice of a wait lasts before the waiter checks the watch.
+const SLICE: Duration = Duration::from_millis(10);
+/// Spins before sleeping: most holds last well under a microsecond.
+const SPINS: u32 = 64;
+
+fn futex_wait(word: &AtomicU32, expect: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT reads the 4-byte word we borrow (valid for the call) and
+    // sleeps only while it still holds `expect`; the timespec outlives the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expect,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the word's address as a key; it reads no memory.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// One step of a wait on `word`: spin a little, then sleep (one slice) while it holds
+/// `seen`, then ask the watch.
+fn sleep_on(
+    word: &AtomicU32,
+    seen: u32,
+    spins: &mut u32,
+    watch: &dyn Watch,
+) -> Result<(), Interrupted> {
+    if *spins < SPINS {
+        *spins += 1;
+        std::hint::spin_loop();
+        return Ok(());
+    }
+    futex_wait(word, seen, SLICE);
+    watch.check()
+}
+
+const LOCKED: u32 = 1;
+const CONTENDED: u32 = 2;
+
+/// A mutual-exclusion lock on a shared word (0 free, 1 held, 2 held with waiters).
+pub struct MutexGuard<'a> {
+    word: &'a AtomicU32,
+}
+
+/// Take the lock in `word`.
+pub fn lock<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<MutexGuard<'a>, Interrupted> {
+    if word
+        .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+    {
+        return Ok(MutexGuard { word });
+    }
+    let mut spins = 0;
+    loop {
+        let s = word.load(Ordering::Relaxed);
+        if s == 0 {
+            if word
+                .compare_exchange(0, CONTENDED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(MutexGuard { word });
+            }
+            continue;
+        }
+        if s == LOCKED
+            && word
+                .compare_exchange(LOCKED, CONTENDED, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            continue;
+        }
+        sleep_on(word, CONTENDED, &mut spins, watch)?;
+    }
+}
+
+/// Take the lock in `word` if it is free now.
+pub fn try_lock(word: &AtomicU32) -> Option<MutexGuard<'_>> {
+    word.compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+        .ok()
+        .map(|_| MutexGuard { word })
+}
+
+impl Drop for MutexGuard<'_> {
+    fn drop(&mut self) {
+        if self.word.swap(0, Ordering::Release) == CONTENDED {
+            futex_wake_all(self.word);
+        }
+    }
+}
+
+const WRITER: u32 = 1 << 31;
+const WAITING: u32 = 1 << 30;
+const READERS: u32 = WAITING - 1;
+
+/// A shared (read) hold of a reader-writer lock word.
+pub struct ReadGuard<'a> {
+    word: &'a AtomicU32,
+}
+
+/// An exclusive (write) hold of a reader-writer lock word.
+pub struct WriteGuard<'a> {
+    word: &'a AtomicU32,
+}
+
+/// Hold the reader-writer lock in `word` shared.
+pub fn read<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<ReadGuard<'a>, Interrupted> {
+    let mut spins = 0;
+    loop {
+        let s = word.load(Ordering::Relaxed);
+        if s & WRITER == 0 {
+            assert!(s & READERS != READERS, "too many readers of one lock");
+            if word
+                .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(ReadGuard { word });
+            }
+            continue;
+        }
+        if s & WAITING == 0
+            && word
+                .compare_exchange(s, s | WAITING, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            continue;
+        }
+        sleep_on(word, s | WAITING, &mut spins, watch)?;
+    }
+}
+
+/// Hold the reader-writer lock in `word` alone.
+pub fn write<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<WriteGuard<'a>, Interrupted> {
+    let mut spins = 0;
+    loop {
+        let s = word.load(Ordering::Relaxed);
+        if s & (WRITER | READERS) == 0 {
+            // Keep the waiting bit: others may still sleep on the word.
+            if word
+                .compare_exchange_weak(s, s | WRITER, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(WriteGuard { word });
+            }
+            continue;
+        }
+        if s & WAITING == 0
+            && word
+                .compare_exchange(s, s | WAITING, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            continue;
+        }
+        sleep_on(word, s | WAITING, &mut spins, watch)?;
+    }
+}
+
+/// Hold the lock in `word` alone if nobody holds it now.
+pub fn try_write(word: &AtomicU32) -> Option<WriteGuard<'_>> {
+    let s = word.load(Ordering::Relaxed);
+    if s & (WRITER | READERS) != 0 {
+        return None;
+    }
+    word.compare_exchange(s, s | WRITER, Ordering::Acquire, Ordering::Relaxed)
+        .ok()
+        .map(|_| WriteGuard { word })
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        let before = self.word.fetch_sub(1, Ordering::Release);
+        if before & READERS == 1 && before & WAITING != 0 {
+            self.word.fetch_and(!WAITING, Ordering::Relaxed);
+            futex_wake_all(self.word);
+        }
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        if self.word.swap(0, Ordering::Release) & WAITING != 0 {
+            futex_wake_all(self.word);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    /// Interrupts every wait once `dead` is set (a stand-in for a dead holder).
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl Watch for Flag {
+        fn check(&self) -> Result<(), Interrupted> {
+            if self.0.load(Ordering::SeqCst) {
+                Err(Interrupted)
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn mutex_excludes_across_threads() {
+        let word = Arc::new(AtomicU32::new(0));
+        let count = Arc::new(AtomicU64::new(0));
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let (word, count) = (word.clone(), count.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        let _g = lock(&word, &Alone).unwrap();
+                        // A non-atomic read-modify-write: lost updates show a broken lock.
+                        let v = count.load(Ordering::Relaxed);
+                        count.store(v + 1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        assert_eq!(count.load(Ordering::Relaxed), 80_000);
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn rwlock_writers_exclude_readers_and_each_other() {
+        let word = Arc::new(AtomicU32::new(0));
+        let pair = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let (word, pair) = (word.clone(), pair.clone());
+                std::thread::spawn(move || {
+                    for i in 0..20_000u64 {
+                        if t % 2 == 0 {
+                            let _w = write(&word, &Alone).unwrap();
+                            pair.0.store(i, Ordering::Relaxed);
+                            pair.1.store(i, Ordering::Relaxed);
+                        } else {
+                            let _r = read(&word, &Alone).unwrap();
+                            let a = pair.0.load(Ordering::Relaxed);
+                            let b = pair.1.load(Ordering::Relaxed);
+                            assert_eq!(a, b, "a reader saw a half-done write");
+                        }
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_lock_left_held_ends_the_wait_once_the_watch_says_so() {
+        let word = AtomicU32::new(0);
+        // Held and never released, as by a killed process.
+        std::mem::forget(lock(&word, &Alone).unwrap());
+        let watch = Flag(false.into());
+        std::thread::scope(|s| {
+            let h = s.spawn(|| lock(&word, &watch).map(|_| ()));
+            std::thread::sleep(Duration::from_millis(50));
+            watch.0.store(true, Ordering::SeqCst);
+            assert_eq!(h.join().unwrap(), Err(Interrupted));
+        });
+        let rw = AtomicU32::new(0);
+        std::mem::forget(write(&rw, &Alone).unwrap());
+        assert_eq!(read(&rw, &watch).map(|_| ()), Err(Interrupted));
+        assert!(try_write(&rw).is_none());
+    }
+}

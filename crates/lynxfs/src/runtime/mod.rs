@@ -1,0 +1,9 @@
+//! The runtime state: what is not in the pool but shared by every process attached to
+//! it (the metadata index, per-inode records, allocator free lists, locks), kept in
+//! shared memory beside the pool (docs/FORMAT.md, "Runtime state").
+
+pub mod lock;
+pub mod region;
+
+pub use lock::{Interrupted, Watch};
+pub use region::{Carve, Region, Span};

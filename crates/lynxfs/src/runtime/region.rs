@@ -1,0 +1,216 @@
+//! The memory that holds the shared runtime state: a mapping shared by every process
+//! attached to a pool (a file in `/dev/shm`), or anonymous shared memory for a pool
+//! only this process uses (tests, crash images). Everything in it is an atomic word
+//! addressed by offset, never a pointer, so each process may map it anywhere.
+
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::os::unix::io::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
+
+/// One mapping of runtime memory.
+pub struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// The shared file, kept open for the mapping's life (its locks live on it).
+    file: Option<File>,
+}
+
+// SAFETY: the region is only ever accessed through atomics (`words`, `u32s`), which are
+// safe to use from any thread; the pointer itself is never handed out.
+unsafe impl Send for Region {}
+// SAFETY: as for Send: shared access goes through atomic types only.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Zeroed shared memory of `len` bytes that only this process (and children it
+    /// forks) can see. Pages are allocated when first touched.
+    pub fn anonymous(len: usize) -> io::Result<Region> {
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        Self::from_mmap(p, len, None)
+    }
+
+    /// Map `len` bytes of `file` shared. The caller has sized the file (a shorter file
+    /// would fault on access).
+    pub fn map_file(file: File, len: usize) -> io::Result<Region> {
+        // SAFETY: a fresh mapping of a file we hold open; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        Self::from_mmap(p, len, Some(file))
+    }
+
+    fn from_mmap(p: *mut libc::c_void, len: usize, file: Option<File>) -> io::Result<Region> {
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Region {
+            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+            file,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn file(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+
+    /// `n` 64-bit words at byte offset `off` (8-aligned, inside the region).
+    pub fn words(&self, off: usize, n: usize) -> &[AtomicU64] {
+        self.check(off, n * 8, 8);
+        // SAFETY: the range is inside the mapping (checked), aligned for u64 (checked;
+        // the mapping is page aligned), and the memory is only accessed atomically,
+        // for as long as `self` (hence the mapping) lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off).cast(), n) }
+    }
+
+    /// `n` 32-bit words at byte offset `off` (4-aligned, inside the region).
+    pub fn u32s(&self, off: usize, n: usize) -> &[AtomicU32] {
+        self.check(off, n * 4, 4);
+        // SAFETY: as in `words`, for 4-byte words.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off).cast(), n) }
+    }
+
+    fn check(&self, off: usize, bytes: usize, align: usize) {
+        assert!(
+            off % align == 0 && off.checked_add(bytes).is_some_and(|e| e <= self.len),
+            "runtime region access out of bounds: {off}+{bytes} of {}",
+            self.len
+        );
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `from_mmap`; every borrow of it
+        // (slices from `words`/`u32s`) is tied to `&self`, so none outlives this.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len.max(1));
+        }
+    }
+}
+
+/// A part of a region owned by one subsystem (the index, the allocators, ...).
+#[derive(Clone)]
+pub struct Span {
+    region: Arc<Region>,
+    off: usize,
+    bytes: usize,
+}
+
+impl Span {
+    pub fn new(region: Arc<Region>, bytes: Range<usize>) -> Span {
+        assert!(bytes.end <= region.len() && bytes.start % 64 == 0);
+        Span {
+            region,
+            off: bytes.start,
+            bytes: bytes.len(),
+        }
+    }
+
+    /// A span over fresh anonymous memory of `bytes` bytes (unit tests, in-memory pools).
+    pub fn anonymous(bytes: usize) -> io::Result<Span> {
+        let region = Arc::new(Region::anonymous(bytes)?);
+        Ok(Span::new(region, 0..bytes))
+    }
+
+    /// The span as 64-bit words.
+    pub fn words(&self) -> &[AtomicU64] {
+        self.region.words(self.off, self.bytes / 8)
+    }
+
+    /// The span as 32-bit words.
+    pub fn u32s(&self) -> &[AtomicU32] {
+        self.region.u32s(self.off, self.bytes / 4)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The part `[start, start+len)` (bytes, 64-aligned) of this span.
+    pub fn sub(&self, start: usize, len: usize) -> Span {
+        assert!(start % 64 == 0 && start + len <= self.bytes);
+        Span {
+            region: self.region.clone(),
+            off: self.off + start,
+            bytes: len,
+        }
+    }
+}
+
+/// Lays out a region: hands out consecutive ranges, each cache-line aligned, so every
+/// attacher computes the same offsets from the same pool layout.
+#[derive(Default)]
+pub struct Carve {
+    next: usize,
+}
+
+impl Carve {
+    pub fn take(&mut self, bytes: usize) -> Range<usize> {
+        let start = self.next.div_ceil(64) * 64;
+        self.next = start + bytes;
+        start..self.next
+    }
+
+    /// Bytes laid out so far (the region's size once everything is taken).
+    pub fn total(&self) -> usize {
+        self.next.div_ceil(4096) * 4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn spans_share_the_region_and_stay_in_bounds() {
+        let mut c = Carve::default();
+        let a = c.take(24);
+        let b = c.take(8);
+        assert_eq!(a, 0..24);
+        assert_eq!(b.start, 64, "cache-line aligned");
+        let r = Arc::new(Region::anonymous(c.total()).unwrap());
+        let sa = Span::new(r.clone(), a);
+        let sb = Span::new(r.clone(), b);
+        sa.words()[2].store(7, Ordering::Relaxed);
+        sb.words()[0].store(9, Ordering::Relaxed);
+        assert_eq!(r.words(16, 1)[0].load(Ordering::Relaxed), 7);
+        assert_eq!(r.words(64, 1)[0].load(Ordering::Relaxed), 9);
+        assert_eq!(sa.words().len(), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn access_past_the_end_panics_instead_of_reading_stray_memory() {
+        let r = Region::anonymous(4096).unwrap();
+        r.words(4096, 1);
+    }
+}
