@@ -99,7 +99,7 @@ impl Region {
 
     fn check(&self, off: usize, bytes: usize, align: usize) {
         assert!(
-            off % align == 0 && off.checked_add(bytes).is_some_and(|e| e <= self.len),
+            off.is_multiple_of(align) && off.checked_add(bytes).is_some_and(|e| e <= self.len),
             "runtime region access out of bounds: {off}+{bytes} of {}",
             self.len
         );
@@ -126,7 +126,7 @@ pub struct Span {
 
 impl Span {
     pub fn new(region: Arc<Region>, bytes: Range<usize>) -> Span {
-        assert!(bytes.end <= region.len() && bytes.start % 64 == 0);
+        assert!(bytes.end <= region.len() && bytes.start.is_multiple_of(64));
         Span {
             region,
             off: bytes.start,
@@ -156,7 +156,7 @@ impl Span {
 
     /// The part `[start, start+len)` (bytes, 64-aligned) of this span.
     pub fn sub(&self, start: usize, len: usize) -> Span {
-        assert!(start % 64 == 0 && start + len <= self.bytes);
+        assert!(start.is_multiple_of(64) && start + len <= self.bytes);
         Span {
             region: self.region.clone(),
             off: self.off + start,
