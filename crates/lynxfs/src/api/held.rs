@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 
 use crate::error::{errno, Result};
 use crate::format::inode;
-use crate::meta::{CacheletRef, Cred, Stat};
+use crate::meta::{Cred, Stat};
 use crate::pmem::Backend;
 
 use super::{path, Fs};
@@ -37,10 +37,9 @@ const SHARDS: usize = 64;
 const LOOKUP_TRIES: usize = 64;
 
 struct Hold {
-    /// The holder's count (the kernel's lookup count for this number).
+    /// The holder's count (the kernel's lookup count for this number). The hold itself
+    /// is one open reference in the inode's cachelet.
     count: u64,
-    /// Keeps the cachelet, whose open count carries the hold.
-    cachelet: CacheletRef,
 }
 
 /// The table of held inodes and their counts.
@@ -72,8 +71,8 @@ impl<B: Backend> Fs<B> {
             h.count += 1;
             return Ok(());
         }
-        let cachelet = self.open_ref(ino)?;
-        shard.insert(ino, Hold { count: 1, cachelet });
+        self.open_ref(ino)?;
+        shard.insert(ino, Hold { count: 1 });
         Ok(())
     }
 
@@ -87,8 +86,8 @@ impl<B: Backend> Fs<B> {
         };
         h.count = h.count.saturating_sub(n);
         if h.count == 0 {
-            if let Some(h) = shard.remove(&ino) {
-                self.drop_open_ref(ino, &h.cachelet);
+            if shard.remove(&ino).is_some() {
+                self.drop_open_ref(ino);
             }
         }
     }
@@ -97,8 +96,8 @@ impl<B: Backend> Fs<B> {
     pub fn forget_all(&self) {
         for shard in self.held.shards.iter() {
             let mut shard = shard.lock();
-            for (ino, h) in shard.drain() {
-                self.drop_open_ref(ino, &h.cachelet);
+            for (ino, _) in shard.drain() {
+                self.drop_open_ref(ino);
             }
         }
     }
@@ -164,32 +163,33 @@ impl<B: Backend> Fs<B> {
     /// One open reference on `ino` (an open handle or a hold), taken under the
     /// cachelet's lock so that no unlink frees the inode in between. ENOENT when the
     /// inode is gone: freed, or without a name and without another reference.
-    pub(super) fn open_ref(&self, ino: u64) -> Result<CacheletRef> {
+    pub(super) fn open_ref(&self, ino: u64) -> Result<()> {
         self.ns.live(ino)?;
-        let c = self.ns.cachelets.get(&self.ns.pool, ino);
-        {
-            let _w = c.lock.write();
-            // The last name may have gone between the caller's lookup and here.
-            self.ns.live(ino)?;
-            let at = self.ns.pool.layout.inode_addr(ino);
-            let nlink = self.ns.pool.pm.load_u64(at + inode::NLINK);
-            if nlink == 0 && c.open.load(Ordering::Acquire) == 0 {
-                return Err(errno::ENOENT);
-            }
-            c.open.fetch_add(1, Ordering::AcqRel);
+        let c = self.ns.cachelets.get(ino);
+        let _w = c.write(&*self.ns.watch)?;
+        self.ns.live(ino)?;
+        let at = self.ns.pool.layout.inode_addr(ino);
+        let nlink = self.ns.pool.pm.load_u64(at + inode::NLINK);
+        if nlink == 0 && c.open() == 0 {
+            return Err(errno::ENOENT);
         }
-        Ok(c)
+        c.open_counter().fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
-    /// Gives back an open reference; the last one frees an inode without names.
-    pub(super) fn drop_open_ref(&self, ino: u64, c: &CacheletRef) {
-        let _w = c.lock.write();
-        c.open.fetch_sub(1, Ordering::AcqRel);
-        self.ns.free_if_orphan(ino, c);
+    /// Give back an open reference; the last one frees a file whose last name went.
+    /// Cleanup after the fact: if the runtime is under repair, the rebuild recounts
+    /// the opens, so an interrupted wait simply ends here.
+    pub(super) fn drop_open_ref(&self, ino: u64) {
+        let c = self.ns.cachelets.get(ino);
+        let Ok(_w) = c.write(&*self.ns.watch) else {
+            return;
+        };
+        c.open_counter().fetch_sub(1, Ordering::AcqRel);
+        self.ns.free_if_orphan(ino);
     }
 }
 
-/// Why a hold did not stick to the inode a name led to.
 enum Moved {
     /// The name now leads to this inode.
     To(u64),
@@ -203,12 +203,11 @@ enum Moved {
 pub(super) struct HeldIno<'a, B: Backend> {
     fs: &'a Fs<B>,
     pub ino: u64,
-    cachelet: CacheletRef,
 }
 
 impl<B: Backend> Drop for HeldIno<'_, B> {
     fn drop(&mut self) {
-        self.fs.drop_open_ref(self.ino, &self.cachelet);
+        self.fs.drop_open_ref(self.ino);
     }
 }
 
@@ -223,11 +222,10 @@ impl<'a, B: Backend> super::Session<'a, B> {
         for _ in 0..LOOKUP_TRIES {
             let found = path::resolve_last(ns, self.cwd, p.as_bytes(), follow, &self.cred)?;
             // Freed since the lookup: the name went meanwhile (see `hold_named`).
-            let cachelet = self.fs.open_ref(found.ino)?;
+            self.fs.open_ref(found.ino)?;
             let held = HeldIno {
                 fs: self.fs,
                 ino: found.ino,
-                cachelet,
             };
             // Once held, the name that led to the inode must still lead there: one
             // index probe (a path that ended at a directory itself is walked again).

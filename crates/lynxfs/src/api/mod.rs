@@ -14,8 +14,7 @@ use parking_lot::Mutex;
 use crate::error::{errno, Result};
 use crate::format::{inode, ROOT_INO};
 use crate::meta::{
-    self, is_dir, perm, CacheletRef, Cred, DirEntry, NewNode, RenameFlags, SetAttr, Stat, StatFs,
-    TimeSet,
+    self, is_dir, perm, Cred, DirEntry, NewNode, RenameFlags, SetAttr, Stat, StatFs, TimeSet,
 };
 use crate::pmem::{Backend, PmemBackend};
 use crate::pool::{Access, MkfsOptions, Pool};
@@ -32,7 +31,8 @@ struct OpenFile {
     pos: Mutex<u64>,
     /// Handles sharing this open file (dup); the last close releases it.
     handles: AtomicU32,
-    cachelet: CacheletRef,
+    /// This process's copy of the file's block map.
+    map: crate::data::LocalMap,
     /// Opened by root (CAP_FSETID): its writes keep set-user-ID bits, as on Linux.
     privileged: bool,
 }
@@ -136,23 +136,10 @@ impl<B: Backend> Fs<B> {
         if !created {
             self.ns.may(ino, cred, open_wants(flags))?;
         }
-        let c = self.open_ref(ino)?;
+        self.open_ref(ino)?;
         if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
-            let truncated = {
-                let _w = c.lock.write();
-                let size = self
-                    .ns
-                    .pool
-                    .pm
-                    .load_u64(self.ns.pool.layout.inode_addr(ino) + inode::SIZE);
-                if size > 0 {
-                    crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &c.map)
-                } else {
-                    Ok(())
-                }
-            };
-            if let Err(e) = truncated {
-                self.drop_open_ref(ino, &c);
+            if let Err(e) = self.truncate_to_zero(ino) {
+                self.drop_open_ref(ino);
                 return Err(e);
             }
         }
@@ -162,11 +149,33 @@ impl<B: Backend> Fs<B> {
             flags,
             pos: Mutex::new(0),
             handles: AtomicU32::new(1),
-            cachelet: c,
+            map: Default::default(),
             privileged: cred.is_root(),
         };
         self.files.pin().insert(fd, Arc::new(f));
         Ok(fd)
+    }
+
+    /// O_TRUNC: empty the file (held open by the caller).
+    fn truncate_to_zero(&self, ino: u64) -> Result<()> {
+        let c = self.ns.cachelets.get(ino);
+        let _w = c.write(&*self.ns.watch)?;
+        let size = self
+            .ns
+            .pool
+            .pm
+            .load_u64(self.ns.pool.layout.inode_addr(ino) + inode::SIZE);
+        if size > 0 {
+            let cache = crate::data::MapCache::new(c.map_version(), None);
+            crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &cache)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The map cache of open file `f`.
+    fn map_of<'f>(&'f self, f: &'f OpenFile) -> crate::data::MapCache<'f> {
+        crate::data::MapCache::new(self.ns.cachelets.get(f.ino).map_version(), Some(&f.map))
     }
 
     fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
@@ -185,7 +194,7 @@ impl<B: Backend> Fs<B> {
     pub fn close_fd(&self, fd: Fd) -> Result<()> {
         let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
         if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.drop_open_ref(f.ino, &f.cachelet);
+            self.drop_open_ref(f.ino);
         }
         Ok(())
     }
@@ -207,8 +216,8 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EISDIR);
         }
         let n = {
-            let _r = f.cachelet.lock.read();
-            crate::data::read_cached(&self.ns.pool, f.ino, off, buf, &f.cachelet.map)?
+            let _r = self.ns.cachelets.get(f.ino).read(&*self.ns.watch)?;
+            crate::data::read_cached(&self.ns.pool, f.ino, off, buf, &self.map_of(f))?
         };
         self.touch_atime(f.ino);
         Ok(n)
@@ -241,7 +250,7 @@ impl<B: Backend> Fs<B> {
         if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(errno::EBADF);
         }
-        let _w = f.cachelet.lock.write();
+        let _w = self.ns.cachelets.get(f.ino).write(&*self.ns.watch)?;
         let pool = &self.ns.pool;
         let size = pool
             .pm
@@ -251,7 +260,7 @@ impl<B: Backend> Fs<B> {
         } else {
             off.unwrap_or(0)
         };
-        let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data, &f.cachelet.map)?;
+        let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data, &self.map_of(f))?;
         if !f.privileged {
             self.clear_suid(f.ino);
         }
@@ -328,18 +337,26 @@ impl<B: Backend> Fs<B> {
         if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(errno::EINVAL);
         }
-        self.truncate_ino(f.ino, len, &f.cachelet, f.privileged)
+        self.truncate_ino(f.ino, len, Some(&f.map), f.privileged)
     }
 
-    fn truncate_ino(&self, ino: u64, len: u64, c: &CacheletRef, privileged: bool) -> Result<()> {
+    fn truncate_ino(
+        &self,
+        ino: u64,
+        len: u64,
+        local: Option<&crate::data::LocalMap>,
+        privileged: bool,
+    ) -> Result<()> {
         if is_dir(self.ns.mode(ino)) {
             return Err(errno::EISDIR);
         }
         if self.ns.mode(ino) & libc::S_IFMT != libc::S_IFREG {
             return Err(errno::EINVAL);
         }
-        let _w = c.lock.write();
-        crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len, &c.map)?;
+        let c = self.ns.cachelets.get(ino);
+        let _w = c.write(&*self.ns.watch)?;
+        let cache = crate::data::MapCache::new(c.map_version(), local);
+        crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len, &cache)?;
         if !privileged {
             self.clear_suid(ino);
         }
@@ -350,8 +367,7 @@ impl<B: Backend> Fs<B> {
     pub fn truncate_as(&self, ino: u64, len: u64, cred: &Cred) -> Result<()> {
         self.ns.live(ino)?;
         self.ns.may(ino, cred, perm::W)?;
-        let c = self.ns.cachelets.get(&self.ns.pool, ino);
-        self.truncate_ino(ino, len, &c, cred.is_root())
+        self.truncate_ino(ino, len, None, cred.is_root())
     }
 
     pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> Result<()> {
@@ -362,7 +378,7 @@ impl<B: Backend> Fs<B> {
         if self.ns.mode(f.ino) & libc::S_IFMT != libc::S_IFREG {
             return Err(errno::ENODEV);
         }
-        let _w = f.cachelet.lock.write();
+        let _w = self.ns.cachelets.get(f.ino).write(&*self.ns.watch)?;
         crate::data::fallocate(
             &self.ns.pool,
             f.ino,
@@ -370,7 +386,7 @@ impl<B: Backend> Fs<B> {
             mode,
             off,
             len,
-            &f.cachelet.map,
+            &self.map_of(&f),
         )
     }
 

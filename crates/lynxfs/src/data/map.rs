@@ -3,6 +3,8 @@
 //! word (alone, or in a journal record with the size) publishes it. The old map's
 //! nodes are freed after the commit.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::error::{errno, Result};
 use crate::format::extents::{self, NODE_ENTRIES, NODE_HEADER};
 use crate::format::inode::{self, Extent, MapWord, INLINE_EXTENTS};
@@ -67,27 +69,56 @@ fn leaves_of<B: Backend>(pool: &Pool<B>, nodes: &[u64], depth: u16) -> Vec<Leaf>
         .collect()
 }
 
-/// A file's map in DRAM, kept with its cachelet while the file is in use, so reads and
-/// writes do not parse the pool's map each time. Callers hold the file's lock (shared
-/// to read, alone to change), which orders every use of the cache with the pool.
+/// A process's copy of one file's map, kept with an open file so reads and writes do
+/// not parse the pool's map each time, with the map version it was read at.
 #[derive(Default)]
-pub struct MapCache(parking_lot::Mutex<Option<std::sync::Arc<Map>>>);
+pub struct LocalMap(parking_lot::Mutex<Option<(u64, std::sync::Arc<Map>)>>);
 
-impl MapCache {
+/// A file's map as a caller may cache it: the file's map version (a shared word in its
+/// cachelet, bumped by every change, from any process) and this caller's copy, if it
+/// keeps one. Callers hold the file's lock (shared to read, alone to change), which
+/// orders every use of the version with the pool.
+pub struct MapCache<'a> {
+    version: &'a AtomicU64,
+    local: Option<&'a LocalMap>,
+}
+
+impl<'a> MapCache<'a> {
+    pub fn new(version: &'a AtomicU64, local: Option<&'a LocalMap>) -> Self {
+        MapCache { version, local }
+    }
+
+    /// The map: the copy if it is of the current version, else read from the pool.
     pub fn get<B: Backend>(&self, pool: &Pool<B>, ino: u64) -> Result<std::sync::Arc<Map>> {
-        let mut c = self.0.lock();
-        if let Some(m) = c.as_ref() {
-            return Ok(m.clone());
+        let v = self.version.load(Ordering::Acquire);
+        let Some(local) = self.local else {
+            return Ok(std::sync::Arc::new(read(pool, ino)?));
+        };
+        let mut c = local.0.lock();
+        if let Some((cv, m)) = c.as_ref() {
+            if *cv == v {
+                return Ok(m.clone());
+            }
         }
         let m = std::sync::Arc::new(read(pool, ino)?);
-        *c = Some(m.clone());
+        *c = Some((v, m.clone()));
         Ok(m)
     }
+
+    /// The map changed to `m`.
     pub fn put(&self, m: Map) {
-        *self.0.lock() = Some(std::sync::Arc::new(m));
+        let v = self.version.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(local) = self.local {
+            *local.0.lock() = Some((v, std::sync::Arc::new(m)));
+        }
     }
+
+    /// The map changed (or may have): every copy is stale.
     pub fn clear(&self) {
-        *self.0.lock() = None;
+        self.version.fetch_add(1, Ordering::AcqRel);
+        if let Some(local) = self.local {
+            *local.0.lock() = None;
+        }
     }
 }
 

@@ -5,7 +5,7 @@ pub mod map;
 mod rw;
 pub mod xattr;
 
-pub use map::MapCache;
+pub use map::{LocalMap, MapCache};
 pub use rw::{
     blocks_used, dir_pages, fallocate, free_all, read_at, read_cached, truncate, write_at,
     write_fresh, FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, MAX_FILE,

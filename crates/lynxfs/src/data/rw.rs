@@ -26,7 +26,8 @@ fn size_of<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
 /// Read up to `buf.len()` bytes at `off`; holes read as zeros. Parses the map from the
 /// pool: for callers without the file's cachelet (readlink, tools).
 pub fn read_at<B: Backend>(pool: &Pool<B>, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-    read_cached(pool, ino, off, buf, &MapCache::default())
+    let unshared = std::sync::atomic::AtomicU64::new(0);
+    read_cached(pool, ino, off, buf, &MapCache::new(&unshared, None))
 }
 
 /// Read through the file's cached map (the caller holds the file's lock shared).
@@ -35,7 +36,7 @@ pub fn read_cached<B: Backend>(
     ino: u64,
     off: u64,
     buf: &mut [u8],
-    cache: &MapCache,
+    cache: &MapCache<'_>,
 ) -> Result<usize> {
     let size = size_of(pool, ino);
     if off >= size {
@@ -77,7 +78,7 @@ pub fn write_at<B: Backend>(
     lane: u32,
     off: u64,
     data: &[u8],
-    cache: &MapCache,
+    cache: &MapCache<'_>,
 ) -> Result<usize> {
     if data.is_empty() {
         return Ok(0);
@@ -172,7 +173,7 @@ fn commit_staged<B: Backend>(
     staged: map::Staged,
     new_size: Option<u64>,
     freed: &[(u64, u64)],
-    cache: &MapCache,
+    cache: &MapCache<'_>,
 ) -> Result<()> {
     if let Err(e) = publish(pool, ino, lane, Some(staged.word), new_size) {
         map::free_nodes(pool, &staged.new_nodes);
@@ -265,7 +266,7 @@ pub fn truncate<B: Backend>(
     ino: u64,
     lane: u32,
     new_size: u64,
-    cache: &MapCache,
+    cache: &MapCache<'_>,
 ) -> Result<()> {
     if new_size > MAX_FILE {
         return Err(errno::EFBIG);
@@ -303,7 +304,7 @@ pub fn fallocate<B: Backend>(
     mode: i32,
     off: u64,
     len: u64,
-    cache: &MapCache,
+    cache: &MapCache<'_>,
 ) -> Result<()> {
     if len == 0 {
         return Err(errno::EINVAL);
@@ -327,7 +328,7 @@ fn allocate<B: Backend>(
     off: u64,
     end: u64,
     grow: bool,
-    cache: &MapCache,
+    cache: &MapCache<'_>,
 ) -> Result<()> {
     let size = size_of(pool, ino);
     let m = cache.get(pool, ino)?;
@@ -389,7 +390,7 @@ fn punch<B: Backend>(
     lane: u32,
     off: u64,
     end: u64,
-    cache: &MapCache,
+    cache: &MapCache<'_>,
 ) -> Result<()> {
     let m = cache.get(pool, ino)?;
     let (first, stop) = (off / BLOCK, end.div_ceil(BLOCK));

@@ -89,9 +89,11 @@ impl<B: Backend> Namespace<B> {
         self.live(ino)?;
         // A chmod may rewrite the access ACL: exclude other attribute writers (their
         // lock comes before the inode lock).
-        let cachelet = a.mode.map(|_| self.cachelets.get(&self.pool, ino));
-        let _xw = cachelet.as_ref().map(|c| c.lock.write());
-        let _g = self.ilock(ino);
+        let _xw = match a.mode {
+            Some(_) => Some(self.cachelets.get(ino).write(&*self.watch)?),
+            None => None,
+        };
+        let _g = self.ilock(ino)?;
         let o = self.owner(ino);
         let at = self.iaddr(ino);
         let now = now_ns();

@@ -1,225 +1,205 @@
-//! Cachelets (DirectFS): one compact DRAM record per file in use, instead of a dentry
-//! cache plus an inode cache. The inode finds its cachelet through its `nv_pointer`
-//! word, stamped with the mount epoch: after a crash or remount the stamp differs and
-//! the stale pointer is ignored, so no pool walk is needed to reset them. Hard links
-//! reach the inode, hence the same cachelet.
+//! Cachelets (DirectFS): one compact record per inode for what has no place in the
+//! pool: the open count and flags, the file's locks, the version of its block map,
+//! and, for a directory, the state of its log (entries, where the next slot comes
+//! from). They live in the shared runtime region, so every process attached to the
+//! pool sees one record per file.
 //!
-//! Attributes are read from the inode itself: its address follows from its number
-//! (the quick path) and it sits in (persistent) memory, so a DRAM copy would only add
-//! a second place to keep in step. The cachelet holds what has no place in the pool:
-//! the reference and open counts, the flags, the file's lock, and its block map while
-//! the file is in use.
+//! DirectFS finds an inode's cachelet through a pointer word in the inode, stamped with
+//! the mount epoch. In a region sized from the pool's inode count the record of inode
+//! `i` is simply the `i`-th: no pointer to keep, no stamp, no allocation, no reference
+//! count (the inode's `nv_pointer` word is unused since; docs/FORMAT.md). Attributes
+//! are still read from the inode itself (its address follows from its number).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
-
-use crate::format::inode;
-use crate::pmem::Backend;
-use crate::pool::Pool;
+use crate::format::Layout;
+use crate::runtime::lock::{self, Interrupted, ReadGuard, Watch, WriteGuard};
+use crate::runtime::Span;
 
 /// The last link went while the file was open: free it at the last close.
 pub const ORPHAN: u32 = 1;
+/// A directory whose log has been read into the index.
+pub const LOADED: u32 = 2;
+/// A directory removed (rmdir or a rename over it has committed): no creates in it.
+pub const REMOVED: u32 = 4;
 
-pub struct Cachelet {
-    pub ino: AtomicU64,
-    refs: AtomicU32,
-    /// Open handles.
-    pub open: AtomicU32,
-    pub flags: AtomicU32,
-    /// Data lock: readers share it, a writer takes it alone.
-    pub lock: RwLock<()>,
-    /// The file's block map in DRAM while it is in use.
-    pub map: crate::data::MapCache,
-}
+/// Bytes per record: one cache line, so files used by different CPUs share none.
+const RECORD: usize = 64;
+const U32S: usize = RECORD / 4;
+const WORDS: usize = RECORD / 8;
 
-const _: () = assert!(std::mem::size_of::<Cachelet>() <= 128);
+// The record's fields: 32-bit words first, then 64-bit words (never both sizes on the
+// same bytes).
+const DATA_LOCK: usize = 0;
+const INODE_LOCK: usize = 1;
+const GATE: usize = 2;
+const DIR_LOCK: usize = 3;
+const OPEN: usize = 4;
+const FLAGS: usize = 5;
+const MAP_VERSION: usize = 3;
+const ENTRIES: usize = 4;
+const TAIL: usize = 5;
+const FREE_HEAD: usize = 6;
+const FREE_COUNT: usize = 7;
 
-const CHUNK: usize = 4096;
-const CHUNKS: usize = 16384;
-
+/// Every inode's record.
 pub struct Cachelets {
-    chunks: Box<[OnceLock<Box<[Cachelet]>>]>,
-    next: AtomicU32,
-    free: Mutex<Vec<u32>>,
-    live: AtomicU64,
-    /// Making a cachelet for an inode takes its stripe here, so that two threads never
-    /// both replace the same dead pointer: with compare-and-swap alone, a slot freed
-    /// and handed out again carries the same stamp (ABA), and a second cachelet could
-    /// replace a live one, giving one file two locks and two block-map caches.
-    making: Box<[Mutex<()>]>,
+    span: Span,
+    count: u64,
 }
 
-/// Stripes of [`Cachelets::making`].
-const MAKING_STRIPES: usize = 64;
-
-impl Default for Cachelets {
-    fn default() -> Self {
-        Cachelets {
-            chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
-            next: AtomicU32::new(0),
-            free: Mutex::new(Vec::new()),
-            live: AtomicU64::new(0),
-            making: (0..MAKING_STRIPES).map(|_| Mutex::new(())).collect(),
-        }
-    }
-}
-
-/// A counted reference; dropping it releases the cachelet.
-pub struct CacheletRef {
-    set: Arc<Cachelets>,
-    slot: u32,
-}
-
-impl std::ops::Deref for CacheletRef {
-    type Target = Cachelet;
-    fn deref(&self) -> &Cachelet {
-        self.set.at(self.slot)
-    }
-}
-
-impl Drop for CacheletRef {
-    fn drop(&mut self) {
-        self.set.release(self.slot);
-    }
-}
-
-impl Clone for CacheletRef {
-    fn clone(&self) -> Self {
-        self.set.at(self.slot).refs.fetch_add(1, Ordering::AcqRel);
-        CacheletRef {
-            set: self.set.clone(),
-            slot: self.slot,
-        }
-    }
+/// The record of one inode.
+#[derive(Clone, Copy)]
+pub struct Cachelet<'a> {
+    pub ino: u64,
+    small: &'a [AtomicU32],
+    words: &'a [AtomicU64],
 }
 
 impl Cachelets {
-    fn at(&self, slot: u32) -> &Cachelet {
-        let chunk = self.chunks[slot as usize / CHUNK]
-            .get()
-            .expect("a handed-out slot's chunk exists");
-        &chunk[slot as usize % CHUNK]
+    /// Region bytes for a pool with this layout.
+    pub fn bytes_needed(l: &Layout) -> usize {
+        (l.total_inodes() as usize) * RECORD
     }
 
-    /// Cachelets alive now.
+    /// The records in `span` (zeroed memory is every record's initial state).
+    pub fn new(span: Span, l: &Layout) -> Cachelets {
+        assert!(span.bytes() >= Self::bytes_needed(l));
+        Cachelets {
+            span,
+            count: l.total_inodes(),
+        }
+    }
+
+    /// The record of `ino` (a number the layout accepts: callers check `ino_valid`).
+    pub fn get(&self, ino: u64) -> Cachelet<'_> {
+        assert!(ino < self.count, "inode {ino} out of range");
+        let i = ino as usize;
+        Cachelet {
+            ino,
+            small: &self.span.u32s()[i * U32S..i * U32S + U32S],
+            words: &self.span.words()[i * WORDS..i * WORDS + WORDS],
+        }
+    }
+
+    /// Files open or directories loaded now (a walk: for `lynxfs info`).
     pub fn live(&self) -> u64 {
-        self.live.load(Ordering::Relaxed)
+        (0..self.count)
+            .filter(|&i| {
+                let c = self.get(i);
+                c.open() > 0 || c.flags() != 0
+            })
+            .count() as u64
     }
 
-    /// DRAM used by cachelet chunks.
+    /// Records with flag `f` set (a walk: for `lynxfs info`).
+    pub fn count_flagged(&self, f: u32) -> u64 {
+        (0..self.count)
+            .filter(|&i| self.get(i).flags() & f != 0)
+            .count() as u64
+    }
+
+    /// DRAM the records take (an upper bound: untouched pages take none).
     pub fn dram_bytes(&self) -> u64 {
-        let chunks = self.chunks.iter().filter(|c| c.get().is_some()).count();
-        (chunks * CHUNK * std::mem::size_of::<Cachelet>()) as u64
+        self.count * RECORD as u64
+    }
+}
+
+impl<'a> Cachelet<'a> {
+    /// The file's data lock, shared: readers of its bytes and block map.
+    pub fn read(&self, w: &dyn Watch) -> Result<ReadGuard<'a>, Interrupted> {
+        lock::read(&self.small[DATA_LOCK], w)
+    }
+    /// The file's data lock, alone: writers, truncate, unlink's last-link decision.
+    pub fn write(&self, w: &dyn Watch) -> Result<WriteGuard<'a>, Interrupted> {
+        lock::write(&self.small[DATA_LOCK], w)
+    }
+    /// Read-modify-write of the inode's words (link count, attributes).
+    pub fn inode_lock(&self, w: &dyn Watch) -> Result<lock::MutexGuard<'a>, Interrupted> {
+        lock::lock(&self.small[INODE_LOCK], w)
+    }
+    /// A directory's gate: held shared by every change of its entries, alone by rmdir.
+    pub fn gate_word(&self) -> &'a AtomicU32 {
+        &self.small[GATE]
+    }
+    /// The word of [`Cachelet::dir_lock`] (eviction tries it without waiting).
+    pub fn dir_lock_word(&self) -> &'a AtomicU32 {
+        &self.small[DIR_LOCK]
+    }
+    /// A directory's lock for loading its log and adding pages.
+    pub fn dir_lock(&self, w: &dyn Watch) -> Result<lock::MutexGuard<'a>, Interrupted> {
+        lock::lock(&self.small[DIR_LOCK], w)
     }
 
-    /// The cachelet of `ino`, made if it has none this epoch.
-    pub fn get<B: Backend>(self: &Arc<Self>, pool: &Pool<B>, ino: u64) -> CacheletRef {
-        let at = pool.layout.inode_addr(ino) + inode::NV_POINTER;
-        if let Some(r) = self.current(pool, at, ino) {
-            return r;
-        }
-        // Slow path, one maker per inode at a time: look again, then make one.
-        let _making = self.making[(ino as usize) % MAKING_STRIPES].lock();
-        loop {
-            if let Some(r) = self.current(pool, at, ino) {
-                return r;
-            }
-            let nv = pool.pm.load_u64(at);
-            let slot = self.new_slot(ino);
-            let stamp = (pool.epoch & 0xffff_ffff) << 32 | (slot as u64 + 1);
-            // Besides makers (who hold the stripe), only a create writing a fresh
-            // inode image (pointer 0) changes the pointer: then look again.
-            if pool.pm.cas_volatile(at, nv, stamp).is_ok() {
-                return CacheletRef {
-                    set: self.clone(),
-                    slot,
-                };
-            }
-            self.release(slot);
-        }
+    pub fn open(&self) -> u32 {
+        self.small[OPEN].load(Ordering::Acquire)
+    }
+    pub fn open_counter(&self) -> &'a AtomicU32 {
+        &self.small[OPEN]
+    }
+    pub fn flags(&self) -> u32 {
+        self.small[FLAGS].load(Ordering::Acquire)
+    }
+    pub fn set_flags(&self, f: u32) {
+        self.small[FLAGS].fetch_or(f, Ordering::AcqRel);
+    }
+    pub fn clear_flags(&self, f: u32) {
+        self.small[FLAGS].fetch_and(!f, Ordering::AcqRel);
     }
 
-    /// The live cachelet the pointer at `at` names for `ino`, if any.
-    fn current<B: Backend>(
-        self: &Arc<Self>,
-        pool: &Pool<B>,
-        at: u64,
-        ino: u64,
-    ) -> Option<CacheletRef> {
-        let nv = pool.pm.load_u64(at);
-        if nv >> 32 == pool.epoch & 0xffff_ffff && nv as u32 != 0 {
-            self.try_acquire(nv as u32 - 1, ino)
-        } else {
-            None
+    /// Forget the file this record was for (its inode number is being freed), so the
+    /// next file with the number starts afresh; the lock words are left alone (a
+    /// waiter may still be on them, and will find the inode gone). The map version
+    /// moves on, so no process keeps a copy of the old map.
+    pub fn reset(&self) {
+        self.small[FLAGS].store(0, Ordering::Release);
+        for w in [ENTRIES, TAIL] {
+            self.words[w].store(0, Ordering::Release);
         }
+        self.words[MAP_VERSION].fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A reference to `slot` if it still belongs to `ino` and is alive.
-    fn try_acquire(self: &Arc<Self>, slot: u32, ino: u64) -> Option<CacheletRef> {
-        if slot as usize >= CHUNK * CHUNKS || self.chunks[slot as usize / CHUNK].get().is_none() {
-            return None;
-        }
-        let c = self.at(slot);
-        let mut r = c.refs.load(Ordering::Acquire);
-        loop {
-            if r == 0 {
-                return None;
-            }
-            match c
-                .refs
-                .compare_exchange(r, r + 1, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => break,
-                Err(now) => r = now,
-            }
-        }
-        let got = CacheletRef {
-            set: self.clone(),
-            slot,
-        };
-        (c.ino.load(Ordering::Acquire) == ino).then_some(got)
+    /// Bumped (under the data lock, alone) whenever the file's block map changes, so a
+    /// process's cached copy of the map knows it is stale.
+    pub fn map_version(&self) -> &'a AtomicU64 {
+        &self.words[MAP_VERSION]
     }
 
-    fn new_slot(&self, ino: u64) -> u32 {
-        let slot = self.free.lock().pop().unwrap_or_else(|| {
-            let s = self.next.fetch_add(1, Ordering::AcqRel);
-            assert!(
-                (s as usize) < CHUNK * CHUNKS,
-                "more than {} files in use",
-                CHUNK * CHUNKS
-            );
-            s
-        });
-        let chunk = self.chunks[slot as usize / CHUNK].get_or_init(|| {
-            (0..CHUNK)
-                .map(|_| Cachelet {
-                    ino: AtomicU64::new(0),
-                    refs: AtomicU32::new(0),
-                    open: AtomicU32::new(0),
-                    flags: AtomicU32::new(0),
-                    lock: RwLock::new(()),
-                    map: crate::data::MapCache::default(),
-                })
-                .collect()
-        });
-        let c = &chunk[slot as usize % CHUNK];
-        c.map.clear();
-        c.ino.store(ino, Ordering::Release);
-        c.open.store(0, Ordering::Relaxed);
-        c.flags.store(0, Ordering::Relaxed);
-        c.refs.store(1, Ordering::Release);
-        self.live.fetch_add(1, Ordering::Relaxed);
-        slot
+    /// A directory's live entries (rmdir's emptiness check).
+    pub fn entries(&self) -> &'a AtomicU64 {
+        &self.words[ENTRIES]
     }
+    /// A directory's next never-used slot: the last log page's address plus the index
+    /// of its first unused slot (0 when the directory has no page yet).
+    pub fn tail(&self) -> &'a AtomicU64 {
+        &self.words[TAIL]
+    }
+    /// The head of a directory's stack of freed slots (`dir::FreeSlots`).
+    pub fn free_head(&self) -> &'a AtomicU64 {
+        &self.words[FREE_HEAD]
+    }
+    /// A directory's freed slots waiting for reuse.
+    pub fn free_count(&self) -> &'a AtomicU64 {
+        &self.words[FREE_COUNT]
+    }
+}
 
-    fn release(&self, slot: u32) {
-        let c = self.at(slot);
-        if c.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            c.ino.store(0, Ordering::Release);
-            self.live.fetch_sub(1, Ordering::Relaxed);
-            self.free.lock().push(slot);
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Geometry;
+
+    #[test]
+    fn records_are_per_inode_and_start_empty() {
+        let l = Layout::compute(Geometry::for_size(16 << 20, 2, None)).unwrap();
+        let c = Cachelets::new(Span::anonymous(Cachelets::bytes_needed(&l)).unwrap(), &l);
+        let (a, b) = (c.get(1), c.get(2));
+        assert_eq!((a.open(), a.flags()), (0, 0));
+        a.set_flags(ORPHAN);
+        a.open_counter().fetch_add(1, Ordering::AcqRel);
+        assert_eq!((b.open(), b.flags()), (0, 0));
+        assert_eq!((c.get(1).open(), c.get(1).flags()), (1, ORPHAN));
+        let _w = a.write(&lock::Alone).unwrap();
+        assert!(lock::try_write(&b.small[DATA_LOCK]).is_some());
     }
 }

@@ -61,7 +61,7 @@ impl<B: Backend> Namespace<B> {
                 break;
             }
         }
-        let made = if dir.removed.load(Ordering::Acquire) {
+        let made = if dir.removed() {
             Err(errno::ENOENT)
         } else {
             self.commit_new(&dir, name, node, cred)
@@ -78,7 +78,13 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
-    fn commit_new(&self, dir: &Dir, name: &[u8], node: NewNode<'_>, cred: &Cred) -> Result<Entry> {
+    fn commit_new(
+        &self,
+        dir: &Dir<'_>,
+        name: &[u8],
+        node: NewNode<'_>,
+        cred: &Cred,
+    ) -> Result<Entry> {
         let pool = &self.pool;
         let lane = self.lane();
         let ino = pool.alloc.inodes.alloc(lane).ok_or(errno::ENOSPC)?;
@@ -127,14 +133,7 @@ impl<B: Backend> Namespace<B> {
             ..Default::default()
         };
         let mut b = pool.pm.batch();
-        // Every word but the cachelet pointer: a cachelet made for this number while
-        // it was free (by a caller holding a stale number, about to find the inode
-        // live) must stay the inode's one cachelet, or a hold on it would not keep
-        // the new file from being freed.
-        let bytes = image.encode();
-        let nv = inode::NV_POINTER as usize;
-        b.write(self.iaddr(ino), &bytes[..nv]);
-        b.write(self.iaddr(ino) + nv as u64 + 8, &bytes[nv + 8..]);
+        b.write(self.iaddr(ino), &image.encode());
         b.flushed();
         // The inherited ACLs' block is published by the inode's xattr word, which
         // counts only once the commit below makes the inode live.
@@ -161,21 +160,21 @@ impl<B: Backend> Namespace<B> {
             })?;
         let mut b = pool.pm.batch();
         b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
-        self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 });
+        self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 })?;
         let prepared = b.persist();
         drop(pool.pm.commit_u64(
             entry.dentry + dentry::STATE,
             dentry::state_word(true, now),
             prepared,
         ));
-        dir.entries.fetch_add(1, Ordering::AcqRel);
+        dir.entries().fetch_add(1, Ordering::AcqRel);
         Ok(entry)
     }
 
     /// Write a dentry naming `ino` and claim a slot for it, without committing.
     pub(crate) fn new_dentry(
         &self,
-        dir: &Dir,
+        dir: &Dir<'_>,
         ino: u64,
         name: &[u8],
         dtype: u8,
@@ -183,7 +182,13 @@ impl<B: Backend> Namespace<B> {
     ) -> Result<Entry> {
         let pool = &self.pool;
         let did = pool.alloc.dentries.alloc(lane).ok_or(errno::ENOSPC)?;
-        let slot = match dir.claim_slot(pool, lane, self.mechanisms.slot_reuse()) {
+        let slot = match dir.claim_slot(
+            pool,
+            &self.free_slots,
+            lane,
+            self.mechanisms.slot_reuse(),
+            &*self.watch,
+        ) {
             Ok(s) => s,
             Err(e) => {
                 pool.alloc.dentries.free(did);
@@ -220,15 +225,16 @@ impl<B: Backend> Namespace<B> {
         dir: u64,
         now: u64,
         nlink_delta: i64,
-    ) {
+    ) -> Result<()> {
         let at = self.iaddr(dir);
         b.write_u64(at + inode::MTIME, now)
             .write_u64(at + inode::CTIME, now);
         if nlink_delta != 0 {
-            let _g = self.ilock(dir);
+            let _g = self.ilock(dir)?;
             let n = self.load(dir, inode::NLINK) as i64 + nlink_delta;
             b.write_u64(at + inode::NLINK, n.max(0) as u64);
         }
+        Ok(())
     }
 
     /// A hard link to `ino` named `name` in `parent`.
@@ -251,7 +257,7 @@ impl<B: Backend> Namespace<B> {
         if idx.try_insert(key.owned(), Entry::creating()).is_err() {
             return Err(errno::EEXIST);
         }
-        let made = if dir.removed.load(Ordering::Acquire) {
+        let made = if dir.removed() {
             Err(errno::ENOENT)
         } else {
             self.commit_link(&dir, ino, generation, name)
@@ -268,9 +274,9 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
-    fn commit_link(&self, dir: &Dir, ino: u64, generation: u64, name: &[u8]) -> Result<Entry> {
+    fn commit_link(&self, dir: &Dir<'_>, ino: u64, generation: u64, name: &[u8]) -> Result<Entry> {
         let pool = &self.pool;
-        let _g = self.ilock(ino);
+        let _g = self.ilock(ino)?;
         // Re-checked under the inode lock: the last unlink may have just freed it, and
         // a create may have reused the number.
         let nlink = self.load(ino, inode::NLINK);
@@ -301,7 +307,7 @@ impl<B: Backend> Namespace<B> {
             dentry::state_word(true, now),
             prepared,
         ));
-        dir.entries.fetch_add(1, Ordering::AcqRel);
+        dir.entries().fetch_add(1, Ordering::AcqRel);
         Ok(entry)
     }
 }

@@ -1,170 +1,299 @@
-//! A directory in DRAM: its log pages, the cursor from which slots are claimed, slots
-//! freed by unlinks for reuse, and the count of live entries. Created the first time
-//! the directory is used, when its log is read into the index (lazy loading: mount
-//! reads no directory).
+//! A directory at run time: its cachelet (entries, tail, freed slots, gate, flags) and
+//! its log in the pool. Everything is in the shared runtime region, so every attached
+//! process claims slots from the same state. A directory's log is read into the index
+//! the first time it is used (lazy loading: attaching reads no directory).
+//!
+//! Slots: a create takes a slot an unlink freed if one is at hand, else the next
+//! never-used one (a compare-and-swap on the tail), adding a log page when the last one
+//! is full. Freed slots wait in a per-directory stack whose nodes come from a shared
+//! pool ([`FreeSlots`]); a slot freed while that pool is exhausted is not reused until
+//! the directory is next loaded.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-
-use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{errno, Result};
-use crate::format::{dentry, dirlog, inode, BLOCK};
+use crate::format::{dentry, dirlog, inode, Layout, BLOCK};
 use crate::pmem::Backend;
 use crate::pool::Pool;
+use crate::runtime::{Span, Watch};
 
+use super::cachelet::{Cachelet, LOADED, REMOVED};
 use super::index::{Entry, Index, Key, State};
 
-pub struct Dir {
+/// A directory: its inode number and its cachelet.
+#[derive(Clone, Copy)]
+pub struct Dir<'a> {
     pub ino: u64,
-    loaded: OnceLock<()>,
-    /// Log pages in order; appended under `extend`.
-    pages: RwLock<Vec<u64>>,
-    /// The next never-used slot, as a position across all pages.
-    cursor: AtomicU64,
-    extend: Mutex<()>,
-    /// Slots emptied by unlinks, taken again by creates (so logs do not grow without
-    /// bound and need no compaction).
-    free_slots: Mutex<Vec<u64>>,
-    /// Live entries (for rmdir's emptiness check).
-    pub entries: AtomicU64,
-    /// Set by rmdir once it has committed; creates then fail with ENOENT.
-    pub removed: AtomicBool,
-    /// Every operation that changes the directory's entries holds it shared (see
-    /// `Namespace::enter`); rmdir of it and eviction from the index hold it alone.
-    pub gate: Arc<RwLock<()>>,
-    /// Evicted from the index: a newer `Dir` stands for this directory; retry there.
-    pub evicted: AtomicBool,
-    /// Used since the eviction clock last passed (second chance).
-    pub referenced: AtomicBool,
-    /// A directory lock, taken only when lock-free creation is switched off.
-    pub serial: Arc<Mutex<()>>,
+    c: Cachelet<'a>,
 }
 
-impl Dir {
-    pub fn new(ino: u64) -> Dir {
-        Dir {
-            ino,
-            loaded: OnceLock::new(),
-            pages: RwLock::new(Vec::new()),
-            cursor: AtomicU64::new(0),
-            extend: Mutex::new(()),
-            free_slots: Mutex::new(Vec::new()),
-            entries: AtomicU64::new(0),
-            removed: AtomicBool::new(false),
-            gate: Arc::new(RwLock::new(())),
-            evicted: AtomicBool::new(false),
-            referenced: AtomicBool::new(true),
-            serial: Arc::new(Mutex::new(())),
-        }
+impl<'a> Dir<'a> {
+    pub fn new(c: Cachelet<'a>) -> Dir<'a> {
+        Dir { ino: c.ino, c }
+    }
+
+    pub fn cachelet(&self) -> Cachelet<'a> {
+        self.c
+    }
+
+    /// Live entries (for rmdir's emptiness check).
+    pub fn entries(&self) -> &'a AtomicU64 {
+        self.c.entries()
+    }
+
+    /// Set once its rmdir (or a rename over it) has committed: creates then fail.
+    pub fn removed(&self) -> bool {
+        self.c.flags() & REMOVED != 0
+    }
+    pub fn set_removed(&self) {
+        self.c.set_flags(REMOVED);
     }
 
     /// Read the directory's log into the index, once; true if this call loaded it.
-    pub fn ensure_loaded<B: Backend>(&self, pool: &Pool<B>, index: &Index) -> bool {
-        let mut loaded_now = false;
-        self.loaded.get_or_init(|| {
-            loaded_now = true;
-            self.load(pool, index)
-        });
-        loaded_now
+    pub fn ensure_loaded<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        index: &Index,
+        free: &FreeSlots,
+        w: &dyn Watch,
+    ) -> Result<bool> {
+        if self.c.flags() & LOADED != 0 {
+            return Ok(false);
+        }
+        let _g = self.c.dir_lock(w)?;
+        if self.c.flags() & LOADED != 0 {
+            return Ok(false);
+        }
+        self.load(pool, index, free);
+        self.c.set_flags(LOADED);
+        Ok(true)
     }
 
-    fn load<B: Backend>(&self, pool: &Pool<B>, index: &Index) {
-        let pm = &pool.pm;
-        let l = &pool.layout;
+    /// Index every committed entry; empty slots before the tail (the slot after the
+    /// last used one of the last page) are freed slots, kept for reuse.
+    fn load<B: Backend>(&self, pool: &Pool<B>, index: &Index, free: &FreeSlots) {
         let idx = index.pin();
-        let mut pages = self.pages.write();
-        let mut free = self.free_slots.lock();
-        let mut page = pm.load_u64(l.inode_addr(self.ino) + inode::DIR_LOG);
+        let pages = self.pages(pool);
+        let tail = tail_after(&pages, pool);
         let mut live = 0;
-        // Recovery has checked every link on an unclean open; a clean pool's links were
-        // written by this code. The bound guards against a cycle all the same.
-        // A big directory: size the index once instead of growing it step by step
-        // while a million entries go in.
-        let npages = crate::data::dir_pages(pool, self.ino).len() as u64;
-        if npages > 4 {
-            idx.reserve((npages * dirlog::SLOTS_PER_PAGE) as usize);
-        }
-        let mut seen = std::collections::HashSet::new();
-        while page != 0 && l.block_of(page).is_some() && seen.insert(page) {
+        for (n, &page) in pages.iter().enumerate() {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 let slot = dirlog::slot_addr(page, i);
-                match read_entry(pool, self.ino, slot) {
-                    Some((name, e)) => {
-                        idx.insert(
-                            Key {
-                                parent: self.ino,
-                                name,
-                            },
-                            e,
-                        );
-                        live += 1;
-                    }
-                    None => free.push(slot),
+                if let Some((name, e)) = read_entry(pool, self.ino, slot) {
+                    let key = Key {
+                        parent: self.ino,
+                        name,
+                    };
+                    idx.insert(key, e);
+                    live += 1;
+                } else if n + 1 < pages.len() || i < tail & (BLOCK - 1) {
+                    free.push(self.c, slot);
                 }
             }
-            pages.push(page);
-            page = pm.load_u64(page + dirlog::NEXT);
         }
-        self.cursor.store(
-            pages.len() as u64 * dirlog::SLOTS_PER_PAGE,
-            Ordering::Release,
-        );
-        self.entries.store(live, Ordering::Release);
+        self.c.tail().store(tail, Ordering::Release);
+        self.c.entries().store(live, Ordering::Release);
     }
 
-    /// Claim an empty slot: a freed one if one is at hand without waiting, else the
-    /// next new one (a fetch-add on the cursor), adding a log page when needed.
-    pub fn claim_slot<B: Backend>(&self, pool: &Pool<B>, lane: u32, reuse: bool) -> Result<u64> {
-        if let Some(mut free) = self.free_slots.try_lock().filter(|_| reuse) {
-            if let Some(s) = free.pop() {
+    /// Claim an empty slot: a freed one if any (and reuse is on), else the next new one,
+    /// adding a log page when needed.
+    pub fn claim_slot<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        free: &FreeSlots,
+        lane: u32,
+        reuse: bool,
+        w: &dyn Watch,
+    ) -> Result<u64> {
+        if reuse {
+            if let Some(s) = free.pop(self.c) {
                 return Ok(s);
             }
         }
-        let pos = self.cursor.fetch_add(1, Ordering::AcqRel);
-        let page_no = (pos / dirlog::SLOTS_PER_PAGE) as usize;
-        let known = self.pages.read().get(page_no).copied();
-        let page = match known {
-            Some(p) => p,
-            // On ENOSPC the position stays claimed but unused: harmless, since a page
-            // added later simply has one slot no cursor hands out until a reload.
-            None => self.add_pages(pool, lane, page_no)?,
-        };
-        Ok(dirlog::slot_addr(page, pos % dirlog::SLOTS_PER_PAGE))
-    }
-
-    /// Link new log pages until page `page_no` exists; return it.
-    fn add_pages<B: Backend>(&self, pool: &Pool<B>, lane: u32, page_no: usize) -> Result<u64> {
-        let _g = self.extend.lock();
         loop {
-            let mut pages = self.pages.write();
-            if let Some(&p) = pages.get(page_no) {
-                return Ok(p);
+            let t = self.c.tail().load(Ordering::Acquire);
+            let (page, i) = (t & !(BLOCK - 1), t & (BLOCK - 1));
+            if page != 0 && i < dirlog::SLOTS_PER_PAGE {
+                if self
+                    .c
+                    .tail()
+                    .compare_exchange(t, t + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Ok(dirlog::slot_addr(page, i));
+                }
+                continue;
             }
-            let runs = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?;
-            let page = pool.layout.block_addr(runs[0].0);
-            let link = match pages.last() {
-                Some(&prev) => prev + dirlog::NEXT,
-                None => pool.layout.inode_addr(self.ino) + inode::DIR_LOG,
-            };
-            // The page is zeroed and owned before it is linked, so a crash leaves either
-            // no page or a well-formed empty one.
-            let mut b = pool.pm.batch();
-            b.zero(page, BLOCK as usize)
-                .write_u64(page + dirlog::OWNER, self.ino);
-            let ready = b.persist();
-            drop(pool.pm.commit_u64(link, page, ready));
-            pages.push(page);
+            self.add_page(pool, lane, t, w)?;
         }
     }
 
-    pub fn release_slot(&self, slot: u64) {
-        self.free_slots.lock().push(slot);
+    /// Link a new log page after the last one, unless another creator already did
+    /// (the tail moved on from `seen`).
+    fn add_page<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        lane: u32,
+        seen: u64,
+        w: &dyn Watch,
+    ) -> Result<()> {
+        let _g = self.c.dir_lock(w)?;
+        if self.c.tail().load(Ordering::Acquire) != seen {
+            return Ok(());
+        }
+        let runs = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?;
+        let page = pool.layout.block_addr(runs[0].0);
+        let last = seen & !(BLOCK - 1);
+        let link = if last == 0 {
+            pool.layout.inode_addr(self.ino) + inode::DIR_LOG
+        } else {
+            last + dirlog::NEXT
+        };
+        // The page is zeroed and owned before it is linked, so a crash leaves either
+        // no page or a well-formed empty one.
+        let mut b = pool.pm.batch();
+        b.zero(page, BLOCK as usize)
+            .write_u64(page + dirlog::OWNER, self.ino);
+        let ready = b.persist();
+        drop(pool.pm.commit_u64(link, page, ready));
+        self.c.tail().store(page, Ordering::Release);
+        Ok(())
     }
 
-    /// The log pages, for readdir.
-    pub fn pages(&self) -> Vec<u64> {
-        self.pages.read().clone()
+    /// A slot no longer used (its removal has committed): keep it for reuse.
+    pub fn release_slot(&self, free: &FreeSlots, slot: u64) {
+        free.push(self.c, slot);
+    }
+
+    /// Forget the freed slots of a directory that is gone.
+    pub fn drain_slots(&self, free: &FreeSlots) {
+        while free.pop(self.c).is_some() {}
+    }
+
+    /// The addresses of the log pages, in order (readdir).
+    pub fn pages<B: Backend>(&self, pool: &Pool<B>) -> Vec<u64> {
+        crate::data::dir_pages(pool, self.ino)
+            .into_iter()
+            .map(|b| pool.layout.block_addr(b))
+            .collect()
+    }
+}
+
+/// The tail after loading: the slot after the last non-empty slot of the last page.
+fn tail_after<B: Backend>(pages: &[u64], pool: &Pool<B>) -> u64 {
+    let Some(&last) = pages.last() else {
+        return 0;
+    };
+    let used = (0..dirlog::SLOTS_PER_PAGE)
+        .rev()
+        .find(|&i| pool.pm.load_u64(dirlog::slot_addr(last, i)) != 0)
+        .map_or(0, |i| i + 1);
+    last | used
+}
+
+/// The shared pool of freed-slot nodes and each directory's stack of them. A node is
+/// two words: the slot's address and the next node (index + 1, 0 ends the stack). Stack
+/// heads carry a tag bumped by every change, so a node popped and pushed again between
+/// another popper's read and its compare-and-swap cannot fool it (ABA).
+pub struct FreeSlots {
+    span: Span,
+    nodes: u64,
+}
+
+/// Words before the nodes: the free-node stack head and the never-used node counter.
+const FREE_HEAD: usize = 0;
+const BUMP: usize = 8;
+const NODES_AT: usize = 16;
+
+fn pack(tag: u64, node: u64) -> u64 {
+    tag << 32 | node
+}
+
+impl FreeSlots {
+    /// Region bytes: one node per dentry the pool can hold.
+    pub fn bytes_needed(l: &Layout) -> usize {
+        (NODES_AT + 2 * l.total_dentries() as usize) * 8
+    }
+
+    pub fn new(span: Span, l: &Layout) -> FreeSlots {
+        assert!(span.bytes() >= Self::bytes_needed(l));
+        FreeSlots {
+            span,
+            nodes: l.total_dentries(),
+        }
+    }
+
+    fn w(&self) -> &[AtomicU64] {
+        self.span.words()
+    }
+
+    fn node(&self, n: u64) -> (&AtomicU64, &AtomicU64) {
+        let at = NODES_AT + 2 * (n as usize - 1);
+        (&self.w()[at], &self.w()[at + 1])
+    }
+
+    /// Push node `n` on the stack whose head is `head`.
+    fn push_node(&self, head: &AtomicU64, n: u64) {
+        let mut h = head.load(Ordering::Acquire);
+        loop {
+            self.node(n).1.store(h & 0xffff_ffff, Ordering::Relaxed);
+            match head.compare_exchange(
+                h,
+                pack((h >> 32) + 1, n),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(now) => h = now,
+            }
+        }
+    }
+
+    /// Pop a node off the stack whose head is `head`.
+    fn pop_node(&self, head: &AtomicU64) -> Option<u64> {
+        let mut h = head.load(Ordering::Acquire);
+        loop {
+            let n = h & 0xffff_ffff;
+            if n == 0 || n > self.nodes {
+                return None;
+            }
+            let next = self.node(n).1.load(Ordering::Relaxed) & 0xffff_ffff;
+            match head.compare_exchange(
+                h,
+                pack((h >> 32) + 1, next),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(n),
+                Err(now) => h = now,
+            }
+        }
+    }
+
+    fn new_node(&self) -> Option<u64> {
+        if let Some(n) = self.pop_node(&self.w()[FREE_HEAD]) {
+            return Some(n);
+        }
+        let n = self.w()[BUMP].fetch_add(1, Ordering::AcqRel) + 1;
+        (n <= self.nodes).then_some(n)
+    }
+
+    /// Keep `slot` of directory `c` for reuse (dropped if no node is left).
+    pub fn push(&self, c: Cachelet<'_>, slot: u64) {
+        if let Some(n) = self.new_node() {
+            self.node(n).0.store(slot, Ordering::Relaxed);
+            self.push_node(c.free_head(), n);
+            c.free_count().fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A freed slot of directory `c`, if any.
+    pub fn pop(&self, c: Cachelet<'_>) -> Option<u64> {
+        let n = self.pop_node(c.free_head())?;
+        let slot = self.node(n).0.load(Ordering::Relaxed);
+        self.push_node(&self.w()[FREE_HEAD], n);
+        c.free_count().fetch_sub(1, Ordering::Relaxed);
+        Some(slot)
     }
 }
 

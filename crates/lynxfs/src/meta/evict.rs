@@ -1,66 +1,87 @@
 //! Cold directories leave the index when it passes its DRAM budget (DirectFS: FIFO
-//! with a second chance). A directory enters the clock when it is loaded; the clock
-//! hand skips (and clears) directories used since it last passed, and evicts the
-//! others: their entries leave the index and the next use reloads them from the log.
+//! with a second chance). A directory enters this process's clock when it loads it;
+//! the clock hand skips directories used since it last passed, and evicts the others:
+//! their entries leave the (shared) index, their cachelet is marked not loaded, and the
+//! next use, by any process, reloads them from the log.
 //!
 //! Safety against concurrent operations: everything that changes a directory's entries
-//! holds its gate shared (`Namespace::enter`), and eviction holds it alone; a lookup
-//! that misses in a directory marked evicted looks again.
+//! holds its gate shared (`Namespace::enter`), and eviction holds it alone plus the
+//! directory's load lock; the loaded flag is cleared before the first entry leaves, so a
+//! lookup that misses in a directory no longer loaded looks again.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use parking_lot::{ArcRwLockReadGuard, ArcRwLockWriteGuard};
 
 use crate::error::Result;
 use crate::format::{dirlog, ROOT_INO};
 use crate::pmem::Backend;
+use crate::runtime::lock::{self, MutexGuard, ReadGuard, WriteGuard};
 
+use super::cachelet::LOADED;
 use super::index::KeyRef;
 use super::{Dir, Namespace};
 
-/// Default budget: 4 million entries (about 0.5 GiB of index at the measured size).
+/// Default budget: 4 million entries.
 pub const DEFAULT_BUDGET: usize = 4 << 20;
 
 /// A directory entered for a change: the `Dir` and its gate, held shared.
-pub struct Entered {
-    pub dir: Arc<Dir>,
-    _gate: ArcRwLockReadGuard<parking_lot::RawRwLock, ()>,
+pub struct Entered<'a> {
+    pub dir: Dir<'a>,
+    _gate: ReadGuard<'a>,
     /// Held only when lock-free creation is switched off (ablation).
-    _serial: Option<parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>>,
+    _serial: Option<MutexGuard<'a>>,
 }
 
-impl std::ops::Deref for Entered {
-    type Target = Dir;
-    fn deref(&self) -> &Dir {
+impl<'a> std::ops::Deref for Entered<'a> {
+    type Target = Dir<'a>;
+    fn deref(&self) -> &Dir<'a> {
         &self.dir
+    }
+}
+
+/// This process's eviction state: its clock of loaded directories and the budget.
+#[derive(Default)]
+pub struct Clock {
+    queue: parking_lot::Mutex<std::collections::VecDeque<u64>>,
+    budget: std::sync::atomic::AtomicUsize,
+}
+
+impl Clock {
+    pub fn new() -> Clock {
+        Clock {
+            queue: Default::default(),
+            budget: DEFAULT_BUDGET.into(),
+        }
     }
 }
 
 impl<B: Backend> Namespace<B> {
     /// Index entries allowed before cold directories are evicted.
     pub fn set_index_budget(&self, entries: usize) {
-        self.index_budget.store(entries, Ordering::Relaxed);
+        self.clock.budget.store(entries, Ordering::Relaxed);
         self.evict_to_budget(ROOT_INO);
     }
 
     /// Evicts every directory it can from the index (as after a remount), keeping the
     /// budget: the next lookups reload directories from their logs. Benchmarks' "cold".
     pub fn drop_index(&self) {
-        let budget = self.index_budget.load(Ordering::Relaxed);
+        let budget = self.clock.budget.load(Ordering::Relaxed);
         self.set_index_budget(0);
-        self.index_budget.store(budget, Ordering::Relaxed);
+        self.clock.budget.store(budget, Ordering::Relaxed);
     }
 
     /// The directory `ino`, loaded, with its gate held shared.
-    pub fn enter(&self, ino: u64) -> Result<Entered> {
+    pub fn enter(&self, ino: u64) -> Result<Entered<'_>> {
         loop {
             let dir = self.dir(ino)?;
-            let gate = dir.gate.read_arc();
-            if dir.evicted.load(Ordering::SeqCst) {
+            let gate = lock::read(dir.cachelet().gate_word(), &*self.watch)?;
+            if dir.cachelet().flags() & LOADED == 0 {
                 continue;
             }
-            let serial = (!self.mechanisms.lock_free()).then(|| dir.serial.lock_arc());
+            let serial = if self.mechanisms.lock_free() {
+                None
+            } else {
+                Some(self.locks.serial(ino, &*self.watch)?)
+            };
             return Ok(Entered {
                 dir,
                 _gate: gate,
@@ -71,14 +92,11 @@ impl<B: Backend> Namespace<B> {
 
     /// The directory `ino`, loaded, with its gate held alone (rmdir of it, or a rename
     /// over it): no entry can be added while the guard lives.
-    pub fn lock_alone(
-        &self,
-        ino: u64,
-    ) -> Result<(Arc<Dir>, ArcRwLockWriteGuard<parking_lot::RawRwLock, ()>)> {
+    pub fn lock_alone(&self, ino: u64) -> Result<(Dir<'_>, WriteGuard<'_>)> {
         loop {
             let dir = self.dir(ino)?;
-            let gate = dir.gate.write_arc();
-            if dir.evicted.load(Ordering::SeqCst) {
+            let gate = lock::write(dir.cachelet().gate_word(), &*self.watch)?;
+            if dir.cachelet().flags() & LOADED == 0 {
                 continue;
             }
             return Ok((dir, gate));
@@ -88,7 +106,7 @@ impl<B: Backend> Namespace<B> {
     /// Called when a directory has just been loaded into the index.
     pub(crate) fn loaded(&self, ino: u64) {
         if ino != ROOT_INO {
-            self.clock.lock().push_back(ino);
+            self.clock.queue.lock().push_back(ino);
         }
         self.evict_to_budget(ino);
     }
@@ -96,34 +114,39 @@ impl<B: Backend> Namespace<B> {
     /// Evict cold directories until the index fits its budget, sparing `keep` (the
     /// directory just loaded, which its caller is about to use).
     fn evict_to_budget(&self, keep: u64) {
-        let budget = self.index_budget.load(Ordering::Relaxed);
-        let mut turns = self.clock.lock().len() * 2;
+        let budget = self.clock.budget.load(Ordering::Relaxed);
+        let mut turns = self.clock.queue.lock().len() * 2;
         while self.index.len() > budget && turns > 0 {
             turns -= 1;
-            let Some(ino) = self.clock.lock().pop_front() else {
+            let Some(ino) = self.clock.queue.lock().pop_front() else {
                 return;
             };
-            let Some(d) = self.dirs.pin().get(&ino).cloned() else {
-                continue;
-            };
-            if ino == keep || d.referenced.swap(false, Ordering::Relaxed) {
-                self.clock.lock().push_back(ino);
+            if ino == keep {
+                self.clock.queue.lock().push_back(ino);
                 continue;
             }
-            self.evict(&d);
+            if !self.evict(Dir::new(self.cachelets.get(ino))) {
+                self.clock.queue.lock().push_back(ino);
+            }
         }
     }
 
     /// Drop `d`'s entries from the index; the next use of the directory reloads them.
-    fn evict(&self, d: &Arc<Dir>) {
-        let Some(_alone) = d.gate.try_write() else {
-            // In use right now: not cold after all.
-            self.clock.lock().push_back(d.ino);
-            return;
+    /// False if it is in use right now (not cold after all).
+    fn evict(&self, d: Dir<'_>) -> bool {
+        let c = d.cachelet();
+        let Some(_alone) = lock::try_write(c.gate_word()) else {
+            return false;
         };
-        d.evicted.store(true, Ordering::SeqCst);
+        let Some(_load) = lock::try_lock(c.dir_lock_word()) else {
+            return false;
+        };
+        if c.flags() & LOADED == 0 {
+            return true;
+        }
+        c.clear_flags(LOADED);
         let idx = self.index.pin();
-        for page in d.pages() {
+        for page in d.pages(&self.pool) {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 if let Some((name, _)) =
                     super::dir::read_entry(&self.pool, d.ino, dirlog::slot_addr(page, i))
@@ -135,7 +158,7 @@ impl<B: Backend> Namespace<B> {
                 }
             }
         }
-        let dirs = self.dirs.pin();
-        dirs.remove_if(&d.ino, |_, v| Arc::ptr_eq(v, d)).ok();
+        d.drain_slots(&self.free_slots);
+        true
     }
 }

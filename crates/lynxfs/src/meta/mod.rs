@@ -15,13 +15,13 @@ pub mod perm;
 mod readdir;
 mod remove;
 mod rename;
+pub mod shared;
 mod usage;
 mod xattr;
 pub use evict::Entered;
 
-use std::sync::Arc;
-
-use parking_lot::{Mutex, MutexGuard};
+use crate::runtime::lock::MutexGuard;
+use crate::runtime::Watch;
 
 use crate::error::{errno, Result};
 use crate::format::{dentry, inode, ROOT_INO};
@@ -29,7 +29,7 @@ use crate::pmem::Backend;
 use crate::pool::Pool;
 
 pub use attr::{SetAttr, Stat, StatFs, TimeSet};
-pub use cachelet::{Cachelet, CacheletRef, Cachelets};
+pub use cachelet::{Cachelet, Cachelets};
 pub use create::NewNode;
 pub use dir::Dir;
 pub use index::{Entry, Index, Key, KeyRef, State};
@@ -38,22 +38,19 @@ pub use readdir::DirEntry;
 pub use rename::RenameFlags;
 pub use usage::Usage;
 
-const INODE_LOCKS: usize = 256;
-
 pub struct Namespace<B: Backend> {
     pub pool: Pool<B>,
     pub index: Index,
-    dirs: papaya::HashMap<u64, Arc<Dir>, index::IndexHasher>,
-    pub cachelets: Arc<Cachelets>,
-    /// Renames that could move a directory serialize here (as Linux's
-    /// `s_vfs_rename_mutex` does), so the ancestor check sees a stable tree.
-    rename_lock: Mutex<()>,
-    /// Read-modify-write of one inode's words (link counts, attributes).
-    inode_locks: Box<[Mutex<()>]>,
-    /// Loaded directories in load order, for eviction (FIFO with a second chance).
-    clock: Mutex<std::collections::VecDeque<u64>>,
-    /// Index entries allowed before cold directories are evicted.
-    index_budget: std::sync::atomic::AtomicUsize,
+    /// Every inode's record, in the shared runtime region.
+    pub cachelets: Cachelets,
+    /// Freed directory-log slots, in the shared runtime region.
+    pub(crate) free_slots: dir::FreeSlots,
+    /// Namespace-wide locks, in the shared runtime region.
+    locks: shared::Locks,
+    /// Ends waits when a process attached to the pool dies (see `runtime::lock`).
+    pub(crate) watch: Box<dyn Watch + Send + Sync>,
+    /// This process's clock of loaded directories, for eviction.
+    clock: evict::Clock,
     /// Mechanisms that the ablation benchmark can turn off.
     pub mechanisms: mechanisms::Mechanisms,
 }
@@ -79,16 +76,26 @@ pub fn check_name(name: &[u8]) -> Result<()> {
 }
 
 impl<B: Backend> Namespace<B> {
+    /// The namespace of `pool`, its runtime state in fresh memory of this process's own.
     pub fn new(pool: Pool<B>) -> Self {
+        let parts = shared::Parts::private(&pool.layout).expect("memory for the runtime state");
+        Self::with_parts(pool, parts, Box::new(crate::runtime::lock::Alone))
+    }
+
+    pub(crate) fn with_parts(
+        pool: Pool<B>,
+        parts: shared::Parts,
+        watch: Box<dyn Watch + Send + Sync>,
+    ) -> Self {
+        let l = pool.layout;
         Namespace {
-            pool,
             index: Index::with_hasher(Default::default()),
-            dirs: papaya::HashMap::with_hasher(Default::default()),
-            cachelets: Arc::new(Cachelets::default()),
-            rename_lock: Mutex::new(()),
-            inode_locks: (0..INODE_LOCKS).map(|_| Mutex::new(())).collect(),
-            clock: Mutex::new(std::collections::VecDeque::new()),
-            index_budget: std::sync::atomic::AtomicUsize::new(evict::DEFAULT_BUDGET),
+            cachelets: Cachelets::new(parts.cachelets, &l),
+            free_slots: dir::FreeSlots::new(parts.free_slots, &l),
+            locks: shared::Locks::new(parts.locks),
+            watch,
+            pool,
+            clock: evict::Clock::new(),
             mechanisms: mechanisms::Mechanisms::default(),
         }
     }
@@ -105,8 +112,9 @@ impl<B: Backend> Namespace<B> {
         self.pool.pm.load_u64(self.iaddr(ino) + field)
     }
 
-    pub(crate) fn ilock(&self, ino: u64) -> MutexGuard<'_, ()> {
-        self.inode_locks[(ino as usize) % INODE_LOCKS].lock()
+    /// The inode lock of `ino` (read-modify-write of its words).
+    pub(crate) fn ilock(&self, ino: u64) -> Result<MutexGuard<'_>> {
+        Ok(self.cachelets.get(ino).inode_lock(&*self.watch)?)
     }
 
     /// `ino` names a live inode.
@@ -137,7 +145,7 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// The directory `ino`, read into the index if this is its first use.
-    pub fn dir(&self, ino: u64) -> Result<Arc<Dir>> {
+    pub fn dir(&self, ino: u64) -> Result<Dir<'_>> {
         self.live(ino)?;
         if !is_dir(self.mode(ino)) {
             return Err(errno::ENOTDIR);
@@ -147,28 +155,11 @@ impl<B: Backend> Namespace<B> {
         if self.load(ino, inode::NLINK) == 0 {
             return Err(errno::ENOENT);
         }
-        let dirs = self.dirs.pin();
-        let d = match dirs.get(&ino) {
-            Some(d) => d.clone(),
-            None => dirs
-                .get_or_insert_with(ino, || Arc::new(Dir::new(ino)))
-                .clone(),
-        };
-        d.referenced
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        if d.ensure_loaded(&self.pool, &self.index) {
+        let d = Dir::new(self.cachelets.get(ino));
+        if d.ensure_loaded(&self.pool, &self.index, &self.free_slots, &*self.watch)? {
             self.loaded(ino);
         }
         Ok(d)
-    }
-
-    pub(crate) fn forget_dir(&self, ino: u64) {
-        self.dirs.pin().remove(&ino);
-    }
-
-    /// Directories currently indexed.
-    pub fn indexed_dirs(&self) -> usize {
-        self.dirs.len()
     }
 
     /// The entry `name` in directory `parent`, as the caller may see it.
@@ -181,17 +172,12 @@ impl<B: Backend> Namespace<B> {
             _ => {}
         }
         check_name(name)?;
-        loop {
-            let d = self.dir(parent)?;
-            match self.lookup_entry(parent, name) {
-                Some(e) if self.mechanisms.quick_path() => return Ok(e.ino),
-                // Ablation: without the quick path the inode number comes from the
-                // dentry in the pool, one more dependent read per component.
-                Some(e) => return Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
-                // Evicted while we looked: the entries are being reloaded; look again.
-                None if d.evicted.load(std::sync::atomic::Ordering::SeqCst) => continue,
-                None => return Err(errno::ENOENT),
-            }
+        match self.lookup_entry(parent, name) {
+            Some(e) if self.mechanisms.quick_path() => Ok(e.ino),
+            // Ablation: without the quick path the inode number comes from the
+            // dentry in the pool, one more dependent read per component.
+            Some(e) => Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
+            None => Err(errno::ENOENT),
         }
     }
 

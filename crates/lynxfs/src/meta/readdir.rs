@@ -44,7 +44,7 @@ impl<B: Backend> Namespace<B> {
             });
         }
         let start = offset.saturating_sub(2);
-        let pages = d.pages();
+        let pages = d.pages(&self.pool);
         let per = dirlog::SLOTS_PER_PAGE;
         let mut pos = start;
         while out.len() < max {

@@ -89,7 +89,7 @@ impl<B: Backend> Namespace<B> {
             None => (None, None),
         };
         if let Some(d) = &child_dir {
-            if d.entries.load(Ordering::Acquire) > 0 {
+            if d.entries().load(Ordering::Acquire) > 0 {
                 drop(_victim_gate);
                 self.unclaim(parent, name, e);
                 return Err(errno::ENOTEMPTY);
@@ -99,20 +99,41 @@ impl<B: Backend> Namespace<B> {
         // The name, the link count and (when it was the last name of an unopened
         // file) the inode itself go in one fence. Lock order: the file's cachelet
         // (open count), then its inode lock.
-        let c = self.cachelets.get(&self.pool, e.ino);
-        let cw = c.lock.write();
-        let il = (!want_dir).then(|| self.ilock(e.ino));
+        // A wait here may end because the runtime is under repair: nothing is written
+        // to the pool before the last wait (the parent's inode lock in `touch_dir`).
+        let c = self.cachelets.get(e.ino);
+        let locked = c.write(&*self.watch).and_then(|cw| {
+            let il = if want_dir {
+                None
+            } else {
+                Some(c.inode_lock(&*self.watch)?)
+            };
+            Ok((cw, il))
+        });
+        let (cw, il) = match locked {
+            Ok(held) => held,
+            Err(stop) => {
+                drop(_victim_gate);
+                self.unclaim(parent, name, e);
+                return Err(stop.into());
+            }
+        };
         let left = if want_dir {
             0
         } else {
             self.load(e.ino, inode::NLINK).saturating_sub(1)
         };
-        let free_now = left == 0 && c.open.load(Ordering::Acquire) == 0;
+        let free_now = left == 0 && c.open() == 0;
         let at = self.iaddr(e.ino);
         let mut b = self.pool.pm.batch();
+        if let Err(stop) = self.touch_dir(&mut b, parent, now, if want_dir { -1 } else { 0 }) {
+            drop(b);
+            drop((cw, il, _victim_gate));
+            self.unclaim(parent, name, e);
+            return Err(stop);
+        }
         b.write_u64(e.dentry + dentry::STATE, dentry::state_word(false, now))
             .write_u64(e.slot, 0);
-        self.touch_dir(&mut b, parent, now, if want_dir { -1 } else { 0 });
         b.write_u64(at + inode::NLINK, left)
             .write_u64(at + inode::CTIME, now);
         if free_now {
@@ -121,8 +142,8 @@ impl<B: Backend> Namespace<B> {
         let _committed = b.persist();
         drop(il);
         self.index.pin().remove(&KeyRef { parent, name });
-        dir.entries.fetch_sub(1, Ordering::AcqRel);
-        dir.release_slot(e.slot);
+        dir.entries().fetch_sub(1, Ordering::AcqRel);
+        dir.release_slot(&self.free_slots, e.slot);
         self.pool.alloc.dentries.free(
             self.pool
                 .layout
@@ -130,18 +151,15 @@ impl<B: Backend> Namespace<B> {
                 .expect("indexed dentry"),
         );
         if let Some(d) = &child_dir {
-            d.removed.store(true, Ordering::Release);
+            d.set_removed();
+            d.drain_slots(&self.free_slots);
         }
         drop(_victim_gate);
-        if child_dir.is_some() {
-            self.forget_dir(e.ino);
-        }
         if free_now {
             crate::data::free_all(&self.pool, e.ino);
-            c.map.clear();
-            self.pool.alloc.inodes.free(e.ino);
+            self.release_ino(e.ino);
         } else if left == 0 {
-            c.flags.fetch_or(ORPHAN, Ordering::AcqRel);
+            c.set_flags(ORPHAN);
         }
         drop(cw);
         Ok(())
@@ -154,7 +172,7 @@ impl<B: Backend> Namespace<B> {
         pown: perm::Owner,
         cred: &Cred,
         want_dir: bool,
-    ) -> Result<Option<std::sync::Arc<super::Dir>>> {
+    ) -> Result<Option<super::Dir<'_>>> {
         let victim = self.owner(e.ino);
         match (want_dir, is_dir(victim.mode)) {
             (true, false) => return Err(errno::ENOTDIR),
@@ -170,12 +188,18 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// One name of `ino` is gone: count it down, and free the inode when no name and
-    /// no open handle is left.
+    /// no open handle is left. This follows its operation's commit point: if a wait is
+    /// ended by a repair, it is left undone, as a crash would leave it, and the rebuild
+    /// (recovery's link count check) does it.
     pub(crate) fn drop_link(&self, ino: u64, whole_dir: bool, now: u64) {
-        let c = self.cachelets.get(&self.pool, ino);
-        let _w = c.lock.write();
+        let c = self.cachelets.get(ino);
+        let Ok(_w) = c.write(&*self.watch) else {
+            return;
+        };
         let left = {
-            let _g = self.ilock(ino);
+            let Ok(_g) = c.inode_lock(&*self.watch) else {
+                return;
+            };
             let n = if whole_dir {
                 0
             } else {
@@ -188,21 +212,20 @@ impl<B: Backend> Namespace<B> {
             n
         };
         if left == 0 {
-            if c.open.load(Ordering::Acquire) > 0 {
-                c.flags.fetch_or(ORPHAN, Ordering::AcqRel);
+            if c.open() > 0 {
+                c.set_flags(ORPHAN);
             } else {
                 self.free_inode(ino);
-                c.map.clear();
             }
         }
     }
 
     /// Called at the last close of `ino` (with its cachelet's lock held).
-    pub(crate) fn free_if_orphan(&self, ino: u64, c: &super::Cachelet) {
-        if c.flags.load(Ordering::Acquire) & ORPHAN != 0 && c.open.load(Ordering::Acquire) == 0 {
-            c.flags.fetch_and(!ORPHAN, Ordering::AcqRel);
+    pub(crate) fn free_if_orphan(&self, ino: u64) {
+        let c = self.cachelets.get(ino);
+        if c.flags() & ORPHAN != 0 && c.open() == 0 {
+            c.clear_flags(ORPHAN);
             self.free_inode(ino);
-            c.map.clear();
         }
     }
 
@@ -212,6 +235,15 @@ impl<B: Backend> Namespace<B> {
         let mut b = self.pool.pm.batch();
         b.write_u64(self.iaddr(ino) + inode::INO, 0);
         let _ = b.persist();
+        self.release_ino(ino);
+    }
+
+    /// Hand a freed inode's number back: its cachelet forgotten, then the number
+    /// returned to the allocator.
+    fn release_ino(&self, ino: u64) {
+        let c = self.cachelets.get(ino);
+        super::Dir::new(c).drain_slots(&self.free_slots);
+        c.reset();
         self.pool.alloc.inodes.free(ino);
     }
 }

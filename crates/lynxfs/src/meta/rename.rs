@@ -89,7 +89,7 @@ impl<B: Backend> Namespace<B> {
         for p in [sp, dp] {
             self.may(p, cred, perm::W | perm::X)?;
         }
-        let _serial = self.rename_lock.lock();
+        let _serial = self.locks.rename(&*self.watch)?;
         // Both parents entered (once if they are one), before any name is looked at.
         let sdir = self.enter(sp)?;
         let ddir_own = if dp == sp {
@@ -97,8 +97,8 @@ impl<B: Backend> Namespace<B> {
         } else {
             Some(self.enter(dp)?)
         };
-        let ddir: &super::Dir = ddir_own.as_deref().unwrap_or(&sdir);
-        let sdir: &super::Dir = &sdir;
+        let ddir: &super::Dir<'_> = ddir_own.as_deref().unwrap_or(&sdir);
+        let sdir: &super::Dir<'_> = &sdir;
         let plan = self.plan(sp, sn, dp, dn, flags, cred)?;
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
             return Ok(()); // two names of one file: POSIX says do nothing
@@ -162,7 +162,7 @@ impl<B: Backend> Namespace<B> {
         if !same(src, want_src) || !dst_same {
             return Err(undo(RETRY));
         }
-        if ddir.removed.load(Ordering::Acquire) || sdir.removed.load(Ordering::Acquire) {
+        if ddir.removed() || sdir.removed() {
             return Err(undo(errno::ENOENT));
         }
         // Replacing a directory: hold its gate alone so it stays empty.
@@ -175,20 +175,18 @@ impl<B: Backend> Namespace<B> {
         };
         if victim
             .as_ref()
-            .is_some_and(|v| v.entries.load(Ordering::Acquire) > 0)
+            .is_some_and(|v| v.entries().load(Ordering::Acquire) > 0)
         {
             return Err(undo(errno::ENOTEMPTY));
         }
         self.commit_rename(&plan, sp, sn, sdir, dp, dn, ddir, flags)
             .map_err(undo)?;
         if let Some(v) = &victim {
-            v.removed.store(true, Ordering::Release);
+            v.set_removed();
+            v.drain_slots(&self.free_slots);
         }
         drop(_vgate);
         if let Some(d) = plan.dst.filter(|_| !flags.exchange) {
-            if plan.dst_dir {
-                self.forget_dir(d.ino);
-            }
             self.drop_link(d.ino, plan.dst_dir, now_ns());
         }
         Ok(())
@@ -235,7 +233,7 @@ impl<B: Backend> Namespace<B> {
                     (false, true) => return Err(errno::EISDIR),
                     _ => {}
                 }
-                if dst_dir && self.dir(d.ino)?.entries.load(Ordering::Acquire) > 0 {
+                if dst_dir && self.dir(d.ino)?.entries().load(Ordering::Acquire) > 0 {
                     return Err(errno::ENOTEMPTY);
                 }
             }
@@ -331,11 +329,14 @@ impl<B: Backend> Namespace<B> {
             }
         }
         let changed: Vec<(u64, i64)> = delta.iter().copied().filter(|&(_, n)| n != 0).collect();
-        // One stripe lock per distinct stripe, in stripe order (no deadlock, no double lock).
-        let mut stripes: Vec<u64> = changed.iter().map(|&(d, _)| d).collect();
-        stripes.sort_unstable_by_key(|d| d % 256);
-        stripes.dedup_by_key(|d| *d % 256);
-        let _locks: Vec<_> = stripes.into_iter().map(|d| self.ilock(d)).collect();
+        // One inode lock per directory, in inode order (no deadlock, no double lock).
+        let mut dirs: Vec<u64> = changed.iter().map(|&(d, _)| d).collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        let _locks = dirs
+            .into_iter()
+            .map(|d| self.ilock(d))
+            .collect::<Result<Vec<_>>>()?;
         for &(d, n) in &changed {
             let cur = self.load(d, inode::NLINK) as i64;
             w.push((self.iaddr(d) + inode::NLINK, (cur + n).max(0) as u64));
@@ -381,9 +382,9 @@ impl<B: Backend> Namespace<B> {
                     parent: sp,
                     name: sn,
                 });
-                sdir.entries.fetch_sub(1, Ordering::AcqRel);
+                sdir.entries().fetch_sub(1, Ordering::AcqRel);
                 if plan.dst.is_none() {
-                    ddir.entries.fetch_add(1, Ordering::AcqRel);
+                    ddir.entries().fetch_add(1, Ordering::AcqRel);
                 }
             }
         }
@@ -404,7 +405,7 @@ impl<B: Backend> Namespace<B> {
 
     /// A dentry no longer named by its slot: recycle both.
     fn retire_dentry(&self, dir: &super::Dir, e: Entry) {
-        dir.release_slot(e.slot);
+        dir.release_slot(&self.free_slots, e.slot);
         if let Some(id) = self.pool.layout.dentry_id(e.dentry) {
             self.pool.alloc.dentries.free(id);
         }

@@ -70,7 +70,7 @@ impl<B: Backend> Namespace<B> {
         let idx = self.index.pin();
         let entries = idx.len() as u64;
         Usage {
-            indexed_dirs: self.indexed_dirs() as u64,
+            indexed_dirs: self.cachelets.count_flagged(super::cachelet::LOADED),
             index_entries: entries,
             index_bytes: index_bytes(entries, idx.keys().map(|k| k.name.len())),
             cachelets: self.cachelets.live(),

@@ -128,8 +128,7 @@ impl<B: Backend> Namespace<B> {
             return self.set_acl(ino, name, value, cred);
         }
         self.xattr_access(ino, name, cred, perm::W)?;
-        let c = self.cachelets.get(&self.pool, ino);
-        let _w = c.lock.write();
+        let _w = self.cachelets.get(ino).write(&*self.watch)?;
         self.live(ino)?;
         xattr::set(&self.pool, ino, self.lane(), name, value, flags)
     }
@@ -140,8 +139,7 @@ impl<B: Backend> Namespace<B> {
             return self.set_acl(ino, name, &[], cred);
         }
         self.xattr_access(ino, name, cred, perm::W)?;
-        let c = self.cachelets.get(&self.pool, ino);
-        let _w = c.lock.write();
+        let _w = self.cachelets.get(ino).write(&*self.watch)?;
         self.live(ino)?;
         xattr::remove(&self.pool, ino, self.lane(), name)
     }
@@ -167,9 +165,8 @@ impl<B: Backend> Namespace<B> {
                 Ok(())
             };
         }
-        let c = self.cachelets.get(&self.pool, ino);
-        let _w = c.lock.write();
-        let _g = self.ilock(ino);
+        let _w = self.cachelets.get(ino).write(&*self.watch)?;
+        let _g = self.ilock(ino)?;
         self.live(ino)?;
         let o = self.owner(ino);
         let mut words = Vec::new();

@@ -1,0 +1,78 @@
+//! The namespace's part of the shared runtime region: where each piece lives, and the
+//! namespace-wide locks.
+
+use std::io;
+use std::sync::Arc;
+
+use crate::format::Layout;
+use crate::runtime::lock::{self, Interrupted, MutexGuard, Watch};
+use crate::runtime::{Carve, Region, Span};
+
+use super::cachelet::Cachelets;
+use super::dir::FreeSlots;
+
+/// Stripes of the lock that serializes creates per directory when lock-free creation
+/// is switched off (ablation).
+const SERIAL_STRIPES: usize = 64;
+const RENAME: usize = 0;
+const SERIAL: usize = 1;
+const LOCK_WORDS: usize = SERIAL + SERIAL_STRIPES;
+
+/// The spans the namespace keeps its runtime state in.
+pub struct Parts {
+    pub cachelets: Span,
+    pub free_slots: Span,
+    pub locks: Span,
+}
+
+impl Parts {
+    /// Lay out the namespace's parts after what `carve` has handed out already.
+    pub fn carve(carve: &mut Carve, l: &Layout) -> [std::ops::Range<usize>; 3] {
+        [
+            carve.take(Cachelets::bytes_needed(l)),
+            carve.take(FreeSlots::bytes_needed(l)),
+            carve.take(LOCK_WORDS * 4),
+        ]
+    }
+
+    /// The parts at `ranges` of `region`.
+    pub fn at(region: &Arc<Region>, ranges: [std::ops::Range<usize>; 3]) -> Parts {
+        let [c, f, l] = ranges;
+        Parts {
+            cachelets: Span::new(region.clone(), c),
+            free_slots: Span::new(region.clone(), f),
+            locks: Span::new(region.clone(), l),
+        }
+    }
+
+    /// The parts in fresh memory of this process's own (a pool nobody else attaches).
+    pub fn private(l: &Layout) -> io::Result<Parts> {
+        let mut carve = Carve::default();
+        let ranges = Self::carve(&mut carve, l);
+        let region = Arc::new(Region::anonymous(carve.total())?);
+        Ok(Self::at(&region, ranges))
+    }
+}
+
+/// Namespace-wide locks.
+pub struct Locks {
+    span: Span,
+}
+
+impl Locks {
+    pub fn new(span: Span) -> Locks {
+        assert!(span.bytes() >= LOCK_WORDS * 4);
+        Locks { span }
+    }
+
+    /// Renames that could move a directory serialize here (as Linux's
+    /// `s_vfs_rename_mutex` does), so the ancestor check sees a stable tree.
+    pub fn rename(&self, w: &dyn Watch) -> Result<MutexGuard<'_>, Interrupted> {
+        lock::lock(&self.span.u32s()[RENAME], w)
+    }
+
+    /// The directory lock used only when lock-free creation is switched off.
+    pub fn serial(&self, dir: u64, w: &dyn Watch) -> Result<MutexGuard<'_>, Interrupted> {
+        lock::lock(&self.span.u32s()[SERIAL + dir as usize % SERIAL_STRIPES], w)
+    }
+}
