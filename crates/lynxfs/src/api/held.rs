@@ -85,10 +85,8 @@ impl<B: Backend> Fs<B> {
             return;
         };
         h.count = h.count.saturating_sub(n);
-        if h.count == 0 {
-            if shard.remove(&ino).is_some() {
-                self.drop_open_ref(ino);
-            }
+        if h.count == 0 && shard.remove(&ino).is_some() {
+            self.drop_open_ref(ino);
         }
     }
 
