@@ -353,7 +353,9 @@ fn extend_back(bits: &[AtomicU64], mut s: u64, mut n: u64) -> (u64, u64) {
         return (s, n);
     }
     while s > 0 {
-        let below = bits[(s / 64 - 1) as usize].load(Ordering::Relaxed).leading_ones() as u64;
+        let below = bits[(s / 64 - 1) as usize]
+            .load(Ordering::Relaxed)
+            .leading_ones() as u64;
         s -= below;
         n += below;
         if below < 64 {
