@@ -349,7 +349,7 @@ fn release(bits: &[AtomicU64], s: u64, e: u64) -> u64 {
 /// The run `(s, n)` grown down over the free bits just before it (a search from the
 /// hint starts at a word boundary, which may cut a free run in two).
 fn extend_back(bits: &[AtomicU64], mut s: u64, mut n: u64) -> (u64, u64) {
-    if s % 64 != 0 {
+    if !s.is_multiple_of(64) {
         return (s, n);
     }
     while s > 0 {
