@@ -18,6 +18,7 @@ use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::{Backend, Mapping, Pm};
 use crate::progress::{Progress, Quiet};
+use crate::runtime::Span;
 use crate::time::now_ns;
 
 mod file;
@@ -252,9 +253,12 @@ impl<B: Backend> Pool<B> {
         sb.epoch += 1;
         sb.generation += 1;
         let epoch = sb.epoch;
+        // In-process shared memory for now; the runtime region will hold it.
+        let span =
+            Span::anonymous(Allocators::bytes_needed(&layout)).map_err(|e| Error::io(path, e))?;
         write_superblock(&pm, &sb);
         Ok(Pool {
-            alloc: Allocators::from_used(&layout, &used),
+            alloc: Allocators::build(span, &layout, &used),
             journals: Journals::new(layout.lanes()),
             pm,
             layout,

@@ -1,66 +1,79 @@
-//! Data blocks: one free-extent map per lane (start -> length, coalesced on free).
-//! A request is first reserved against a global free counter (an atomic, not a lock),
-//! so it either gets every block it asked for or fails with ENOSPC having taken none.
+//! Data blocks: one bitmap per lane in shared memory (see [`super::bitmap`]). A request
+//! is first reserved against a global free counter, so it either gets every block it
+//! asked for or fails with ENOSPC having taken none; then its runs are claimed, word by
+//! word, without a lock. Freed blocks go back to the lane owning them, and since the
+//! bitmap is the free map, neighbouring free runs are one run at once.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use super::bitmap::LaneBits;
+use crate::runtime::Span;
+
+/// The span's first cache line holds the free counter, the bitmaps follow.
+const HEAD: usize = 64;
+/// Sweeps over every lane that may find nothing before a reserved request gives up.
+/// A reservation guarantees its blocks are free somewhere, so this bounds only the
+/// pathological (others freeing and taking blocks around the sweep every time).
+const BARREN_SWEEPS: u32 = 8;
 
 pub struct BlockAlloc {
-    lanes: Vec<Mutex<BTreeMap<u64, u64>>>,
-    ranges: Vec<Range<u64>>,
-    total: u64,
-    free: AtomicU64,
+    /// The head line: the number of free blocks not reserved by a request in flight.
+    span: Span,
+    bits: LaneBits,
 }
 
 /// A run of data blocks `[start, start+len)`.
 pub type Run = (u64, u64);
 
 impl BlockAlloc {
-    pub fn new(ranges: Vec<Range<u64>>, used: impl Fn(u64) -> bool) -> BlockAlloc {
-        let mut free = 0;
-        let total = ranges.last().map_or(0, |r| r.end);
-        let lanes = ranges
-            .iter()
-            .map(|r| {
-                let mut m = BTreeMap::new();
-                let mut run: Option<(u64, u64)> = None;
-                for b in r.clone() {
-                    if used(b) {
-                        if let Some((s, l)) = run.take() {
-                            m.insert(s, l);
-                        }
-                        continue;
-                    }
-                    free += 1;
-                    run = Some(match run {
-                        Some((s, l)) => (s, l + 1),
-                        None => (b, 1),
-                    });
-                }
-                if let Some((s, l)) = run {
-                    m.insert(s, l);
-                }
-                Mutex::new(m)
-            })
-            .collect();
-        BlockAlloc {
-            lanes,
+    /// Span bytes for lanes owning the blocks `ranges` (consecutive, from 0).
+    pub(super) fn bytes(ranges: &[Range<u64>]) -> usize {
+        HEAD + LaneBits::bytes(ranges, Self::per(ranges))
+    }
+
+    fn per(ranges: &[Range<u64>]) -> u64 {
+        ranges.first().map_or(1, |r| r.end - r.start)
+    }
+
+    /// Lay out the allocator over `span`, every block of `ranges` for which `used` is
+    /// false free.
+    pub(super) fn build(
+        span: Span,
+        ranges: Vec<Range<u64>>,
+        used: impl Fn(u64) -> bool,
+    ) -> BlockAlloc {
+        let per = Self::per(&ranges);
+        let bits = LaneBits::build(
+            span.sub(HEAD, span.bytes() - HEAD),
             ranges,
-            total,
-            free: AtomicU64::new(free),
-        }
+            per,
+            false,
+            used,
+        );
+        let me = BlockAlloc { span, bits };
+        me.counter().store(me.bits.free_total(), Ordering::Release);
+        me
+    }
+
+    /// Use an allocator another process built over `span` with the same `ranges`.
+    pub(super) fn attach(span: Span, ranges: Vec<Range<u64>>) -> BlockAlloc {
+        let per = Self::per(&ranges);
+        let bits = LaneBits::attach(span.sub(HEAD, span.bytes() - HEAD), ranges, per, false);
+        BlockAlloc { span, bits }
+    }
+
+    fn counter(&self) -> &AtomicU64 {
+        &self.span.words()[0]
     }
 
     fn reserve(&self, n: u64) -> bool {
-        self.free
+        self.counter()
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| f.checked_sub(n))
             .is_ok()
     }
 
-    /// `n` blocks, as few runs as the free maps allow, starting in `lane`; `None` (and
+    /// `n` blocks, in as few runs as a first fit finds, starting in `lane`; `None` (and
     /// nothing taken) when fewer than `n` blocks are free.
     pub fn alloc(&self, lane: u32, n: u64) -> Option<Vec<Run>> {
         if n == 0 {
@@ -69,91 +82,73 @@ impl BlockAlloc {
         if !self.reserve(n) {
             return None;
         }
+        let lanes = self.bits.lanes();
+        let order = || (0..lanes).map(|i| (lane as usize + i) % lanes);
+        // One run for the whole request, from this lane if it can, else from another.
+        let whole = order()
+            .filter(|&l| self.bits.lane_free(l) >= n as i64)
+            .find_map(|l| self.bits.take_run(l, n, false));
+        if let Some(run) = whole {
+            return Some(vec![run]);
+        }
+        let runs = self.gather(order, n);
+        if runs.is_none() {
+            self.counter().fetch_add(n, Ordering::AcqRel);
+        }
+        runs
+    }
+
+    /// `n` reserved blocks in pieces, first fit, lane by lane in `order`; `None` (and
+    /// the pieces given back, but not the reservation) if sweep after sweep finds none.
+    fn gather<I: Iterator<Item = usize>>(&self, order: impl Fn() -> I, n: u64) -> Option<Vec<Run>> {
         let mut runs = Vec::new();
         let mut need = n;
-        let lanes = self.lanes.len();
-        // The reservation guarantees the blocks exist; another thread may move them
-        // between lanes while we look, so go round until satisfied.
-        let mut i = 0;
-        while need > 0 {
-            let l = (lane as usize + i) % lanes;
-            i += 1;
-            let mut map = self.lanes[l].lock();
-            while need > 0 {
-                // First fit for the whole rest of the request, else any run.
-                let pick = map
-                    .iter()
-                    .find(|(_, &len)| len >= need)
-                    .or_else(|| map.iter().next())
-                    .map(|(&s, &len)| (s, len));
-                let Some((s, len)) = pick else { break };
-                map.remove(&s);
-                let take = len.min(need);
-                if take < len {
-                    map.insert(s + take, len - take);
+        let mut barren = 0;
+        for sweep in 0.. {
+            let before = need;
+            for l in order() {
+                // The counts steer only the first sweep: one may be off after a crash.
+                if sweep == 0 && self.bits.lane_free(l) <= 0 {
+                    continue;
                 }
-                runs.push((s, take));
-                need -= take;
+                while need > 0 {
+                    let Some(run) = self.bits.take_run(l, need, true) else {
+                        break;
+                    };
+                    need -= run.1;
+                    runs.push(run);
+                }
+            }
+            if need == 0 {
+                return Some(runs);
+            }
+            barren = if need < before { 0 } else { barren + 1 };
+            if barren == BARREN_SWEEPS {
+                break;
             }
         }
-        Some(runs)
+        runs.iter().for_each(|&(s, len)| {
+            self.bits.put(s..s + len);
+        });
+        None
     }
 
-    /// Give a run back to the lane(s) that own it, merging with its neighbours.
+    /// Give a run back to the lane(s) that own it.
     pub fn free(&self, start: u64, len: u64) {
-        let mut s = start;
-        let end = start + len;
-        while s < end {
-            let l = self.lane_of(s);
-            let lane_end = self.ranges[l].end.min(end);
-            self.free_in_lane(l, s, lane_end - s);
-            s = lane_end;
-        }
-        self.free.fetch_add(len, Ordering::AcqRel);
-    }
-
-    fn free_in_lane(&self, l: usize, start: u64, len: u64) {
-        let mut map = self.lanes[l].lock();
-        let (mut s, mut n) = (start, len);
-        if let Some((&ps, &pl)) = map.range(..s).next_back() {
-            debug_assert!(ps + pl <= s, "double free of block {s}");
-            if ps + pl == s {
-                map.remove(&ps);
-                s = ps;
-                n += pl;
-            }
-        }
-        if let Some(&nl) = map.get(&(start + len)) {
-            map.remove(&(start + len));
-            n += nl;
-        }
-        map.insert(s, n);
-    }
-
-    fn lane_of(&self, b: u64) -> usize {
-        self.ranges
-            .iter()
-            .position(|r| r.contains(&b))
-            .unwrap_or(self.ranges.len() - 1)
+        let freed = self.bits.put(start..start.saturating_add(len));
+        debug_assert_eq!(freed, len, "freeing blocks {start}+{len}, not all in use");
+        self.counter().fetch_add(freed, Ordering::AcqRel);
     }
 
     pub fn free_count(&self) -> u64 {
-        self.free.load(Ordering::Acquire)
+        self.counter().load(Ordering::Acquire)
     }
     pub fn total(&self) -> u64 {
-        self.total
+        self.bits.end()
     }
 
     /// One bit per block, set when in use.
     pub fn used_bitmap(&self) -> Vec<u64> {
-        let mut bits = vec![u64::MAX; self.total.div_ceil(64) as usize];
-        for lane in &self.lanes {
-            for (&s, &l) in lane.lock().iter() {
-                for b in s..s + l {
-                    bits[(b / 64) as usize] &= !(1 << (b % 64));
-                }
-            }
-        }
-        bits
+        self.bits.used_bitmap()
     }
 }

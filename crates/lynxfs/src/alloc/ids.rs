@@ -1,98 +1,93 @@
-//! Inode and dentry reuse lists (AEON): one free list per lane, each behind its own
-//! lock, so allocation never takes a global lock; a lane that runs dry takes from the
-//! others.
+//! Inode and dentry ids (AEON): one bitmap per lane in shared memory (see
+//! [`super::bitmap`]), so allocation takes no lock and two processes never hand out
+//! the same id; a lane that runs dry takes from the others. Within a lane the lowest
+//! free ids go first (mostly: the hint is only a hint), keeping the tables dense.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use super::bitmap::LaneBits;
+use crate::runtime::Span;
 
 pub struct IdPool {
-    lanes: Vec<Mutex<Vec<u64>>>,
-    per_lane: u64,
-    total: u64,
-    free: AtomicU64,
+    bits: LaneBits,
 }
 
 impl IdPool {
-    /// A pool of ids `[lane * per_lane, (lane+1) * per_lane)` per lane, holding those
-    /// ids in `ranges` for which `used` is false.
-    pub fn new(
+    /// Span bytes for `lanes` lanes of `per_lane` ids.
+    pub(super) fn bytes(lanes: u32, per_lane: u64) -> usize {
+        LaneBits::bytes(
+            &Self::owned(lanes, |l| l as u64 * per_lane..(l as u64 + 1) * per_lane),
+            per_lane,
+        )
+    }
+
+    fn owned(lanes: u32, ranges: impl Fn(u32) -> Range<u64>) -> Vec<Range<u64>> {
+        (0..lanes).map(ranges).collect()
+    }
+
+    /// Lay out a pool over `span`: ids `[lane * per_lane, (lane+1) * per_lane)` per
+    /// lane, those in `ranges(lane)` for which `used` is false free.
+    pub(super) fn build(
+        span: Span,
         lanes: u32,
         per_lane: u64,
         ranges: impl Fn(u32) -> Range<u64>,
         used: impl Fn(u64) -> bool,
     ) -> IdPool {
-        let mut free = 0;
-        let lists = (0..lanes)
-            .map(|l| {
-                // Stacks pop from the end: push high ids first so low ones go out first.
-                let v: Vec<u64> = ranges(l).rev().filter(|&id| !used(id)).collect();
-                free += v.len() as u64;
-                Mutex::new(v)
-            })
-            .collect();
+        let owned = Self::owned(lanes, ranges);
         IdPool {
-            lanes: lists,
-            per_lane,
-            total: per_lane * lanes as u64,
-            free: AtomicU64::new(free),
+            bits: LaneBits::build(span, owned, per_lane, true, used),
+        }
+    }
+
+    /// Use a pool another process built over `span` with the same arguments.
+    pub(super) fn attach(
+        span: Span,
+        lanes: u32,
+        per_lane: u64,
+        ranges: impl Fn(u32) -> Range<u64>,
+    ) -> IdPool {
+        let owned = Self::owned(lanes, ranges);
+        IdPool {
+            bits: LaneBits::attach(span, owned, per_lane, true),
         }
     }
 
     /// An id, preferably from `lane`; `None` when every lane is empty.
     pub fn alloc(&self, lane: u32) -> Option<u64> {
-        let n = self.lanes.len();
-        for i in 0..n {
-            let l = (lane as usize + i) % n;
-            if let Some(id) = self.lanes[l].lock().pop() {
-                self.free.fetch_sub(1, Ordering::Relaxed);
-                return Some(id);
-            }
-        }
-        None
+        let n = self.bits.lanes();
+        let order = || (0..n).map(|i| (lane as usize + i) % n);
+        // First the lanes whose counts say they have ids; then, in case a count is off
+        // (a process died mid-update), every lane.
+        order()
+            .filter(|&l| self.bits.lane_free(l) > 0)
+            .find_map(|l| self.bits.take_one(l))
+            .or_else(|| order().find_map(|l| self.bits.take_one(l)))
     }
 
-    /// Take a specific id off its free list (recovery and tests); false if not free.
+    /// Take a specific id (recovery and tests); false if it is not free.
     pub fn take(&self, id: u64) -> bool {
-        let mut list = self.lanes[self.lane_of(id)].lock();
-        match list.iter().position(|&x| x == id) {
-            Some(p) => {
-                list.swap_remove(p);
-                self.free.fetch_sub(1, Ordering::Relaxed);
-                true
-            }
-            None => false,
-        }
+        self.bits.take(id)
     }
 
     /// Give `id` back to the lane that owns it.
     pub fn free(&self, id: u64) {
-        self.lanes[self.lane_of(id)].lock().push(id);
-        self.free.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn lane_of(&self, id: u64) -> usize {
-        ((id / self.per_lane) as usize).min(self.lanes.len() - 1)
+        let freed = self.bits.put_one(id);
+        debug_assert!(freed, "freeing id {id}, which is not in use");
     }
 
     pub fn free_count(&self) -> u64 {
-        self.free.load(Ordering::Relaxed)
+        self.bits.free_total()
     }
 
     /// One bit per id, set when the id is in use (id 0 and other never-free ids count
     /// as used).
     pub fn used_bitmap(&self) -> Vec<u64> {
-        let mut bits = vec![u64::MAX; self.total.div_ceil(64) as usize];
-        for lane in &self.lanes {
-            for &id in lane.lock().iter() {
-                bits[(id / 64) as usize] &= !(1 << (id % 64));
-            }
-        }
-        bits
+        self.bits.used_bitmap()
     }
 }
 
+/// Whether bit `i` of `bits` is set (bits past the end are not).
 pub fn bit(bits: &[u64], i: u64) -> bool {
     bits.get((i / 64) as usize)
         .is_some_and(|w| w & (1 << (i % 64)) != 0)

@@ -1,7 +1,9 @@
-//! Allocators: per-lane free lists of data blocks, inodes and dentries (AEON), kept in
-//! DRAM only. They are rebuilt at mount from the bitmaps a clean close saved, or from
-//! the recovery walk after a crash; allocation itself never writes to the pool.
+//! Allocators: per-lane bitmaps of free data blocks, inodes and dentries (AEON), in
+//! shared memory so every process attached to a pool allocates from the same state
+//! (see [`bitmap`]). They are built at mount from the bitmaps a clean close saved, or
+//! from the recovery walk after a crash; allocation itself never writes to the pool.
 
+mod bitmap;
 mod blocks;
 mod ids;
 pub mod lane;
@@ -9,7 +11,10 @@ pub mod lane;
 pub use blocks::{BlockAlloc, Run};
 pub use ids::{bit, IdPool};
 
+use std::ops::Range;
+
 use crate::format::Layout;
+use crate::runtime::{Carve, Span};
 
 pub struct Allocators {
     pub blocks: BlockAlloc,
@@ -44,26 +49,95 @@ impl UsedSets {
     }
 }
 
+/// Where each allocator lives in the allocators' span.
+struct Parts {
+    blocks: Range<usize>,
+    inodes: Range<usize>,
+    dentries: Range<usize>,
+    total: usize,
+}
+
+impl Parts {
+    fn of(l: &Layout) -> Parts {
+        let mut c = Carve::default();
+        let blocks = c.take(BlockAlloc::bytes(&lane_blocks(l)));
+        let inodes = c.take(IdPool::bytes(l.lanes(), l.geo.inodes_per_lane));
+        let dentries = c.take(IdPool::bytes(l.lanes(), l.geo.dentries_per_lane));
+        Parts {
+            blocks,
+            inodes,
+            dentries,
+            total: c.total(),
+        }
+    }
+}
+
+fn lane_blocks(l: &Layout) -> Vec<Range<u64>> {
+    (0..l.lanes()).map(|x| l.lane_blocks(x)).collect()
+}
+
+fn sub(span: &Span, r: &Range<usize>) -> Span {
+    span.sub(r.start, r.len())
+}
+
 impl Allocators {
-    pub fn from_used(l: &Layout, used: &UsedSets) -> Allocators {
-        let lanes = l.lanes();
+    /// Bytes of shared memory the allocators of a pool laid out as `l` need.
+    pub fn bytes_needed(l: &Layout) -> usize {
+        Parts::of(l).total
+    }
+
+    /// Lay the allocators over `span` (at least [`Self::bytes_needed`] bytes, whatever
+    /// it held before), everything not in `used` free.
+    pub fn build(span: Span, l: &Layout, used: &UsedSets) -> Allocators {
+        let p = Parts::of(l);
         Allocators {
-            blocks: BlockAlloc::new((0..lanes).map(|x| l.lane_blocks(x)).collect(), |b| {
+            blocks: BlockAlloc::build(sub(&span, &p.blocks), lane_blocks(l), |b| {
                 bit(&used.blocks, b)
             }),
-            inodes: IdPool::new(
-                lanes,
+            inodes: IdPool::build(
+                sub(&span, &p.inodes),
+                l.lanes(),
                 l.geo.inodes_per_lane,
                 |x| l.lane_inodes(x),
                 |i| bit(&used.inodes, i),
             ),
-            dentries: IdPool::new(
-                lanes,
+            dentries: IdPool::build(
+                sub(&span, &p.dentries),
+                l.lanes(),
                 l.geo.dentries_per_lane,
                 |x| l.lane_dentries(x),
                 |d| bit(&used.dentries, d),
             ),
         }
+    }
+
+    /// Use the allocators another process built over `span` for the same layout.
+    pub fn attach(span: Span, l: &Layout) -> Allocators {
+        let p = Parts::of(l);
+        Allocators {
+            blocks: BlockAlloc::attach(sub(&span, &p.blocks), lane_blocks(l)),
+            inodes: IdPool::attach(
+                sub(&span, &p.inodes),
+                l.lanes(),
+                l.geo.inodes_per_lane,
+                |x| l.lane_inodes(x),
+            ),
+            dentries: IdPool::attach(
+                sub(&span, &p.dentries),
+                l.lanes(),
+                l.geo.dentries_per_lane,
+                |x| l.lane_dentries(x),
+            ),
+        }
+    }
+
+    /// Allocators private to this process (and children it forks): [`Self::build`]
+    /// over fresh anonymous shared memory. Panics if the kernel refuses the mapping
+    /// (out of memory, as a failed heap allocation would).
+    pub fn from_used(l: &Layout, used: &UsedSets) -> Allocators {
+        let span =
+            Span::anonymous(Self::bytes_needed(l)).expect("anonymous memory for the allocators");
+        Self::build(span, l, used)
     }
 
     pub fn used_sets(&self) -> UsedSets {
@@ -80,6 +154,7 @@ mod tests {
     use super::*;
     use crate::format::Geometry;
     use std::collections::HashSet;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
     fn layout() -> Layout {
@@ -165,5 +240,299 @@ mod tests {
         assert_eq!(b.blocks.free_count(), a.blocks.free_count());
         assert_eq!(b.inodes.free_count(), a.inodes.free_count());
         assert_eq!(b.dentries.free_count(), a.dentries.free_count());
+    }
+
+    /// Everything `a` hands out to one taker, starting in `lane`, until it is empty.
+    #[derive(Default)]
+    struct Drained {
+        blocks: Vec<u64>,
+        inodes: Vec<u64>,
+        dentries: Vec<u64>,
+    }
+
+    /// Drains `a` from `lane`; after its first round waits (at most 10 s) until the
+    /// other taker, counting in `meet` too, has had one, so the two really overlap.
+    fn drain(a: &Allocators, lane: u32, meet: &AtomicU64) -> Drained {
+        let mut got = Drained::default();
+        let mut want = 1 + lane as u64 % 3;
+        for round in 0.. {
+            if round == 1 {
+                meet.fetch_add(1, Ordering::AcqRel);
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while meet.load(Ordering::Acquire) < 2 && std::time::Instant::now() < end {
+                    std::thread::yield_now();
+                }
+            }
+            let mut more = false;
+            if let Some(i) = a.inodes.alloc(lane) {
+                got.inodes.push(i);
+                more = true;
+            }
+            if let Some(d) = a.dentries.alloc(lane) {
+                got.dentries.push(d);
+                more = true;
+            }
+            // Varying run lengths, so runs cross words and claims collide.
+            want = want % 5 + 1;
+            let got_runs = match a.blocks.alloc(lane, want) {
+                Some(r) => Some((r, want)),
+                None => a.blocks.alloc(lane, 1).map(|r| (r, 1)),
+            };
+            if let Some((runs, n)) = got_runs {
+                assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), n, "all or nothing");
+                got.blocks.extend(runs.iter().flat_map(|&(s, n)| s..s + n));
+                more = true;
+            }
+            if !more {
+                break;
+            }
+        }
+        got
+    }
+
+    /// `a` and `b` share nothing and together are exactly `all`.
+    fn partition(what: &str, a: &[u64], b: &[u64], all: impl Iterator<Item = u64>) {
+        let mut seen = HashSet::new();
+        for &x in a.iter().chain(b) {
+            assert!(seen.insert(x), "{what} {x} handed out twice");
+        }
+        let all: HashSet<u64> = all.collect();
+        assert_eq!(seen.len(), all.len(), "{what}: not all handed out");
+        assert!(seen == all, "{what}: handed out something not free");
+        assert!(
+            !a.is_empty() && !b.is_empty(),
+            "{what}: one taker got nothing"
+        );
+    }
+
+    fn check_drained(l: &Layout, x: &Drained, y: &Drained) {
+        partition("block", &x.blocks, &y.blocks, 0..l.data_blocks);
+        let inodes = (0..l.lanes()).flat_map(|x| l.lane_inodes(x));
+        partition(
+            "inode",
+            &x.inodes,
+            &y.inodes,
+            inodes.filter(|&i| i != crate::format::ROOT_INO),
+        );
+        let dentries = (0..l.lanes()).flat_map(|x| l.lane_dentries(x));
+        partition("dentry", &x.dentries, &y.dentries, dentries);
+    }
+
+    /// Big enough that two takers overlap for a while.
+    fn big_layout() -> Layout {
+        Layout::compute(Geometry::for_size(256 << 20, 2, None)).unwrap()
+    }
+
+    #[test]
+    fn two_threads_get_everything_once() {
+        let l = big_layout();
+        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
+        // The same lane for both, so they race for the same words, then steal.
+        let meet = AtomicU64::new(0);
+        let (x, y) = std::thread::scope(|s| {
+            let x = s.spawn(|| drain(&a, 0, &meet));
+            let y = s.spawn(|| drain(&a, 2, &meet));
+            (x.join().unwrap(), y.join().unwrap())
+        });
+        check_drained(&l, &x, &y);
+        assert_eq!(
+            a.blocks.free_count() + a.inodes.free_count() + a.dentries.free_count(),
+            0
+        );
+    }
+
+    /// One bit per id, in shared memory, so a forked child can report what it got.
+    fn shared_set(n: u64) -> Span {
+        Span::anonymous((n.div_ceil(64) * 8) as usize).unwrap()
+    }
+    fn put_set(s: &Span, ids: &[u64]) {
+        for &i in ids {
+            s.words()[(i / 64) as usize].fetch_or(1 << (i % 64), Ordering::Relaxed);
+        }
+    }
+    fn get_set(s: &Span) -> Vec<u64> {
+        let w: Vec<u64> = s
+            .words()
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        (0..w.len() as u64 * 64).filter(|&i| bit(&w, i)).collect()
+    }
+
+    /// Run `child` in a forked process and `parent` here, started together; fail if
+    /// the child fails or is not done within 30 s (then it is killed).
+    fn with_child(child: impl FnOnce(), parent: impl FnOnce()) {
+        let sync = Span::anonymous(64).unwrap();
+        let (ready, go) = (&sync.words()[0], &sync.words()[1]);
+        let deadline = || std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // SAFETY: the child only touches memory (this test's shared spans and its own
+        // heap, which glibc keeps usable after fork) and leaves with _exit, never
+        // returning into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            ready.store(1, Ordering::Release);
+            let end = deadline();
+            while go.load(Ordering::Acquire) == 0 && std::time::Instant::now() < end {
+                std::hint::spin_loop();
+            }
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).is_ok();
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let end = deadline();
+        while ready.load(Ordering::Acquire) == 0 && std::time::Instant::now() < end {
+            std::thread::yield_now();
+        }
+        go.store(1, Ordering::Release);
+        parent();
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child, writing only `status`.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
+            }
+            if std::time::Instant::now() > end {
+                // SAFETY: kills and reaps our own child, which is still running.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                panic!("child still allocating after 30 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child failed: status {status:#x}"
+        );
+    }
+
+    #[test]
+    fn two_processes_get_everything_once() {
+        let l = big_layout();
+        let span = Span::anonymous(Allocators::bytes_needed(&l)).unwrap();
+        let a = Allocators::build(span.clone(), &l, &UsedSets::empty(&l));
+        let b = Allocators::attach(span, &l);
+        let sets = [
+            shared_set(l.data_blocks),
+            shared_set(l.total_inodes()),
+            shared_set(l.total_dentries()),
+        ];
+        let mut mine = Drained::default();
+        let meet = Span::anonymous(64).unwrap();
+        with_child(
+            || {
+                let got = drain(&b, 0, &meet.words()[0]);
+                put_set(&sets[0], &got.blocks);
+                put_set(&sets[1], &got.inodes);
+                put_set(&sets[2], &got.dentries);
+            },
+            || mine = drain(&a, 2, &meet.words()[0]),
+        );
+        let theirs = Drained {
+            blocks: get_set(&sets[0]),
+            inodes: get_set(&sets[1]),
+            dentries: get_set(&sets[2]),
+        };
+        check_drained(&l, &mine, &theirs);
+        assert!(a.blocks.alloc(0, 1).is_none() && b.inodes.alloc(1).is_none());
+    }
+
+    #[test]
+    fn a_run_freed_in_pieces_comes_back_whole() {
+        let l = layout();
+        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
+        a.blocks.alloc(0, l.data_blocks).unwrap();
+        let s = l.lane_blocks(1).start + 10;
+        for (from, to) in [(100, 164), (0, 1), (164, 200), (1, 100)] {
+            a.blocks.free(s + from, to - from);
+        }
+        assert_eq!(a.blocks.free_count(), 200);
+        assert_eq!(a.blocks.alloc(0, 200), Some(vec![(s, 200)]), "one run");
+        // A run freed across the lane boundary goes back to both lanes.
+        let b = l.lane_blocks(1).start;
+        a.blocks.free(b - 30, 70);
+        let mut runs = a.blocks.alloc(1, 70).unwrap();
+        runs.sort();
+        assert_eq!(runs, vec![(b - 30, 30), (b, 40)]);
+    }
+
+    #[test]
+    fn enospc_takes_nothing() {
+        let l = layout();
+        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
+        let total = a.blocks.total();
+        a.blocks.alloc(1, total - 5).unwrap();
+        let before = a.blocks.used_bitmap();
+        assert!(a.blocks.alloc(0, 6).is_none());
+        assert_eq!(a.blocks.free_count(), 5);
+        assert_eq!(a.blocks.used_bitmap(), before, "nothing taken");
+        let runs = a.blocks.alloc(0, 5).unwrap();
+        assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), 5);
+        assert!(a.blocks.alloc(0, 1).is_none());
+    }
+
+    #[test]
+    fn an_attached_view_shares_the_state() {
+        let l = layout();
+        let span = Span::anonymous(Allocators::bytes_needed(&l)).unwrap();
+        let a = Allocators::build(span.clone(), &l, &UsedSets::empty(&l));
+        let b = Allocators::attach(span, &l);
+        let i = b.inodes.alloc(0).unwrap();
+        assert!(!a.inodes.take(i), "taken in the other view");
+        assert_eq!(a.inodes.free_count(), b.inodes.free_count());
+        a.inodes.free(i);
+        assert!(b.inodes.take(i));
+        let r = a.blocks.alloc(1, 3).unwrap();
+        assert_eq!(b.blocks.free_count(), l.data_blocks - 3);
+        assert_eq!(b.used_sets().blocks, a.used_sets().blocks);
+        r.iter().for_each(|&(s, n)| b.blocks.free(s, n));
+        assert_eq!(a.blocks.free_count(), l.data_blocks);
+    }
+
+    /// Ad hoc timing (`cargo test --profile ci -p lynxfs --lib alloc::tests::timing -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn timing() {
+        let l = Layout::compute(Geometry::for_size(1 << 30, 2, None)).unwrap();
+        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
+        // Some background occupancy so searches are not trivially at word 0.
+        let keep: Vec<_> = (0..1000).map(|_| a.inodes.alloc(0).unwrap()).collect();
+        let keepb = a.blocks.alloc(0, 5000).unwrap();
+        let n = 2_000_000u32;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let i = a.inodes.alloc(0).unwrap();
+            a.inodes.free(i);
+        }
+        let ns = |t: std::time::Instant| t.elapsed().as_nanos() as f64 / n as f64;
+        println!("inode alloc+free: {:.1} ns", ns(t));
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let i = a.dentries.alloc(1).unwrap();
+            a.dentries.free(i);
+        }
+        println!("dentry alloc+free: {:.1} ns", ns(t));
+        for len in [1u64, 8, 100] {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                let r = a.blocks.alloc(0, len).unwrap();
+                r.iter().for_each(|&(s, n)| a.blocks.free(s, n));
+            }
+            println!("blocks alloc({len})+free: {:.1} ns", ns(t));
+        }
+        let m = a.inodes.free_count();
+        let t = std::time::Instant::now();
+        for _ in 0..m {
+            a.inodes.alloc(0).unwrap();
+        }
+        let per = t.elapsed().as_nanos() as f64 / m as f64;
+        println!("inode alloc only, {m} until full (both lanes): {per:.1} ns");
+        let t = std::time::Instant::now();
+        assert!(a.inodes.alloc(0).is_none());
+        println!("inode alloc when full: {} ns", t.elapsed().as_nanos());
+        assert!(keep.len() == 1000 && !keepb.is_empty());
     }
 }
