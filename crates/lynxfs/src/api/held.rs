@@ -66,14 +66,16 @@ impl<B: Backend> Fs<B> {
     /// so the inode cannot be freed (or its number reused) until [`Fs::forget`] drops
     /// the count to zero. ENOENT when `ino` is not a live inode.
     pub fn hold(&self, ino: u64) -> Result<()> {
-        let mut shard = self.held.shard(ino).lock();
-        if let Some(h) = shard.get_mut(&ino) {
-            h.count += 1;
-            return Ok(());
-        }
-        self.open_ref(ino)?;
-        shard.insert(ino, Hold { count: 1 });
-        Ok(())
+        self.op(|| {
+            let mut shard = self.held.shard(ino).lock();
+            if let Some(h) = shard.get_mut(&ino) {
+                h.count += 1;
+                return Ok(());
+            }
+            self.open_ref(ino)?;
+            shard.insert(ino, Hold { count: 1 });
+            Ok(())
+        })
     }
 
     /// Takes `n` off the hold count of `ino` (FUSE's FORGET); at zero the hold's open
@@ -109,15 +111,17 @@ impl<B: Backend> Fs<B> {
     /// the held inode is the one the name leads to (see the module comment). Returns
     /// its attributes, read while held.
     pub fn lookup_hold(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<Stat> {
-        let mut ino = self.ns.lookup(parent, name, cred)?;
-        for _ in 0..LOOKUP_TRIES {
-            match self.hold_named(parent, name, ino) {
-                Ok(st) => return Ok(st),
-                Err(Moved::To(now)) => ino = now,
-                Err(Moved::Gone(e)) => return Err(e),
+        self.op(|| {
+            let mut ino = self.ns.lookup(parent, name, cred)?;
+            for _ in 0..LOOKUP_TRIES {
+                match self.hold_named(parent, name, ino) {
+                    Ok(st) => return Ok(st),
+                    Err(Moved::To(now)) => ino = now,
+                    Err(Moved::Gone(e)) => return Err(e),
+                }
             }
-        }
-        Err(errno::ESTALE)
+            Err(errno::ESTALE)
+        })
     }
 
     /// Holds `ino`, which the caller just created or linked as `name` in `parent`,
@@ -125,11 +129,11 @@ impl<B: Backend> Fs<B> {
     /// someone the caller does not serialize with), what the name leads to now is
     /// held and returned instead, as a lookup made a moment later would find.
     pub fn hold_new(&self, parent: u64, name: &[u8], ino: u64) -> Result<Stat> {
-        match self.hold_named(parent, name, ino) {
+        self.op(|| match self.hold_named(parent, name, ino) {
             Ok(st) => Ok(st),
             Err(Moved::Gone(e)) => Err(e),
             Err(Moved::To(_)) => self.lookup_hold(parent, name, &Cred::root()),
-        }
+        })
     }
 
     /// Holds `ino` if `name` in `parent` still leads to it once held.
@@ -162,29 +166,37 @@ impl<B: Backend> Fs<B> {
     /// cachelet's lock so that no unlink frees the inode in between. ENOENT when the
     /// inode is gone: freed, or without a name and without another reference.
     pub(super) fn open_ref(&self, ino: u64) -> Result<()> {
-        self.ns.live(ino)?;
-        let c = self.ns.cachelets.get(ino);
-        let _w = c.write(&*self.ns.watch)?;
-        self.ns.live(ino)?;
-        let at = self.ns.pool.layout.inode_addr(ino);
-        let nlink = self.ns.pool.pm.load_u64(at + inode::NLINK);
-        if nlink == 0 && c.open() == 0 {
-            return Err(errno::ENOENT);
-        }
-        c.open_counter().fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        self.op(|| {
+            self.ns.live(ino)?;
+            let c = self.ns.cachelets.get(ino);
+            let _w = c.write(self.ns.watch())?;
+            self.ns.live(ino)?;
+            let at = self.ns.pool.layout.inode_addr(ino);
+            let nlink = self.ns.pool.pm.load_u64(at + inode::NLINK);
+            if nlink == 0 && c.open() == 0 {
+                return Err(errno::ENOENT);
+            }
+            // This process's own count first: a repair recounts opens from those.
+            self.ns.rt.opened(ino)?;
+            c.open_counter().fetch_add(1, Ordering::AcqRel);
+            Ok(())
+        })
     }
 
     /// Give back an open reference; the last one frees a file whose last name went.
     /// Cleanup after the fact: if the runtime is under repair, the rebuild recounts
     /// the opens, so an interrupted wait simply ends here.
     pub(super) fn drop_open_ref(&self, ino: u64) {
-        let c = self.ns.cachelets.get(ino);
-        let Ok(_w) = c.write(&*self.ns.watch) else {
-            return;
-        };
-        c.open_counter().fetch_sub(1, Ordering::AcqRel);
-        self.ns.free_if_orphan(ino);
+        let _ = self.op(|| {
+            self.ns.rt.closed(ino);
+            let c = self.ns.cachelets.get(ino);
+            let Ok(_w) = c.write(self.ns.watch()) else {
+                return Ok(());
+            };
+            c.open_counter().fetch_sub(1, Ordering::AcqRel);
+            self.ns.free_if_orphan(ino);
+            Ok(())
+        });
     }
 }
 

@@ -93,6 +93,11 @@ impl<B: Backend> Fs<B> {
         Ok(Fs::new(Pool::create_in_memory(opts, backend)?))
     }
 
+    /// One operation on the runtime state (see [`Namespace::op`]).
+    fn op<T>(&self, f: impl FnMut() -> Result<T>) -> Result<T> {
+        self.ns.op(f)
+    }
+
     pub fn ns(&self) -> &Namespace<B> {
         &self.ns
     }
@@ -127,39 +132,41 @@ impl<B: Backend> Fs<B> {
 
     /// Open inode `ino` with `flags` (O_RDONLY, O_WRONLY, O_RDWR, O_APPEND, O_TRUNC).
     pub fn open_ino(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<Fd> {
-        self.ns.live(ino)?;
-        let o = self.ns.owner_of(ino);
-        let acc = flags & libc::O_ACCMODE;
-        if is_dir(o.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
-            return Err(errno::EISDIR);
-        }
-        if !created {
-            self.ns.may(ino, cred, open_wants(flags))?;
-        }
-        self.open_ref(ino)?;
-        if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
-            if let Err(e) = self.truncate_to_zero(ino) {
-                self.drop_open_ref(ino);
-                return Err(e);
+        self.op(|| {
+            self.ns.live(ino)?;
+            let o = self.ns.owner_of(ino);
+            let acc = flags & libc::O_ACCMODE;
+            if is_dir(o.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
+                return Err(errno::EISDIR);
             }
-        }
-        let fd = self.next_fd.fetch_add(1, Ordering::Relaxed);
-        let f = OpenFile {
-            ino,
-            flags,
-            pos: Mutex::new(0),
-            handles: AtomicU32::new(1),
-            map: Default::default(),
-            privileged: cred.is_root(),
-        };
-        self.files.pin().insert(fd, Arc::new(f));
-        Ok(fd)
+            if !created {
+                self.ns.may(ino, cred, open_wants(flags))?;
+            }
+            self.open_ref(ino)?;
+            if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
+                if let Err(e) = self.truncate_to_zero(ino) {
+                    self.drop_open_ref(ino);
+                    return Err(e);
+                }
+            }
+            let fd = self.next_fd.fetch_add(1, Ordering::Relaxed);
+            let f = OpenFile {
+                ino,
+                flags,
+                pos: Mutex::new(0),
+                handles: AtomicU32::new(1),
+                map: Default::default(),
+                privileged: cred.is_root(),
+            };
+            self.files.pin().insert(fd, Arc::new(f));
+            Ok(fd)
+        })
     }
 
     /// O_TRUNC: empty the file (held open by the caller).
     fn truncate_to_zero(&self, ino: u64) -> Result<()> {
         let c = self.ns.cachelets.get(ino);
-        let _w = c.write(&*self.ns.watch)?;
+        let _w = c.write(self.ns.watch())?;
         let size = self
             .ns
             .pool
@@ -192,11 +199,13 @@ impl<B: Backend> Fs<B> {
     }
 
     pub fn close_fd(&self, fd: Fd) -> Result<()> {
-        let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
-        if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.drop_open_ref(f.ino);
-        }
-        Ok(())
+        self.op(|| {
+            let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
+            if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.drop_open_ref(f.ino);
+            }
+            Ok(())
+        })
     }
 
     pub fn fd_ino(&self, fd: Fd) -> Result<u64> {
@@ -204,11 +213,13 @@ impl<B: Backend> Fs<B> {
     }
 
     pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
-        let f = self.file(fd)?;
-        if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
-            return Err(errno::EBADF);
-        }
-        self.read_locked(&f, buf, off)
+        self.op(|| {
+            let f = self.file(fd)?;
+            if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
+                return Err(errno::EBADF);
+            }
+            self.read_locked(&f, buf, off)
+        })
     }
 
     fn read_locked(&self, f: &OpenFile, buf: &mut [u8], off: u64) -> Result<usize> {
@@ -216,7 +227,7 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EISDIR);
         }
         let n = {
-            let _r = self.ns.cachelets.get(f.ino).read(&*self.ns.watch)?;
+            let _r = self.ns.cachelets.get(f.ino).read(self.ns.watch())?;
             crate::data::read_cached(&self.ns.pool, f.ino, off, buf, &self.map_of(f))?
         };
         self.touch_atime(f.ino);
@@ -242,15 +253,17 @@ impl<B: Backend> Fs<B> {
     }
 
     pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize> {
-        let f = self.file(fd)?;
-        self.write_locked(&f, data, Some(off))
+        self.op(|| {
+            let f = self.file(fd)?;
+            self.write_locked(&f, data, Some(off))
+        })
     }
 
     fn write_locked(&self, f: &OpenFile, data: &[u8], off: Option<u64>) -> Result<usize> {
         if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
             return Err(errno::EBADF);
         }
-        let _w = self.ns.cachelets.get(f.ino).write(&*self.ns.watch)?;
+        let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
         let pool = &self.ns.pool;
         let size = pool
             .pm
@@ -287,31 +300,35 @@ impl<B: Backend> Fs<B> {
 
     /// read(2): at the handle's position, which it advances.
     pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
-        let f = self.file(fd)?;
-        if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
-            return Err(errno::EBADF);
-        }
-        let mut pos = f.pos.lock();
-        let n = self.read_locked(&f, buf, *pos)?;
-        *pos += n as u64;
-        Ok(n)
+        self.op(|| {
+            let f = self.file(fd)?;
+            if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
+                return Err(errno::EBADF);
+            }
+            let mut pos = f.pos.lock();
+            let n = self.read_locked(&f, buf, *pos)?;
+            *pos += n as u64;
+            Ok(n)
+        })
     }
 
     /// write(2): at the handle's position (or the end, with O_APPEND).
     pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
-        let f = self.file(fd)?;
-        let mut pos = f.pos.lock();
-        let at = if f.flags & libc::O_APPEND != 0 {
-            None
-        } else {
-            Some(*pos)
-        };
-        let n = self.write_locked(&f, data, at)?;
-        *pos = match at {
-            Some(p) => p + n as u64,
-            None => self.ns.getattr(f.ino)?.size,
-        };
-        Ok(n)
+        self.op(|| {
+            let f = self.file(fd)?;
+            let mut pos = f.pos.lock();
+            let at = if f.flags & libc::O_APPEND != 0 {
+                None
+            } else {
+                Some(*pos)
+            };
+            let n = self.write_locked(&f, data, at)?;
+            *pos = match at {
+                Some(p) => p + n as u64,
+                None => self.ns.getattr(f.ino)?.size,
+            };
+            Ok(n)
+        })
     }
 
     /// lseek with SEEK_SET, SEEK_CUR or SEEK_END.
@@ -333,11 +350,13 @@ impl<B: Backend> Fs<B> {
     }
 
     pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
-        let f = self.file(fd)?;
-        if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
-            return Err(errno::EINVAL);
-        }
-        self.truncate_ino(f.ino, len, Some(&f.map), f.privileged)
+        self.op(|| {
+            let f = self.file(fd)?;
+            if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+                return Err(errno::EINVAL);
+            }
+            self.truncate_ino(f.ino, len, Some(&f.map), f.privileged)
+        })
     }
 
     fn truncate_ino(
@@ -354,7 +373,7 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EINVAL);
         }
         let c = self.ns.cachelets.get(ino);
-        let _w = c.write(&*self.ns.watch)?;
+        let _w = c.write(self.ns.watch())?;
         let cache = crate::data::MapCache::new(c.map_version(), local);
         crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len, &cache)?;
         if !privileged {
@@ -365,29 +384,33 @@ impl<B: Backend> Fs<B> {
 
     /// truncate by inode, checking write permission (FUSE setattr with a size).
     pub fn truncate_as(&self, ino: u64, len: u64, cred: &Cred) -> Result<()> {
-        self.ns.live(ino)?;
-        self.ns.may(ino, cred, perm::W)?;
-        self.truncate_ino(ino, len, None, cred.is_root())
+        self.op(|| {
+            self.ns.live(ino)?;
+            self.ns.may(ino, cred, perm::W)?;
+            self.truncate_ino(ino, len, None, cred.is_root())
+        })
     }
 
     pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> Result<()> {
-        let f = self.file(fd)?;
-        if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
-            return Err(errno::EBADF);
-        }
-        if self.ns.mode(f.ino) & libc::S_IFMT != libc::S_IFREG {
-            return Err(errno::ENODEV);
-        }
-        let _w = self.ns.cachelets.get(f.ino).write(&*self.ns.watch)?;
-        crate::data::fallocate(
-            &self.ns.pool,
-            f.ino,
-            self.ns.lane(),
-            mode,
-            off,
-            len,
-            &self.map_of(&f),
-        )
+        self.op(|| {
+            let f = self.file(fd)?;
+            if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+                return Err(errno::EBADF);
+            }
+            if self.ns.mode(f.ino) & libc::S_IFMT != libc::S_IFREG {
+                return Err(errno::ENODEV);
+            }
+            let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
+            crate::data::fallocate(
+                &self.ns.pool,
+                f.ino,
+                self.ns.lane(),
+                mode,
+                off,
+                len,
+                &self.map_of(&f),
+            )
+        })
     }
 
     /// Every call is durable when it returns: nothing to do.

@@ -5,4 +5,4 @@ pub mod journal;
 pub mod recovery;
 
 pub use journal::Journals;
-pub use recovery::{recover, RecoveryReport};
+pub use recovery::{recover, recover_keeping, RecoveryReport};

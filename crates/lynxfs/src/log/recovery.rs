@@ -43,6 +43,18 @@ pub fn recover<B: Backend>(
     l: &Layout,
     progress: &dyn Progress,
 ) -> Result<(UsedSets, RecoveryReport), String> {
+    recover_keeping(pm, l, progress, &[])
+}
+
+/// [`recover`] of a pool that processes still use (the repair of a runtime whose
+/// process died): the inodes in `keep` are open in a live process, so even those no
+/// name reaches any more (unlinked while open) keep their number and blocks.
+pub fn recover_keeping<B: Backend>(
+    pm: &Pm<B>,
+    l: &Layout,
+    progress: &dyn Progress,
+    keep: &[u64],
+) -> Result<(UsedSets, RecoveryReport), String> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(l.lanes() as usize)
@@ -115,6 +127,7 @@ pub fn recover<B: Backend>(
         rep.merge(r);
     }
     rep.merge(root);
+    rep.merge(shared.keep_open(keep));
     progress.phase(
         "recounting links, reclaiming (inodes and dentries)",
         Some((0..l.lanes()).map(|lane| lane_span(l, lane)).sum()),
@@ -234,6 +247,29 @@ impl<B: Backend> Shared<'_, B> {
         w.mark_inode_blocks(ROOT_INO);
         self.queue.lock().push(ROOT_INO);
         Ok(w.rep)
+    }
+
+    /// Keep the inodes live processes have open (see [`recover_keeping`]) that the walk
+    /// did not reach: unlinked while open, so no name counts for them.
+    fn keep_open(&self, keep: &[u64]) -> RecoveryReport {
+        let mut w = Walker {
+            sh: self,
+            rep: RecoveryReport::default(),
+        };
+        for &ino in keep {
+            if self.inode_ok(ino) && !self.inodes.set(ino) {
+                w.mark_inode_blocks(ino);
+                // A directory removed while some process works in it keeps its log.
+                let mut page = self.pm.load_u64(self.l.inode_addr(ino) + inode::DIR_LOG);
+                while let Some(b) = self.l.block_of(page).filter(|_| is_dir(self.mode(ino))) {
+                    if self.blocks.set(b) {
+                        break;
+                    }
+                    page = self.pm.load_u64(page + crate::format::dirlog::NEXT);
+                }
+            }
+        }
+        w.rep
     }
 
     fn fix_link_counts(&self, lane: u32, rep: &mut RecoveryReport) {

@@ -86,82 +86,84 @@ impl<B: Backend> Namespace<B> {
 
     /// chmod, chown and utimens, with Linux's permission rules.
     pub fn setattr(&self, ino: u64, a: &SetAttr, cred: &Cred) -> Result<Stat> {
-        self.live(ino)?;
-        // A chmod may rewrite the access ACL: exclude other attribute writers (their
-        // lock comes before the inode lock).
-        let _xw = match a.mode {
-            Some(_) => Some(self.cachelets.get(ino).write(&*self.watch)?),
-            None => None,
-        };
-        let _g = self.ilock(ino)?;
-        let o = self.owner(ino);
-        let at = self.iaddr(ino);
-        let now = now_ns();
-        let mut words: Vec<(u64, u64)> = Vec::new();
-        let mut mode = o.mode;
-        if let Some(m) = a.mode {
-            perm::owner_or_root(cred, o)?;
-            mode = (o.mode & libc::S_IFMT) | (m & 0o7777);
-            let gid = a.gid.unwrap_or(o.gid);
-            if !cred.is_root() && !cred.in_group(gid) {
-                mode &= !libc::S_ISGID;
-            }
-        }
-        if a.uid.is_some() || a.gid.is_some() {
-            // Linux's chown_ok and chgrp_ok.
-            if let Some(u) = a.uid {
-                if !(cred.is_root() || (u == o.uid && cred.uid == o.uid)) {
-                    return Err(errno::EPERM);
-                }
-            }
-            if let Some(g) = a.gid {
-                let own = cred.uid == o.uid && (g == o.gid || cred.in_group(g));
-                if !(cred.is_root() || own) {
-                    return Err(errno::EPERM);
-                }
-            }
-            // chown clears set-user-ID, and set-group-ID when group-executable, on
-            // anything but a directory.
-            if mode & libc::S_IFMT != libc::S_IFDIR {
-                mode &= !libc::S_ISUID;
-                if mode & 0o010 != 0 {
+        self.op(|| {
+            self.live(ino)?;
+            // A chmod may rewrite the access ACL: exclude other attribute writers (their
+            // lock comes before the inode lock).
+            let _xw = match a.mode {
+                Some(_) => Some(self.cachelets.get(ino).write(self.watch())?),
+                None => None,
+            };
+            let _g = self.ilock(ino)?;
+            let o = self.owner(ino);
+            let at = self.iaddr(ino);
+            let now = now_ns();
+            let mut words: Vec<(u64, u64)> = Vec::new();
+            let mut mode = o.mode;
+            if let Some(m) = a.mode {
+                perm::owner_or_root(cred, o)?;
+                mode = (o.mode & libc::S_IFMT) | (m & 0o7777);
+                let gid = a.gid.unwrap_or(o.gid);
+                if !cred.is_root() && !cred.in_group(gid) {
                     mode &= !libc::S_ISGID;
                 }
             }
-            let uid = a.uid.unwrap_or(o.uid);
-            let gid = a.gid.unwrap_or(o.gid);
-            words.push((at + inode::OWNER, inode::owner_word(uid, gid)));
-        }
-        for (t, field) in [(a.atime, inode::ATIME), (a.mtime, inode::MTIME)] {
-            let Some(t) = t else { continue };
-            match t {
-                TimeSet::Now => {
-                    if perm::owner_or_root(cred, o).is_err() {
-                        self.may(ino, cred, perm::W).map_err(|_| errno::EACCES)?;
+            if a.uid.is_some() || a.gid.is_some() {
+                // Linux's chown_ok and chgrp_ok.
+                if let Some(u) = a.uid {
+                    if !(cred.is_root() || (u == o.uid && cred.uid == o.uid)) {
+                        return Err(errno::EPERM);
                     }
-                    words.push((at + field, now));
                 }
-                TimeSet::At(v) => {
-                    perm::owner_or_root(cred, o)?;
-                    words.push((at + field, v));
+                if let Some(g) = a.gid {
+                    let own = cred.uid == o.uid && (g == o.gid || cred.in_group(g));
+                    if !(cred.is_root() || own) {
+                        return Err(errno::EPERM);
+                    }
+                }
+                // chown clears set-user-ID, and set-group-ID when group-executable, on
+                // anything but a directory.
+                if mode & libc::S_IFMT != libc::S_IFDIR {
+                    mode &= !libc::S_ISUID;
+                    if mode & 0o010 != 0 {
+                        mode &= !libc::S_ISGID;
+                    }
+                }
+                let uid = a.uid.unwrap_or(o.uid);
+                let gid = a.gid.unwrap_or(o.gid);
+                words.push((at + inode::OWNER, inode::owner_word(uid, gid)));
+            }
+            for (t, field) in [(a.atime, inode::ATIME), (a.mtime, inode::MTIME)] {
+                let Some(t) = t else { continue };
+                match t {
+                    TimeSet::Now => {
+                        if perm::owner_or_root(cred, o).is_err() {
+                            self.may(ino, cred, perm::W).map_err(|_| errno::EACCES)?;
+                        }
+                        words.push((at + field, now));
+                    }
+                    TimeSet::At(v) => {
+                        perm::owner_or_root(cred, o)?;
+                        words.push((at + field, v));
+                    }
                 }
             }
-        }
-        if mode != o.mode {
-            words.push((at + inode::MODE, mode as u64));
-        }
-        let acl = match a.mode {
-            Some(_) => self.chmod_acl(ino, mode)?,
-            None => None,
-        };
-        if let Some(attrs) = acl {
-            crate::data::xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)?;
-        } else if !words.is_empty() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some() {
-            words.push((at + inode::CTIME, now));
-            self.commit_words(&words)?;
-        }
-        drop(_g);
-        self.getattr(ino)
+            if mode != o.mode {
+                words.push((at + inode::MODE, mode as u64));
+            }
+            let acl = match a.mode {
+                Some(_) => self.chmod_acl(ino, mode)?,
+                None => None,
+            };
+            if let Some(attrs) = acl {
+                crate::data::xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)?;
+            } else if !words.is_empty() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some() {
+                words.push((at + inode::CTIME, now));
+                self.commit_words(&words)?;
+            }
+            drop(_g);
+            self.getattr(ino)
+        })
     }
 
     /// Set several words atomically: one store if only one, else through the journal.

@@ -187,7 +187,7 @@ impl<B: Backend> Namespace<B> {
             &self.free_slots,
             lane,
             self.mechanisms.slot_reuse(),
-            &*self.watch,
+            self.watch(),
         ) {
             Ok(s) => s,
             Err(e) => {

@@ -73,14 +73,14 @@ impl<B: Backend> Namespace<B> {
     pub fn enter(&self, ino: u64) -> Result<Entered<'_>> {
         loop {
             let dir = self.dir(ino)?;
-            let gate = lock::read(dir.cachelet().gate_word(), &*self.watch)?;
+            let gate = lock::read(dir.cachelet().gate_word(), self.watch())?;
             if dir.cachelet().flags() & LOADED == 0 {
                 continue;
             }
             let serial = if self.mechanisms.lock_free() {
                 None
             } else {
-                Some(self.locks.serial(ino, &*self.watch)?)
+                Some(self.locks.serial(ino, self.watch())?)
             };
             return Ok(Entered {
                 dir,
@@ -95,7 +95,7 @@ impl<B: Backend> Namespace<B> {
     pub fn lock_alone(&self, ino: u64) -> Result<(Dir<'_>, WriteGuard<'_>)> {
         loop {
             let dir = self.dir(ino)?;
-            let gate = lock::write(dir.cachelet().gate_word(), &*self.watch)?;
+            let gate = lock::write(dir.cachelet().gate_word(), self.watch())?;
             if dir.cachelet().flags() & LOADED == 0 {
                 continue;
             }

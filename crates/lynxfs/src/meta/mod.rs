@@ -21,7 +21,8 @@ mod xattr;
 pub use evict::Entered;
 
 use crate::runtime::lock::MutexGuard;
-use crate::runtime::Watch;
+use crate::runtime::{Runtime, Watch};
+use std::sync::Arc;
 
 use crate::error::{errno, Result};
 use crate::format::{dentry, inode, ROOT_INO};
@@ -47,8 +48,9 @@ pub struct Namespace<B: Backend> {
     pub(crate) free_slots: dir::FreeSlots,
     /// Namespace-wide locks, in the shared runtime region.
     locks: shared::Locks,
-    /// Ends waits when a process attached to the pool dies (see `runtime::lock`).
-    pub(crate) watch: Box<dyn Watch + Send + Sync>,
+    /// The runtime state's life: counts operations, and ends waits when a process
+    /// attached to the pool dies (see `runtime::lock`).
+    pub(crate) rt: Arc<dyn Runtime>,
     /// This process's clock of loaded directories, for eviction.
     clock: evict::Clock,
     /// Mechanisms that the ablation benchmark can turn off.
@@ -79,24 +81,46 @@ impl<B: Backend> Namespace<B> {
     /// The namespace of `pool`, its runtime state in fresh memory of this process's own.
     pub fn new(pool: Pool<B>) -> Self {
         let parts = shared::Parts::private(&pool.layout).expect("memory for the runtime state");
-        Self::with_parts(pool, parts, Box::new(crate::runtime::lock::Alone))
+        Self::with_parts(pool, parts, Arc::new(crate::runtime::Private))
     }
 
-    pub(crate) fn with_parts(
-        pool: Pool<B>,
-        parts: shared::Parts,
-        watch: Box<dyn Watch + Send + Sync>,
-    ) -> Self {
+    pub(crate) fn with_parts(pool: Pool<B>, parts: shared::Parts, rt: Arc<dyn Runtime>) -> Self {
         let l = pool.layout;
         Namespace {
             index: Index::with_hasher(Default::default()),
             cachelets: Cachelets::new(parts.cachelets, &l),
             free_slots: dir::FreeSlots::new(parts.free_slots, &l),
             locks: shared::Locks::new(parts.locks),
-            watch,
+            rt,
             pool,
             clock: evict::Clock::new(),
             mechanisms: mechanisms::Mechanisms::default(),
+        }
+    }
+
+    /// What waits ask whether to give up (a repair of the runtime state has begun).
+    pub(crate) fn watch(&self) -> &dyn Watch {
+        &*self.rt
+    }
+
+    /// Run `f` as one operation: counted while it runs, and retried after the repair if
+    /// a process's death interrupted it (`ERESTART`, which no caller ever sees). Calls
+    /// nested in an operation are part of it: only the outermost one retries.
+    pub fn op<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        if op_depth::inside() {
+            return f();
+        }
+        loop {
+            self.rt.enter();
+            let r = {
+                let _depth = op_depth::Enter::new();
+                f()
+            };
+            self.rt.leave();
+            match r {
+                Err(crate::Error::Errno(libc::ERESTART)) => self.rt.settle(),
+                r => return r,
+            }
         }
     }
 
@@ -114,7 +138,7 @@ impl<B: Backend> Namespace<B> {
 
     /// The inode lock of `ino` (read-modify-write of its words).
     pub(crate) fn ilock(&self, ino: u64) -> Result<MutexGuard<'_>> {
-        Ok(self.cachelets.get(ino).inode_lock(&*self.watch)?)
+        Ok(self.cachelets.get(ino).inode_lock(self.watch())?)
     }
 
     /// `ino` names a live inode.
@@ -146,39 +170,43 @@ impl<B: Backend> Namespace<B> {
 
     /// The directory `ino`, read into the index if this is its first use.
     pub fn dir(&self, ino: u64) -> Result<Dir<'_>> {
-        self.live(ino)?;
-        if !is_dir(self.mode(ino)) {
-            return Err(errno::ENOTDIR);
-        }
-        // A removed directory still held (a working directory, a FUSE node) is dead,
-        // as Linux's S_DEAD: nothing is looked up, listed or created in it.
-        if self.load(ino, inode::NLINK) == 0 {
-            return Err(errno::ENOENT);
-        }
-        let d = Dir::new(self.cachelets.get(ino));
-        if d.ensure_loaded(&self.pool, &self.index, &self.free_slots, &*self.watch)? {
-            self.loaded(ino);
-        }
-        Ok(d)
+        self.op(|| {
+            self.live(ino)?;
+            if !is_dir(self.mode(ino)) {
+                return Err(errno::ENOTDIR);
+            }
+            // A removed directory still held (a working directory, a FUSE node) is dead,
+            // as Linux's S_DEAD: nothing is looked up, listed or created in it.
+            if self.load(ino, inode::NLINK) == 0 {
+                return Err(errno::ENOENT);
+            }
+            let d = Dir::new(self.cachelets.get(ino));
+            if d.ensure_loaded(&self.pool, &self.index, &self.free_slots, self.watch())? {
+                self.loaded(ino);
+            }
+            Ok(d)
+        })
     }
 
     /// The entry `name` in directory `parent`, as the caller may see it.
     pub fn lookup(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<u64> {
-        let _ = self.dir(parent)?;
-        self.may(parent, cred, perm::X)?;
-        match name {
-            b"." => return Ok(parent),
-            b".." => return Ok(self.parent_of(parent)),
-            _ => {}
-        }
-        check_name(name)?;
-        match self.lookup_entry(parent, name) {
-            Some(e) if self.mechanisms.quick_path() => Ok(e.ino),
-            // Ablation: without the quick path the inode number comes from the
-            // dentry in the pool, one more dependent read per component.
-            Some(e) => Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
-            None => Err(errno::ENOENT),
-        }
+        self.op(|| {
+            let _ = self.dir(parent)?;
+            self.may(parent, cred, perm::X)?;
+            match name {
+                b"." => return Ok(parent),
+                b".." => return Ok(self.parent_of(parent)),
+                _ => {}
+            }
+            check_name(name)?;
+            match self.lookup_entry(parent, name) {
+                Some(e) if self.mechanisms.quick_path() => Ok(e.ino),
+                // Ablation: without the quick path the inode number comes from the
+                // dentry in the pool, one more dependent read per component.
+                Some(e) => Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
+                None => Err(errno::ENOENT),
+            }
+        })
     }
 
     /// The visible index entry for (parent, name); the directory must be loaded.
@@ -236,5 +264,32 @@ impl<B: Backend> Namespace<B> {
     /// Close the pool cleanly.
     pub fn close(&self) -> Result<()> {
         self.pool.close()
+    }
+}
+
+/// How deep the calling thread is in operations (see [`Namespace::op`]).
+mod op_depth {
+    use std::cell::Cell;
+
+    thread_local! {
+        static DEPTH: Cell<u32> = const { Cell::new(0) };
+    }
+
+    pub fn inside() -> bool {
+        DEPTH.with(Cell::get) > 0
+    }
+
+    /// One level deeper while it lives (also when the operation panics).
+    pub struct Enter(());
+    impl Enter {
+        pub fn new() -> Enter {
+            DEPTH.with(|d| d.set(d.get() + 1));
+            Enter(())
+        }
+    }
+    impl Drop for Enter {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get() - 1));
+        }
     }
 }

@@ -23,45 +23,47 @@ pub struct DirEntry {
 impl<B: Backend> Namespace<B> {
     /// Up to `max` entries of `dir` from `offset` on (0 starts with "." and "..").
     pub fn readdir(&self, dir: u64, offset: u64, max: usize, cred: &Cred) -> Result<Vec<DirEntry>> {
-        let d = self.dir(dir)?;
-        self.may(dir, cred, perm::R)?;
-        let mut out = Vec::new();
-        let dt_dir = (libc::S_IFDIR >> 12) as u8;
-        if offset == 0 && out.len() < max {
-            out.push(DirEntry {
-                name: b".".to_vec(),
-                ino: dir,
-                dtype: dt_dir,
-                next: 1,
-            });
-        }
-        if offset <= 1 && out.len() < max {
-            out.push(DirEntry {
-                name: b"..".to_vec(),
-                ino: self.parent_of(dir),
-                dtype: dt_dir,
-                next: 2,
-            });
-        }
-        let start = offset.saturating_sub(2);
-        let pages = d.pages(&self.pool);
-        let per = dirlog::SLOTS_PER_PAGE;
-        let mut pos = start;
-        while out.len() < max {
-            let Some(&page) = pages.get((pos / per) as usize) else {
-                break;
-            };
-            let slot = dirlog::slot_addr(page, pos % per);
-            if let Some((name, e)) = super::dir::read_entry(&self.pool, dir, slot) {
+        self.op(|| {
+            let d = self.dir(dir)?;
+            self.may(dir, cred, perm::R)?;
+            let mut out = Vec::new();
+            let dt_dir = (libc::S_IFDIR >> 12) as u8;
+            if offset == 0 && out.len() < max {
                 out.push(DirEntry {
-                    name: name.into_vec(),
-                    ino: e.ino,
-                    dtype: e.dtype,
-                    next: pos + 3,
+                    name: b".".to_vec(),
+                    ino: dir,
+                    dtype: dt_dir,
+                    next: 1,
                 });
             }
-            pos += 1;
-        }
-        Ok(out)
+            if offset <= 1 && out.len() < max {
+                out.push(DirEntry {
+                    name: b"..".to_vec(),
+                    ino: self.parent_of(dir),
+                    dtype: dt_dir,
+                    next: 2,
+                });
+            }
+            let start = offset.saturating_sub(2);
+            let pages = d.pages(&self.pool);
+            let per = dirlog::SLOTS_PER_PAGE;
+            let mut pos = start;
+            while out.len() < max {
+                let Some(&page) = pages.get((pos / per) as usize) else {
+                    break;
+                };
+                let slot = dirlog::slot_addr(page, pos % per);
+                if let Some((name, e)) = super::dir::read_entry(&self.pool, dir, slot) {
+                    out.push(DirEntry {
+                        name: name.into_vec(),
+                        ino: e.ino,
+                        dtype: e.dtype,
+                        next: pos + 3,
+                    });
+                }
+                pos += 1;
+            }
+            Ok(out)
+        })
     }
 }

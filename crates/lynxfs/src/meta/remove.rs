@@ -102,11 +102,11 @@ impl<B: Backend> Namespace<B> {
         // A wait here may end because the runtime is under repair: nothing is written
         // to the pool before the last wait (the parent's inode lock in `touch_dir`).
         let c = self.cachelets.get(e.ino);
-        let locked = c.write(&*self.watch).and_then(|cw| {
+        let locked = c.write(self.watch()).and_then(|cw| {
             let il = if want_dir {
                 None
             } else {
-                Some(c.inode_lock(&*self.watch)?)
+                Some(c.inode_lock(self.watch())?)
             };
             Ok((cw, il))
         });
@@ -193,11 +193,11 @@ impl<B: Backend> Namespace<B> {
     /// (recovery's link count check) does it.
     pub(crate) fn drop_link(&self, ino: u64, whole_dir: bool, now: u64) {
         let c = self.cachelets.get(ino);
-        let Ok(_w) = c.write(&*self.watch) else {
+        let Ok(_w) = c.write(self.watch()) else {
             return;
         };
         let left = {
-            let Ok(_g) = c.inode_lock(&*self.watch) else {
+            let Ok(_g) = c.inode_lock(self.watch()) else {
                 return;
             };
             let n = if whole_dir {

@@ -89,7 +89,7 @@ impl<B: Backend> Namespace<B> {
         for p in [sp, dp] {
             self.may(p, cred, perm::W | perm::X)?;
         }
-        let _serial = self.locks.rename(&*self.watch)?;
+        let _serial = self.locks.rename(self.watch())?;
         // Both parents entered (once if they are one), before any name is looked at.
         let sdir = self.enter(sp)?;
         let ddir_own = if dp == sp {

@@ -121,27 +121,31 @@ impl<B: Backend> Namespace<B> {
         flags: i32,
         cred: &Cred,
     ) -> Result<()> {
-        if is_acl(name) {
-            if flags & !(xattr::CREATE | xattr::REPLACE) != 0 {
-                return Err(errno::EINVAL);
+        self.op(|| {
+            if is_acl(name) {
+                if flags & !(xattr::CREATE | xattr::REPLACE) != 0 {
+                    return Err(errno::EINVAL);
+                }
+                return self.set_acl(ino, name, value, cred);
             }
-            return self.set_acl(ino, name, value, cred);
-        }
-        self.xattr_access(ino, name, cred, perm::W)?;
-        let _w = self.cachelets.get(ino).write(&*self.watch)?;
-        self.live(ino)?;
-        xattr::set(&self.pool, ino, self.lane(), name, value, flags)
+            self.xattr_access(ino, name, cred, perm::W)?;
+            let _w = self.cachelets.get(ino).write(self.watch())?;
+            self.live(ino)?;
+            xattr::set(&self.pool, ino, self.lane(), name, value, flags)
+        })
     }
 
     /// removexattr(2); removing an ACL that is not there succeeds, as on ext4.
     pub fn removexattr(&self, ino: u64, name: &[u8], cred: &Cred) -> Result<()> {
-        if is_acl(name) {
-            return self.set_acl(ino, name, &[], cred);
-        }
-        self.xattr_access(ino, name, cred, perm::W)?;
-        let _w = self.cachelets.get(ino).write(&*self.watch)?;
-        self.live(ino)?;
-        xattr::remove(&self.pool, ino, self.lane(), name)
+        self.op(|| {
+            if is_acl(name) {
+                return self.set_acl(ino, name, &[], cred);
+            }
+            self.xattr_access(ino, name, cred, perm::W)?;
+            let _w = self.cachelets.get(ino).write(self.watch())?;
+            self.live(ino)?;
+            xattr::remove(&self.pool, ino, self.lane(), name)
+        })
     }
 
     /// Sets (or, with an empty value, removes) the access or default ACL of `ino`, as
@@ -151,45 +155,47 @@ impl<B: Backend> Namespace<B> {
     /// (`posix_acl_update_mode`); a caller outside the file's group (not root) also
     /// clears set-group-ID. The attribute and the mode change in one transaction.
     pub fn set_acl(&self, ino: u64, name: &[u8], value: &[u8], cred: &Cred) -> Result<()> {
-        self.live(ino)?;
-        let o = self.owner(ino);
-        if o.mode & libc::S_IFMT == libc::S_IFLNK {
-            return Err(errno::EOPNOTSUPP);
-        }
-        perm::owner_or_root(cred, o)?;
-        let acl = Acl::parse(value)?;
-        if name == acl::DEFAULT && !is_dir(o.mode) {
-            return if acl.is_some() {
-                Err(errno::EACCES)
-            } else {
-                Ok(())
-            };
-        }
-        let _w = self.cachelets.get(ino).write(&*self.watch)?;
-        let _g = self.ilock(ino)?;
-        self.live(ino)?;
-        let o = self.owner(ino);
-        let mut words = Vec::new();
-        let keep = match acl {
-            Some(acl) if name == acl::ACCESS => {
-                let mut mode = (o.mode & !0o777) | acl.mode_bits();
-                if !cred.is_root() && !cred.in_group(o.gid) {
-                    mode &= !libc::S_ISGID;
-                }
-                words.push((self.iaddr(ino) + inode::MODE, u64::from(mode)));
-                acl.is_extended().then_some(acl)
+        self.op(|| {
+            self.live(ino)?;
+            let o = self.owner(ino);
+            if o.mode & libc::S_IFMT == libc::S_IFLNK {
+                return Err(errno::EOPNOTSUPP);
             }
-            acl => acl,
-        };
-        let mut attrs = xattr::load(&self.pool, ino)?;
-        let had = attrs.iter().any(|(n, _)| n == name);
-        attrs.retain(|(n, _)| n != name);
-        if let Some(acl) = &keep {
-            xattr::put(&mut attrs, name, &acl.encode(), 0)?;
-        } else if !had && words.is_empty() {
-            return Ok(());
-        }
-        xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)
+            perm::owner_or_root(cred, o)?;
+            let acl = Acl::parse(value)?;
+            if name == acl::DEFAULT && !is_dir(o.mode) {
+                return if acl.is_some() {
+                    Err(errno::EACCES)
+                } else {
+                    Ok(())
+                };
+            }
+            let _w = self.cachelets.get(ino).write(self.watch())?;
+            let _g = self.ilock(ino)?;
+            self.live(ino)?;
+            let o = self.owner(ino);
+            let mut words = Vec::new();
+            let keep = match acl {
+                Some(acl) if name == acl::ACCESS => {
+                    let mut mode = (o.mode & !0o777) | acl.mode_bits();
+                    if !cred.is_root() && !cred.in_group(o.gid) {
+                        mode &= !libc::S_ISGID;
+                    }
+                    words.push((self.iaddr(ino) + inode::MODE, u64::from(mode)));
+                    acl.is_extended().then_some(acl)
+                }
+                acl => acl,
+            };
+            let mut attrs = xattr::load(&self.pool, ino)?;
+            let had = attrs.iter().any(|(n, _)| n == name);
+            attrs.retain(|(n, _)| n != name);
+            if let Some(acl) = &keep {
+                xattr::put(&mut attrs, name, &acl.encode(), 0)?;
+            } else if !had && words.is_empty() {
+                return Ok(());
+            }
+            xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)
+        })
     }
 
     /// The access ACL after a chmod to `mode` (the mask takes the group bits), as the

@@ -7,3 +7,41 @@ pub mod region;
 
 pub use lock::{Interrupted, Watch};
 pub use region::{Carve, Region, Span};
+
+/// What the engine asks of the runtime state it works in: operations are counted (a
+/// repair waits until none is in flight), waits end when a repair starts, and an
+/// operation interrupted that way waits for the repair (or does it) before its retry.
+pub trait Runtime: Watch + Send + Sync {
+    /// Count an operation in flight, after any repair under way.
+    fn enter(&self);
+    /// The operation counted by [`Runtime::enter`] is over.
+    fn leave(&self);
+    /// Called outside any operation after one was interrupted: repair the runtime
+    /// state, or wait until another process has.
+    fn settle(&self);
+    /// This process opened (or holds) `ino` once more: recorded where a repair finds
+    /// it, so the file outlives its last name while any live process has it open.
+    fn opened(&self, ino: u64) -> crate::Result<()>;
+    /// This process closed `ino` once.
+    fn closed(&self, ino: u64);
+}
+
+/// Runtime state no other process uses (a pool in memory, tests): nothing can die
+/// under it, so nothing is counted and no wait is ever interrupted.
+pub struct Private;
+
+impl Watch for Private {
+    fn check(&self) -> Result<(), Interrupted> {
+        Ok(())
+    }
+}
+
+impl Runtime for Private {
+    fn enter(&self) {}
+    fn leave(&self) {}
+    fn settle(&self) {}
+    fn opened(&self, _: u64) -> crate::Result<()> {
+        Ok(())
+    }
+    fn closed(&self, _: u64) {}
+}
