@@ -223,11 +223,27 @@ impl Attached {
         }
         self.procs.unregister(self.slot);
         self.detached = true;
-        if self.leaving.load(Ordering::SeqCst) == LAST {
+        if self.leaving.load(Ordering::SeqCst) == LAST && self.path_is_ours()? {
             std::fs::remove_file(&self.path).map_err(|e| Error::io(&self.path, e))?;
         }
         Ok(())
         // Dropping `self.locks` releases both bytes.
+    }
+}
+
+impl Attached {
+    /// Whether the runtime file's path still names the file we mapped (something put
+    /// in its place since is not ours to remove).
+    fn path_is_ours(&self) -> Result<bool> {
+        let Some(file) = self.region.file() else {
+            return Ok(false);
+        };
+        let mapped = file.metadata().map_err(|e| Error::io(&self.path, e))?;
+        Ok(match std::fs::symlink_metadata(&self.path) {
+            Ok(m) => (m.dev(), m.ino()) == (mapped.dev(), mapped.ino()),
+            Err(e) if e.kind() == ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io(&self.path, e)),
+        })
     }
 }
 
