@@ -488,9 +488,9 @@ fn create(
     Ok(region)
 }
 
-fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+fn rename_noreplace(from_path: &Path, to_path: &Path) -> io::Result<()> {
     let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
-    let (from, to) = (c(from)?, c(to)?);
+    let (from, to) = (c(from_path)?, c(to_path)?);
     // SAFETY: renameat2 reads two NUL-terminated paths that outlive the call.
     let r = unsafe {
         libc::syscall(
@@ -503,10 +503,15 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
         )
     };
     if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+        return Ok(());
     }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EINVAL) {
+        return Err(e);
+    }
+    // A file system without RENAME_NOREPLACE: a link fails the same way if `to` exists.
+    std::fs::hard_link(from_path, to_path)?;
+    std::fs::remove_file(from_path)
 }
 
 fn write_header(region: &Region, id: &PoolId, bytes: usize) {
