@@ -40,6 +40,13 @@ pub enum Error {
     Corrupt { path: PathBuf, what: String },
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The shared runtime state file of a pool (or its directory) cannot be used.
+    #[error("{path}: {what}")]
+    Runtime {
+        path: PathBuf,
+        what: String,
+        errno: i32,
+    },
     /// A file-system call failed with this errno.
     #[error("{}", errno_name(*.0))]
     Errno(i32),
@@ -69,6 +76,7 @@ impl Error {
             Error::Locked { .. } => libc::EBUSY,
             Error::Exists { .. } => libc::EEXIST,
             Error::Invalid(_) => libc::EINVAL,
+            Error::Runtime { errno, .. } => *errno,
             Error::Foreign { .. }
             | Error::TooSmall { .. }
             | Error::Truncated { .. }

@@ -2,10 +2,14 @@
 //! it (the metadata index, per-inode records, allocator free lists, locks), kept in
 //! shared memory beside the pool (docs/FORMAT.md, "Runtime state").
 
+pub mod attach;
 pub mod lock;
+pub mod procs;
 pub mod region;
 
+pub use attach::{Attached, RuntimeFile, RUNTIME_VERSION};
 pub use lock::{Interrupted, Watch};
+pub use procs::{bytes_needed, Health, Procs, HEADER_BYTES};
 pub use region::{Carve, Region, Span};
 
 /// What the engine asks of the runtime state it works in: operations are counted (a

@@ -1,0 +1,593 @@
+//! Attaching a process to a pool's shared runtime state, and detaching it.
+//!
+//! The runtime state of a pool file lives in one file, `<dir>/lynxfs-<uuid>-<dev>-<ino>.run`
+//! (dir `/dev/shm`, or `$LYNXFS_RUNTIME_DIR`): two paths to one pool (a hard link, a
+//! bind mount) name the same file, a copy of the pool gets its own. Attaches and
+//! detaches are serialized by open-file-description locks on the POOL file:
+//! - byte 0, the transition lock: held exclusively during an attach or a detach;
+//! - byte 1, the attachment: held shared by every attached process for as long as it is
+//!   attached. The kernel drops it when the process dies, so "byte 1 can be taken
+//!   exclusively" means "nobody is attached", whatever was left in the runtime file.
+//!
+//! The first attacher (re)creates the runtime file and builds its contents, holding the
+//! transition lock until it publishes them; later attachers validate it and join.
+//! The last detacher (byte 1 exclusive while holding byte 0) removes it.
+
+use std::ffi::CString;
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{self, ErrorKind};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use super::procs::{self, Procs, MAX_PROCS};
+use super::Region;
+use crate::error::{Error, Result};
+
+/// The version of the runtime file's layout, checked by every attacher.
+pub const RUNTIME_VERSION: u32 = 1;
+/// Environment variable naming the directory of runtime files (default `/dev/shm`).
+pub const RUNTIME_DIR_ENV: &str = "LYNXFS_RUNTIME_DIR";
+const DEFAULT_DIR: &str = "/dev/shm";
+
+const MAGIC: u64 = u64::from_le_bytes(*b"LYNXRUN\0");
+/// Identity words of the header (the state words after them are `procs`').
+const MAGIC_OFF: usize = 0;
+const VERSION_OFF: usize = 8;
+const UUID_OFF: usize = 16;
+const DEV_OFF: usize = 32;
+const INO_OFF: usize = 40;
+const SIZE_OFF: usize = 48;
+
+/// Bytes of the pool file locked (see the module documentation).
+const TRANSITION: i64 = 0;
+const ATTACHMENT: i64 = 1;
+
+/// What names a pool's runtime file and is checked in its header.
+struct PoolId {
+    uuid: [u8; 16],
+    dev: u64,
+    ino: u64,
+}
+
+impl PoolId {
+    fn of(pool_path: &Path, pool_file: &File, uuid: [u8; 16]) -> Result<PoolId> {
+        let meta = pool_file.metadata().map_err(|e| Error::io(pool_path, e))?;
+        Ok(PoolId {
+            uuid,
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    fn file_name(&self) -> String {
+        let hex: String = self.uuid.iter().map(|b| format!("{b:02x}")).collect();
+        format!("lynxfs-{hex}-{}-{}.run", self.dev, self.ino)
+    }
+
+    fn uuid_words(&self) -> [u64; 2] {
+        let (a, b) = self.uuid.split_at(8);
+        [
+            u64::from_le_bytes(a.try_into().unwrap()),
+            u64::from_le_bytes(b.try_into().unwrap()),
+        ]
+    }
+}
+
+/// The runtime file of a pool: where it is, and attaching to it.
+pub struct RuntimeFile;
+
+impl RuntimeFile {
+    /// The directory runtime files live in: `$LYNXFS_RUNTIME_DIR`, else `/dev/shm`.
+    pub fn dir() -> PathBuf {
+        match std::env::var_os(RUNTIME_DIR_ENV) {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => PathBuf::from(DEFAULT_DIR),
+        }
+    }
+
+    /// The runtime file of the pool open as `pool_file`, in `dir`.
+    pub fn path_in(
+        dir: &Path,
+        pool_path: &Path,
+        pool_file: &File,
+        uuid: [u8; 16],
+    ) -> Result<PathBuf> {
+        Ok(dir.join(PoolId::of(pool_path, pool_file, uuid)?.file_name()))
+    }
+
+    /// Attach this process to the runtime state of the pool open (read-write) as
+    /// `pool_file`, whose superblock holds `uuid`; the region is `bytes` long (at least
+    /// [`procs::bytes_needed`]). Waits while another process attaches or detaches.
+    pub fn attach(
+        pool_path: &Path,
+        pool_file: &File,
+        uuid: [u8; 16],
+        bytes: usize,
+    ) -> Result<Attached> {
+        Self::attach_in(&Self::dir(), pool_path, pool_file, uuid, bytes)
+    }
+
+    /// [`RuntimeFile::attach`] with the runtime file in `dir`.
+    pub fn attach_in(
+        dir: &Path,
+        pool_path: &Path,
+        pool_file: &File,
+        uuid: [u8; 16],
+        bytes: usize,
+    ) -> Result<Attached> {
+        if bytes < procs::bytes_needed() {
+            return Err(Error::Invalid(format!(
+                "a runtime region of {bytes} bytes cannot hold the process table ({} bytes)",
+                procs::bytes_needed()
+            )));
+        }
+        let id = PoolId::of(pool_path, pool_file, uuid)?;
+        let path = dir.join(id.file_name());
+        let locks = Locks::take(pool_file, pool_path)?;
+        let first = locks.try_set(ATTACHMENT, libc::F_WRLCK)?;
+        let region = if first {
+            create(dir, &path, pool_path, &id, bytes)?
+        } else {
+            open_existing(&path, pool_path, &id, bytes)?
+        };
+        // Nobody holds byte 1 exclusively without byte 0, which we hold: this succeeds.
+        if !locks.try_set(ATTACHMENT, libc::F_RDLCK)? {
+            return Err(locks.error("the attachment lock is held exclusively".into()));
+        }
+        let procs = Procs::new(region.clone())?;
+        let slot = procs.register().map_err(|_| Error::Runtime {
+            path: path.clone(),
+            what: format!(
+                "{MAX_PROCS} processes are attached to pool {} already",
+                pool_path.display()
+            ),
+            errno: libc::EUSERS,
+        })?;
+        let attached = Attached {
+            region,
+            procs,
+            first,
+            slot,
+            path,
+            locks,
+            building: AtomicBool::new(first),
+            leaving: AtomicU8::new(STAYING),
+            detached: false,
+        };
+        if !first {
+            attached.locks.set(TRANSITION, libc::F_UNLCK)?;
+        }
+        Ok(attached)
+    }
+}
+
+/// `Attached::leaving`: detach not begun, begun by a process that is not the last, or
+/// begun by the last.
+const STAYING: u8 = 0;
+const NOT_LAST: u8 = 1;
+const LAST: u8 = 2;
+
+/// This process's attachment to a pool's runtime state.
+pub struct Attached {
+    /// The whole runtime region (header, process table, open tables, then the rest).
+    pub region: Arc<Region>,
+    /// The header's state words, process table and open tables.
+    pub procs: Procs,
+    /// No other process was attached: the file is new and the caller builds its
+    /// contents, then calls [`Attached::publish`].
+    pub first: bool,
+    /// This process's slot in the process table.
+    pub slot: u32,
+    /// The runtime file.
+    pub path: PathBuf,
+    locks: Locks,
+    /// The first attacher still holds the transition lock (until it publishes).
+    building: AtomicBool,
+    leaving: AtomicU8,
+    detached: bool,
+}
+
+impl Attached {
+    /// The first attacher has built the contents: mark them ready and let other
+    /// processes attach. Does nothing for a later attacher.
+    pub fn publish(&self) -> Result<()> {
+        if self.building.swap(false, Ordering::SeqCst) {
+            self.procs.set_ready();
+            self.locks.set(TRANSITION, libc::F_UNLCK)?;
+        }
+        Ok(())
+    }
+
+    /// Start detaching: take the transition lock (waiting for attaches and detaches in
+    /// progress) and tell whether this process is the last one attached, in which case
+    /// the caller saves what it must to the pool before [`Attached::detach_end`].
+    pub fn detach_begin(&self) -> Result<bool> {
+        self.locks.set_wait(TRANSITION, libc::F_WRLCK)?;
+        // Converting our share of byte 1 to exclusive fails (leaving the share) while
+        // anyone else holds a share.
+        let last = self.locks.try_set(ATTACHMENT, libc::F_WRLCK)?;
+        self.leaving
+            .store(if last { LAST } else { NOT_LAST }, Ordering::SeqCst);
+        Ok(last)
+    }
+
+    /// Finish detaching: leave the process table, remove the runtime file if this
+    /// was the last process, and release the locks.
+    pub fn detach_end(mut self) -> Result<()> {
+        if self.leaving.load(Ordering::SeqCst) == STAYING {
+            self.detach_begin()?;
+        }
+        self.procs.unregister(self.slot);
+        self.detached = true;
+        if self.leaving.load(Ordering::SeqCst) == LAST && self.path_is_ours()? {
+            std::fs::remove_file(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        }
+        Ok(())
+        // Dropping `self.locks` releases both bytes.
+    }
+}
+
+impl Attached {
+    /// Whether the runtime file's path still names the file we mapped (something put
+    /// in its place since is not ours to remove).
+    fn path_is_ours(&self) -> Result<bool> {
+        let Some(file) = self.region.file() else {
+            return Ok(false);
+        };
+        let mapped = file.metadata().map_err(|e| Error::io(&self.path, e))?;
+        Ok(match std::fs::symlink_metadata(&self.path) {
+            Ok(m) => (m.dev(), m.ino()) == (mapped.dev(), mapped.ino()),
+            Err(e) if e.kind() == ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io(&self.path, e)),
+        })
+    }
+}
+
+impl Drop for Attached {
+    /// Without a detach (an error path, a panic): leave the process table; the file
+    /// stays, and the next first attacher replaces it.
+    fn drop(&mut self) {
+        if !self.detached {
+            self.procs.unregister(self.slot);
+        }
+    }
+}
+
+/// The OFD locks on a pool file, on our own duplicate of the caller's descriptor (the
+/// locks belong to the open file description; they are released explicitly on drop,
+/// since the caller's descriptor keeps the description open).
+struct Locks {
+    file: File,
+    pool_path: PathBuf,
+}
+
+impl Locks {
+    /// Duplicate the descriptor and take the transition lock, waiting for it.
+    fn take(pool_file: &File, pool_path: &Path) -> Result<Locks> {
+        let file = pool_file.try_clone().map_err(|e| Error::io(pool_path, e))?;
+        let locks = Locks {
+            file,
+            pool_path: pool_path.to_path_buf(),
+        };
+        locks.set_wait(TRANSITION, libc::F_WRLCK)?;
+        Ok(locks)
+    }
+
+    fn set_wait(&self, byte: i64, kind: libc::c_int) -> Result<()> {
+        self.fcntl(byte, kind, true).map(|_| ())
+    }
+
+    /// Set without waiting: false if another holder's lock conflicts.
+    fn try_set(&self, byte: i64, kind: libc::c_int) -> Result<bool> {
+        self.fcntl(byte, kind, false)
+    }
+
+    fn set(&self, byte: i64, kind: libc::c_int) -> Result<()> {
+        self.fcntl(byte, kind, false).map(|_| ())
+    }
+
+    fn fcntl(&self, byte: i64, kind: libc::c_int, wait: bool) -> Result<bool> {
+        match ofd_lock(&self.file, byte, 1, kind, wait) {
+            Ok(got) => Ok(got),
+            Err(e) if e.raw_os_error() == Some(libc::EBADF) => Err(self.error(
+                "the pool file must be open for writing to attach to its runtime state".into(),
+            )),
+            Err(e) => Err(Error::io(&self.pool_path, e)),
+        }
+    }
+
+    fn error(&self, what: String) -> Error {
+        Error::Runtime {
+            path: self.pool_path.clone(),
+            what,
+            errno: libc::EIO,
+        }
+    }
+}
+
+impl Drop for Locks {
+    fn drop(&mut self) {
+        let _ = ofd_lock(&self.file, TRANSITION, 2, libc::F_UNLCK, false);
+    }
+}
+
+/// Set (or clear) an open-file-description lock of `len` bytes at `start`.
+fn ofd_lock(file: &File, start: i64, len: i64, kind: libc::c_int, wait: bool) -> io::Result<bool> {
+    // SAFETY: a plain C struct; all-zero is a valid value that we then fill in.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = start;
+    fl.l_len = len;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    loop {
+        // SAFETY: fcntl on a descriptor we own, with a pointer to a live flock struct.
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &fl as *const libc::flock) };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN | libc::EACCES) if !wait => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+fn runtime_error(path: &Path, what: String, errno: i32) -> Error {
+    Error::Runtime {
+        path: path.to_path_buf(),
+        what,
+        errno,
+    }
+}
+
+/// Refuse a runtime file that another user could have planted or could read.
+fn check_ours(meta: &Metadata, path: &Path, pool_path: &Path) -> Result<()> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let ft = meta.file_type();
+    let why = if ft.is_symlink() {
+        "it is a symbolic link".to_string()
+    } else if !ft.is_file() {
+        "it is not a regular file".to_string()
+    } else if meta.uid() != euid {
+        format!(
+            "it is owned by uid {}, not by this process's user (uid {euid})",
+            meta.uid()
+        )
+    } else if meta.mode() & 0o7777 != 0o600 {
+        format!(
+            "its mode is {:04o}, not 0600 (another user could read or change it)",
+            meta.mode() & 0o7777
+        )
+    } else {
+        return Ok(());
+    };
+    Err(runtime_error(
+        path,
+        format!(
+            "refusing the runtime state file of pool {}: {why}; remove it if no process has \
+             the pool attached",
+            pool_path.display()
+        ),
+        libc::EACCES,
+    ))
+}
+
+/// Remove a file left at `path` by a process that is gone (ours only).
+fn remove_stale(path: &Path, pool_path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(path, e)),
+        Ok(meta) => {
+            check_ours(&meta, path, pool_path)?;
+            std::fs::remove_file(path).map_err(|e| Error::io(path, e))
+        }
+    }
+}
+
+/// Refuse to create a runtime file of `bytes` where fewer are free.
+fn check_space(dir: &Path, pool_path: &Path, bytes: usize) -> Result<()> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("{}: a NUL in the path", dir.display())))?;
+    // SAFETY: statvfs fills the struct we pass (zeroed, valid) from a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are valid for the call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(Error::io(dir, io::Error::last_os_error()));
+    }
+    let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
+    if free < bytes as u64 {
+        return Err(runtime_error(
+            dir,
+            format!(
+                "{free} bytes free, the runtime state of pool {} needs {bytes}",
+                pool_path.display()
+            ),
+            libc::ENOSPC,
+        ));
+    }
+    Ok(())
+}
+
+/// A file being created, removed unless it was renamed into place.
+struct Staged {
+    path: PathBuf,
+    placed: bool,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Make a new runtime file at `path` (replacing a stale one of ours), sized and with
+/// its header written, state BUILDING. It is built under a temporary name and renamed
+/// into place, so no attacher ever sees a half-made file.
+fn create(
+    dir: &Path,
+    path: &Path,
+    pool_path: &Path,
+    id: &PoolId,
+    bytes: usize,
+) -> Result<Arc<Region>> {
+    remove_stale(path, pool_path)?;
+    let name = path.file_name().expect("a runtime path ends in its name");
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    // Only the first attacher (holding both locks) creates: a temporary file is stale.
+    remove_stale(&tmp, pool_path)?;
+    check_space(dir, pool_path, bytes)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(|e| Error::io(&tmp, e))?;
+    let mut staged = Staged {
+        path: tmp.clone(),
+        placed: false,
+    };
+    // The umask may have taken bits from 0600; the mode is checked by every attacher.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .and_then(|_| file.set_len(bytes as u64))
+        .map_err(|e| Error::io(&tmp, e))?;
+    let region = Arc::new(Region::map_file(file, bytes).map_err(|e| Error::io(&tmp, e))?);
+    write_header(&region, id, bytes);
+    Procs::new(region.clone())?.set_generation(1);
+    rename_noreplace(&tmp, path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EEXIST) {
+            runtime_error(
+                path,
+                format!(
+                    "appeared while the runtime state of pool {} was being created: \
+                     refusing to replace it",
+                    pool_path.display()
+                ),
+                libc::EEXIST,
+            )
+        } else {
+            Error::io(path, e)
+        }
+    })?;
+    staged.placed = true;
+    Ok(region)
+}
+
+fn rename_noreplace(from_path: &Path, to_path: &Path) -> io::Result<()> {
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
+    let (from, to) = (c(from_path)?, c(to_path)?);
+    // SAFETY: renameat2 reads two NUL-terminated paths that outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EINVAL) {
+        return Err(e);
+    }
+    // A file system without RENAME_NOREPLACE: a link fails the same way if `to` exists.
+    std::fs::hard_link(from_path, to_path)?;
+    std::fs::remove_file(from_path)
+}
+
+fn write_header(region: &Region, id: &PoolId, bytes: usize) {
+    let w = |off: usize, v: u64| region.words(off, 1)[0].store(v, Ordering::Relaxed);
+    w(MAGIC_OFF, MAGIC);
+    region.u32s(VERSION_OFF, 1)[0].store(RUNTIME_VERSION, Ordering::Relaxed);
+    let [a, b] = id.uuid_words();
+    w(UUID_OFF, a);
+    w(UUID_OFF + 8, b);
+    w(DEV_OFF, id.dev);
+    w(INO_OFF, id.ino);
+    w(SIZE_OFF, bytes as u64);
+}
+
+/// Open the runtime file another attached process made, refusing anything that is
+/// not ours or not the runtime state of this pool as this build lays it out.
+fn open_existing(path: &Path, pool_path: &Path, id: &PoolId, bytes: usize) -> Result<Arc<Region>> {
+    let pool = pool_path.display();
+    let meta = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
+        ErrorKind::NotFound => runtime_error(
+            path,
+            format!("missing, although another process has pool {pool} attached"),
+            libc::ENOENT,
+        ),
+        _ => Error::io(path, e),
+    })?;
+    check_ours(&meta, path, pool_path)?;
+    // O_NOFOLLOW and the second check on the open file close the gap since the first.
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    check_ours(&meta, path, pool_path)?;
+    let wrong = |what: String| runtime_error(path, what, libc::EUCLEAN);
+    if meta.len() != bytes as u64 {
+        return Err(wrong(format!(
+            "{} bytes, where this build lays out {bytes} for pool {pool} (is a process of \
+             another LynxFS version attached?)",
+            meta.len()
+        )));
+    }
+    let region = Arc::new(Region::map_file(file, bytes).map_err(|e| Error::io(path, e))?);
+    check_header(&region, id, bytes).map_err(|what| wrong(format!("{what} (pool {pool})")))?;
+    let state = Procs::new(region.clone())?.state();
+    if state != procs::READY && state != procs::REPAIRING {
+        return Err(wrong(format!("runtime state in state {state}, not built")));
+    }
+    Ok(region)
+}
+
+fn check_header(region: &Region, id: &PoolId, bytes: usize) -> Result<(), String> {
+    let r = |off: usize| region.words(off, 1)[0].load(Ordering::Acquire);
+    if r(MAGIC_OFF) != MAGIC {
+        return Err("not a LynxFS runtime state file (bad magic)".into());
+    }
+    let version = region.u32s(VERSION_OFF, 1)[0].load(Ordering::Acquire);
+    if version != RUNTIME_VERSION {
+        return Err(format!(
+            "runtime state version {version}, this build uses {RUNTIME_VERSION} (is a process \
+             of another LynxFS version attached?)"
+        ));
+    }
+    if [r(UUID_OFF), r(UUID_OFF + 8)] != id.uuid_words()
+        || r(DEV_OFF) != id.dev
+        || r(INO_OFF) != id.ino
+    {
+        return Err("the runtime state of another pool".into());
+    }
+    if r(SIZE_OFF) != bytes as u64 {
+        return Err(format!(
+            "header says {} bytes, this build lays out {bytes}",
+            r(SIZE_OFF)
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,560 @@
+//! The runtime header's live part and the process table: which processes are attached
+//! (pid plus start time, since pids are reused), how many operations each has in flight,
+//! which inodes each holds open, and the state word that tells every process whether
+//! the runtime is usable or being rebuilt after a death (docs/FORMAT.md, "Runtime
+//! state: header and process table").
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::lock::{Interrupted, Watch};
+use super::Region;
+use crate::error::{Error, Result};
+
+/// Bytes of the header page at the start of the region (identity and state words).
+pub const HEADER_BYTES: usize = 4096;
+/// Processes that may be attached at once.
+pub const MAX_PROCS: u32 = 64;
+/// Entries of each process's open table: distinct inodes one process may hold open.
+pub const OPEN_ENTRIES: usize = 1 << 16;
+
+/// The state word: zero in a fresh file, so a file whose builder died stays BUILDING.
+pub const BUILDING: u32 = 0;
+/// Built and usable.
+pub const READY: u32 = 1;
+/// A process died: operations unwind and the runtime is rebuilt from the pool.
+pub const REPAIRING: u32 = 2;
+
+/// Header words owned by this module (the identity words before them are attach's).
+const STATE_OFF: usize = 64;
+const REPAIRER_OFF: usize = 68;
+const GENERATION_OFF: usize = 72;
+/// The process table: one cache line per slot (identity word, operation counter).
+const PROCS_OFF: usize = HEADER_BYTES;
+const SLOT_BYTES: usize = 64;
+/// The open tables, one per slot, of one word per entry.
+const OPEN_OFF: usize = PROCS_OFF + MAX_PROCS as usize * SLOT_BYTES;
+const OPEN_TABLE_BYTES: usize = OPEN_ENTRIES * 8;
+
+/// Bytes of the region used by the header, the process table and the open tables;
+/// the rest of the runtime state is carved after them.
+pub const fn bytes_needed() -> usize {
+    OPEN_OFF + MAX_PROCS as usize * OPEN_TABLE_BYTES
+}
+
+/// An identity word packs a pid (22 bits: Linux's PID_MAX_LIMIT) and the process's
+/// start time in clock ticks since boot (42 bits), so one CAS claims a slot whole.
+const PID_BITS: u32 = 22;
+const START_BITS: u32 = 64 - PID_BITS;
+
+/// An open-table word packs an inode number (44 bits) and a count (20 bits); zero is
+/// an empty entry, and an entry whose count drops to zero becomes empty again.
+const COUNT_BITS: u32 = 20;
+const COUNT_MAX: u64 = (1 << COUNT_BITS) - 1;
+/// The largest inode number an open table can hold.
+pub const MAX_OPEN_INO: u64 = (1 << (64 - COUNT_BITS)) - 1;
+
+/// The process table and state words of one runtime region.
+#[derive(Clone)]
+pub struct Procs {
+    region: Arc<Region>,
+}
+
+/// Slots still busy (live, with operations in flight) when a quiescence wait ran out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Busy(pub Vec<u32>);
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "processes in slots {:?} still have operations in flight",
+            self.0
+        )
+    }
+}
+
+/// One operation in flight in a slot: counted from `enter_op` until dropped.
+pub struct Op<'a> {
+    count: &'a AtomicU64,
+}
+
+impl Drop for Op<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl Procs {
+    /// A view of `region`'s header and process table.
+    pub fn new(region: Arc<Region>) -> Result<Procs> {
+        if region.len() < bytes_needed() {
+            return Err(Error::Invalid(format!(
+                "runtime region of {} bytes is smaller than its header and process table ({})",
+                region.len(),
+                bytes_needed()
+            )));
+        }
+        Ok(Procs { region })
+    }
+
+    fn state_word(&self) -> &AtomicU32 {
+        &self.region.u32s(STATE_OFF, 1)[0]
+    }
+    fn repairer_word(&self) -> &AtomicU32 {
+        &self.region.u32s(REPAIRER_OFF, 1)[0]
+    }
+    fn generation_word(&self) -> &AtomicU64 {
+        &self.region.words(GENERATION_OFF, 1)[0]
+    }
+    fn identity(&self, slot: u32) -> &AtomicU64 {
+        &self.slot_words(slot)[0]
+    }
+    fn ops(&self, slot: u32) -> &AtomicU64 {
+        &self.slot_words(slot)[1]
+    }
+    fn slot_words(&self, slot: u32) -> &[AtomicU64] {
+        assert!(slot < MAX_PROCS, "process slot {slot} out of range");
+        self.region.words(PROCS_OFF + slot as usize * SLOT_BYTES, 2)
+    }
+    fn open_table(&self, slot: u32) -> &[AtomicU64] {
+        assert!(slot < MAX_PROCS, "process slot {slot} out of range");
+        self.region
+            .words(OPEN_OFF + slot as usize * OPEN_TABLE_BYTES, OPEN_ENTRIES)
+    }
+
+    /// BUILDING, READY or REPAIRING.
+    pub fn state(&self) -> u32 {
+        self.state_word().load(Ordering::SeqCst)
+    }
+
+    /// The runtime is built: operations may run.
+    pub fn set_ready(&self) {
+        self.state_word().store(READY, Ordering::SeqCst);
+    }
+
+    /// How many times the runtime was built in this file (1 after the first build).
+    pub fn generation(&self) -> u64 {
+        self.generation_word().load(Ordering::SeqCst)
+    }
+
+    /// Set the generation (the attacher that creates the file sets 1).
+    pub(super) fn set_generation(&self, g: u64) {
+        self.generation_word().store(g, Ordering::SeqCst);
+    }
+
+    /// Mark the runtime under repair (from READY). True if this call changed it.
+    pub fn begin_repair(&self) -> bool {
+        self.state_word()
+            .compare_exchange(READY, REPAIRING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Become the one process that rebuilds the runtime, unless a live one already
+    /// is (a repairer that died is replaced). True if `me` is now the repairer.
+    pub fn claim_repair(&self, me: u32) -> bool {
+        let w = self.repairer_word();
+        loop {
+            let cur = w.load(Ordering::SeqCst);
+            if cur == me + 1 {
+                return true;
+            }
+            if cur != 0 && self.alive(cur - 1) {
+                return false;
+            }
+            if w.compare_exchange(cur, me + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return true;
+            }
+        }
+    }
+
+    /// The rebuild is done: record its generation, release the repair claim and let
+    /// operations run again.
+    pub fn end_repair(&self, new_generation: u64) {
+        self.generation_word()
+            .store(new_generation, Ordering::SeqCst);
+        self.repairer_word().store(0, Ordering::SeqCst);
+        self.state_word().store(READY, Ordering::SeqCst);
+    }
+
+    /// Claim a free slot for this process.
+    pub fn register(&self) -> Result<u32> {
+        let me = own_identity()?;
+        (0..MAX_PROCS)
+            .find(|&s| {
+                self.identity(s)
+                    .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            })
+            .ok_or(Error::Errno(libc::EUSERS))
+    }
+
+    /// Give `slot` up (its open table and counter cleared first, so a free slot is
+    /// always clean).
+    pub fn unregister(&self, slot: u32) {
+        self.clear_slot(slot);
+        self.identity(slot).store(0, Ordering::SeqCst);
+    }
+
+    fn clear_slot(&self, slot: u32) {
+        for e in self.open_table(slot) {
+            if e.load(Ordering::Relaxed) != 0 {
+                e.store(0, Ordering::Relaxed);
+            }
+        }
+        self.ops(slot).store(0, Ordering::SeqCst);
+    }
+
+    /// Whether a process is registered in `slot` and still running (same pid and
+    /// start time, and not a zombie: a zombie has released its locks).
+    pub fn alive(&self, slot: u32) -> bool {
+        let id = self.identity(slot).load(Ordering::SeqCst);
+        id != 0 && identity_running(id)
+    }
+
+    /// Slots registered to processes that are gone.
+    pub fn dead_slots(&self) -> Vec<u32> {
+        (0..MAX_PROCS)
+            .filter(|&s| self.identity(s).load(Ordering::SeqCst) != 0 && !self.alive(s))
+            .collect()
+    }
+
+    /// Free a dead process's slot, dropping its open table. Only the repairer calls
+    /// this (two reapers of one slot could clear a newcomer's table). False if the
+    /// slot is free or its process is alive.
+    pub fn reap(&self, slot: u32) -> bool {
+        let id = self.identity(slot).load(Ordering::SeqCst);
+        if id == 0 || identity_running(id) {
+            return false;
+        }
+        self.clear_slot(slot);
+        self.identity(slot)
+            .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Start an operation in `slot`: one atomic increment, then a look at the state
+    /// word. Together with `begin_repair` followed by `wait_quiescent` (both sides
+    /// sequentially consistent), either the operation sees REPAIRING and backs out,
+    /// or the repairer sees its count and waits for it.
+    pub fn enter_op(&self, slot: u32) -> Result<Op<'_>, Interrupted> {
+        let count = self.ops(slot);
+        count.fetch_add(1, Ordering::SeqCst);
+        let op = Op { count };
+        if self.state() == REPAIRING {
+            return Err(Interrupted);
+        }
+        Ok(op)
+    }
+
+    /// Operations in flight in `slot`.
+    pub fn ops_in_flight(&self, slot: u32) -> u64 {
+        self.ops(slot).load(Ordering::SeqCst)
+    }
+
+    /// Wait until no other live slot has an operation in flight (a process that dies
+    /// meanwhile counts as quiescent). Returns how many slots are live, `me` included.
+    pub fn wait_quiescent(&self, me: u32, deadline: Instant) -> Result<usize, Busy> {
+        let mut pause = Duration::from_micros(50);
+        loop {
+            let busy: Vec<u32> = (0..MAX_PROCS)
+                .filter(|&s| s != me && self.ops_in_flight(s) != 0 && self.alive(s))
+                .collect();
+            if busy.is_empty() {
+                return Ok((0..MAX_PROCS).filter(|&s| self.alive(s)).count());
+            }
+            if Instant::now() >= deadline {
+                return Err(Busy(busy));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    /// Count one more open of `ino` by the process in `slot` (which alone writes its
+    /// table; its threads may race). ENFILE when the table is full.
+    pub fn open_inc(&self, slot: u32, ino: u64) -> Result<()> {
+        check_ino(ino)?;
+        let table = self.open_table(slot);
+        for i in probe(ino) {
+            let e = &table[i];
+            let mut w = e.load(Ordering::Acquire);
+            loop {
+                let take = w == 0 || (w >> COUNT_BITS == ino && w & COUNT_MAX < COUNT_MAX);
+                if !take {
+                    break;
+                }
+                let new = if w == 0 { ino << COUNT_BITS | 1 } else { w + 1 };
+                match e.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Ok(()),
+                    Err(now) => w = now,
+                }
+            }
+        }
+        Err(Error::Errno(libc::ENFILE))
+    }
+
+    /// Count one open of `ino` by the process in `slot` closed. EINVAL if the table
+    /// holds no open of it (a caller's bookkeeping error).
+    pub fn open_dec(&self, slot: u32, ino: u64) -> Result<()> {
+        check_ino(ino)?;
+        let table = self.open_table(slot);
+        for i in probe(ino) {
+            let e = &table[i];
+            let mut w = e.load(Ordering::Acquire);
+            while w != 0 && w >> COUNT_BITS == ino {
+                // The last count empties the entry for reuse.
+                let new = if w & COUNT_MAX == 1 { 0 } else { w - 1 };
+                match e.compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Ok(()),
+                    Err(now) => w = now,
+                }
+            }
+        }
+        Err(Error::Invalid(format!(
+            "inode {ino} is not open in process slot {slot}"
+        )))
+    }
+
+    /// Every inode the process in `slot` holds open, with its count, by inode.
+    pub fn opens_of(&self, slot: u32) -> Vec<(u64, u64)> {
+        let mut m = BTreeMap::new();
+        for e in self.open_table(slot) {
+            let w = e.load(Ordering::Acquire);
+            if w != 0 {
+                *m.entry(w >> COUNT_BITS).or_insert(0) += w & COUNT_MAX;
+            }
+        }
+        m.into_iter().collect()
+    }
+}
+
+fn check_ino(ino: u64) -> Result<()> {
+    if ino == 0 || ino > MAX_OPEN_INO {
+        return Err(Error::Invalid(format!(
+            "inode {ino} cannot be recorded in an open table"
+        )));
+    }
+    Ok(())
+}
+
+/// Every index of an open table, starting at `ino`'s home. Entries are interchangeable
+/// counts (an inode may have several), so no probe chain has to stay intact: a search
+/// goes on past empty entries, and an emptied entry is simply free again.
+fn probe(ino: u64) -> impl Iterator<Item = usize> {
+    let home =
+        (ino.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - OPEN_ENTRIES.trailing_zeros())) as usize;
+    (0..OPEN_ENTRIES).map(move |k| (home + k) % OPEN_ENTRIES)
+}
+
+/// This process's identity word.
+fn own_identity() -> Result<u64> {
+    let pid = std::process::id();
+    let (_, start) = proc_stat(pid).ok_or_else(|| {
+        Error::Invalid(format!("cannot read /proc/{pid}/stat (is /proc mounted?)"))
+    })?;
+    if pid >= 1 << PID_BITS || start >= 1 << START_BITS {
+        return Err(Error::Invalid(format!(
+            "process {pid} (started at tick {start}) does not fit a process-table slot"
+        )));
+    }
+    Ok(start << PID_BITS | u64::from(pid))
+}
+
+/// Whether the process an identity word names is running.
+fn identity_running(id: u64) -> bool {
+    let pid = (id & ((1 << PID_BITS) - 1)) as u32;
+    match proc_stat(pid) {
+        Some((state, start)) => start == id >> PID_BITS && state != b'Z' && state != b'X',
+        None => false,
+    }
+}
+
+/// A process's state letter and start time (field 22 of /proc/PID/stat, clock ticks
+/// since boot), or None if there is no such process.
+fn proc_stat(pid: u32) -> Option<(u8, u64)> {
+    let text = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold anything, ')' too.
+    let after = &text[text.iter().rposition(|&b| b == b')')? + 1..];
+    let mut fields = after
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()?; // field 3
+    let start = fields.nth(22 - 4)?; // field 22
+    Some((state, std::str::from_utf8(start).ok()?.parse().ok()?))
+}
+
+/// The [`Watch`] of an attached process: interrupts waits while the runtime is under
+/// repair, and (at most every [`SCAN_EVERY`] per process) looks for dead processes,
+/// starting a repair when it finds one.
+pub struct Health {
+    procs: Procs,
+    base: Instant,
+    /// Nanoseconds after `base` of the last scan (shared by this process's threads).
+    last_scan: AtomicU64,
+}
+
+/// How often one process looks for dead ones while waiting.
+pub const SCAN_EVERY: Duration = Duration::from_millis(10);
+
+impl Health {
+    pub fn new(procs: Procs) -> Health {
+        Health {
+            procs,
+            base: Instant::now(),
+            last_scan: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether this thread should scan now: the last scan is old enough and no other
+    /// thread of the process claimed this one.
+    fn due(&self) -> bool {
+        let now = self.base.elapsed().as_nanos() as u64;
+        let last = self.last_scan.load(Ordering::Relaxed);
+        now >= last + SCAN_EVERY.as_nanos() as u64
+            && self
+                .last_scan
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+impl Watch for Health {
+    fn check(&self) -> Result<(), Interrupted> {
+        if self.procs.state() == REPAIRING {
+            return Err(Interrupted);
+        }
+        if !self.due() || self.procs.dead_slots().is_empty() {
+            return Ok(());
+        }
+        self.procs.begin_repair();
+        Err(Interrupted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn procs() -> Procs {
+        Procs::new(Arc::new(Region::anonymous(bytes_needed()).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn open_tables_count_per_inode_and_empty_on_last_close() {
+        let p = procs();
+        let s = p.register().unwrap();
+        p.open_inc(s, 5).unwrap();
+        p.open_inc(s, 5).unwrap();
+        p.open_inc(s, MAX_OPEN_INO).unwrap();
+        assert_eq!(p.opens_of(s), vec![(5, 2), (MAX_OPEN_INO, 1)]);
+        p.open_dec(s, 5).unwrap();
+        p.open_dec(s, 5).unwrap();
+        assert!(p.open_dec(s, 5).is_err(), "closing more than opened");
+        assert_eq!(p.opens_of(s), vec![(MAX_OPEN_INO, 1)]);
+        assert!(p.open_inc(s, 0).is_err());
+        assert!(p.open_inc(s, MAX_OPEN_INO + 1).is_err());
+        let other = p.register().unwrap();
+        assert_ne!(s, other);
+        assert!(p.opens_of(other).is_empty(), "tables are per slot");
+    }
+
+    #[test]
+    fn a_full_open_table_says_enfile_and_frees_on_close() {
+        let p = procs();
+        let s = p.register().unwrap();
+        for ino in 1..=OPEN_ENTRIES as u64 {
+            p.open_inc(s, ino).unwrap();
+        }
+        assert_eq!(
+            p.open_inc(s, OPEN_ENTRIES as u64 + 1).unwrap_err().errno(),
+            libc::ENFILE
+        );
+        p.open_inc(s, 7).unwrap(); // one more of an inode already in: still counted
+        p.open_dec(s, 9).unwrap();
+        p.open_inc(s, OPEN_ENTRIES as u64 + 1).unwrap();
+        assert_eq!(p.opens_of(s).len(), OPEN_ENTRIES);
+    }
+
+    #[test]
+    fn racing_threads_keep_exact_counts() {
+        let p = procs();
+        let s = p.register().unwrap();
+        std::thread::scope(|sc| {
+            for t in 0..4u64 {
+                let p = &p;
+                sc.spawn(move || {
+                    for i in 0..20_000u64 {
+                        let ino = 1 + (i % 50);
+                        p.open_inc(s, ino).unwrap();
+                        if i % 3 != 0 || t == 0 {
+                            p.open_dec(s, ino).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        let total: u64 = p.opens_of(s).iter().map(|&(_, c)| c).sum();
+        // Threads 1..3 keep every third open: 6667 each.
+        assert_eq!(total, 3 * 6667);
+    }
+
+    #[test]
+    fn ops_back_out_under_repair_and_reap_frees_only_dead_slots() {
+        let p = procs();
+        p.set_ready();
+        let me = p.register().unwrap();
+        assert!(p.alive(me));
+        assert!(!p.reap(me), "a live slot is not reaped");
+        let op = p.enter_op(me).unwrap();
+        assert_eq!(p.ops_in_flight(me), 1);
+        assert!(p.begin_repair());
+        assert!(p.enter_op(me).is_err(), "no new operation during repair");
+        assert_eq!(p.ops_in_flight(me), 1);
+        drop(op);
+        assert_eq!(p.wait_quiescent(me, Instant::now()), Ok(1));
+        // A slot naming a process that is gone (pid 0 never names a user process).
+        let ghost = p.register().unwrap();
+        p.identity(ghost).store(1 << PID_BITS, Ordering::SeqCst);
+        p.open_inc(ghost, 3).unwrap();
+        p.ops(ghost).store(2, Ordering::SeqCst);
+        assert_eq!(p.dead_slots(), vec![ghost]);
+        assert_eq!(
+            p.wait_quiescent(me, Instant::now()),
+            Ok(1),
+            "the dead are quiescent"
+        );
+        assert!(p.claim_repair(me));
+        assert!(p.reap(ghost));
+        assert!(p.opens_of(ghost).is_empty());
+        p.end_repair(2);
+        assert_eq!((p.state(), p.generation()), (READY, 2));
+        assert!(p.dead_slots().is_empty());
+    }
+
+    #[test]
+    fn health_interrupts_after_a_death_is_seen() {
+        let p = procs();
+        p.set_ready();
+        let h = Health::new(p.clone());
+        assert_eq!(h.check(), Ok(()));
+        let ghost = p.register().unwrap();
+        p.identity(ghost).store(1 << PID_BITS, Ordering::SeqCst);
+        std::thread::sleep(SCAN_EVERY * 2);
+        assert_eq!(h.check(), Err(Interrupted));
+        assert_eq!(p.state(), REPAIRING);
+        assert_eq!(h.check(), Err(Interrupted), "until the repair ends");
+    }
+
+    #[test]
+    fn own_stat_parses() {
+        let (state, start) = proc_stat(std::process::id()).unwrap();
+        assert_ne!(state, b'Z');
+        assert!(start > 0);
+        assert!(identity_running(own_identity().unwrap()));
+    }
+}
