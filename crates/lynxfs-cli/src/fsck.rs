@@ -74,7 +74,7 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
         }
     };
     let access = if repair {
-        Access::ReadWrite
+        Access::Exclusive
     } else {
         Access::ReadOnly
     };

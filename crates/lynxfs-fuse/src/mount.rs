@@ -249,6 +249,7 @@ fn session<B: Backend>(
     };
     // The pool first: a missing, foreign or busy pool is reported before mounting.
     let pool = Pool::open_with_progress(pool_path, access, backend, progress)?;
+    pool.claim_mount()?;
     let fs = Arc::new(Fs::new(pool));
     let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     if o.daemon_permissions {

@@ -19,7 +19,9 @@ use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::{Backend, Mapping, Pm};
 use crate::progress::{Progress, Quiet};
 use crate::runtime::Span;
+use crate::runtime::{Attachment, RuntimeFile, RuntimeLayout};
 use crate::time::now_ns;
+use std::sync::Arc;
 
 mod file;
 pub use file::POOL_MODE;
@@ -75,7 +77,11 @@ pub fn default_lanes() -> u32 {
 /// How to open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
+    /// Attached: any number of processes of the pool file's owner work on the pool at
+    /// once, sharing the runtime state (`crate::runtime`).
     ReadWrite,
+    /// Alone: refused while any other process has the pool open (`fsck --repair`).
+    Exclusive,
     /// The file is mapped privately: recovery may run in memory, the file is untouched.
     ReadOnly,
 }
@@ -96,6 +102,13 @@ pub struct Pool<B: Backend> {
     access: Access,
     _lock: Option<File>,
     closed: AtomicBool,
+    /// The shared runtime state this process is attached to (`None`: private state,
+    /// for pools in memory and exclusive opens).
+    runtime: Option<Arc<Attachment>>,
+    /// Where each part of the runtime state lives.
+    pub runtime_layout: RuntimeLayout,
+    /// The allocators' part of the runtime state (a repair rebuilds it).
+    alloc_span: Span,
 }
 
 impl<B: Backend> Pool<B> {
@@ -190,7 +203,7 @@ impl<B: Backend> Pool<B> {
         file::check_link(path)?;
         let file = OpenOptions::new()
             .read(true)
-            .write(access == Access::ReadWrite)
+            .write(access != Access::ReadOnly)
             // A FIFO at the path must not hang the open (its type is checked next);
             // for a file or a device the flag changes nothing.
             .custom_flags(libc::O_NONBLOCK)
@@ -208,10 +221,19 @@ impl<B: Backend> Pool<B> {
                 path.display()
             )));
         }
-        if access == Access::ReadWrite {
+        if access != Access::ReadOnly {
             file::check_trusted(&meta, path)?;
         }
         lock(&file, path, access)?;
+        // A read-only open works on a private copy: with a process attached, the copy
+        // could hold its operations half done.
+        if access == Access::ReadOnly
+            && crate::runtime::attach::attached_elsewhere(&file).map_err(|e| Error::io(path, e))?
+        {
+            return Err(Error::Locked {
+                path: path.to_path_buf(),
+            });
+        }
         let size = file_size(&file, &meta, path)?;
         let sb = pick_superblock(path, size, |off, buf| {
             // A short read leaves zeros, which fail the magic check.
@@ -220,45 +242,87 @@ impl<B: Backend> Pool<B> {
         let len = sb.geo.pool_size;
         if meta.is_file() && file::unbacked(&meta, len) > 0 {
             match access {
-                Access::ReadWrite => file::reserve(&file, len, path)?,
+                Access::ReadWrite | Access::Exclusive => file::reserve(&file, len, path)?,
                 Access::ReadOnly => file::check_readable(&meta, len, path)?,
             }
         }
         let map = match access {
-            Access::ReadWrite => Mapping::map_file(&file, len as usize, path)?,
+            Access::ReadWrite | Access::Exclusive => Mapping::map_file(&file, len as usize, path)?,
             Access::ReadOnly => Mapping::map_private(&file, len as usize, path)?,
         };
         let pm = Pm::new(map, backend);
-        Self::start(pm, sb, path, Some(file), access, progress)
+        let attachment = match access {
+            Access::ReadWrite => {
+                let bytes = RuntimeLayout::compute(&sb.layout).total;
+                let a = RuntimeFile::attach(path, &file, sb.uuid, bytes)?;
+                Some(Attachment::new(a))
+            }
+            Access::Exclusive | Access::ReadOnly => None,
+        };
+        Self::start_attached(pm, sb, path, Some(file), access, progress, attachment)
     }
 
     fn start(
+        pm: Pm<B>,
+        sb: Superblock,
+        path: &Path,
+        lock: Option<File>,
+        access: Access,
+        progress: &dyn Progress,
+    ) -> Result<Pool<B>> {
+        Self::start_attached(pm, sb, path, lock, access, progress, None)
+    }
+
+    /// Start using the pool: the first process (or one with private runtime state)
+    /// recovers it or loads the saved allocator state and marks it in use; a process
+    /// attaching to a pool others already use takes the shared state as it is.
+    fn start_attached(
         pm: Pm<B>,
         mut sb: Superblock,
         path: &Path,
         lock: Option<File>,
         access: Access,
         progress: &dyn Progress,
+        attachment: Option<Attachment>,
     ) -> Result<Pool<B>> {
         let layout = sb.layout;
-        let was_clean = sb.clean;
-        let (used, recovery) = if was_clean {
-            (load_state(&pm, &layout), None)
-        } else {
-            let (used, rep) =
-                recover(&pm, &layout, progress).map_err(|w| Error::corrupt(path, w))?;
-            (used, Some(rep))
+        let runtime_layout = RuntimeLayout::compute(&layout);
+        let runtime = attachment.map(Arc::new);
+        let alloc_span = match &runtime {
+            Some(a) => Span::new(a.region(), runtime_layout.alloc.clone()),
+            None => Span::anonymous(Allocators::bytes_needed(&layout))
+                .map_err(|e| Error::io(path, e))?,
         };
-        sb.clean = false;
-        sb.epoch += 1;
-        sb.generation += 1;
+        let was_clean = sb.clean;
+        let first = runtime.as_ref().is_none_or(|a| a.first());
+        let (alloc, recovery) = if first {
+            let (used, recovery) = if was_clean {
+                (load_state(&pm, &layout), None)
+            } else {
+                let (used, rep) =
+                    recover(&pm, &layout, progress).map_err(|w| Error::corrupt(path, w))?;
+                (used, Some(rep))
+            };
+            sb.clean = false;
+            sb.epoch += 1;
+            sb.generation += 1;
+            write_superblock(&pm, &sb);
+            (
+                Allocators::build(alloc_span.clone(), &layout, &used),
+                recovery,
+            )
+        } else {
+            (Allocators::attach(alloc_span.clone(), &layout), None)
+        };
+        if let Some(a) = &runtime {
+            a.publish()?;
+        }
         let epoch = sb.epoch;
-        // In-process shared memory for now; the runtime region will hold it.
-        let span =
-            Span::anonymous(Allocators::bytes_needed(&layout)).map_err(|e| Error::io(path, e))?;
-        write_superblock(&pm, &sb);
         Ok(Pool {
-            alloc: Allocators::build(span, &layout, &used),
+            alloc,
+            runtime,
+            runtime_layout,
+            alloc_span,
             journals: Journals::new(layout.lanes()),
             pm,
             layout,
@@ -283,15 +347,60 @@ impl<B: Backend> Pool<B> {
         self.sb.lock().clone()
     }
 
-    /// Save the allocator state and mark the pool clean. The caller must have stopped
-    /// every operation on the pool.
+    /// Mark the pool mounted by this process; `Locked` if another process has it
+    /// mounted (one mount per pool: the kernel caches of two would go stale).
+    pub fn claim_mount(&self) -> Result<()> {
+        let Some(file) = &self._lock else {
+            return Ok(());
+        };
+        match crate::runtime::attach::claim_mount(file) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::Locked {
+                path: self.path.clone(),
+            }),
+            Err(e) => Err(Error::io(&self.path, e)),
+        }
+    }
+
+    /// The shared runtime state this process is attached to, if any.
+    pub fn attachment(&self) -> Option<&Arc<Attachment>> {
+        self.runtime.as_ref()
+    }
+
+    /// Rebuild the allocators' shared state from what is in use (a repair).
+    pub(crate) fn rebuild_allocators(&self, used: &UsedSets) {
+        // The state lives in the span: the value built over it is only a view.
+        drop(Allocators::build(
+            self.alloc_span.clone(),
+            &self.layout,
+            used,
+        ));
+    }
+
+    /// Leave the pool: the last process attached (or one with private state) saves
+    /// the allocator state and marks the pool clean. The caller must have stopped
+    /// every operation of this process on the pool.
     pub fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        match &self.runtime {
+            Some(a) => a.detach(|| self.save_clean()),
+            None => self.save_clean(),
+        }
+    }
+
+    fn save_clean(&self) -> Result<()> {
         let used = self.alloc.used_sets();
         save_state(&self.pm, &self.layout, &used);
         let mut sb = self.sb.lock();
+        // Other processes may have used the pool since this one read the superblock:
+        // start from the copy in the pool.
+        if let Ok(now) =
+            pick_superblock(&self.path, self.pm.len(), |off, buf| self.pm.read(off, buf))
+        {
+            *sb = now;
+        }
         sb.clean = true;
         sb.generation += 1;
         write_superblock(&self.pm, &sb);
@@ -305,7 +414,11 @@ impl<B: Backend> Pool<B> {
 
     /// As `crash`, for a pool owned by something else: from now on nothing is saved.
     pub fn crash_in_place(&self) {
-        self.closed.store(true, Ordering::Release);
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            if let Some(a) = &self.runtime {
+                let _ = a.detach(|| Ok(()));
+            }
+        }
     }
 }
 
@@ -522,8 +635,8 @@ fn save_state<B: Backend>(pm: &Pm<B>, l: &Layout, used: &UsedSets) {
 
 fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
     let op = match access {
-        Access::ReadWrite => libc::LOCK_EX,
-        Access::ReadOnly => libc::LOCK_SH,
+        Access::Exclusive => libc::LOCK_EX,
+        Access::ReadWrite | Access::ReadOnly => libc::LOCK_SH,
     };
     // A lock another holder keeps is "in use" at once, but only after a short grace:
     // the last holder may have closed the pool an instant ago while a child that a

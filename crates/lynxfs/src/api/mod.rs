@@ -173,7 +173,7 @@ impl<B: Backend> Fs<B> {
             .pm
             .load_u64(self.ns.pool.layout.inode_addr(ino) + inode::SIZE);
         if size > 0 {
-            let cache = crate::data::MapCache::new(c.map_version(), None);
+            let cache = crate::data::MapCache::new(c.map_version(), 0, None);
             crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &cache)
         } else {
             Ok(())
@@ -182,7 +182,11 @@ impl<B: Backend> Fs<B> {
 
     /// The map cache of open file `f`.
     fn map_of<'f>(&'f self, f: &'f OpenFile) -> crate::data::MapCache<'f> {
-        crate::data::MapCache::new(self.ns.cachelets.get(f.ino).map_version(), Some(&f.map))
+        crate::data::MapCache::new(
+            self.ns.cachelets.get(f.ino).map_version(),
+            self.ns.rt.generation(),
+            Some(&f.map),
+        )
     }
 
     fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
@@ -374,7 +378,7 @@ impl<B: Backend> Fs<B> {
         }
         let c = self.ns.cachelets.get(ino);
         let _w = c.write(self.ns.watch())?;
-        let cache = crate::data::MapCache::new(c.map_version(), local);
+        let cache = crate::data::MapCache::new(c.map_version(), self.ns.rt.generation(), local);
         crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len, &cache)?;
         if !privileged {
             self.clear_suid(ino);

@@ -72,7 +72,7 @@ fn leaves_of<B: Backend>(pool: &Pool<B>, nodes: &[u64], depth: u16) -> Vec<Leaf>
 /// A process's copy of one file's map, kept with an open file so reads and writes do
 /// not parse the pool's map each time, with the map version it was read at.
 #[derive(Default)]
-pub struct LocalMap(parking_lot::Mutex<Option<(u64, std::sync::Arc<Map>)>>);
+pub struct LocalMap(parking_lot::Mutex<Option<((u64, u64), std::sync::Arc<Map>)>>);
 
 /// A file's map as a caller may cache it: the file's map version (a shared word in its
 /// cachelet, bumped by every change, from any process) and this caller's copy, if it
@@ -80,17 +80,24 @@ pub struct LocalMap(parking_lot::Mutex<Option<(u64, std::sync::Arc<Map>)>>);
 /// orders every use of the version with the pool.
 pub struct MapCache<'a> {
     version: &'a AtomicU64,
+    /// The runtime state's generation: a repair rebuilds the versions from zero, so a
+    /// copy counts only within one generation.
+    generation: u64,
     local: Option<&'a LocalMap>,
 }
 
 impl<'a> MapCache<'a> {
-    pub fn new(version: &'a AtomicU64, local: Option<&'a LocalMap>) -> Self {
-        MapCache { version, local }
+    pub fn new(version: &'a AtomicU64, generation: u64, local: Option<&'a LocalMap>) -> Self {
+        MapCache {
+            version,
+            generation,
+            local,
+        }
     }
 
     /// The map: the copy if it is of the current version, else read from the pool.
     pub fn get<B: Backend>(&self, pool: &Pool<B>, ino: u64) -> Result<std::sync::Arc<Map>> {
-        let v = self.version.load(Ordering::Acquire);
+        let v = (self.generation, self.version.load(Ordering::Acquire));
         let Some(local) = self.local else {
             return Ok(std::sync::Arc::new(read(pool, ino)?));
         };
@@ -107,7 +114,10 @@ impl<'a> MapCache<'a> {
 
     /// The map changed to `m`.
     pub fn put(&self, m: Map) {
-        let v = self.version.fetch_add(1, Ordering::AcqRel) + 1;
+        let v = (
+            self.generation,
+            self.version.fetch_add(1, Ordering::AcqRel) + 1,
+        );
         if let Some(local) = self.local {
             *local.0.lock() = Some((v, std::sync::Arc::new(m)));
         }

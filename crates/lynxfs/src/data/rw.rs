@@ -27,7 +27,7 @@ fn size_of<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
 /// pool: for callers without the file's cachelet (readlink, tools).
 pub fn read_at<B: Backend>(pool: &Pool<B>, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
     let unshared = std::sync::atomic::AtomicU64::new(0);
-    read_cached(pool, ino, off, buf, &MapCache::new(&unshared, None))
+    read_cached(pool, ino, off, buf, &MapCache::new(&unshared, 0, None))
 }
 
 /// Read through the file's cached map (the caller holds the file's lock shared).

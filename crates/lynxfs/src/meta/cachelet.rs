@@ -82,6 +82,11 @@ impl Cachelets {
         }
     }
 
+    /// Forget every record (a repair rebuilds them).
+    pub fn clear(&self) {
+        self.span.zero();
+    }
+
     /// Files open or directories loaded now (a walk: for `lynxfs info`).
     pub fn live(&self) -> u64 {
         (0..self.count)

@@ -223,6 +223,11 @@ impl FreeSlots {
         }
     }
 
+    /// Forget every stack (a repair rebuilds them as directories load again).
+    pub fn clear(&self) {
+        self.span.zero();
+    }
+
     fn w(&self) -> &[AtomicU64] {
         self.span.words()
     }

@@ -80,8 +80,17 @@ pub fn check_name(name: &[u8]) -> Result<()> {
 impl<B: Backend> Namespace<B> {
     /// The namespace of `pool`, its runtime state in fresh memory of this process's own.
     pub fn new(pool: Pool<B>) -> Self {
-        let parts = shared::Parts::private(&pool.layout).expect("memory for the runtime state");
-        Self::with_parts(pool, parts, Arc::new(crate::runtime::Private))
+        match pool.attachment().cloned() {
+            Some(a) => {
+                let parts = shared::Parts::at(&a.region(), &pool.runtime_layout.namespace);
+                Self::with_parts(pool, parts, a)
+            }
+            None => {
+                let parts =
+                    shared::Parts::private(&pool.layout).expect("memory for the runtime state");
+                Self::with_parts(pool, parts, Arc::new(crate::runtime::Private))
+            }
+        }
     }
 
     pub(crate) fn with_parts(pool: Pool<B>, parts: shared::Parts, rt: Arc<dyn Runtime>) -> Self {
@@ -111,15 +120,65 @@ impl<B: Backend> Namespace<B> {
             return f();
         }
         loop {
-            self.rt.enter();
+            if self.rt.enter().is_err() {
+                self.settle();
+                continue;
+            }
             let r = {
                 let _depth = op_depth::Enter::new();
                 f()
             };
             self.rt.leave();
             match r {
-                Err(crate::Error::Errno(libc::ERESTART)) => self.rt.settle(),
+                Err(crate::Error::Errno(libc::ERESTART)) => self.settle(),
                 r => return r,
+            }
+        }
+    }
+
+    /// After an operation was interrupted (outside any operation): do the repair if
+    /// this thread is chosen, else wait for it.
+    fn settle(&self) {
+        if self.rt.settle() {
+            self.rebuild_runtime();
+            self.rt.repaired();
+        }
+    }
+
+    /// Rebuild every part of the runtime state from the pool (every live process's
+    /// operations have drained): recovery as after a crash, keeping what live
+    /// processes have open, then each open count as their open tables say.
+    fn rebuild_runtime(&self) {
+        let keep = self.rt.live_opens();
+        self.index.pin().clear();
+        self.cachelets.clear();
+        self.free_slots.clear();
+        self.locks.clear();
+        let inos: Vec<u64> = keep.iter().map(|&(ino, _)| ino).collect();
+        let l = self.pool.layout;
+        let used = match crate::log::recover_keeping(&self.pool.pm, &l, &crate::Quiet, &inos) {
+            Ok((used, _)) => used,
+            // The pool itself is damaged: nothing can go on safely in any process.
+            Err(what) => {
+                eprintln!(
+                    "lynxfs: {}: corrupt pool found while repairing the runtime state: {what}",
+                    self.pool.path().display()
+                );
+                std::process::abort();
+            }
+        };
+        self.pool.rebuild_allocators(&used);
+        for (ino, n) in keep {
+            if !l.ino_valid(ino) {
+                continue;
+            }
+            let c = self.cachelets.get(ino);
+            c.open_counter().store(
+                n.min(u32::MAX as u64) as u32,
+                std::sync::atomic::Ordering::Release,
+            );
+            if self.load(ino, inode::NLINK) == 0 {
+                c.set_flags(cachelet::ORPHAN);
             }
         }
     }

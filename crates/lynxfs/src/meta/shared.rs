@@ -27,21 +27,21 @@ pub struct Parts {
 
 impl Parts {
     /// Lay out the namespace's parts after what `carve` has handed out already.
-    pub fn carve(carve: &mut Carve, l: &Layout) -> [std::ops::Range<usize>; 3] {
-        [
+    pub fn carve(carve: &mut Carve, l: &Layout) -> Vec<std::ops::Range<usize>> {
+        vec![
             carve.take(Cachelets::bytes_needed(l)),
             carve.take(FreeSlots::bytes_needed(l)),
             carve.take(LOCK_WORDS * 4),
         ]
     }
 
-    /// The parts at `ranges` of `region`.
-    pub fn at(region: &Arc<Region>, ranges: [std::ops::Range<usize>; 3]) -> Parts {
-        let [c, f, l] = ranges;
+    /// The parts at `ranges` (from [`Parts::carve`]) of `region`.
+    pub fn at(region: &Arc<Region>, ranges: &[std::ops::Range<usize>]) -> Parts {
+        let span = |i: usize| Span::new(region.clone(), ranges[i].clone());
         Parts {
-            cachelets: Span::new(region.clone(), c),
-            free_slots: Span::new(region.clone(), f),
-            locks: Span::new(region.clone(), l),
+            cachelets: span(0),
+            free_slots: span(1),
+            locks: span(2),
         }
     }
 
@@ -50,7 +50,7 @@ impl Parts {
         let mut carve = Carve::default();
         let ranges = Self::carve(&mut carve, l);
         let region = Arc::new(Region::anonymous(carve.total())?);
-        Ok(Self::at(&region, ranges))
+        Ok(Self::at(&region, &ranges))
     }
 }
 
@@ -63,6 +63,11 @@ impl Locks {
     pub fn new(span: Span) -> Locks {
         assert!(span.bytes() >= LOCK_WORDS * 4);
         Locks { span }
+    }
+
+    /// Release every lock (a repair, once no operation is in flight).
+    pub fn clear(&self) {
+        self.span.zero();
     }
 
     /// Renames that could move a directory serialize here (as Linux's

@@ -90,7 +90,7 @@ pub(super) fn examine(path: &Path, force: bool) -> Result<Target> {
             ),
         ));
     }
-    lock(&file, path, Access::ReadWrite)?;
+    lock(&file, path, Access::Exclusive)?;
     Ok(Target::Replace(file))
 }
 
@@ -137,7 +137,7 @@ pub(super) fn open_device(path: &Path) -> Result<File> {
     if !is_block_device(&meta) {
         return Err(refuse(path, "changed while being looked at"));
     }
-    lock(&file, path, Access::ReadWrite)?;
+    lock(&file, path, Access::Exclusive)?;
     Ok(file)
 }
 

@@ -591,3 +591,38 @@ fn check_header(region: &Region, id: &PoolId, bytes: usize) -> Result<(), String
     }
     Ok(())
 }
+
+/// Whether some process (through another open of the file) is attached to the pool
+/// open as `pool_file` now: one that only reads a private copy of the pool must not,
+/// since it would see operations half done.
+pub fn attached_elsewhere(pool_file: &File) -> io::Result<bool> {
+    // SAFETY: a plain C struct; all-zero is a valid value that we then fill in.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = ATTACHMENT;
+    fl.l_len = 1;
+    // SAFETY: fcntl on a descriptor we own, with a pointer to a live flock struct it
+    // fills in.
+    let r = unsafe {
+        libc::fcntl(
+            pool_file.as_raw_fd(),
+            libc::F_OFD_GETLK,
+            &mut fl as *mut libc::flock,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// The byte a mounting process locks, so one pool has at most one mount (two kernels'
+/// caches of one pool would each need the other's invalidations).
+const MOUNTED: i64 = 2;
+
+/// Mark the pool open as `pool_file` mounted by this process (until the file is
+/// closed); false if another process has it mounted.
+pub fn claim_mount(pool_file: &File) -> io::Result<bool> {
+    ofd_lock(pool_file, MOUNTED, 1, libc::F_WRLCK, false)
+}

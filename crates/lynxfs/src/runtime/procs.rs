@@ -251,6 +251,12 @@ impl Procs {
         Ok(op)
     }
 
+    /// End an operation counted by [`Procs::enter_op`] whose guard was not kept (the
+    /// engine counts across calls, see `runtime::Runtime`).
+    pub fn leave_op(&self, slot: u32) {
+        self.ops(slot).fetch_sub(1, Ordering::Release);
+    }
+
     /// Operations in flight in `slot`.
     pub fn ops_in_flight(&self, slot: u32) -> u64 {
         self.ops(slot).load(Ordering::SeqCst)

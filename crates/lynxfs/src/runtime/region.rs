@@ -154,6 +154,13 @@ impl Span {
         self.bytes
     }
 
+    /// Set every word to zero (a repair starting the state afresh).
+    pub fn zero(&self) {
+        for w in self.words() {
+            w.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// The part `[start, start+len)` (bytes, 64-aligned) of this span.
     pub fn sub(&self, start: usize, len: usize) -> Span {
         assert!(start.is_multiple_of(64) && start + len <= self.bytes);

@@ -1,0 +1,166 @@
+//! A process attached to a pool's shared runtime state: the [`Runtime`] the engine
+//! works in when several processes share a pool. Operations are counted in the
+//! process's slot; waits ask [`Health`] whether some attached process died; an
+//! operation a death interrupted unwinds, and outside any operation its thread either
+//! becomes the repairer (once every live process's operations have drained) or waits
+//! for the repair another process does (docs/CONSISTENCY.md, "A process dies").
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::procs::{Procs, REPAIRING};
+use super::{Attached, Health, Interrupted, Runtime, Watch};
+
+/// How long the repairer waits for other processes' operations before it looks again
+/// at which of them are alive (a process stopped mid-operation delays the repair).
+const DRAIN_SLICE: Duration = Duration::from_millis(100);
+
+pub struct Attachment {
+    procs: Procs,
+    slot: u32,
+    health: Health,
+    /// Taken by detach.
+    attached: Mutex<Option<Attached>>,
+}
+
+impl Attachment {
+    pub fn new(attached: Attached) -> Attachment {
+        Attachment {
+            procs: attached.procs.clone(),
+            slot: attached.slot,
+            health: Health::new(attached.procs.clone()),
+            attached: Mutex::new(Some(attached)),
+        }
+    }
+
+    pub fn procs(&self) -> &Procs {
+        &self.procs
+    }
+
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The region, for laying out the parts of the runtime state.
+    pub fn region(&self) -> std::sync::Arc<super::Region> {
+        let a = self.attached.lock();
+        a.as_ref().expect("attached").region.clone()
+    }
+
+    /// Whether this process built the runtime state (no other was attached).
+    pub fn first(&self) -> bool {
+        self.attached.lock().as_ref().is_some_and(|a| a.first)
+    }
+
+    /// The first attacher has built the state: let others attach.
+    pub fn publish(&self) -> crate::Result<()> {
+        match self.attached.lock().as_ref() {
+            Some(a) => a.publish(),
+            None => Ok(()),
+        }
+    }
+
+    /// Leave the pool: `save` runs (before the runtime file goes) if this process is
+    /// the last attached, so the pool can be marked clean. Idempotent.
+    pub fn detach(&self, save: impl FnOnce() -> crate::Result<()>) -> crate::Result<()> {
+        let Some(a) = self.attached.lock().take() else {
+            return Ok(());
+        };
+        if a.detach_begin()? {
+            save()?;
+        }
+        a.detach_end()
+    }
+
+    /// Wait until no live process (this one included) has an operation in flight.
+    fn drain(&self) {
+        loop {
+            if self
+                .procs
+                .wait_quiescent(self.slot, Instant::now() + DRAIN_SLICE)
+                .is_ok()
+                && self.procs.ops_in_flight(self.slot) == 0
+            {
+                return;
+            }
+        }
+    }
+
+    /// Sum of every live process's open counts (the repairer's view).
+    pub fn live_opens(&self) -> HashMap<u64, u64> {
+        let mut all = HashMap::new();
+        for s in 0..super::procs::MAX_PROCS {
+            if self.procs.alive(s) {
+                for (ino, n) in self.procs.opens_of(s) {
+                    *all.entry(ino).or_insert(0) += n;
+                }
+            }
+        }
+        all
+    }
+}
+
+impl Watch for Attachment {
+    fn check(&self) -> Result<(), Interrupted> {
+        self.health.check()
+    }
+}
+
+impl Runtime for Attachment {
+    fn enter(&self) -> Result<(), Interrupted> {
+        std::mem::forget(self.procs.enter_op(self.slot)?);
+        Ok(())
+    }
+
+    fn leave(&self) {
+        self.procs.leave_op(self.slot);
+    }
+
+    fn settle(&self) -> bool {
+        loop {
+            if self.procs.state() != REPAIRING {
+                return false;
+            }
+            if self.procs.claim_repair(self.slot) {
+                self.drain();
+                for dead in self.procs.dead_slots() {
+                    self.procs.reap(dead);
+                }
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn repaired(&self) {
+        self.procs.end_repair(self.procs.generation() + 1);
+    }
+
+    fn generation(&self) -> u64 {
+        self.procs.generation()
+    }
+
+    fn opened(&self, ino: u64) -> crate::Result<()> {
+        self.procs.open_inc(self.slot, ino)
+    }
+
+    fn closed(&self, ino: u64) {
+        // A count this process never took is a bug here, not a caller's error.
+        let r = self.procs.open_dec(self.slot, ino);
+        debug_assert!(r.is_ok(), "closing inode {ino} this process has not open");
+    }
+
+    fn live_opens(&self) -> Vec<(u64, u64)> {
+        Attachment::live_opens(self).into_iter().collect()
+    }
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        if self.attached.get_mut().is_some() {
+            let _ = self.detach(|| Ok(()));
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! Where each part of the runtime state lives in the region: the one place that knows
+//! every part, computed from the pool's layout alone, so every attacher agrees.
+
+use std::ops::Range;
+
+use crate::alloc::Allocators;
+use crate::format::Layout;
+use crate::meta::shared::Parts;
+
+use super::{procs, Carve};
+
+#[derive(Clone, Debug)]
+pub struct RuntimeLayout {
+    /// The allocators' bitmaps and counters.
+    pub alloc: Range<usize>,
+    /// The namespace's parts (see `meta::shared::Parts`).
+    pub namespace: Vec<Range<usize>>,
+    /// Everything a repair rebuilds (all but the header, process and open tables).
+    pub rebuilt: Range<usize>,
+    /// The region's size.
+    pub total: usize,
+}
+
+impl RuntimeLayout {
+    pub fn compute(l: &Layout) -> RuntimeLayout {
+        let mut c = Carve::default();
+        c.take(procs::bytes_needed());
+        let alloc = c.take(Allocators::bytes_needed(l));
+        let namespace = Parts::carve(&mut c, l);
+        let total = c.total();
+        RuntimeLayout {
+            rebuilt: alloc.start..total,
+            alloc,
+            namespace,
+            total,
+        }
+    }
+}
