@@ -4,7 +4,7 @@
 //! reads no directory).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -13,11 +13,15 @@ use crate::format::{dentry, dirlog, inode, BLOCK};
 use crate::pmem::Backend;
 use crate::pool::Pool;
 
-use super::index::{Entry, Index, Key, State};
+use super::index::{Entry, Index, State};
+use crate::runtime::Watch;
 
 pub struct Dir {
     pub ino: u64,
-    loaded: OnceLock<()>,
+    /// Its entries are in the index (set once `load` has finished).
+    loaded: AtomicBool,
+    /// Held by the one loading it.
+    loading: Mutex<()>,
     /// Log pages in order; appended under `extend`.
     pages: RwLock<Vec<u64>>,
     /// The next never-used slot, as a position across all pages.
@@ -45,7 +49,8 @@ impl Dir {
     pub fn new(ino: u64) -> Dir {
         Dir {
             ino,
-            loaded: OnceLock::new(),
+            loaded: AtomicBool::new(false),
+            loading: Mutex::new(()),
             pages: RwLock::new(Vec::new()),
             cursor: AtomicU64::new(0),
             extend: Mutex::new(()),
@@ -60,44 +65,44 @@ impl Dir {
     }
 
     /// Read the directory's log into the index, once; true if this call loaded it.
-    pub fn ensure_loaded<B: Backend>(&self, pool: &Pool<B>, index: &Index) -> bool {
-        let mut loaded_now = false;
-        self.loaded.get_or_init(|| {
-            loaded_now = true;
-            self.load(pool, index)
-        });
-        loaded_now
+    /// A load cut short (the runtime under repair) is redone by the next call.
+    pub fn ensure_loaded<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        index: &Index,
+        watch: &dyn Watch,
+    ) -> Result<bool> {
+        if self.loaded.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let _one = self.loading.lock();
+        if self.loaded.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        self.load(pool, index, watch)?;
+        self.loaded.store(true, Ordering::Release);
+        Ok(true)
     }
 
-    fn load<B: Backend>(&self, pool: &Pool<B>, index: &Index) {
+    fn load<B: Backend>(&self, pool: &Pool<B>, index: &Index, watch: &dyn Watch) -> Result<()> {
         let pm = &pool.pm;
         let l = &pool.layout;
-        let idx = index.pin();
         let mut pages = self.pages.write();
         let mut free = self.free_slots.lock();
+        pages.clear();
+        free.clear();
         let mut page = pm.load_u64(l.inode_addr(self.ino) + inode::DIR_LOG);
         let mut live = 0;
         // Recovery has checked every link on an unclean open; a clean pool's links were
         // written by this code. The bound guards against a cycle all the same.
-        // A big directory: size the index once instead of growing it step by step
-        // while a million entries go in.
-        let npages = crate::data::dir_pages(pool, self.ino).len() as u64;
-        if npages > 4 {
-            idx.reserve((npages * dirlog::SLOTS_PER_PAGE) as usize);
-        }
         let mut seen = std::collections::HashSet::new();
         while page != 0 && l.block_of(page).is_some() && seen.insert(page) {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 let slot = dirlog::slot_addr(page, i);
                 match read_entry(pool, self.ino, slot) {
                     Some((name, e)) => {
-                        idx.insert(
-                            Key {
-                                parent: self.ino,
-                                name,
-                            },
-                            e,
-                        );
+                        // Already there: loaded by another process sharing the index.
+                        index.insert_loaded(pm, self.ino, &name, &e, watch)?;
                         live += 1;
                     }
                     None => free.push(slot),
@@ -111,6 +116,7 @@ impl Dir {
             Ordering::Release,
         );
         self.entries.store(live, Ordering::Release);
+        Ok(())
     }
 
     /// Claim an empty slot: a freed one if one is at hand without waiting, else the
@@ -188,6 +194,7 @@ pub fn read_entry<B: Backend>(pool: &Pool<B>, dir: u64, slot: u64) -> Option<(Bo
         dentry: d,
         slot,
         dtype,
+        pos: 0,
     };
     Some((name, e))
 }

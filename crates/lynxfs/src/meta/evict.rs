@@ -16,7 +16,6 @@ use crate::error::Result;
 use crate::format::{dirlog, ROOT_INO};
 use crate::pmem::Backend;
 
-use super::index::KeyRef;
 use super::{Dir, Namespace};
 
 /// Default budget: 4 million entries (about 0.5 GiB of index at the measured size).
@@ -122,16 +121,12 @@ impl<B: Backend> Namespace<B> {
             return;
         };
         d.evicted.store(true, Ordering::SeqCst);
-        let idx = self.index.pin();
         for page in d.pages() {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 if let Some((name, _)) =
                     super::dir::read_entry(&self.pool, d.ino, dirlog::slot_addr(page, i))
                 {
-                    idx.remove(&KeyRef {
-                        parent: d.ino,
-                        name: &name,
-                    });
+                    self.index.evict(&self.pool.pm, d.ino, &name);
                 }
             }
         }

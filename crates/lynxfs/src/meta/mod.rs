@@ -27,12 +27,13 @@ use crate::error::{errno, Result};
 use crate::format::{dentry, inode, ROOT_INO};
 use crate::pmem::Backend;
 use crate::pool::Pool;
+use crate::runtime::{Span, Watch};
 
 pub use attr::{SetAttr, Stat, StatFs, TimeSet};
 pub use cachelet::{Cachelet, CacheletRef, Cachelets};
 pub use create::NewNode;
 pub use dir::Dir;
-pub use index::{Entry, Index, Key, KeyRef, State};
+pub use index::{Claim, Entry, Index, State};
 pub use perm::Cred;
 pub use readdir::DirEntry;
 pub use rename::RenameFlags;
@@ -42,7 +43,10 @@ const INODE_LOCKS: usize = 256;
 
 pub struct Namespace<B: Backend> {
     pub pool: Pool<B>,
+    /// The metadata index, in the runtime region shared by the pool's processes.
     pub index: Index,
+    /// Bounds every wait on shared state (the runtime's repair interrupts it).
+    pub watch: Box<dyn Watch + Send + Sync>,
     dirs: papaya::HashMap<u64, Arc<Dir>, index::IndexHasher>,
     pub cachelets: Arc<Cachelets>,
     /// Renames that could move a directory serialize here (as Linux's
@@ -80,9 +84,14 @@ pub fn check_name(name: &[u8]) -> Result<()> {
 
 impl<B: Backend> Namespace<B> {
     pub fn new(pool: Pool<B>) -> Self {
+        // For now over memory of this process's own; the shared runtime region replaces it.
+        let span = Span::anonymous(Index::bytes_needed(&pool.layout))
+            .expect("mapping the metadata index (anonymous shared memory)");
+        let index = Index::new(span, &pool.layout).expect("a pool layout open accepted");
         Namespace {
             pool,
-            index: Index::with_hasher(Default::default()),
+            index,
+            watch: Box::new(crate::runtime::lock::Alone),
             dirs: papaya::HashMap::with_hasher(Default::default()),
             cachelets: Arc::new(Cachelets::default()),
             rename_lock: Mutex::new(()),
@@ -156,7 +165,7 @@ impl<B: Backend> Namespace<B> {
         };
         d.referenced
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        if d.ensure_loaded(&self.pool, &self.index) {
+        if d.ensure_loaded(&self.pool, &self.index, &*self.watch)? {
             self.loaded(ino);
         }
         Ok(d)
@@ -197,10 +206,7 @@ impl<B: Backend> Namespace<B> {
 
     /// The visible index entry for (parent, name); the directory must be loaded.
     pub(crate) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Option<Entry> {
-        let idx = self.index.pin();
-        idx.get(&KeyRef { parent, name })
-            .filter(|e| e.visible())
-            .copied()
+        self.index.get(&self.pool.pm, parent, name)
     }
 
     /// The parent of directory `dir`, through its dentry's back pointer (the root is
