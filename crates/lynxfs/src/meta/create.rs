@@ -1,9 +1,10 @@
 //! Creating names: files, directories, symlinks, device nodes, and hard links.
 //!
-//! Protocol (docs/CONSISTENCY.md, "create"): claim the name in the index (a CAS, so
-//! concurrent creates of one name leave one file); write the inode, the dentry (valid
-//! bit clear) and the log slot, then fence; the commit point is the 8-byte store that
-//! sets the dentry's valid bit. No directory lock is taken.
+//! Protocol (docs/CONSISTENCY.md, "create"): write the dentry (valid bit clear) and
+//! its log slot; claim the name in the index for that dentry (under the key's stripe
+//! lock, so concurrent creates of one name leave one file; the index compares keys
+//! with the dentry, hence this order); write the inode, then fence; the commit point is
+//! the 8-byte store that sets the dentry's valid bit. No directory lock is taken.
 
 use std::sync::atomic::Ordering;
 

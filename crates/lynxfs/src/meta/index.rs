@@ -53,8 +53,11 @@ use crate::runtime::Span;
 /// The version of the index's layout in the runtime region (docs/FORMAT.md).
 pub const VERSION: u32 = 1;
 
-/// Stripe locks for claims; each has a cache line with its entry count.
+/// Stripe locks for claims, one per cache line.
 const STRIPES: usize = 1024;
+/// Entry counters, one per cache line, shared out among the stripes: few enough that
+/// `len` (summing them, on every directory load) stays cheap.
+const COUNTERS: usize = 32;
 /// Slots per region lock.
 const REGION: u64 = 256;
 const SLOT_BYTES: u64 = 16;
@@ -170,7 +173,7 @@ fn geometry(layout: &Layout) -> (u64, u64, u64, u64) {
     // Load factor at most 3/4 with every dentry named (each occupied slot names a
     // distinct dentry).
     let cap = (d + d / 3 + 1).next_multiple_of(REGION);
-    let regions_off = (STRIPES * 64) as u64;
+    let regions_off = ((STRIPES + COUNTERS) * 64) as u64;
     let slots_off = (regions_off + cap / REGION * 4).next_multiple_of(64);
     (cap, regions_off, slots_off, slots_off + cap * SLOT_BYTES)
 }
@@ -215,6 +218,18 @@ fn visible_state(s: u64) -> Option<State> {
         READY => Some(State::Ready),
         LEAVING => Some(State::Leaving),
         _ => None,
+    }
+}
+
+/// Tests widen the window in which a slot can change under a lookup.
+#[cfg(test)]
+static PAUSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[inline]
+fn tests_pause() {
+    #[cfg(test)]
+    if PAUSE.load(Ordering::Relaxed) {
+        (0..2_000).for_each(|_| std::hint::spin_loop());
     }
 }
 
@@ -312,8 +327,8 @@ impl Index {
         &self.span.u32s()[self.stripe(tag) * 16]
     }
 
-    fn stripe_count(&self, tag: u64) -> &AtomicU64 {
-        &self.words()[self.stripe(tag) * 8 + 1]
+    fn counter(&self, tag: u64) -> &AtomicU64 {
+        &self.words()[(STRIPES + self.stripe(tag) % COUNTERS) * 8]
     }
 
     fn region_lock(&self, i: u64) -> &AtomicU32 {
@@ -368,6 +383,7 @@ impl Index {
                     _ => Seen::Other, // torn state: not this key
                 };
             };
+            tests_pause();
             // Acquire: read after `a`, and before the second read of `a`.
             let b = bw.load(Ordering::Acquire);
             if (b >> TAG_SHIFT) & TAG_MASK != p.tag {
@@ -419,6 +435,23 @@ impl Index {
         None
     }
 
+    /// Start loading the slot where (parent, name)'s probe path begins into the cache:
+    /// the table is sparse (sized for the whole pool), so that line is usually a cache
+    /// and TLB miss, which a caller can overlap with its other work before `get`.
+    pub fn prefetch(&self, parent: u64, name: &[u8]) {
+        let p = self.probe(parent, name);
+        let a = self.slot(self.words(), p.home).0;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is only a hint: it reads nothing architecturally and never
+        // faults; the address is that of a live slot anyway.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(a.as_ptr() as *const i8);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = a;
+    }
+
     /// The visible (Ready or Leaving) entry for (parent, name). No lock, no store.
     pub fn get(&self, pool: &impl Dentries, parent: u64, name: &[u8]) -> Option<Entry> {
         let p = self.probe(parent, name);
@@ -466,7 +499,7 @@ impl Index {
                 self.set_state(w, t, CREATING, TOMB);
                 continue;
             }
-            self.stripe_count(p.tag).fetch_add(1, Ordering::Relaxed);
+            self.counter(p.tag).fetch_add(1, Ordering::Relaxed);
             return Ok(Claim::Claimed(t));
         }
     }
@@ -635,7 +668,7 @@ impl Index {
     /// Slot `pos` just became a tombstone: count the entry out and clean.
     fn gone(&self, w: &[AtomicU64], pos: u64) {
         let tag = (self.slot(w, pos).1.load(Ordering::Acquire) >> TAG_SHIFT) & TAG_MASK;
-        self.stripe_count(tag).fetch_sub(1, Ordering::Relaxed);
+        self.counter(tag).fetch_sub(1, Ordering::Relaxed);
         self.clean(w, pos);
     }
 
@@ -675,10 +708,12 @@ impl Index {
         }
     }
 
-    /// Occupied slots (Creating, Ready or Leaving entries): the stripes' counts summed.
+    /// Occupied slots (Creating, Ready or Leaving entries): the counters summed.
     pub fn len(&self) -> usize {
         let w = self.words();
-        let sum: i64 = (0..STRIPES).map(|s| w[s * 8 + 1].load(Ordering::Relaxed) as i64).sum();
+        let sum: i64 = (0..COUNTERS)
+            .map(|c| w[(STRIPES + c) * 8].load(Ordering::Relaxed) as i64)
+            .sum();
         sum.max(0) as usize
     }
 
@@ -696,7 +731,7 @@ impl Index {
             pages * (1.0 - (-n / pages).exp()) * PAGE
         };
         let slots = (self.cap * SLOT_BYTES) as f64;
-        let locks = (STRIPES * 64) as f64 + (self.cap / REGION * 4) as f64;
+        let locks = ((STRIPES + COUNTERS) * 64) as f64 + (self.cap / REGION * 4) as f64;
         (touched(slots) + touched(locks)) as u64
     }
 }
@@ -715,3 +750,533 @@ pub fn name_hash(parent: u64, name: &[u8]) -> u64 {
 /// The hasher of the process-private maps (open files, directories): foldhash,
 /// seeded per map, several times faster than SipHash on short keys.
 pub type IndexHasher = foldhash::fast::RandomState;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Geometry;
+    use crate::runtime::lock::Alone;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+
+    const P: u64 = 7; // the parent directory of every test key
+
+    /// A stand-in pool: the dentry table in shared memory, so that forked children
+    /// see each other's dentries (the real pool is private anonymous memory in tests).
+    struct Fake {
+        span: Span,
+        layout: Layout,
+    }
+
+    impl Dentries for Fake {
+        fn word(&self, off: u64) -> u64 {
+            self.span.words()[(off / 8) as usize].load(Ordering::Acquire)
+        }
+    }
+
+    impl Fake {
+        fn set(&self, off: u64, v: u64) {
+            self.span.words()[(off / 8) as usize].store(v, Ordering::Release);
+        }
+
+        /// Write dentry `id` naming `name` in `P` (what create does before claiming).
+        fn put(&self, id: u64, name: &[u8]) {
+            let d = self.layout.dentry_addr(id);
+            self.set(d + dentry::PARENT, P);
+            self.set(d + dentry::NAME_LEN, name.len() as u64);
+            self.set(d + dentry::SLOT, 0x1000 + id);
+            for (i, c) in name.chunks(8).enumerate() {
+                let mut buf = [0u8; 8];
+                buf[..c.len()].copy_from_slice(c);
+                self.set(d + dentry::NAME + 8 * i as u64, u64::from_le_bytes(buf));
+            }
+        }
+
+        fn entry(&self, id: u64, ino: u64) -> Entry {
+            Entry {
+                state: State::Creating,
+                ino,
+                dentry: self.layout.dentry_addr(id),
+                slot: 0,
+                dtype: 8,
+                pos: 0,
+            }
+        }
+    }
+
+    /// An index over shared memory for a pool of `dentries` dentries.
+    fn setup(dentries: u64) -> (Index, Fake) {
+        let layout = Layout::compute(Geometry {
+            pool_size: 8 << 20,
+            lanes: 1,
+            inodes_per_lane: 256,
+            dentries_per_lane: dentries,
+        })
+        .unwrap();
+        let span = Span::anonymous(Index::bytes_needed(&layout)).unwrap();
+        let idx = Index::new(span, &layout).unwrap();
+        let pool = Span::anonymous(layout.data_off as usize).unwrap();
+        (idx, Fake { span: pool, layout })
+    }
+
+    /// `name-N`, without allocating (forked children must not).
+    fn name(n: u64, buf: &mut [u8; 12]) -> &[u8] {
+        buf[..5].copy_from_slice(b"name-");
+        for (i, d) in buf[5..12].iter_mut().enumerate() {
+            *d = b'0' + ((n / 10u64.pow(6 - i as u32)) % 10) as u8;
+        }
+        &buf[..]
+    }
+
+    /// Occupied slots holding (P, name), by scanning the whole table.
+    fn copies(idx: &Index, pool: &Fake, name: &[u8]) -> usize {
+        let p = idx.probe(P, name);
+        let w = idx.words();
+        (0..idx.cap)
+            .filter(|&i| matches!(idx.look(pool, w, i, &p), Seen::Match(..)))
+            .count()
+    }
+
+    fn states(idx: &Index) -> Vec<u64> {
+        let w = idx.words();
+        (0..idx.cap)
+            .map(|i| state_of(idx.slot(w, i).0.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// Run `body(child)` in `n` forked children; fails if one fails or outlives the
+    /// watchdog (then it is killed).
+    fn in_children(n: usize, body: impl Fn(usize) -> bool) {
+        let pids: Vec<libc::pid_t> = (0..n)
+            .map(|c| {
+                // SAFETY: the child runs only `body` (index operations on shared
+                // memory: atomics and futexes, no allocation, no locks of this
+                // process) and leaves with `_exit`, never returning into the harness.
+                let pid = unsafe { libc::fork() };
+                assert!(pid >= 0, "fork failed");
+                if pid == 0 {
+                    let ok = body(c);
+                    // SAFETY: ends the child at once, running no destructor or atexit.
+                    unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+                }
+                pid
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut status: Vec<Option<i32>> = vec![None; n];
+        while status.iter().any(Option::is_none) {
+            for (c, &pid) in pids.iter().enumerate() {
+                let mut st = 0;
+                // SAFETY: waits for our own child; `st` is a valid out-parameter.
+                if status[c].is_none()
+                    && unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == pid
+                {
+                    status[c] = Some(st);
+                }
+            }
+            if Instant::now() > deadline {
+                for (c, &pid) in pids.iter().enumerate() {
+                    if status[c].is_none() {
+                        // SAFETY: kills and reaps our own child, still unreaped.
+                        unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                            libc::waitpid(pid, std::ptr::null_mut(), 0);
+                        }
+                    }
+                }
+                panic!("a child outlived the watchdog");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for (c, st) in status.into_iter().enumerate() {
+            let st = st.unwrap();
+            assert!(
+                libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+                "child {c} failed (status {st:#x})"
+            );
+        }
+    }
+
+    #[test]
+    fn an_entry_goes_through_its_states() {
+        let (idx, pool) = setup(256);
+        pool.put(1, b"a");
+        let e = pool.entry(1, 42);
+        let Claim::Claimed(pos) = idx.claim(&pool, P, b"a", &e, None, &Alone).unwrap() else {
+            panic!("a fresh name is free");
+        };
+        assert_eq!(idx.get(&pool, P, b"a"), None, "Creating is invisible");
+        assert_eq!(idx.find(&pool, P, b"a").unwrap().state, State::Creating);
+        idx.publish(pos);
+        let got = idx.get(&pool, P, b"a").unwrap();
+        assert_eq!(
+            (got.ino, got.dentry, got.slot, got.dtype, got.pos),
+            (42, e.dentry, 0x1001, 8, pos)
+        );
+        assert_eq!(idx.get(&pool, P, b"b"), None);
+        assert_eq!(idx.get(&pool, P + 1, b"a"), None);
+        pool.put(2, b"a");
+        assert!(matches!(
+            idx.claim(&pool, P, b"a", &pool.entry(2, 43), None, &Alone).unwrap(),
+            Claim::Taken(t) if t.ino == 42
+        ));
+        assert_eq!(idx.len(), 1);
+        let l = idx.leave(&pool, P, b"a").unwrap();
+        assert_eq!(l.state, State::Leaving);
+        assert!(idx.leave(&pool, P, b"a").is_none(), "one claim wins");
+        assert_eq!(
+            idx.get(&pool, P, b"a").unwrap().ino,
+            42,
+            "visible until it commits"
+        );
+        idx.stay(&l);
+        let l = idx.leave(&pool, P, b"a").unwrap();
+        // A rename over it: the new dentry beside the leaving one, then the swap.
+        let Claim::Claimed(new) = idx
+            .claim(&pool, P, b"a", &pool.entry(2, 43), Some(l.pos), &Alone)
+            .unwrap()
+        else {
+            panic!("beside its own leaving entry");
+        };
+        idx.publish(new);
+        idx.remove(&l);
+        assert_eq!(idx.get(&pool, P, b"a").unwrap().ino, 43);
+        assert_eq!(copies(&idx, &pool, b"a"), 1);
+        assert!(idx.evict(&pool, P, b"a"));
+        assert_eq!(idx.get(&pool, P, b"a"), None);
+        assert!(idx.is_empty());
+    }
+
+    #[test]
+    fn churn_reuses_tombstones_without_duplicates_and_cleans_them_up() {
+        let (idx, pool) = setup(256);
+        let mut live = vec![0u64; 300]; // name -> dentry id
+        let mut free: Vec<u64> = (1..256).collect();
+        let mut rng = 0x1234_5678_u64;
+        let mut buf = [0; 12];
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let n = rng % 300;
+            let key = name(n, &mut buf);
+            if live[n as usize] != 0 {
+                let e = idx.leave(&pool, P, key).expect("a live name");
+                assert_eq!(e.dentry, pool.layout.dentry_addr(live[n as usize]));
+                idx.remove(&e);
+                free.push(live[n as usize]);
+                live[n as usize] = 0;
+            } else if let Some(id) = free.pop() {
+                pool.put(id, key);
+                assert!(idx.find(&pool, P, key).is_none());
+                let c = idx.claim(&pool, P, key, &pool.entry(id, 1000 + n), None, &Alone);
+                let Claim::Claimed(pos) = c.unwrap() else {
+                    panic!("{n} taken")
+                };
+                idx.publish(pos);
+                live[n as usize] = id;
+            }
+        }
+        let names = live.iter().filter(|&&id| id != 0).count();
+        assert_eq!(idx.len(), names);
+        for n in 0..300 {
+            let key = name(n, &mut buf);
+            assert_eq!(
+                copies(&idx, &pool, key),
+                (live[n as usize] != 0) as usize,
+                "name {n}"
+            );
+            let got = idx.get(&pool, P, key).map(|e| e.ino);
+            assert_eq!(got, (live[n as usize] != 0).then_some(1000 + n));
+        }
+        for n in 0..300 {
+            if live[n as usize] != 0 {
+                assert!(idx.evict(&pool, P, name(n, &mut buf)));
+            }
+        }
+        assert!(idx.is_empty());
+        assert!(
+            states(&idx).iter().all(|&s| s == EMPTY),
+            "with nothing live, every tombstone has been emptied"
+        );
+    }
+
+    /// Each of `workers` claims every one of 64 names with its own dentry; result
+    /// word `n * workers + w` says whether worker `w` won name `n`.
+    fn race_for_names(
+        idx: &Index,
+        pool: &Fake,
+        results: &[AtomicU64],
+        go: &AtomicU64,
+        w: usize,
+        workers: usize,
+    ) -> bool {
+        let started = Instant::now();
+        while go.load(Ordering::Acquire) == 0 {
+            if started.elapsed() > Duration::from_secs(20) {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        let mut buf = [0; 12];
+        for n in 0..64u64 {
+            let id = 1 + w as u64 * 64 + n;
+            let key = name(n, &mut buf);
+            pool.put(id, key);
+            match idx.claim(pool, P, key, &pool.entry(id, 100 + w as u64), None, &Alone) {
+                Ok(Claim::Claimed(pos)) => {
+                    idx.publish(pos);
+                    results[n as usize * workers + w].store(1, Ordering::Release);
+                }
+                Ok(Claim::Taken(_)) => {
+                    results[n as usize * workers + w].store(2, Ordering::Release)
+                }
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    fn check_one_winner(idx: &Index, pool: &Fake, results: &[AtomicU64], workers: usize) {
+        let mut buf = [0; 12];
+        for n in 0..64 {
+            let r: Vec<u64> = (0..workers)
+                .map(|w| results[n * workers + w].load(Ordering::Acquire))
+                .collect();
+            assert_eq!(r.iter().filter(|&&x| x == 1).count(), 1, "name {n}: {r:?}");
+            assert!(r.iter().all(|&x| x == 1 || x == 2));
+            let winner = r.iter().position(|&x| x == 1).unwrap() as u64;
+            let key = name(n as u64, &mut buf);
+            assert_eq!(idx.get(pool, P, key).unwrap().ino, 100 + winner);
+            assert_eq!(copies(idx, pool, key), 1);
+        }
+        assert_eq!(idx.len(), 64);
+    }
+
+    #[test]
+    fn racing_claims_of_one_name_have_one_winner_across_threads() {
+        let (idx, pool) = setup(512);
+        let results: Vec<AtomicU64> = (0..64 * 4).map(|_| AtomicU64::new(0)).collect();
+        let go = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|w| {
+                    let (idx, pool, results, go) = (&idx, &pool, &results, &go);
+                    s.spawn(move || race_for_names(idx, pool, results, go, w, 4))
+                })
+                .collect();
+            go.store(1, Ordering::Release);
+            assert!(hs.into_iter().all(|h| h.join().unwrap()));
+        });
+        check_one_winner(&idx, &pool, &results, 4);
+    }
+
+    #[test]
+    fn racing_claims_of_one_name_have_one_winner_across_processes() {
+        let (idx, pool) = setup(512);
+        let shared = Span::anonymous(4096).unwrap();
+        let (go, results) = shared.words().split_first().unwrap();
+        in_children(4, |w| {
+            if w == 0 {
+                go.store(1, Ordering::Release);
+            }
+            race_for_names(&idx, &pool, results, go, w, 4)
+        });
+        check_one_winner(&idx, &pool, results, 4);
+    }
+
+    const CHURNERS: usize = 2;
+    const PER: u64 = 128; // names per churner
+    const IDS: u64 = 64; // dentries per churner
+
+    /// Numbers `n` whose `name-n` all have one tag: the tag then never tells keys apart,
+    /// and only the dentry comparison and the slot's validation keep lookups right.
+    fn same_tag_names(count: usize) -> Vec<u64> {
+        let tag = |n| key_hash(P, name(n, &mut [0; 12])) & TAG_MASK;
+        let t = tag(0);
+        (0..).filter(|&n| tag(n) == t).take(count).collect()
+    }
+
+    /// Create and remove this churner's names (every `CHURNERS`-th of `names`) at
+    /// random, with its own dentries reused for ever other names; name `names[i]`
+    /// always names inode `1000 + i`.
+    fn churn(idx: &Index, pool: &Fake, names: &[u64], c: usize, stop: &AtomicU64) -> bool {
+        let mut live = [0u64; PER as usize];
+        let mut free = [0u64; IDS as usize];
+        let mut nfree = IDS as usize;
+        for (i, f) in free.iter_mut().enumerate() {
+            *f = 1 + c as u64 * IDS + i as u64;
+        }
+        let mut rng = 0x9e37_79b9_u64 + c as u64;
+        let mut buf = [0; 12];
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(700) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let k = (rng % PER) as usize;
+            let n = k as u64 * CHURNERS as u64 + c as u64;
+            let key = name(names[n as usize], &mut buf);
+            if live[k] != 0 {
+                match idx.leave(pool, P, key) {
+                    Some(e) if e.dentry == pool.layout.dentry_addr(live[k]) => idx.remove(&e),
+                    _ => return false,
+                }
+                free[nfree] = live[k];
+                nfree += 1;
+                live[k] = 0;
+            } else if nfree > 0 {
+                nfree -= 1;
+                let id = free[nfree];
+                pool.put(id, key);
+                match idx.claim(pool, P, key, &pool.entry(id, 1000 + n), None, &Alone) {
+                    Ok(Claim::Claimed(pos)) => idx.publish(pos),
+                    _ => return false,
+                }
+                live[k] = id;
+            }
+        }
+        stop.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// Look every name up until the churners are done; any inode but the name's is
+    /// an error.
+    fn watch_lookups(idx: &Index, pool: &Fake, names: &[u64], stop: &AtomicU64) -> u64 {
+        let mut buf = [0; 12];
+        let mut wrong = 0;
+        let started = Instant::now();
+        while stop.load(Ordering::Acquire) < CHURNERS as u64
+            && started.elapsed() < Duration::from_secs(30)
+        {
+            for n in 0..PER * CHURNERS as u64 {
+                if let Some(e) = idx.get(pool, P, name(names[n as usize], &mut buf)) {
+                    wrong += (e.ino != 1000 + n) as u64;
+                }
+            }
+        }
+        wrong
+    }
+
+    #[test]
+    fn lookups_during_churn_never_see_a_wrong_inode() {
+        // A table barely larger than the names: long probe paths, many tombstones.
+        let (idx, pool) = setup(IDS * CHURNERS as u64 + 1);
+        let names = same_tag_names((PER * CHURNERS as u64) as usize);
+        let names = &names[..];
+        PAUSE.store(true, Ordering::Relaxed);
+        let shared = Span::anonymous(4096).unwrap();
+        let w = shared.words();
+        let (stop, wrong) = (&w[0], &w[1]);
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            // Lookups in this process too, while the children churn.
+            let here = s.spawn(|| {
+                let mut n = 0;
+                while !done.load(Ordering::Acquire) {
+                    n += watch_lookups(&idx, &pool, names, stop);
+                }
+                n
+            });
+            in_children(CHURNERS + 1, |c| {
+                if c < CHURNERS {
+                    churn(&idx, &pool, names, c, stop)
+                } else {
+                    wrong.store(watch_lookups(&idx, &pool, names, stop), Ordering::Release);
+                    true
+                }
+            });
+            done.store(true, Ordering::Release);
+            assert_eq!(here.join().unwrap(), 0, "wrong inodes seen in the parent");
+        });
+        PAUSE.store(false, Ordering::Relaxed);
+        assert_eq!(stop.load(Ordering::Acquire), CHURNERS as u64);
+        assert_eq!(
+            wrong.load(Ordering::Acquire),
+            0,
+            "wrong inodes seen in a child"
+        );
+        let mut buf = [0; 12];
+        let live = (0..PER * CHURNERS as u64)
+            .filter(|&n| {
+                let key = name(names[n as usize], &mut buf);
+                assert!(copies(&idx, &pool, key) <= 1, "name {n} twice");
+                idx.get(&pool, P, key).is_some()
+            })
+            .count();
+        assert_eq!(idx.len(), live);
+    }
+
+    /// Interrupts every wait (as when a process died).
+    struct Dead;
+    impl Watch for Dead {
+        fn check(&self) -> std::result::Result<(), Interrupted> {
+            Err(Interrupted)
+        }
+    }
+
+    #[test]
+    fn waits_on_a_dead_process_end_with_erestart() {
+        let (idx, pool) = setup(256);
+        pool.put(1, b"x");
+        // The stripe lock left held, as by a process killed during a claim.
+        std::mem::forget(lock::lock(idx.stripe_lock(idx.probe(P, b"x").tag), &Alone).unwrap());
+        let r = idx.claim(&pool, P, b"x", &pool.entry(1, 5), None, &Dead);
+        assert_eq!(r.unwrap_err().errno(), libc::ERESTART);
+        assert_eq!(idx.get(&pool, P, b"x"), None, "lookups take no lock");
+        let mut turns = 0;
+        let waited = (0..1000).find(|_| wait_turn(&mut turns, &Dead).is_err());
+        assert!(
+            waited.is_some(),
+            "a create's wait for a Creating entry ends"
+        );
+    }
+
+    #[test]
+    fn bad_input_is_refused_without_panicking() {
+        let (idx, pool) = setup(256);
+        let mut e = pool.entry(1, 5);
+        e.dentry += 8; // not the start of a dentry
+        assert!(idx.claim(&pool, P, b"x", &e, None, &Alone).is_err());
+        let e = pool.entry(1, MAX_INODES);
+        assert!(idx.claim(&pool, P, b"x", &e, None, &Alone).is_err());
+        let layout = pool.layout;
+        let small = Span::anonymous(4096).unwrap();
+        assert!(Index::new(small, &layout).is_err(), "a span too small");
+        // Garbage in a slot (torn state) reads as some other key.
+        idx.slot(idx.words(), idx.probe(P, b"x").home)
+            .0
+            .store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(idx.get(&pool, P, b"x"), None);
+    }
+
+    #[test]
+    fn size_and_resident_estimate() {
+        let (idx, pool) = setup(1000);
+        assert!(idx.capacity() * 3 >= 1000 * 4, "load factor at most 3/4");
+        assert!(Index::bytes_needed(&pool.layout) as u64 >= idx.capacity() * SLOT_BYTES);
+        let empty = idx.dram_bytes();
+        let mut buf = [0; 12];
+        for n in 1..500 {
+            let key = name(n, &mut buf);
+            pool.put(n, key);
+            let Claim::Claimed(pos) = idx
+                .claim(&pool, P, key, &pool.entry(n, n), None, &Alone)
+                .unwrap()
+            else {
+                panic!()
+            };
+            idx.publish(pos);
+        }
+        assert_eq!(idx.len(), 499);
+        let full = idx.dram_bytes();
+        assert!(full > empty && full <= Index::bytes_needed(&pool.layout) as u64 + 4096);
+        assert_ne!(key_hash(1, b"ab"), key_hash(1, b"ab\0"));
+        assert_ne!(key_hash(1, b"ab"), key_hash(2, b"ab"));
+        assert_eq!(
+            key_hash(3, b"stable"),
+            11292629536329338084,
+            "the hash is part of the format"
+        );
+    }
+}

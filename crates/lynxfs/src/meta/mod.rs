@@ -182,6 +182,7 @@ impl<B: Backend> Namespace<B> {
 
     /// The entry `name` in directory `parent`, as the caller may see it.
     pub fn lookup(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<u64> {
+        self.index.prefetch(parent, name);
         let _ = self.dir(parent)?;
         self.may(parent, cred, perm::X)?;
         match name {

@@ -1,8 +1,9 @@
 //! Rename, in all its forms: same or cross directory, over a file or an empty
 //! directory, RENAME_NOREPLACE, RENAME_EXCHANGE.
 //!
-//! Protocol (docs/CONSISTENCY.md, "rename"): claim the entries in the index; write the
-//! new dentry (or two, for an exchange) and its slot, uncommitted; then one journal
+//! Protocol (docs/CONSISTENCY.md, "rename"): write the new dentry (or two, for an
+//! exchange) and its slot, uncommitted; claim the entries and the new names in the
+//! index (the index compares a claimed name with its dentry); then one journal
 //! record sets the new dentries valid, the old ones invalid, their slots empty, the
 //! inodes' back pointers and the parents' link counts. The record's commit word is the
 //! commit point.
@@ -132,10 +133,7 @@ impl<B: Backend> Namespace<B> {
         // Whole entries: a freed dentry or inode number may come straight back (the
         // free lists are stacks) for another file of another type.
         let (want_src, want_dst) = (plan.src, plan.dst);
-        let (plan, news) = match self.claim_names(plan, news, sp, sn, dp, dn, sdir, ddir) {
-            Ok(c) => c,
-            Err(err) => return Err(err),
-        };
+        let (plan, news) = self.claim_names(plan, news, sp, sn, dp, dn, sdir, ddir)?;
         let undo = |err| {
             self.unclaim_names(&plan, &news, sdir, ddir);
             err
@@ -303,8 +301,9 @@ impl<B: Backend> Namespace<B> {
             None => None,
         };
         let plan = Plan { src, dst, ..plan };
-        let claim = |name_parent: u64, name: &[u8], e: &Entry, beside: Option<&Entry>| {
-            match self.index.claim(
+        let claim = |name_parent: u64, name: &[u8], e: &Entry, beside: Option<&Entry>| match self
+            .index
+            .claim(
                 pm,
                 name_parent,
                 name,
@@ -312,9 +311,8 @@ impl<B: Backend> Namespace<B> {
                 beside.map(|b| b.pos),
                 &*self.watch,
             )? {
-                Claim::Claimed(pos) => Ok(pos),
-                Claim::Taken(_) => Err(errno::EEXIST),
-            }
+            Claim::Claimed(pos) => Ok(pos),
+            Claim::Taken(_) => Err(errno::EEXIST),
         };
         let fail = |err, news: &New, dst_pos: Option<u64>| {
             if let Some(pos) = dst_pos {
