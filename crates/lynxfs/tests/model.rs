@@ -1052,10 +1052,7 @@ fn check_shared(fs: &LFs) -> Vec<(Vec<u8>, u64)> {
         let p = format!("/d/{}", String::from_utf8_lossy(&d.name));
         let st = s.lstat(&p).unwrap_or_else(|e| {
             let d_ino = s.lstat("/d").map(|st| st.ino).unwrap_or(0);
-            let idx = fs.ns().index.pin();
-            let entry = idx
-                .get(&lynxfs::meta::KeyRef { parent: d_ino, name: &d.name })
-                .copied();
+            let entry = fs.ns().index.find(&fs.pool().pm, d_ino, &d.name);
             let l = &fs.pool().layout;
             let ino_word = l.ino_valid(d.ino).then(|| fs.pool().pm.load_u64(l.inode_addr(d.ino)));
             panic!("{p} is listed (ino {}, dtype {}) but: {e}; index entry {entry:?}; inode word {ino_word:?}", d.ino, d.dtype)

@@ -100,21 +100,31 @@ fn allocator_exhaustion_is_enospc_and_pool_stays_usable() {
 }
 
 #[test]
-fn second_open_is_refused_while_held() {
+fn a_second_open_attaches_and_exclusive_ones_wait_for_the_last_close() {
     let dir = tempfile::tempdir().unwrap();
     let p = pool_path(&dir);
     Pool::mkfs(&p, &opts(4 << 20), PmemBackend::default()).unwrap();
     let first = open(&p).unwrap();
-    match open(&p) {
-        Err(Error::Locked { path }) => assert_eq!(path, p),
-        other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+    // Attached: the second open shares the first's allocators, so a block one takes
+    // is not free for the other.
+    let second = open(&p).expect("a second read-write open attaches");
+    let free = first.alloc.blocks.free_count();
+    let runs = second.alloc.blocks.alloc(0, 3).unwrap();
+    assert_eq!(first.alloc.blocks.free_count(), free - 3);
+    for (s, n) in runs {
+        first.alloc.blocks.free(s, n);
     }
-    assert!(matches!(
-        Pool::open(&p, Access::ReadOnly, PmemBackend::default()),
-        Err(Error::Locked { .. })
-    ));
+    for access in [Access::Exclusive, Access::ReadOnly] {
+        match Pool::open(&p, access, PmemBackend::default()) {
+            Err(Error::Locked { path }) => assert_eq!(path, p),
+            other => panic!("{access:?}: expected Locked, got {:?}", other.map(|_| ())),
+        }
+    }
     drop(first);
-    assert!(open(&p).is_ok(), "the lock goes with the pool");
+    assert!(Pool::open(&p, Access::Exclusive, PmemBackend::default()).is_err());
+    drop(second);
+    let alone = Pool::open(&p, Access::Exclusive, PmemBackend::default()).expect("no one attached");
+    assert!(alone.was_clean, "the last to leave closed the pool cleanly");
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! Creating names: files, directories, symlinks, device nodes, and hard links.
 //!
-//! Protocol (docs/CONSISTENCY.md, "create"): claim the name in the index (a CAS, so
-//! concurrent creates of one name leave one file); write the inode, the dentry (valid
-//! bit clear) and the log slot, then fence; the commit point is the 8-byte store that
-//! sets the dentry's valid bit. No directory lock is taken.
+//! Protocol (docs/CONSISTENCY.md, "create"): write the dentry (valid bit clear) and
+//! its log slot; claim the name in the index for that dentry (under the key's stripe
+//! lock, so concurrent creates of one name leave one file; the index compares keys
+//! with the dentry, hence this order); write the inode, then fence; the commit point is
+//! the 8-byte store that sets the dentry's valid bit. No directory lock is taken.
 
 use std::sync::atomic::Ordering;
 
@@ -12,7 +13,7 @@ use crate::format::{dentry, inode};
 use crate::pmem::Backend;
 use crate::time::now_ns;
 
-use super::index::{name_hash, Entry, KeyRef, State};
+use super::index::{self, name_hash, Claim, Entry, State};
 use super::perm::{self, Cred};
 use super::{check_name, dtype, is_dir, Dir, Namespace};
 
@@ -44,60 +45,99 @@ impl<B: Backend> Namespace<B> {
         check_name(name)?;
         let dir = self.enter(parent)?;
         self.may(parent, cred, perm::X)?;
-        let idx = self.index.pin();
-        let key = KeyRef { parent, name };
+        let mut turns = 0;
         loop {
-            match idx.get(&key) {
-                Some(e) if e.state == State::Creating => {
-                    std::thread::yield_now();
-                    continue;
+            let found = match self.index.find(&self.pool.pm, parent, name) {
+                Some(e) => e,
+                None => {
+                    self.may(parent, cred, perm::W | perm::X)?;
+                    match self.try_create(&dir, name, node, cred)? {
+                        Ok(ino) => return Ok((ino, true)),
+                        Err(e) => e,
+                    }
                 }
-                Some(_) if excl => return Err(errno::EEXIST),
-                Some(e) => return Ok((e.ino, false)),
-                None => {}
-            }
-            self.may(parent, cred, perm::W | perm::X)?;
-            if idx.try_insert(key.owned(), Entry::creating()).is_ok() {
-                break;
-            }
-        }
-        let made = if dir.removed() {
-            Err(errno::ENOENT)
-        } else {
-            self.commit_new(&dir, name, node, cred)
-        };
-        match made {
-            Ok(e) => {
-                idx.insert(key.owned(), e);
-                Ok((e.ino, true))
-            }
-            Err(err) => {
-                idx.remove(&key);
-                Err(err)
+            };
+            match found.state {
+                // Another create of this name is under way: its outcome decides.
+                State::Creating => index::wait_turn(&mut turns, self.watch())?,
+                _ if excl => return Err(errno::EEXIST),
+                _ => return Ok((found.ino, false)),
             }
         }
     }
 
-    fn commit_new(
+    /// Write the new dentry (not valid), claim the name for it, then make the inode
+    /// and commit. `Ok(Err(entry))` if the name was taken first.
+    fn try_create(
         &self,
         dir: &Dir<'_>,
         name: &[u8],
         node: NewNode<'_>,
         cred: &Cred,
-    ) -> Result<Entry> {
+    ) -> Result<std::result::Result<u64, Entry>> {
         let pool = &self.pool;
         let lane = self.lane();
         let ino = pool.alloc.inodes.alloc(lane).ok_or(errno::ENOSPC)?;
-        let fail_ino = |e| {
-            pool.alloc.inodes.free(ino);
-            e
+        let new = match self.new_dentry(dir, ino, name, dtype(node.mode), lane) {
+            Ok(e) => e,
+            Err(err) => {
+                pool.alloc.inodes.free(ino);
+                return Err(err);
+            }
         };
+        let undo = || {
+            self.discard_dentry(dir, new);
+            pool.alloc.inodes.free(ino);
+        };
+        let pos = match self
+            .index
+            .claim(&pool.pm, dir.ino, name, &new, None, self.watch())
+        {
+            Ok(Claim::Claimed(pos)) => pos,
+            Ok(Claim::Taken(e)) => {
+                undo();
+                return Ok(Err(e));
+            }
+            Err(err) => {
+                undo();
+                return Err(err);
+            }
+        };
+        let made = if dir.removed() {
+            Err(errno::ENOENT)
+        } else {
+            self.commit_new(dir, new, node, cred)
+        };
+        match made {
+            Ok(()) => {
+                self.index.publish(pos);
+                Ok(Ok(ino))
+            }
+            Err(err) => {
+                self.index.abandon(pos);
+                undo();
+                Err(err)
+            }
+        }
+    }
+
+    /// Write the inode of the claimed entry `entry` and commit its dentry.
+    fn commit_new(
+        &self,
+        dir: &Dir<'_>,
+        entry: Entry,
+        node: NewNode<'_>,
+        cred: &Cred,
+    ) -> Result<()> {
+        let pool = &self.pool;
+        let lane = self.lane();
+        let ino = entry.ino;
         if let Some(t) = node.target {
             if t.is_empty() {
-                return Err(fail_ino(errno::ENOENT));
+                return Err(errno::ENOENT);
             }
             if t.len() >= libc::PATH_MAX as usize {
-                return Err(fail_ino(errno::ENAMETOOLONG));
+                return Err(errno::ENAMETOOLONG);
             }
         }
         let parent = dir.ino;
@@ -113,7 +153,7 @@ impl<B: Backend> Namespace<B> {
         };
         // A default ACL on the parent gives the new inode its ACLs and decides its
         // permission bits (the caller applied no umask then: `umask_for`).
-        let inherited = self.inherited_acls(parent, mode).map_err(fail_ino)?;
+        let inherited = self.inherited_acls(parent, mode)?;
         if let Some((_, m)) = &inherited {
             mode = *m;
         }
@@ -139,7 +179,7 @@ impl<B: Backend> Namespace<B> {
         // counts only once the commit below makes the inode live.
         let acl_block = match inherited.filter(|(a, _)| !a.is_empty()) {
             Some((attrs, _)) => {
-                let blk = crate::data::xattr::write_block(pool, lane, &attrs).map_err(fail_ino)?;
+                let blk = crate::data::xattr::write_block(pool, lane, &attrs)?;
                 let mut b = pool.pm.batch();
                 b.write_u64(self.iaddr(ino) + inode::XATTR, blk);
                 b.flushed();
@@ -148,16 +188,12 @@ impl<B: Backend> Namespace<B> {
             None => None,
         };
         if let Some(t) = node.target {
-            crate::data::write_fresh(pool, ino, lane, t).map_err(fail_ino)?;
-        }
-        let entry = self
-            .new_dentry(dir, ino, name, dtype(mode), lane)
-            .map_err(|e| {
+            crate::data::write_fresh(pool, ino, lane, t).inspect_err(|_| {
                 if let Some(blk) = acl_block {
                     pool.alloc.blocks.free(blk, 1);
                 }
-                fail_ino(e)
             })?;
+        }
         let mut b = pool.pm.batch();
         b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
         self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 })?;
@@ -168,10 +204,11 @@ impl<B: Backend> Namespace<B> {
             prepared,
         ));
         dir.entries().fetch_add(1, Ordering::AcqRel);
-        Ok(entry)
+        Ok(())
     }
 
-    /// Write a dentry naming `ino` and claim a slot for it, without committing.
+    /// Write a dentry naming `ino` and claim a log slot for it, without committing:
+    /// done before the name is claimed in the index, which compares keys with it.
     pub(crate) fn new_dentry(
         &self,
         dir: &Dir<'_>,
@@ -210,11 +247,12 @@ impl<B: Backend> Namespace<B> {
             .write_u64(slot, daddr);
         b.flushed();
         Ok(Entry {
-            state: State::Ready,
+            state: State::Creating,
             ino,
             dentry: daddr,
             slot,
             dtype,
+            pos: 0,
         })
     }
 
@@ -252,30 +290,40 @@ impl<B: Backend> Namespace<B> {
         }
         let dir = self.enter(parent)?;
         self.may(parent, cred, perm::W | perm::X)?;
-        let idx = self.index.pin();
-        let key = KeyRef { parent, name };
-        if idx.try_insert(key.owned(), Entry::creating()).is_err() {
-            return Err(errno::EEXIST);
-        }
+        let new = self.new_dentry(&dir, ino, name, dtype(self.mode(ino)), self.lane())?;
+        let undo = |err| {
+            self.discard_dentry(&dir, new);
+            err
+        };
+        let pos = match self
+            .index
+            .claim(&self.pool.pm, parent, name, &new, None, self.watch())
+        {
+            Ok(Claim::Claimed(pos)) => pos,
+            Ok(Claim::Taken(_)) => return Err(undo(errno::EEXIST)),
+            Err(err) => return Err(undo(err)),
+        };
         let made = if dir.removed() {
             Err(errno::ENOENT)
         } else {
-            self.commit_link(&dir, ino, generation, name)
+            self.commit_link(&dir, new, generation)
         };
         match made {
-            Ok(e) => {
-                idx.insert(key.owned(), e);
+            Ok(()) => {
+                self.index.publish(pos);
                 Ok(())
             }
             Err(err) => {
-                idx.remove(&key);
-                Err(err)
+                self.index.abandon(pos);
+                Err(undo(err))
             }
         }
     }
 
-    fn commit_link(&self, dir: &Dir<'_>, ino: u64, generation: u64, name: &[u8]) -> Result<Entry> {
+    /// Count the link and commit the claimed entry `entry` naming `ino`.
+    fn commit_link(&self, dir: &Dir<'_>, entry: Entry, generation: u64) -> Result<()> {
         let pool = &self.pool;
+        let ino = entry.ino;
         let _g = self.ilock(ino)?;
         // Re-checked under the inode lock: the last unlink may have just freed it, and
         // a create may have reused the number.
@@ -290,8 +338,6 @@ impl<B: Backend> Namespace<B> {
         if nlink >= u32::MAX as u64 {
             return Err(errno::EMLINK);
         }
-        let lane = self.lane();
-        let entry = self.new_dentry(dir, ino, name, dtype(self.mode(ino)), lane)?;
         let now = now_ns();
         let at = self.iaddr(ino);
         let mut b = pool.pm.batch();
@@ -308,6 +354,6 @@ impl<B: Backend> Namespace<B> {
             prepared,
         ));
         dir.entries().fetch_add(1, Ordering::AcqRel);
-        Ok(entry)
+        Ok(())
     }
 }

@@ -18,7 +18,7 @@ use crate::pool::Pool;
 use crate::runtime::{Span, Watch};
 
 use super::cachelet::{Cachelet, LOADED, REMOVED};
-use super::index::{Entry, Index, Key, State};
+use super::index::{Entry, Index, State};
 
 /// A directory: its inode number and its cachelet.
 #[derive(Clone, Copy)]
@@ -64,15 +64,20 @@ impl<'a> Dir<'a> {
         if self.c.flags() & LOADED != 0 {
             return Ok(false);
         }
-        self.load(pool, index, free);
+        self.load(pool, index, free, w)?;
         self.c.set_flags(LOADED);
         Ok(true)
     }
 
     /// Index every committed entry; empty slots before the tail (the slot after the
     /// last used one of the last page) are freed slots, kept for reuse.
-    fn load<B: Backend>(&self, pool: &Pool<B>, index: &Index, free: &FreeSlots) {
-        let idx = index.pin();
+    fn load<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        index: &Index,
+        free: &FreeSlots,
+        w: &dyn Watch,
+    ) -> Result<()> {
         let pages = self.pages(pool);
         let tail = tail_after(&pages, pool);
         let mut live = 0;
@@ -80,11 +85,7 @@ impl<'a> Dir<'a> {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 let slot = dirlog::slot_addr(page, i);
                 if let Some((name, e)) = read_entry(pool, self.ino, slot) {
-                    let key = Key {
-                        parent: self.ino,
-                        name,
-                    };
-                    idx.insert(key, e);
+                    index.insert_loaded(&pool.pm, self.ino, &name, &e, w)?;
                     live += 1;
                 } else if n + 1 < pages.len() || i < tail & (BLOCK - 1) {
                     free.push(self.c, slot);
@@ -93,6 +94,7 @@ impl<'a> Dir<'a> {
         }
         self.c.tail().store(tail, Ordering::Release);
         self.c.entries().store(live, Ordering::Release);
+        Ok(())
     }
 
     /// Claim an empty slot: a freed one if any (and reuse is on), else the next new one,
@@ -322,6 +324,7 @@ pub fn read_entry<B: Backend>(pool: &Pool<B>, dir: u64, slot: u64) -> Option<(Bo
         dentry: d,
         slot,
         dtype,
+        pos: 0,
     };
     Some((name, e))
 }

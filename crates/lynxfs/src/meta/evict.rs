@@ -17,7 +17,6 @@ use crate::pmem::Backend;
 use crate::runtime::lock::{self, MutexGuard, ReadGuard, WriteGuard};
 
 use super::cachelet::LOADED;
-use super::index::KeyRef;
 use super::{Dir, Namespace};
 
 /// Default budget: 4 million entries.
@@ -145,16 +144,12 @@ impl<B: Backend> Namespace<B> {
             return true;
         }
         c.clear_flags(LOADED);
-        let idx = self.index.pin();
         for page in d.pages(&self.pool) {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 if let Some((name, _)) =
                     super::dir::read_entry(&self.pool, d.ino, dirlog::slot_addr(page, i))
                 {
-                    idx.remove(&KeyRef {
-                        parent: d.ino,
-                        name: &name,
-                    });
+                    self.index.evict(&self.pool.pm, d.ino, &name);
                 }
             }
         }

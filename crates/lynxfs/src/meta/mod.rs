@@ -33,7 +33,7 @@ pub use attr::{SetAttr, Stat, StatFs, TimeSet};
 pub use cachelet::{Cachelet, Cachelets};
 pub use create::NewNode;
 pub use dir::Dir;
-pub use index::{Entry, Index, Key, KeyRef, State};
+pub use index::{Claim, Entry, Index, State};
 pub use perm::Cred;
 pub use readdir::DirEntry;
 pub use rename::RenameFlags;
@@ -96,7 +96,7 @@ impl<B: Backend> Namespace<B> {
     pub(crate) fn with_parts(pool: Pool<B>, parts: shared::Parts, rt: Arc<dyn Runtime>) -> Self {
         let l = pool.layout;
         Namespace {
-            index: Index::with_hasher(Default::default()),
+            index: Index::new(parts.index, &l).expect("a pool layout open accepted"),
             cachelets: Cachelets::new(parts.cachelets, &l),
             free_slots: dir::FreeSlots::new(parts.free_slots, &l),
             locks: shared::Locks::new(parts.locks),
@@ -150,7 +150,7 @@ impl<B: Backend> Namespace<B> {
     /// processes have open, then each open count as their open tables say.
     fn rebuild_runtime(&self) {
         let keep = self.rt.live_opens();
-        self.index.pin().clear();
+        self.index.clear();
         self.cachelets.clear();
         self.free_slots.clear();
         self.locks.clear();
@@ -250,6 +250,7 @@ impl<B: Backend> Namespace<B> {
     /// The entry `name` in directory `parent`, as the caller may see it.
     pub fn lookup(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<u64> {
         self.op(|| {
+            self.index.prefetch(parent, name);
             let _ = self.dir(parent)?;
             self.may(parent, cred, perm::X)?;
             match name {
@@ -258,22 +259,24 @@ impl<B: Backend> Namespace<B> {
                 _ => {}
             }
             check_name(name)?;
-            match self.lookup_entry(parent, name) {
-                Some(e) if self.mechanisms.quick_path() => Ok(e.ino),
-                // Ablation: without the quick path the inode number comes from the
-                // dentry in the pool, one more dependent read per component.
-                Some(e) => Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
-                None => Err(errno::ENOENT),
+            loop {
+                let d = self.dir(parent)?;
+                match self.lookup_entry(parent, name) {
+                    Some(e) if self.mechanisms.quick_path() => return Ok(e.ino),
+                    // Ablation: without the quick path the inode number comes from the
+                    // dentry in the pool, one more dependent read per component.
+                    Some(e) => return Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
+                    // Evicted while we looked: the entries are being reloaded; look again.
+                    None if d.cachelet().flags() & cachelet::LOADED == 0 => continue,
+                    None => return Err(errno::ENOENT),
+                }
             }
         })
     }
 
     /// The visible index entry for (parent, name); the directory must be loaded.
     pub(crate) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Option<Entry> {
-        let idx = self.index.pin();
-        idx.get(&KeyRef { parent, name })
-            .filter(|e| e.visible())
-            .copied()
+        self.index.get(&self.pool.pm, parent, name)
     }
 
     /// The parent of directory `dir`, through its dentry's back pointer (the root is

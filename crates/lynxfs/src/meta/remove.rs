@@ -9,15 +9,13 @@
 
 use std::sync::atomic::Ordering;
 
-use papaya::{Compute, Operation};
-
 use crate::error::{errno, Result};
 use crate::format::{dentry, inode};
 use crate::pmem::Backend;
 use crate::time::now_ns;
 
 use super::cachelet::ORPHAN;
-use super::index::{Entry, KeyRef, State};
+use super::index::Entry;
 use super::perm::{self, Cred};
 use super::{check_name, is_dir, Namespace};
 
@@ -40,23 +38,12 @@ impl<B: Backend> Namespace<B> {
 
     /// Set an entry Ready -> Leaving; `None` if it is not there (or not ready).
     pub(crate) fn claim_entry(&self, parent: u64, name: &[u8]) -> Option<Entry> {
-        let idx = self.index.pin();
-        let r = idx.compute(KeyRef { parent, name }.owned(), |cur| match cur {
-            Some((_, e)) if e.state == State::Ready => Operation::Insert(Entry {
-                state: State::Leaving,
-                ..*e
-            }),
-            _ => Operation::Abort(()),
-        });
-        match r {
-            Compute::Updated { old: (_, e), .. } => Some(*e),
-            _ => None,
-        }
+        self.index.leave(&self.pool.pm, parent, name)
     }
 
     /// Put a claimed entry back as it was.
-    pub(crate) fn unclaim(&self, parent: u64, name: &[u8], e: Entry) {
-        self.index.pin().insert(KeyRef { parent, name }.owned(), e);
+    pub(crate) fn unclaim(&self, e: Entry) {
+        self.index.stay(&e);
     }
 
     fn remove(&self, parent: u64, name: &[u8], cred: &Cred, want_dir: bool) -> Result<()> {
@@ -66,14 +53,14 @@ impl<B: Backend> Namespace<B> {
         self.may(parent, cred, perm::X)?;
         let e = self.claim_entry(parent, name).ok_or(errno::ENOENT)?;
         if let Err(err) = self.may(parent, cred, perm::W | perm::X) {
-            self.unclaim(parent, name, e);
+            self.unclaim(e);
             return Err(err);
         }
         let checked = self.check_removable(e, pown, cred, want_dir);
         let child_dir = match checked {
             Ok(d) => d,
             Err(err) => {
-                self.unclaim(parent, name, e);
+                self.unclaim(e);
                 return Err(err);
             }
         };
@@ -82,7 +69,7 @@ impl<B: Backend> Namespace<B> {
             Some(_) => match self.lock_alone(e.ino) {
                 Ok((d, g)) => (Some(d), Some(g)),
                 Err(err) => {
-                    self.unclaim(parent, name, e);
+                    self.unclaim(e);
                     return Err(err);
                 }
             },
@@ -91,7 +78,7 @@ impl<B: Backend> Namespace<B> {
         if let Some(d) = &child_dir {
             if d.entries().load(Ordering::Acquire) > 0 {
                 drop(_victim_gate);
-                self.unclaim(parent, name, e);
+                self.unclaim(e);
                 return Err(errno::ENOTEMPTY);
             }
         }
@@ -114,7 +101,7 @@ impl<B: Backend> Namespace<B> {
             Ok(held) => held,
             Err(stop) => {
                 drop(_victim_gate);
-                self.unclaim(parent, name, e);
+                self.unclaim(e);
                 return Err(stop.into());
             }
         };
@@ -129,7 +116,7 @@ impl<B: Backend> Namespace<B> {
         if let Err(stop) = self.touch_dir(&mut b, parent, now, if want_dir { -1 } else { 0 }) {
             drop(b);
             drop((cw, il, _victim_gate));
-            self.unclaim(parent, name, e);
+            self.unclaim(e);
             return Err(stop);
         }
         b.write_u64(e.dentry + dentry::STATE, dentry::state_word(false, now))
@@ -141,7 +128,7 @@ impl<B: Backend> Namespace<B> {
         }
         let _committed = b.persist();
         drop(il);
-        self.index.pin().remove(&KeyRef { parent, name });
+        self.index.remove(&e);
         dir.entries().fetch_sub(1, Ordering::AcqRel);
         dir.release_slot(&self.free_slots, e.slot);
         self.pool.alloc.dentries.free(

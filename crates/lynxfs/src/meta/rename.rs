@@ -1,8 +1,9 @@
 //! Rename, in all its forms: same or cross directory, over a file or an empty
 //! directory, RENAME_NOREPLACE, RENAME_EXCHANGE.
 //!
-//! Protocol (docs/CONSISTENCY.md, "rename"): claim the entries in the index; write the
-//! new dentry (or two, for an exchange) and its slot, uncommitted; then one journal
+//! Protocol (docs/CONSISTENCY.md, "rename"): write the new dentry (or two, for an
+//! exchange) and its slot, uncommitted; claim the entries and the new names in the
+//! index (the index compares a claimed name with its dentry); then one journal
 //! record sets the new dentries valid, the old ones invalid, their slots empty, the
 //! inodes' back pointers and the parents' link counts. The record's commit word is the
 //! commit point.
@@ -14,7 +15,7 @@ use crate::format::{dentry, inode, ROOT_INO};
 use crate::pmem::Backend;
 use crate::time::now_ns;
 
-use super::index::{Entry, KeyRef};
+use super::index::{Claim, Entry};
 use super::perm::{self, Cred};
 use super::{check_name, is_dir, Namespace};
 
@@ -40,6 +41,12 @@ impl RenameFlags {
 
 /// Internal: the names changed under a rename between its checks and its claims.
 const RETRY: crate::Error = crate::Error::Errno(libc::EAGAIN);
+
+/// The new dentries (not yet valid) and, once claimed, their index slots.
+struct New {
+    dst: Entry,
+    src: Option<Entry>,
+}
 
 struct Plan {
     src: Entry,
@@ -103,63 +110,43 @@ impl<B: Backend> Namespace<B> {
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
             return Ok(()); // two names of one file: POSIX says do nothing
         }
-        // Claim both names. The rename lock keeps other renames out; creates and
+        // The new dentries first (not valid): the index compares a claimed name with
+        // its dentry's.
+        let lane = self.lane();
+        let new_dst = self.new_dentry(ddir, plan.src.ino, dn, plan.src.dtype, lane)?;
+        let new_src = match plan.dst.filter(|_| flags.exchange) {
+            Some(d) => match self.new_dentry(sdir, d.ino, sn, d.dtype, lane) {
+                Ok(e) => Some(e),
+                Err(err) => {
+                    self.discard_dentry(ddir, new_dst);
+                    return Err(err);
+                }
+            },
+            None => None,
+        };
+        let news = New {
+            dst: new_dst,
+            src: new_src,
+        };
+        // Claim the names. The rename lock keeps other renames out; creates and
         // unlinks take names by CAS, so a lost race here just reports the usual error.
         // Whole entries: a freed dentry or inode number may come straight back (the
         // free lists are stacks) for another file of another type.
         let (want_src, want_dst) = (plan.src, plan.dst);
-        let src = self.claim_entry(sp, sn).ok_or(errno::ENOENT)?;
-        let dst = match plan.dst {
-            Some(_) => match self.claim_entry(dp, dn) {
-                Some(d) => Some(d),
-                None => {
-                    self.unclaim(sp, sn, src);
-                    return Err(errno::ENOENT);
-                }
-            },
-            None => {
-                if self
-                    .index
-                    .pin()
-                    .try_insert(
-                        KeyRef {
-                            parent: dp,
-                            name: dn,
-                        }
-                        .owned(),
-                        Entry::creating(),
-                    )
-                    .is_err()
-                {
-                    self.unclaim(sp, sn, src);
-                    return Err(errno::EEXIST);
-                }
-                None
-            }
-        };
-        let plan = Plan { src, dst, ..plan };
+        let (plan, news) = self.claim_names(plan, news, sp, sn, dp, dn, sdir, ddir)?;
         let undo = |err| {
-            self.unclaim(sp, sn, plan.src);
-            match plan.dst {
-                Some(d) => self.unclaim(dp, dn, d),
-                None => {
-                    self.index.pin().remove(&KeyRef {
-                        parent: dp,
-                        name: dn,
-                    });
-                }
-            }
+            self.unclaim_names(&plan, &news, sdir, ddir);
             err
         };
         // An unlink and a create of one of the names between the plan and the claims
         // would leave the plan's checks about other files: plan again.
         let same = |a: Entry, b: Entry| (a.dentry, a.ino, a.dtype) == (b.dentry, b.ino, b.dtype);
-        let dst_same = match (dst, want_dst) {
+        let dst_same = match (plan.dst, want_dst) {
             (Some(a), Some(b)) => same(a, b),
             (None, None) => true,
             _ => false,
         };
-        if !same(src, want_src) || !dst_same {
+        if !same(plan.src, want_src) || !dst_same {
             return Err(undo(RETRY));
         }
         if ddir.removed() || sdir.removed() {
@@ -179,7 +166,7 @@ impl<B: Backend> Namespace<B> {
         {
             return Err(undo(errno::ENOTEMPTY));
         }
-        self.commit_rename(&plan, sp, sn, sdir, dp, dn, ddir, flags)
+        self.commit_rename(&plan, &news, sp, sdir, dp, ddir, flags, lane)
             .map_err(undo)?;
         if let Some(v) = &victim {
             v.set_removed();
@@ -274,35 +261,113 @@ impl<B: Backend> Namespace<B> {
         true // a cycle: refuse rather than loop
     }
 
+    /// Claim the old names (Ready -> Leaving) and the new ones for the new dentries,
+    /// beside the old entries of the same names; on failure nothing stays claimed and
+    /// the new dentries are discarded.
     #[allow(clippy::too_many_arguments)]
-    fn commit_rename(
+    fn claim_names(
         &self,
-        plan: &Plan,
+        plan: Plan,
+        mut news: New,
         sp: u64,
         sn: &[u8],
-        sdir: &super::Dir,
         dp: u64,
         dn: &[u8],
+        sdir: &super::Dir,
         ddir: &super::Dir,
-        flags: RenameFlags,
-    ) -> Result<()> {
-        let pool = &self.pool;
-        let lane = self.lane();
-        let now = now_ns();
-        let valid = dentry::state_word(true, now);
-        let gone = dentry::state_word(false, now);
-        let src = plan.src;
-        let new_dst = self.new_dentry(ddir, src.ino, dn, src.dtype, lane)?;
-        let new_src = match plan.dst.filter(|_| flags.exchange) {
-            Some(d) => match self.new_dentry(sdir, d.ino, sn, d.dtype, lane) {
-                Ok(e) => Some(e),
-                Err(err) => {
-                    self.discard_dentry(ddir, new_dst);
-                    return Err(err);
+    ) -> Result<(Plan, New)> {
+        let pm = &self.pool.pm;
+        let discard = |news: &New| {
+            self.discard_dentry(ddir, news.dst);
+            if let Some(ns) = news.src {
+                self.discard_dentry(sdir, ns);
+            }
+        };
+        let Some(src) = self.claim_entry(sp, sn) else {
+            discard(&news);
+            return Err(errno::ENOENT);
+        };
+        let dst = match plan.dst {
+            Some(_) => match self.claim_entry(dp, dn) {
+                Some(d) => Some(d),
+                None => {
+                    self.unclaim(src);
+                    discard(&news);
+                    return Err(errno::ENOENT);
                 }
             },
             None => None,
         };
+        let plan = Plan { src, dst, ..plan };
+        let claim = |name_parent: u64, name: &[u8], e: &Entry, beside: Option<&Entry>| match self
+            .index
+            .claim(
+                pm,
+                name_parent,
+                name,
+                e,
+                beside.map(|b| b.pos),
+                self.watch(),
+            )? {
+            Claim::Claimed(pos) => Ok(pos),
+            Claim::Taken(_) => Err(errno::EEXIST),
+        };
+        let fail = |err, news: &New, dst_pos: Option<u64>| {
+            if let Some(pos) = dst_pos {
+                self.index.abandon(pos);
+            }
+            self.unclaim(plan.src);
+            if let Some(d) = plan.dst {
+                self.unclaim(d);
+            }
+            discard(news);
+            err
+        };
+        news.dst.pos = match claim(dp, dn, &news.dst, plan.dst.as_ref()) {
+            Ok(pos) => pos,
+            Err(err) => return Err(fail(err, &news, None)),
+        };
+        if let Some(ns) = news.src.as_mut() {
+            ns.pos = match claim(sp, sn, ns, Some(&plan.src)) {
+                Ok(pos) => pos,
+                Err(err) => return Err(fail(err, &news, Some(news.dst.pos))),
+            };
+        }
+        Ok((plan, news))
+    }
+
+    /// Undo `claim_names`.
+    fn unclaim_names(&self, plan: &Plan, news: &New, sdir: &super::Dir, ddir: &super::Dir<'_>) {
+        self.index.abandon(news.dst.pos);
+        self.discard_dentry(ddir, news.dst);
+        if let Some(ns) = news.src {
+            self.index.abandon(ns.pos);
+            self.discard_dentry(sdir, ns);
+        }
+        self.unclaim(plan.src);
+        if let Some(d) = plan.dst {
+            self.unclaim(d);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn commit_rename(
+        &self,
+        plan: &Plan,
+        news: &New,
+        sp: u64,
+        sdir: &super::Dir,
+        dp: u64,
+        ddir: &super::Dir,
+        flags: RenameFlags,
+        lane: u32,
+    ) -> Result<()> {
+        let pool = &self.pool;
+        let now = now_ns();
+        let valid = dentry::state_word(true, now);
+        let gone = dentry::state_word(false, now);
+        let src = plan.src;
+        let (new_dst, new_src) = (news.dst, news.src);
         let mut w = vec![
             (new_dst.dentry + dentry::STATE, valid),
             (src.dentry + dentry::STATE, gone),
@@ -348,44 +413,22 @@ impl<B: Backend> Namespace<B> {
         }
         b.write_u64(self.iaddr(src.ino) + inode::CTIME, now);
         b.flushed();
-        if let Err(e) = pool.journals.commit(&pool.pm, &pool.layout, lane, &w) {
-            self.discard_dentry(ddir, new_dst);
-            if let Some(ns) = new_src {
-                self.discard_dentry(sdir, ns);
-            }
-            return Err(e);
-        }
+        let _committed = pool.journals.commit(&pool.pm, &pool.layout, lane, &w)?;
         drop(_locks);
-        // The index follows the pool: the new name first, so a lookup never misses both.
-        let idx = self.index.pin();
-        idx.insert(
-            KeyRef {
-                parent: dp,
-                name: dn,
-            }
-            .owned(),
-            new_dst,
-        );
-        match new_src {
-            Some(ns) => {
-                idx.insert(
-                    KeyRef {
-                        parent: sp,
-                        name: sn,
-                    }
-                    .owned(),
-                    ns,
-                );
-            }
-            None => {
-                idx.remove(&KeyRef {
-                    parent: sp,
-                    name: sn,
-                });
-                sdir.entries().fetch_sub(1, Ordering::AcqRel);
-                if plan.dst.is_none() {
-                    ddir.entries().fetch_add(1, Ordering::AcqRel);
-                }
+        // The index follows the pool: the new names first, then the old entries go,
+        // so a lookup never misses both.
+        self.index.publish(new_dst.pos);
+        if let Some(ns) = new_src {
+            self.index.publish(ns.pos);
+        }
+        self.index.remove(&src);
+        if let Some(d) = plan.dst {
+            self.index.remove(&d);
+        }
+        if new_src.is_none() {
+            sdir.entries().fetch_sub(1, Ordering::AcqRel);
+            if plan.dst.is_none() {
+                ddir.entries().fetch_add(1, Ordering::AcqRel);
             }
         }
         self.retire_dentry(sdir, src);
@@ -396,7 +439,7 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// A dentry that was written but never committed: give back its slot and id.
-    fn discard_dentry(&self, dir: &super::Dir, e: Entry) {
+    pub(super) fn discard_dentry(&self, dir: &super::Dir<'_>, e: Entry) {
         let mut b = self.pool.pm.batch();
         b.write_u64(e.slot, 0);
         let _ = b.persist();
@@ -404,7 +447,7 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// A dentry no longer named by its slot: recycle both.
-    fn retire_dentry(&self, dir: &super::Dir, e: Entry) {
+    pub(super) fn retire_dentry(&self, dir: &super::Dir<'_>, e: Entry) {
         dir.release_slot(&self.free_slots, e.slot);
         if let Some(id) = self.pool.layout.dentry_id(e.dentry) {
             self.pool.alloc.dentries.free(id);

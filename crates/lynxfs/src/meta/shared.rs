@@ -10,6 +10,7 @@ use crate::runtime::{Carve, Region, Span};
 
 use super::cachelet::Cachelets;
 use super::dir::FreeSlots;
+use super::index::Index;
 
 /// Stripes of the lock that serializes creates per directory when lock-free creation
 /// is switched off (ablation).
@@ -20,6 +21,7 @@ const LOCK_WORDS: usize = SERIAL + SERIAL_STRIPES;
 
 /// The spans the namespace keeps its runtime state in.
 pub struct Parts {
+    pub index: Span,
     pub cachelets: Span,
     pub free_slots: Span,
     pub locks: Span,
@@ -29,6 +31,7 @@ impl Parts {
     /// Lay out the namespace's parts after what `carve` has handed out already.
     pub fn carve(carve: &mut Carve, l: &Layout) -> Vec<std::ops::Range<usize>> {
         vec![
+            carve.take(Index::bytes_needed(l)),
             carve.take(Cachelets::bytes_needed(l)),
             carve.take(FreeSlots::bytes_needed(l)),
             carve.take(LOCK_WORDS * 4),
@@ -39,9 +42,10 @@ impl Parts {
     pub fn at(region: &Arc<Region>, ranges: &[std::ops::Range<usize>]) -> Parts {
         let span = |i: usize| Span::new(region.clone(), ranges[i].clone());
         Parts {
-            cachelets: span(0),
-            free_slots: span(1),
-            locks: span(2),
+            index: span(0),
+            cachelets: span(1),
+            free_slots: span(2),
+            locks: span(3),
         }
     }
 
