@@ -72,7 +72,10 @@ fn leaves_of<B: Backend>(pool: &Pool<B>, nodes: &[u64], depth: u16) -> Vec<Leaf>
 /// A process's copy of one file's map, kept with an open file so reads and writes do
 /// not parse the pool's map each time, with the map version it was read at.
 #[derive(Default)]
-pub struct LocalMap(parking_lot::Mutex<Option<((u64, u64), std::sync::Arc<Map>)>>);
+pub struct LocalMap(parking_lot::Mutex<Option<(MapStamp, std::sync::Arc<Map>)>>);
+
+/// The runtime generation and map version a copy was read at.
+type MapStamp = (u64, u64);
 
 /// A file's map as a caller may cache it: the file's map version (a shared word in its
 /// cachelet, bumped by every change, from any process) and this caller's copy, if it
