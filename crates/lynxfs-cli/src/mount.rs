@@ -72,6 +72,9 @@ fn detach() -> Result<()> {
                     libc::dup2(devnull.as_raw_fd(), fd);
                 }
             }
+            // The parent exits without detaching: the pool's process table must
+            // name this process instead.
+            lynxfs::runtime::attachment::after_fork().context("taking over the pool")?;
             Ok(())
         }
         _ => {

@@ -19,7 +19,7 @@ use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::{Backend, Mapping, Pm};
 use crate::progress::{Progress, Quiet};
 use crate::runtime::Span;
-use crate::runtime::{Attachment, RuntimeFile, RuntimeLayout};
+use crate::runtime::{attach, Attachment, RuntimeFile, RuntimeLayout};
 use crate::time::now_ns;
 use std::sync::Arc;
 
@@ -226,13 +226,16 @@ impl<B: Backend> Pool<B> {
         }
         lock(&file, path, access)?;
         // A read-only open works on a private copy: with a process attached, the copy
-        // could hold its operations half done.
-        if access == Access::ReadOnly
-            && crate::runtime::attach::attached_elsewhere(&file).map_err(|e| Error::io(path, e))?
-        {
-            return Err(Error::Locked {
-                path: path.to_path_buf(),
-            });
+        // could hold its operations half done, so the two exclude each other (each
+        // looks for the other after taking its own lock: one of two racing sees it).
+        if access == Access::ReadOnly {
+            let io = |e| Error::io(path, e);
+            attach::claim_read_only(&file).map_err(io)?;
+            if attach::attached_elsewhere(&file).map_err(io)? {
+                return Err(Error::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
         }
         let size = file_size(&file, &meta, path)?;
         let sb = pick_superblock(path, size, |off, buf| {
@@ -254,8 +257,14 @@ impl<B: Backend> Pool<B> {
         let attachment = match access {
             Access::ReadWrite => {
                 let bytes = RuntimeLayout::compute(&sb.layout).total;
-                let a = RuntimeFile::attach(path, &file, sb.uuid, bytes)?;
-                Some(Attachment::new(a))
+                let a = Attachment::new(RuntimeFile::attach(path, &file, sb.uuid, bytes)?);
+                if attach::read_only_elsewhere(&file).map_err(|e| Error::io(path, e))? {
+                    let _ = a.detach(|| Ok(()));
+                    return Err(Error::Locked {
+                        path: path.to_path_buf(),
+                    });
+                }
+                Some(a)
             }
             Access::Exclusive | Access::ReadOnly => None,
         };
@@ -288,6 +297,9 @@ impl<B: Backend> Pool<B> {
         let layout = sb.layout;
         let runtime_layout = RuntimeLayout::compute(&layout);
         let runtime = attachment.map(Arc::new);
+        if let Some(a) = &runtime {
+            crate::runtime::attachment::track(a);
+        }
         let alloc_span = match &runtime {
             Some(a) => Span::new(a.region(), runtime_layout.alloc.clone()),
             None => Span::anonymous(Allocators::bytes_needed(&layout))
@@ -350,7 +362,11 @@ impl<B: Backend> Pool<B> {
     /// Mark the pool mounted by this process; `Locked` if another process has it
     /// mounted (one mount per pool: the kernel caches of two would go stale).
     pub fn claim_mount(&self) -> Result<()> {
-        let Some(file) = &self._lock else {
+        let Some(file) = self
+            ._lock
+            .as_ref()
+            .filter(|_| self.access != Access::ReadOnly)
+        else {
             return Ok(());
         };
         match crate::runtime::attach::claim_mount(file) {
@@ -385,7 +401,13 @@ impl<B: Backend> Pool<B> {
             return Ok(());
         }
         match &self.runtime {
-            Some(a) => a.detach(|| self.save_clean()),
+            Some(a) => a.detach(|| {
+                if a.intact() {
+                    self.save_clean()
+                } else {
+                    Ok(())
+                }
+            }),
             None => self.save_clean(),
         }
     }

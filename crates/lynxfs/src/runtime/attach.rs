@@ -596,25 +596,7 @@ fn check_header(region: &Region, id: &PoolId, bytes: usize) -> Result<(), String
 /// open as `pool_file` now: one that only reads a private copy of the pool must not,
 /// since it would see operations half done.
 pub fn attached_elsewhere(pool_file: &File) -> io::Result<bool> {
-    // SAFETY: a plain C struct; all-zero is a valid value that we then fill in.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = ATTACHMENT;
-    fl.l_len = 1;
-    // SAFETY: fcntl on a descriptor we own, with a pointer to a live flock struct it
-    // fills in.
-    let r = unsafe {
-        libc::fcntl(
-            pool_file.as_raw_fd(),
-            libc::F_OFD_GETLK,
-            &mut fl as *mut libc::flock,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+    ofd_held(pool_file, ATTACHMENT)
 }
 
 /// The byte a mounting process locks, so one pool has at most one mount (two kernels'
@@ -625,4 +607,42 @@ const MOUNTED: i64 = 2;
 /// closed); false if another process has it mounted.
 pub fn claim_mount(pool_file: &File) -> io::Result<bool> {
     ofd_lock(pool_file, MOUNTED, 1, libc::F_WRLCK, false)
+}
+
+/// The byte every read-only opener holds shared: a read-only open works on a private
+/// copy of the pool, which would go stale under an attached writer, so the two exclude
+/// each other.
+const READ_ONLY: i64 = 3;
+
+/// Hold the read-only byte of the pool open as `pool_file` (until the file is closed).
+pub fn claim_read_only(pool_file: &File) -> io::Result<()> {
+    ofd_lock(pool_file, READ_ONLY, 1, libc::F_RDLCK, false).map(drop)
+}
+
+/// Whether some process has the pool open read-only now (through another open).
+pub fn read_only_elsewhere(pool_file: &File) -> io::Result<bool> {
+    ofd_held(pool_file, READ_ONLY)
+}
+
+/// Whether another open file description holds a lock on byte `at` of `file`.
+fn ofd_held(file: &File, at: i64) -> io::Result<bool> {
+    // SAFETY: a plain C struct; all-zero is a valid value that we then fill in.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = at;
+    fl.l_len = 1;
+    // SAFETY: fcntl on a descriptor we own, with a pointer to a live flock struct it
+    // fills in.
+    let r = unsafe {
+        libc::fcntl(
+            file.as_raw_fd(),
+            libc::F_OFD_GETLK,
+            &mut fl as *mut libc::flock,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
 }

@@ -6,6 +6,8 @@
 //! for the repair another process does (docs/CONSISTENCY.md, "A process dies").
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -19,7 +21,8 @@ const DRAIN_SLICE: Duration = Duration::from_millis(100);
 
 pub struct Attachment {
     procs: Procs,
-    slot: u32,
+    /// This process's slot (changes once if the process forks to become a daemon).
+    slot: AtomicU32,
     health: Health,
     /// Taken by detach.
     attached: Mutex<Option<Attached>>,
@@ -27,12 +30,25 @@ pub struct Attachment {
 
 impl Attachment {
     pub fn new(attached: Attached) -> Attachment {
-        Attachment {
+        let a = Attachment {
             procs: attached.procs.clone(),
-            slot: attached.slot,
+            slot: AtomicU32::new(attached.slot),
             health: Health::new(attached.procs.clone()),
             attached: Mutex::new(Some(attached)),
-        }
+        };
+        // A process that died while nobody waited on it (its open files, a name it
+        // was creating) is found here at the latest: this process's first operation
+        // then does the repair.
+        let _ = a.health.check();
+        a
+    }
+
+    /// Whether the runtime state holds only what live processes did: no process died
+    /// since the last repair. If one did, the last to leave must not mark the pool
+    /// clean (its saved bitmaps would keep what the dead process held), and the next
+    /// open recovers instead.
+    pub fn intact(&self) -> bool {
+        self.procs.state() != REPAIRING && self.procs.dead_slots().is_empty()
     }
 
     pub fn procs(&self) -> &Procs {
@@ -40,7 +56,20 @@ impl Attachment {
     }
 
     pub fn slot(&self) -> u32 {
-        self.slot
+        self.slot.load(Ordering::Relaxed)
+    }
+
+    /// Called in the child of a fork that keeps the attachment (and whose parent
+    /// exits without detaching): the child takes a slot of its own, with the parent's
+    /// open table.
+    pub fn after_fork(&self) -> crate::Result<()> {
+        let mut a = self.attached.lock();
+        let new = self.procs.adopt(self.slot())?;
+        self.slot.store(new, Ordering::Relaxed);
+        if let Some(a) = a.as_mut() {
+            a.slot = new;
+        }
+        Ok(())
     }
 
     /// The region, for laying out the parts of the runtime state.
@@ -79,9 +108,9 @@ impl Attachment {
         loop {
             if self
                 .procs
-                .wait_quiescent(self.slot, Instant::now() + DRAIN_SLICE)
+                .wait_quiescent(self.slot(), Instant::now() + DRAIN_SLICE)
                 .is_ok()
-                && self.procs.ops_in_flight(self.slot) == 0
+                && self.procs.ops_in_flight(self.slot()) == 0
             {
                 return;
             }
@@ -110,12 +139,12 @@ impl Watch for Attachment {
 
 impl Runtime for Attachment {
     fn enter(&self) -> Result<(), Interrupted> {
-        std::mem::forget(self.procs.enter_op(self.slot)?);
+        std::mem::forget(self.procs.enter_op(self.slot())?);
         Ok(())
     }
 
     fn leave(&self) {
-        self.procs.leave_op(self.slot);
+        self.procs.leave_op(self.slot());
     }
 
     fn settle(&self) -> bool {
@@ -123,7 +152,7 @@ impl Runtime for Attachment {
             if self.procs.state() != REPAIRING {
                 return false;
             }
-            if self.procs.claim_repair(self.slot) {
+            if self.procs.claim_repair(self.slot()) {
                 self.drain();
                 for dead in self.procs.dead_slots() {
                     self.procs.reap(dead);
@@ -143,12 +172,12 @@ impl Runtime for Attachment {
     }
 
     fn opened(&self, ino: u64) -> crate::Result<()> {
-        self.procs.open_inc(self.slot, ino)
+        self.procs.open_inc(self.slot(), ino)
     }
 
     fn closed(&self, ino: u64) {
         // A count this process never took is a bug here, not a caller's error.
-        let r = self.procs.open_dec(self.slot, ino);
+        let r = self.procs.open_dec(self.slot(), ino);
         debug_assert!(r.is_ok(), "closing inode {ino} this process has not open");
     }
 
@@ -163,4 +192,25 @@ impl Drop for Attachment {
             let _ = self.detach(|| Ok(()));
         }
     }
+}
+
+/// Every attachment of this process, so that a fork can move them all (see
+/// [`after_fork`]).
+static ALL: Mutex<Vec<Weak<Attachment>>> = Mutex::new(Vec::new());
+
+/// Make `a` known to [`after_fork`].
+pub fn track(a: &Arc<Attachment>) {
+    let mut all = ALL.lock();
+    all.retain(|w| w.strong_count() > 0);
+    all.push(Arc::downgrade(a));
+}
+
+/// In the child of a fork whose parent exits without detaching (a daemon leaving its
+/// terminal): register the child in the process table of every pool attached, in
+/// place of its parent, so that the parent's exit is not taken for a death.
+pub fn after_fork() -> crate::Result<()> {
+    for a in ALL.lock().iter().filter_map(Weak::upgrade) {
+        a.after_fork()?;
+    }
+    Ok(())
 }

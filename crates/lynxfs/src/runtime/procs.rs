@@ -16,9 +16,12 @@ use crate::error::{Error, Result};
 /// Bytes of the header page at the start of the region (identity and state words).
 pub const HEADER_BYTES: usize = 4096;
 /// Processes that may be attached at once.
-pub const MAX_PROCS: u32 = 64;
-/// Entries of each process's open table: distinct inodes one process may hold open.
-pub const OPEN_ENTRIES: usize = 1 << 16;
+pub const MAX_PROCS: u32 = 32;
+/// Entries of each process's open table: distinct inodes one process may hold open or
+/// held. A FUSE daemon holds every inode the kernel caches (a tree walk of a large
+/// source tree reaches 100,000 and more), hence a million; the tables are sparse, so
+/// only the pages a process uses take memory.
+pub const OPEN_ENTRIES: usize = 1 << 20;
 
 /// The state word: zero in a fresh file, so a file whose builder died stays BUILDING.
 pub const BUILDING: u32 = 0;
@@ -201,12 +204,26 @@ impl Procs {
     }
 
     fn clear_slot(&self, slot: u32) {
-        for e in self.open_table(slot) {
-            if e.load(Ordering::Relaxed) != 0 {
-                e.store(0, Ordering::Relaxed);
+        // The table is sparse: give its pages back rather than read every word.
+        self.region.discard(
+            OPEN_OFF + slot as usize * OPEN_TABLE_BYTES,
+            OPEN_TABLE_BYTES,
+        );
+        self.ops(slot).store(0, Ordering::SeqCst);
+    }
+
+    /// This process is a fork of the one registered in `old` (a daemon that detached
+    /// from its terminal): take a slot of its own with the same open table, and free
+    /// `old`, whose process is about to exit.
+    pub fn adopt(&self, old: u32) -> Result<u32> {
+        let new = self.register()?;
+        for (ino, n) in self.opens_of(old) {
+            for _ in 0..n {
+                self.open_inc(new, ino)?;
             }
         }
-        self.ops(slot).store(0, Ordering::SeqCst);
+        self.unregister(old);
+        Ok(new)
     }
 
     /// Whether a process is registered in `slot` and still running (same pid and

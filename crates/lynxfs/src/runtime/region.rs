@@ -11,6 +11,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
+const PAGE: usize = 4096;
+
 /// One mapping of runtime memory.
 pub struct Region {
     ptr: NonNull<u8>,
@@ -97,6 +99,35 @@ impl Region {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off).cast(), n) }
     }
 
+    /// Set `[off, off+len)` to zeros, giving whole pages back to the system (so a
+    /// large part that is reset does not become resident by being written).
+    pub fn discard(&self, off: usize, len: usize) {
+        self.check(off, len, 8);
+        let end = off + len;
+        let (a, b) = (
+            off.next_multiple_of(PAGE).min(end),
+            (end / PAGE * PAGE).max(off),
+        );
+        let (a, b) = if a < b { (a, b) } else { (end, end) };
+        // SAFETY: [a, b) lies inside the mapping (checked above) and is page aligned;
+        // MADV_REMOVE frees the shared pages, which then read as zeros. No reference
+        // into the range is held as plain memory: every access is atomic.
+        let removed = a == b
+            || unsafe { libc::madvise(self.ptr.as_ptr().add(a).cast(), b - a, libc::MADV_REMOVE) }
+                == 0;
+        let zero = |from: usize, to: usize| {
+            for w in self.words(from, (to - from) / 8) {
+                w.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        if removed {
+            zero(off, a);
+            zero(b, end);
+        } else {
+            zero(off, end);
+        }
+    }
+
     fn check(&self, off: usize, bytes: usize, align: usize) {
         assert!(
             off.is_multiple_of(align) && off.checked_add(bytes).is_some_and(|e| e <= self.len),
@@ -154,11 +185,10 @@ impl Span {
         self.bytes
     }
 
-    /// Set every word to zero (a repair starting the state afresh).
+    /// Set every word to zero (a repair starting the state afresh), giving whole
+    /// pages back to the system.
     pub fn zero(&self) {
-        for w in self.words() {
-            w.store(0, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.region.discard(self.off, self.bytes / 8 * 8);
     }
 
     /// The part `[start, start+len)` (bytes, 64-aligned) of this span.
@@ -172,7 +202,7 @@ impl Span {
     }
 }
 
-/// Lays out a region: hands out consecutive ranges, each cache-line aligned, so every
+/// Lays out a region: hands out consecutive ranges, each page aligned, so every
 /// attacher computes the same offsets from the same pool layout.
 #[derive(Default)]
 pub struct Carve {
@@ -180,15 +210,16 @@ pub struct Carve {
 }
 
 impl Carve {
+    /// The next `bytes`, starting on a page (so a part can be reset page by page).
     pub fn take(&mut self, bytes: usize) -> Range<usize> {
-        let start = self.next.div_ceil(64) * 64;
+        let start = self.next.next_multiple_of(PAGE);
         self.next = start + bytes;
         start..self.next
     }
 
     /// Bytes laid out so far (the region's size once everything is taken).
     pub fn total(&self) -> usize {
-        self.next.div_ceil(4096) * 4096
+        self.next.next_multiple_of(PAGE)
     }
 }
 
@@ -203,15 +234,30 @@ mod tests {
         let a = c.take(24);
         let b = c.take(8);
         assert_eq!(a, 0..24);
-        assert_eq!(b.start, 64, "cache-line aligned");
+        assert_eq!(b.start, 4096, "page aligned");
         let r = Arc::new(Region::anonymous(c.total()).unwrap());
         let sa = Span::new(r.clone(), a);
         let sb = Span::new(r.clone(), b);
         sa.words()[2].store(7, Ordering::Relaxed);
         sb.words()[0].store(9, Ordering::Relaxed);
         assert_eq!(r.words(16, 1)[0].load(Ordering::Relaxed), 7);
-        assert_eq!(r.words(64, 1)[0].load(Ordering::Relaxed), 9);
+        assert_eq!(r.words(4096, 1)[0].load(Ordering::Relaxed), 9);
         assert_eq!(sa.words().len(), 3);
+    }
+
+    #[test]
+    fn discard_zeroes_whole_pages_and_edges_and_nothing_else() {
+        let r = Region::anonymous(4 * 4096).unwrap();
+        for w in r.words(0, 4 * 512) {
+            w.store(u64::MAX, Ordering::Relaxed);
+        }
+        // From the middle of page 0 to the middle of page 2.
+        r.discard(2048, 2 * 4096);
+        let w = r.words(0, 4 * 512);
+        let zero = |i: usize| w[i].load(Ordering::Relaxed) == 0;
+        assert!((0..256).all(|i| !zero(i)), "before the range");
+        assert!((256..1280).all(zero), "the range");
+        assert!((1280..2048).all(|i| !zero(i)), "after the range");
     }
 
     #[test]
