@@ -31,8 +31,8 @@
 //! than the notice takes (microseconds), whatever the entry and attribute timeouts.
 
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -203,7 +203,9 @@ impl<B: Backend> Invalidate<B> {
         let r = self
             .notifier
             .inval_entry(INodeNo(parent), OsStr::from_bytes(name));
-        report(r, || format!("the name {:?} in {parent}", OsStr::from_bytes(name)));
+        report(r, || {
+            format!("the name {:?} in {parent}", OsStr::from_bytes(name))
+        });
     }
 
     fn inode(&self, ino: u64, off: i64, len: i64) {
@@ -639,7 +641,12 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
 
     fn destroy(&mut self) {
         // No more notices (the kernel is gone).
-        drop(self.forwarder.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(
+            self.forwarder
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         // Every worker thread has stopped: close the pool cleanly.
         if let Err(e) = self.fs.close() {
             eprintln!("lynxfs: closing the pool: {e}");

@@ -151,7 +151,10 @@ fn changes_by_a_library_process_show_through_the_mount_at_once() {
     }));
 
     // chmod: attributes cached for a minute change at once.
-    assert_eq!(fs::metadata(at("g")).unwrap().permissions().mode() & 0o777, 0o644);
+    assert_eq!(
+        fs::metadata(at("g")).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
     lib.step("chmod g");
     note(shows("chmod g", || {
         fs::metadata(at("g")).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600)
@@ -159,11 +162,15 @@ fn changes_by_a_library_process_show_through_the_mount_at_once() {
 
     // Unlink: the cached name goes.
     lib.step("unlink g");
-    note(shows("unlinked g", || gone(&at("g")) && !listed(&root, "g")));
+    note(shows("unlinked g", || {
+        gone(&at("g")) && !listed(&root, "g")
+    }));
 
     // mkdir, then rmdir of a directory the kernel has looked up.
     lib.step("mkdir d");
-    note(shows("made d", || fs::metadata(at("d")).is_ok_and(|m| m.is_dir())));
+    note(shows("made d", || {
+        fs::metadata(at("d")).is_ok_and(|m| m.is_dir())
+    }));
     assert!(fs::read_dir(at("d")).unwrap().next().is_none());
     let links = fs::metadata(&root).map(|m| std::os::unix::fs::MetadataExt::nlink(&m));
     lib.step("rmdir d");

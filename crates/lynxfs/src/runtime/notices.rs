@@ -51,7 +51,11 @@ pub enum Change {
     /// `name` in `parent` was created, removed or renamed (from or to); `ino` is the
     /// file it named or names now (its link count or ctime changed), 0 if unknown.
     /// The parent's attributes (mtime, link count) changed too.
-    Name { parent: u64, name: Vec<u8>, ino: u64 },
+    Name {
+        parent: u64,
+        name: Vec<u8>,
+        ino: u64,
+    },
     /// `ino`'s attributes (mode, owner, times, extended attributes, ACLs) changed.
     Attrs { ino: u64 },
     /// `ino`'s data changed in `[off, off+len)` (`len` 0: from `off` to the end), and
@@ -266,7 +270,10 @@ impl Watcher {
             return Read::Lost;
         }
         let meta = rec[1].load(Ordering::Acquire);
-        let f: Vec<u64> = rec[2..6].iter().map(|x| x.load(Ordering::Acquire)).collect();
+        let f: Vec<u64> = rec[2..6]
+            .iter()
+            .map(|x| x.load(Ordering::Acquire))
+            .collect();
         let len = ((meta >> 16) as usize).min(NAME_MAX);
         let mut name = Vec::with_capacity(len);
         for word in &rec[6..6 + len.div_ceil(8)] {
@@ -276,9 +283,7 @@ impl Watcher {
         // Every field was loaded with Acquire: had one come from a writer that
         // claimed this slot again (record n + RECORDS), its claim would show here.
         fence(Ordering::SeqCst);
-        if rec[0].load(Ordering::Acquire) != n + 1
-            || w[HEAD].load(Ordering::SeqCst) > n + RECORDS
-        {
+        if rec[0].load(Ordering::Acquire) != n + 1 || w[HEAD].load(Ordering::SeqCst) > n + RECORDS {
             return Read::Lost;
         }
         if (meta >> 8) as u8 as u32 == self.own {
