@@ -390,6 +390,12 @@ impl OwnMount {
         &self.mountpoint
     }
 
+    /// The session's `/dev/fuse` descriptor (a duplicate), for notices `fuser` cannot
+    /// send.
+    pub fn device_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.device.as_fd()
+    }
+
     /// The mount's device number as `major:minor`, as /proc/self/mountinfo shows it.
     pub fn device(&self) -> String {
         format!("{}:{}", self.id.dev_major, self.id.dev_minor)

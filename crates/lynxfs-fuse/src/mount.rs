@@ -256,10 +256,16 @@ fn session<B: Backend>(
         fuse = fuse.without_kernel_acls();
     }
     let notices = fuse.notices();
+    let forward = fuse.forward();
     match kmount::session(fuse, mountpoint, &o.config(pool_path)) {
         Ok((s, mount)) => {
             // Set once, here, before any request is served.
             let _ = notices.set(s.notifier());
+            let device = mount.device_fd().try_clone_to_owned();
+            if let Err(e) = device.and_then(|d| forward.start(s.notifier(), d)) {
+                let _ = mount.unmount();
+                return Err(anyhow::Error::new(e).context("starting the change notices thread"));
+            }
             Ok((Box::new(s), mount))
         }
         Err(e) => {

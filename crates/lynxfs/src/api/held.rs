@@ -102,6 +102,15 @@ impl<B: Backend> Fs<B> {
         }
     }
 
+    /// Every inode held now (what the kernel may cache attributes and pages of).
+    pub fn held_inodes(&self) -> Vec<u64> {
+        let mut all = Vec::new();
+        for shard in self.held.shards.iter() {
+            all.extend(shard.lock().keys().copied());
+        }
+        all
+    }
+
     /// The hold count of `ino` (0 when not held).
     pub fn held_count(&self, ino: u64) -> u64 {
         self.held.shard(ino).lock().get(&ino).map_or(0, |h| h.count)

@@ -105,6 +105,14 @@ impl<B: Backend> Fs<B> {
         &self.ns.pool
     }
 
+    /// Watch the changes other processes attached to the pool make (names,
+    /// attributes, data), to drop what this process caches of them; every attached
+    /// process posts its changes while a watcher lives. `None` for a pool no other
+    /// process can attach (in memory).
+    pub fn watch_changes(&self) -> Option<crate::runtime::notices::Watcher> {
+        self.ns.notices.watch(self.ns.rt.clone())
+    }
+
     /// A caller with these credentials, working in the root directory.
     pub fn session(&self, cred: Cred) -> Session<'_, B> {
         Session {
@@ -174,7 +182,9 @@ impl<B: Backend> Fs<B> {
             .load_u64(self.ns.pool.layout.inode_addr(ino) + inode::SIZE);
         if size > 0 {
             let cache = crate::data::MapCache::new(c.map_version(), 0, None);
-            crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &cache)
+            crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &cache)?;
+            self.ns.notices.data(ino, 0, 0);
+            Ok(())
         } else {
             Ok(())
         }
@@ -281,6 +291,7 @@ impl<B: Backend> Fs<B> {
         if !f.privileged {
             self.clear_suid(f.ino);
         }
+        self.ns.notices.data(f.ino, at, n as u64);
         Ok(n)
     }
 
@@ -383,6 +394,7 @@ impl<B: Backend> Fs<B> {
         if !privileged {
             self.clear_suid(ino);
         }
+        self.ns.notices.data(ino, 0, 0);
         Ok(())
     }
 
@@ -413,7 +425,9 @@ impl<B: Backend> Fs<B> {
                 off,
                 len,
                 &self.map_of(&f),
-            )
+            )?;
+            self.ns.notices.data(f.ino, off, len);
+            Ok(())
         })
     }
 

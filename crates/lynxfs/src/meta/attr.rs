@@ -162,6 +162,7 @@ impl<B: Backend> Namespace<B> {
                 self.commit_words(&words)?;
             }
             drop(_g);
+            self.notices.attrs(ino);
             self.getattr(ino)
         })
     }

@@ -52,7 +52,10 @@ impl<B: Backend> Namespace<B> {
                 None => {
                     self.may(parent, cred, perm::W | perm::X)?;
                     match self.try_create(&dir, name, node, cred)? {
-                        Ok(ino) => return Ok((ino, true)),
+                        Ok(ino) => {
+                            self.notices.name(parent, name, ino);
+                            return Ok((ino, true));
+                        }
                         Err(e) => e,
                     }
                 }
@@ -311,6 +314,7 @@ impl<B: Backend> Namespace<B> {
         match made {
             Ok(()) => {
                 self.index.publish(pos);
+                self.notices.name(parent, name, ino);
                 Ok(())
             }
             Err(err) => {

@@ -48,6 +48,8 @@ pub struct Namespace<B: Backend> {
     pub(crate) free_slots: dir::FreeSlots,
     /// Namespace-wide locks, in the shared runtime region.
     locks: shared::Locks,
+    /// Where this process posts its changes for processes that cache what they read.
+    pub notices: crate::runtime::notices::Notices,
     /// The runtime state's life: counts operations, and ends waits when a process
     /// attached to the pool dies (see `runtime::lock`).
     pub(crate) rt: Arc<dyn Runtime>,
@@ -83,7 +85,14 @@ impl<B: Backend> Namespace<B> {
         match pool.attachment().cloned() {
             Some(a) => {
                 let parts = shared::Parts::at(&a.region(), &pool.runtime_layout.namespace);
-                Self::with_parts(pool, parts, a)
+                let notices = crate::runtime::notices::Notices::at(
+                    &a.region(),
+                    pool.runtime_layout.notices.clone(),
+                    a.slot(),
+                );
+                let mut ns = Self::with_parts(pool, parts, a);
+                ns.notices = notices;
+                ns
             }
             None => {
                 let parts =
@@ -100,6 +109,7 @@ impl<B: Backend> Namespace<B> {
             cachelets: Cachelets::new(parts.cachelets, &l),
             free_slots: dir::FreeSlots::new(parts.free_slots, &l),
             locks: shared::Locks::new(parts.locks),
+            notices: crate::runtime::notices::Notices::off(),
             rt,
             pool,
             clock: evict::Clock::new(),

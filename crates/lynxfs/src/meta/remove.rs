@@ -127,6 +127,7 @@ impl<B: Backend> Namespace<B> {
             b.write_u64(at + inode::INO, 0);
         }
         let _committed = b.persist();
+        self.notices.name(parent, name, e.ino);
         drop(il);
         self.index.remove(&e);
         dir.entries().fetch_sub(1, Ordering::AcqRel);

@@ -168,6 +168,8 @@ impl<B: Backend> Namespace<B> {
         }
         self.commit_rename(&plan, &news, sp, sdir, dp, ddir, flags, lane)
             .map_err(undo)?;
+        self.notices.name(sp, sn, plan.src.ino);
+        self.notices.name(dp, dn, plan.dst.map_or(0, |d| d.ino));
         if let Some(v) = &victim {
             v.set_removed();
             v.drain_slots(&self.free_slots);

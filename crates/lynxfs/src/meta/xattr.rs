@@ -131,7 +131,9 @@ impl<B: Backend> Namespace<B> {
             self.xattr_access(ino, name, cred, perm::W)?;
             let _w = self.cachelets.get(ino).write(self.watch())?;
             self.live(ino)?;
-            xattr::set(&self.pool, ino, self.lane(), name, value, flags)
+            xattr::set(&self.pool, ino, self.lane(), name, value, flags)?;
+            self.notices.attrs(ino);
+            Ok(())
         })
     }
 
@@ -144,7 +146,9 @@ impl<B: Backend> Namespace<B> {
             self.xattr_access(ino, name, cred, perm::W)?;
             let _w = self.cachelets.get(ino).write(self.watch())?;
             self.live(ino)?;
-            xattr::remove(&self.pool, ino, self.lane(), name)
+            xattr::remove(&self.pool, ino, self.lane(), name)?;
+            self.notices.attrs(ino);
+            Ok(())
         })
     }
 
@@ -194,7 +198,9 @@ impl<B: Backend> Namespace<B> {
             } else if !had && words.is_empty() {
                 return Ok(());
             }
-            xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)
+            xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)?;
+            self.notices.attrs(ino);
+            Ok(())
         })
     }
 

@@ -15,6 +15,8 @@ pub struct RuntimeLayout {
     pub alloc: Range<usize>,
     /// The namespace's parts (see `meta::shared::Parts`).
     pub namespace: Vec<Range<usize>>,
+    /// The change notices' ring (kept across repairs: its watchers stay registered).
+    pub notices: Range<usize>,
     /// Everything a repair rebuilds (all but the header, process and open tables).
     pub rebuilt: Range<usize>,
     /// The region's size.
@@ -27,9 +29,11 @@ impl RuntimeLayout {
         c.take(procs::bytes_needed());
         let alloc = c.take(Allocators::bytes_needed(l));
         let namespace = Parts::carve(&mut c, l);
+        let notices = c.take(super::notices::Notices::bytes_needed());
         let total = c.total();
         RuntimeLayout {
-            rebuilt: alloc.start..total,
+            rebuilt: alloc.start..notices.start,
+            notices,
             alloc,
             namespace,
             total,

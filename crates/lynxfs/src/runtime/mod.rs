@@ -6,6 +6,7 @@ pub mod attach;
 pub mod attachment;
 pub mod layout;
 pub mod lock;
+pub mod notices;
 pub mod procs;
 pub mod region;
 

@@ -1,0 +1,224 @@
+//! The FUSE daemon and a library process on one pool: each change the library process
+//! makes (create, write, rename, chmod, unlink, mkdir, rmdir) shows through the mount
+//! at once, although the kernel is allowed to cache names and attributes for a minute:
+//! the daemon passes the pool's change notices on to the kernel.
+//!
+//! The library process is this test binary run again (`--exact shared_library_child`),
+//! driven one step at a time over its stdin and stdout.
+//!
+//! Needs root (or fusermount3) and `/dev/fuse`; fails loudly without them.
+
+mod support;
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lynxfs::pmem::PmemBackend;
+use lynxfs::{Fs, MkfsOptions, Pool};
+use lynxfs_fuse::mount::{mount_background, MountOptions};
+use support::watchdog;
+
+/// The environment variable that makes `shared_library_child` the library process.
+const POOL_ENV: &str = "LYNXFS_SHARED_TEST_POOL";
+/// What the child prints once a step is done (the harness prints lines of its own).
+const DONE: &str = "step-done ";
+/// A change must show through the mount within this (the kernel may cache for 60 s).
+const AT_ONCE: Duration = Duration::from_secs(2);
+
+/// The library process, as a child the test drives.
+struct Library {
+    child: Child,
+    to: ChildStdin,
+    from: BufReader<ChildStdout>,
+}
+
+impl Library {
+    fn start(pool: &Path) -> Library {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "shared_library_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(POOL_ENV, pool)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawning the library process");
+        let to = child.stdin.take().expect("stdin");
+        let from = BufReader::new(child.stdout.take().expect("stdout"));
+        Library { child, to, from }
+    }
+
+    /// Has the library process do `step`, and waits until it is done.
+    fn step(&mut self, step: &str) {
+        writeln!(self.to, "{step}").expect("writing to the library process");
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.from.read_line(&mut line).expect("reading its answer");
+            assert!(n > 0, "the library process ended during {step:?}");
+            // The harness's own output may share the line ("test ... ").
+            if let Some((_, what)) = line.trim().split_once(DONE) {
+                assert_eq!(what, step, "the library process answered another step");
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (up to [`AT_ONCE`]) until `seen` holds through the mount; returns how long.
+fn shows(what: &str, mut seen: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !seen() {
+        assert!(
+            start.elapsed() < AT_ONCE,
+            "{what}: not visible through the mount after {AT_ONCE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    start.elapsed()
+}
+
+fn gone(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+}
+
+fn listed(dir: &Path, name: &str) -> bool {
+    fs::read_dir(dir)
+        .expect("readdir")
+        .any(|e| e.expect("entry").file_name() == name)
+}
+
+#[test]
+fn changes_by_a_library_process_show_through_the_mount_at_once() {
+    let _w = watchdog(
+        "changes_by_a_library_process_show_through_the_mount_at_once",
+        Duration::from_secs(120),
+    );
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let opts = MountOptions::parse("entry_timeout=60,attr_timeout=60").unwrap();
+    let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
+    let root = m.mountpoint().to_path_buf();
+    let at = |name: &str| -> PathBuf { root.join(name) };
+    let mut lib = Library::start(&pool);
+    let mut slowest = Duration::ZERO;
+    let mut note = |d: Duration| slowest = slowest.max(d);
+
+    // Create and write: the new name, its size and its bytes.
+    assert!(!listed(&root, "f"));
+    lib.step("create f hello");
+    note(shows("created f", || {
+        listed(&root, "f") && fs::read(at("f")).is_ok_and(|d| d == b"hello")
+    }));
+
+    // Overwrite while the mount has it open, pages and size cached.
+    let mut open = fs::File::open(at("f")).unwrap();
+    let mut buf = String::new();
+    open.read_to_string(&mut buf).unwrap();
+    assert_eq!(buf, "hello");
+    lib.step("write f HELLO-world");
+    note(shows("written f", || {
+        let mut now = String::new();
+        open.seek(SeekFrom::Start(0)).unwrap();
+        open.read_to_string(&mut now).unwrap();
+        now == "HELLO-world" && fs::metadata(at("f")).is_ok_and(|m| m.len() == 11)
+    }));
+    drop(open);
+
+    // Rename: the old name cached by the kernel goes, the new one comes.
+    assert!(fs::metadata(at("f")).is_ok());
+    lib.step("rename f g");
+    note(shows("renamed f to g", || {
+        gone(&at("f")) && fs::read(at("g")).is_ok_and(|d| d == b"HELLO-world")
+    }));
+
+    // chmod: attributes cached for a minute change at once.
+    assert_eq!(
+        fs::metadata(at("g")).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    lib.step("chmod g");
+    note(shows("chmod g", || {
+        fs::metadata(at("g")).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600)
+    }));
+
+    // Unlink: the cached name goes.
+    lib.step("unlink g");
+    note(shows("unlinked g", || {
+        gone(&at("g")) && !listed(&root, "g")
+    }));
+
+    // mkdir, then rmdir of a directory the kernel has looked up.
+    lib.step("mkdir d");
+    note(shows("made d", || {
+        fs::metadata(at("d")).is_ok_and(|m| m.is_dir())
+    }));
+    assert!(fs::read_dir(at("d")).unwrap().next().is_none());
+    let links = fs::metadata(&root).map(|m| std::os::unix::fs::MetadataExt::nlink(&m));
+    lib.step("rmdir d");
+    note(shows("removed d", || {
+        gone(&at("d"))
+            && fs::metadata(&root)
+                .map(|m| std::os::unix::fs::MetadataExt::nlink(&m))
+                .ok()
+                < links.as_ref().ok().copied()
+    }));
+
+    lib.step("detach");
+    eprintln!("slowest change to show through the mount: {slowest:?}");
+    drop(lib);
+    m.unmount().expect("unmount");
+}
+
+/// The library process (run by the test above with [`POOL_ENV`] set): attaches to
+/// the pool and makes each change it is told to, one line at a time.
+#[test]
+#[ignore = "the library process of changes_by_a_library_process_show_through_the_mount_at_once"]
+fn shared_library_child() {
+    let pool = std::env::var_os(POOL_ENV).expect("run by the shared-pool test");
+    let fs = Fs::open(Path::new(&pool)).expect("attaching to the mounted pool");
+    let s = fs.session(lynxfs::Cred::root());
+    for line in std::io::stdin().lock().lines() {
+        let line = line.expect("reading a step");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words[..] {
+            ["create", name, data] => {
+                let fd = s.create(name, 0o644).unwrap();
+                fs.write(fd, data.as_bytes()).unwrap();
+                fs.close_fd(fd).unwrap();
+            }
+            ["write", name, data] => {
+                let fd = s.open(name, libc::O_WRONLY, 0).unwrap();
+                fs.pwrite(fd, data.as_bytes(), 0).unwrap();
+                fs.close_fd(fd).unwrap();
+            }
+            ["rename", from, to] => s.rename(from, to, 0).unwrap(),
+            ["chmod", name] => s.chmod(name, 0o600).unwrap(),
+            ["unlink", name] => s.unlink(name).unwrap(),
+            ["mkdir", name] => s.mkdir(name, 0o755).unwrap(),
+            ["rmdir", name] => s.rmdir(name).unwrap(),
+            ["detach"] => fs.close().expect("detaching"),
+            _ => panic!("unknown step {line:?}"),
+        }
+        println!("{DONE}{line}");
+        std::io::stdout().flush().unwrap();
+    }
+}
