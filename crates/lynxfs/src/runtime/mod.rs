@@ -8,6 +8,7 @@ pub mod layout;
 pub mod lock;
 pub mod procs;
 pub mod region;
+pub mod testing;
 
 pub use attach::{Attached, RuntimeFile, RUNTIME_VERSION};
 pub use attachment::Attachment;
