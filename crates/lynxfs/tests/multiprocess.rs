@@ -33,8 +33,8 @@ use lynxfs::runtime::testing::{STOPPED, STOP_ENV};
 use lynxfs::{Access, Cred, Fs, MkfsOptions, Pool};
 
 use reference::Model;
+use target::{apply, diff, own_ops, pattern, snapshot, FsRef, LFs, Rng};
 pub use target::{Kind, St, Target, R};
-use target::{apply, diff, own_ops, pattern, snapshot, FsRef, Rng, LFs};
 
 /// Child mode: what to do ("model", "excl", "shuffle", "agent").
 const ROLE_ENV: &str = "LYNXFS_MP_ROLE";
@@ -127,7 +127,11 @@ impl Setup {
         let p = Pool::open(&self.pool, Access::ReadWrite, PmemBackend::default()).unwrap();
         assert!(p.was_clean, "the last close marks the pool clean");
         let rep = lynxfs::fsck::check(&p);
-        assert!(rep.is_clean(), "fsck after a clean reopen: {:?}", rep.problems);
+        assert!(
+            rep.is_clean(),
+            "fsck after a clean reopen: {:?}",
+            rep.problems
+        );
         r
     }
 
@@ -344,7 +348,10 @@ fn child() {
 
 /// The names process `id` works on in the model test.
 fn names_of(id: u64) -> Vec<String> {
-    ["a", "b", "c"].iter().map(|n| format!("p{id}{n}")).collect()
+    ["a", "b", "c"]
+        .iter()
+        .map(|n| format!("p{id}{n}"))
+        .collect()
 }
 
 /// Random operations on this process's own names in /d, each result checked against
@@ -416,7 +423,7 @@ fn shuffle_child(fs: &LFs) {
                 "step {i}: {a} {b}: {err}"
             );
         }
-        ack(i as u64);
+        ack(i);
     }
     say("done");
     heard();
@@ -435,8 +442,9 @@ fn read_whole(fs: &LFs, p: &str) -> lynxfs::Result<Vec<u8>> {
 
 /// A checksum that tells contents apart.
 fn sum(d: &[u8]) -> u64 {
-    d.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    d.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Commands from stdin, one per line, each answered "ok ..." or "err ERRNO".
@@ -447,7 +455,10 @@ fn agent_child(fs: &LFs) {
         let w: Vec<&str> = line.split(' ').collect();
         let num = |i: usize| -> u64 { w[i].parse().unwrap() };
         let r: lynxfs::Result<String> = match w[0] {
-            "create" => s.open(w[1], wr, 0o644).and_then(|fd| fs.close_fd(fd)).map(|_| String::new()),
+            "create" => s
+                .open(w[1], wr, 0o644)
+                .and_then(|fd| fs.close_fd(fd))
+                .map(|_| String::new()),
             "excl" => s
                 .open(w[1], wr | libc::O_EXCL, 0o644)
                 .and_then(|fd| fs.close_fd(fd))
@@ -473,7 +484,8 @@ fn agent_child(fs: &LFs) {
             "open" => s.open(w[1], libc::O_RDONLY, 0).map(|fd| fd.to_string()),
             "read" => {
                 let mut buf = vec![0u8; num(2) as usize];
-                fs.pread(num(1), &mut buf, 0).map(|n| format!("{n} {}", sum(&buf[..n])))
+                fs.pread(num(1), &mut buf, 0)
+                    .map(|n| format!("{n} {}", sum(&buf[..n])))
             }
             "close" => fs.close_fd(num(1)).map(|_| String::new()),
             "statfs" => Ok(fs.session(Cred::root()).statfs().files_free.to_string()),
@@ -494,7 +506,7 @@ const WINDOW: u64 = 8;
 /// parent (who may kill it instead).
 fn ack(i: u64) {
     say(&format!("ack {i}"));
-    if (i + 1) % WINDOW == 0 {
+    if (i + 1).is_multiple_of(WINDOW) {
         heard().expect("more");
     }
 }
@@ -513,7 +525,10 @@ fn drive(kids: Vec<Kid>, kill_at: &[Option<usize>]) -> Vec<usize> {
     let mut acked = vec![0usize; kids.len()];
     let end = Instant::now() + Duration::from_secs(60);
     while kids.iter().any(Option::is_some) {
-        assert!(Instant::now() < end, "the workers did not finish: acked {acked:?}");
+        assert!(
+            Instant::now() < end,
+            "the workers did not finish: acked {acked:?}"
+        );
         let mut idle = true;
         for k in 0..kids.len() {
             let Some(kid) = kids[k].as_mut() else {
@@ -539,7 +554,7 @@ fn drive(kids: Vec<Kid>, kill_at: &[Option<usize>]) -> Vec<usize> {
                     acked[k] += s.starts_with("ack ") as usize;
                 }
                 kids[k].take().unwrap().reap();
-            } else if acked[k] as u64 % WINDOW == 0 {
+            } else if (acked[k] as u64).is_multiple_of(WINDOW) {
                 kid.send("more");
             }
         }
@@ -757,7 +772,11 @@ fn a_file_unlinked_while_open_elsewhere_lives_until_the_last_close() {
     assert_eq!(k[2].call("stat /u/f"), Err(libc::ENOENT));
     assert_eq!(k[0].ok(&format!("read {fa} 20000")).join(" "), want);
     k[0].ok(&format!("close {fa}"));
-    assert_eq!(k[1].ok(&format!("read {fb} 20000")).join(" "), want, "after A's close");
+    assert_eq!(
+        k[1].ok(&format!("read {fb} 20000")).join(" "),
+        want,
+        "after A's close"
+    );
     // The name is free for a new file while the old one is still open.
     k[2].ok("create /u/f");
     assert_eq!(k[1].ok(&format!("read {fb} 20000")).join(" "), want);
@@ -816,7 +835,11 @@ fn killed_holding(point: &str, victim: &str, series: &[&str]) -> Duration {
     let mut a = st.spawn("agent", 0, &[(STOP_ENV, point.to_string())]);
     a.expect("ready");
     a.send(victim);
-    assert_eq!(a.expect("stopped"), vec![point.to_string()], "A's stop point");
+    assert_eq!(
+        a.expect("stopped"),
+        vec![point.to_string()],
+        "A's stop point"
+    );
     for cmd in BYSTANDER {
         c.ok(cmd);
     }
@@ -944,7 +967,10 @@ fn open_files_of_the_living_survive_a_repair() {
     a.send("rename /o/z /o/z2");
     assert_eq!(a.expect("stopped"), vec!["rename.lock".to_string()]);
     c.send("rename /o/y /o/y2");
-    assert!(c.next(Duration::from_millis(300)).is_none(), "C did not wait");
+    assert!(
+        c.next(Duration::from_millis(300)).is_none(),
+        "C did not wait"
+    );
     a.kill_and_reap();
     c.reply("rename").expect("C's rename after the repair");
     assert_eq!(b.ok(&format!("read {fd} 20000")).join(" "), want);

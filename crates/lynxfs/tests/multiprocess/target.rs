@@ -447,7 +447,6 @@ impl Rng {
     }
 }
 
-
 /// Random calls of every kind the model test knows, on `names` only (each process
 /// has its own), in /d: paths /d/N and /d/N/N, symlinks to own names.
 pub fn own_ops(seed: u64, names: &[String], n: usize) -> Vec<Op> {
