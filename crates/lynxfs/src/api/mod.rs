@@ -278,6 +278,7 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EBADF);
         }
         let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
+        crate::runtime::testing::stop_here("write.data_lock");
         let pool = &self.ns.pool;
         let size = pool
             .pm

@@ -95,6 +95,7 @@ impl<B: Backend> Namespace<B> {
                 None => None,
             };
             let _g = self.ilock(ino)?;
+            crate::runtime::testing::stop_here("setattr.inode_lock");
             let o = self.owner(ino);
             let at = self.iaddr(ino);
             let now = now_ns();

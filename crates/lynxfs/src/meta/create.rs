@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use crate::error::{errno, Result};
 use crate::format::{dentry, inode};
 use crate::pmem::Backend;
+use crate::runtime::testing::stop_here;
 use crate::time::now_ns;
 
 use super::index::{self, name_hash, Claim, Entry, State};
@@ -38,12 +39,25 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
         excl: bool,
     ) -> Result<(u64, bool)> {
+        self.op(|| self.create_once(parent, name, node, cred, excl))
+    }
+
+    /// [`Namespace::create`], within one counted operation.
+    fn create_once(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: NewNode<'_>,
+        cred: &Cred,
+        excl: bool,
+    ) -> Result<(u64, bool)> {
         if name == b"." || name == b".." {
             self.dir(parent)?;
             return Err(errno::EEXIST);
         }
         check_name(name)?;
         let dir = self.enter(parent)?;
+        stop_here("create.gate_shared");
         self.may(parent, cred, perm::X)?;
         let mut turns = 0;
         loop {
@@ -197,6 +211,8 @@ impl<B: Backend> Namespace<B> {
                 }
             })?;
         }
+        // The dentry and inode are written, nothing is committed yet.
+        stop_here("create.before_commit");
         let mut b = pool.pm.batch();
         b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
         self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 })?;
@@ -280,6 +296,11 @@ impl<B: Backend> Namespace<B> {
 
     /// A hard link to `ino` named `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
+        self.op(|| self.link_once(ino, parent, name, cred))
+    }
+
+    /// [`Namespace::link`], within one counted operation.
+    fn link_once(&self, ino: u64, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
         if name == b"." || name == b".." {
             return Err(errno::EEXIST);
         }

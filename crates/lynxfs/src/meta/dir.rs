@@ -64,6 +64,7 @@ impl<'a> Dir<'a> {
         if self.c.flags() & LOADED != 0 {
             return Ok(false);
         }
+        crate::runtime::testing::stop_here("dir.load");
         self.load(pool, index, free, w)?;
         self.c.set_flags(LOADED);
         Ok(true)

@@ -488,6 +488,7 @@ impl Index {
         let p = self.probe(parent, name);
         let w = self.words();
         let _stripe = lock::lock(self.stripe_lock(p.tag), watch)?;
+        crate::runtime::testing::stop_here("index.stripe");
         loop {
             let (t, seen) = match self.scan(pool, w, &p, beside) {
                 Ok(free) => free?,

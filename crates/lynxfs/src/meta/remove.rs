@@ -24,7 +24,7 @@ impl<B: Backend> Namespace<B> {
         if name == b"." || name == b".." {
             return Err(errno::EISDIR);
         }
-        self.remove(parent, name, cred, false)
+        self.op(|| self.remove(parent, name, cred, false))
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
@@ -33,7 +33,7 @@ impl<B: Backend> Namespace<B> {
             b".." => return Err(errno::ENOTEMPTY),
             _ => {}
         }
-        self.remove(parent, name, cred, true)
+        self.op(|| self.remove(parent, name, cred, true))
     }
 
     /// Set an entry Ready -> Leaving; `None` if it is not there (or not ready).
@@ -75,6 +75,9 @@ impl<B: Backend> Namespace<B> {
             },
             None => (None, None),
         };
+        if child_dir.is_some() {
+            crate::runtime::testing::stop_here("rmdir.gate_alone");
+        }
         if let Some(d) = &child_dir {
             if d.entries().load(Ordering::Acquire) > 0 {
                 drop(_victim_gate);

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use crate::error::{errno, Result};
 use crate::format::{dentry, inode, ROOT_INO};
 use crate::pmem::Backend;
+use crate::runtime::testing::stop_here;
 use crate::time::now_ns;
 
 use super::index::{Claim, Entry};
@@ -65,12 +66,12 @@ impl<B: Backend> Namespace<B> {
         flags: RenameFlags,
         cred: &Cred,
     ) -> Result<()> {
-        loop {
+        self.op(|| loop {
             match self.rename_once(sp, sn, dp, dn, flags, cred) {
                 Err(e) if e.errno() == RETRY.errno() => continue,
                 r => return r,
             }
-        }
+        })
     }
 
     fn rename_once(
@@ -97,6 +98,7 @@ impl<B: Backend> Namespace<B> {
             self.may(p, cred, perm::W | perm::X)?;
         }
         let _serial = self.locks.rename(self.watch())?;
+        stop_here("rename.lock");
         // Both parents entered (once if they are one), before any name is looked at.
         let sdir = self.enter(sp)?;
         let ddir_own = if dp == sp {
@@ -415,6 +417,8 @@ impl<B: Backend> Namespace<B> {
         }
         b.write_u64(self.iaddr(src.ino) + inode::CTIME, now);
         b.flushed();
+        // The new dentries are written and claimed, nothing is committed yet.
+        stop_here("rename.before_commit");
         let _committed = pool.journals.commit(&pool.pm, &pool.layout, lane, &w)?;
         drop(_locks);
         // The index follows the pool: the new names first, then the old entries go,

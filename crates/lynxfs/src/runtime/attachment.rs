@@ -97,7 +97,10 @@ impl Attachment {
         let Some(a) = self.attached.lock().take() else {
             return Ok(());
         };
-        if a.detach_begin()? {
+        // A process that died since the last repair may have left work uncommitted
+        // (a claimed log slot, allocated inodes and blocks) that only the recovery
+        // walk undoes: then the pool stays unclean and the next attach recovers it.
+        if a.detach_begin()? && a.procs.dead_slots().is_empty() {
             save()?;
         }
         a.detach_end()

@@ -9,6 +9,7 @@ pub mod lock;
 pub mod notices;
 pub mod procs;
 pub mod region;
+pub mod testing;
 
 pub use attach::{Attached, RuntimeFile, RUNTIME_VERSION};
 pub use attachment::Attachment;
