@@ -226,12 +226,30 @@ trait Serve: Send {
     fn spawn(self: Box<Self>) -> std::io::Result<BackgroundSession>;
 }
 
-impl<B: Backend> Serve for Session<LynxFuse<B>> {
+/// A mounted session and its change-notices thread, which starts with the serving:
+/// `lynxfs mount` forks to leave its terminal after mounting, and a process must
+/// have one thread to fork.
+struct Serving<B: Backend> {
+    session: Session<LynxFuse<B>>,
+    forward: crate::adapter::Forward<B>,
+    device: std::os::fd::OwnedFd,
+}
+
+impl<B: Backend> Serving<B> {
+    fn start_notices(&self) -> std::io::Result<()> {
+        let device = self.device.try_clone()?;
+        self.forward.start(self.session.notifier(), device)
+    }
+}
+
+impl<B: Backend> Serve for Serving<B> {
     fn run(self: Box<Self>) -> std::io::Result<()> {
-        (*self).run()
+        self.start_notices()?;
+        self.session.run()
     }
     fn spawn(self: Box<Self>) -> std::io::Result<BackgroundSession> {
-        (*self).spawn()
+        self.start_notices()?;
+        self.session.spawn()
     }
 }
 
@@ -261,12 +279,19 @@ fn session<B: Backend>(
         Ok((s, mount)) => {
             // Set once, here, before any request is served.
             let _ = notices.set(s.notifier());
-            let device = mount.device_fd().try_clone_to_owned();
-            if let Err(e) = device.and_then(|d| forward.start(s.notifier(), d)) {
-                let _ = mount.unmount();
-                return Err(anyhow::Error::new(e).context("starting the change notices thread"));
-            }
-            Ok((Box::new(s), mount))
+            let device = match mount.device_fd().try_clone_to_owned() {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = mount.unmount();
+                    return Err(anyhow::Error::new(e).context("the FUSE device for notices"));
+                }
+            };
+            let serving = Serving {
+                session: s,
+                forward,
+                device,
+            };
+            Ok((Box::new(serving), mount))
         }
         Err(e) => {
             // Nothing was served: close the pool cleanly before reporting.

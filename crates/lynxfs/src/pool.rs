@@ -109,6 +109,8 @@ pub struct Pool<B: Backend> {
     pub runtime_layout: RuntimeLayout,
     /// The allocators' part of the runtime state (a repair rebuilds it).
     alloc_span: Span,
+    /// The journals' lane locks and sequence numbers (a repair resets them).
+    journal_span: Span,
 }
 
 impl<B: Backend> Pool<B> {
@@ -300,10 +302,17 @@ impl<B: Backend> Pool<B> {
         if let Some(a) = &runtime {
             crate::runtime::attachment::track(a);
         }
-        let alloc_span = match &runtime {
-            Some(a) => Span::new(a.region(), runtime_layout.alloc.clone()),
-            None => Span::anonymous(Allocators::bytes_needed(&layout))
-                .map_err(|e| Error::io(path, e))?,
+        let span = |range: &std::ops::Range<usize>| -> Result<Span> {
+            match &runtime {
+                Some(a) => Ok(Span::new(a.region(), range.clone())),
+                None => Span::anonymous(range.len()).map_err(|e| Error::io(path, e)),
+            }
+        };
+        let alloc_span = span(&runtime_layout.alloc)?;
+        let journal_span = span(&runtime_layout.journals)?;
+        let watch: Arc<dyn crate::runtime::Watch + Send + Sync> = match &runtime {
+            Some(a) => a.clone(),
+            None => Arc::new(crate::runtime::Private),
         };
         let was_clean = sb.clean;
         let first = runtime.as_ref().is_none_or(|a| a.first());
@@ -335,7 +344,8 @@ impl<B: Backend> Pool<B> {
             runtime,
             runtime_layout,
             alloc_span,
-            journals: Journals::new(layout.lanes()),
+            journals: Journals::new(journal_span.clone(), layout.lanes(), watch),
+            journal_span,
             pm,
             layout,
             epoch,
@@ -385,6 +395,7 @@ impl<B: Backend> Pool<B> {
 
     /// Rebuild the allocators' shared state from what is in use (a repair).
     pub(crate) fn rebuild_allocators(&self, used: &UsedSets) {
+        self.journal_span.zero();
         // The state lives in the span: the value built over it is only a view.
         drop(Allocators::build(
             self.alloc_span.clone(),
@@ -401,13 +412,7 @@ impl<B: Backend> Pool<B> {
             return Ok(());
         }
         match &self.runtime {
-            Some(a) => a.detach(|| {
-                if a.intact() {
-                    self.save_clean()
-                } else {
-                    Ok(())
-                }
-            }),
+            Some(a) => a.detach(|| self.save_clean()),
             None => self.save_clean(),
         }
     }

@@ -7,23 +7,48 @@
 //! that changed after this operation. Stores the caller flushed before `commit` are
 //! covered by the record's fence (fences order all of a thread's earlier flushes).
 
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::{errno, Result};
 use crate::format::journal::{self as fmt, COMMIT, COUNT_CRC, ENTRIES, SEQ};
 use crate::format::Layout;
 use crate::pmem::{Backend, Durable, Pm};
+use crate::runtime::lock::{self, MutexGuard};
+use crate::runtime::{Span, Watch};
 
+/// Bytes of runtime state per lane: its lock word and sequence counter, on a cache line
+/// of their own.
+const LANE_BYTES: usize = 64;
+
+/// The lanes' journals. Which process uses a lane's journal now, and the lane's next
+/// sequence number, are runtime state shared by every process attached to the pool:
+/// two processes on one CPU must not write one journal at once.
 pub struct Journals {
-    /// Each lane's next sequence number; holding the lock owns the lane's journal.
-    lanes: Vec<Mutex<u64>>,
+    span: Span,
+    lanes: u32,
+    /// Ends a wait for a lane whose holder died (the repair replays its journal).
+    watch: Arc<dyn Watch + Send + Sync>,
 }
 
 impl Journals {
-    pub fn new(lanes: u32) -> Self {
-        Journals {
-            lanes: (0..lanes).map(|_| Mutex::new(1)).collect(),
-        }
+    /// Region bytes for `lanes` lanes.
+    pub fn bytes_needed(lanes: u32) -> usize {
+        lanes as usize * LANE_BYTES
+    }
+
+    /// The journals' runtime state in `span` (zeroed memory: every lane free).
+    pub fn new(span: Span, lanes: u32, watch: Arc<dyn Watch + Send + Sync>) -> Self {
+        assert!(span.bytes() >= Self::bytes_needed(lanes));
+        Journals { span, lanes, watch }
+    }
+
+    fn lock_word(&self, lane: u32) -> &AtomicU32 {
+        &self.span.u32s()[lane as usize * LANE_BYTES / 4]
+    }
+
+    fn seq_word(&self, lane: u32) -> &AtomicU64 {
+        &self.span.words()[lane as usize * LANE_BYTES / 8 + 1]
     }
 
     /// Atomically set every `(address, value)` word, using `lane`'s journal (or a free
@@ -39,10 +64,10 @@ impl Journals {
             return Err(errno::E2BIG);
         }
         debug_assert!(entries.iter().all(|&(a, _)| l.journal_target_ok(a, 8)));
-        let (lane, mut seq) = self.lock(lane);
+        let (lane, _held) = self.lock(lane)?;
         let base = l.journal_addr(lane);
-        let s = *seq;
-        *seq += 1;
+        // Numbers start at 1 (0 means "no record"), also after a repair zeroed them.
+        let s = self.seq_word(lane).fetch_add(1, Ordering::Relaxed) + 1;
         let encoded = fmt::encode_entries(entries);
         let crc = fmt::record_crc_encoded(s, &encoded);
         let mut rec = pm.batch();
@@ -58,16 +83,20 @@ impl Journals {
         Ok(applied.and(cleared))
     }
 
-    fn lock(&self, lane: u32) -> (u32, parking_lot::MutexGuard<'_, u64>) {
-        let n = self.lanes.len() as u32;
+    /// A free lane, preferring `lane`; waits for `lane` if all are busy. A busy lane
+    /// may be held by a process that died: the watch looks (at most every few
+    /// milliseconds) and a wait ends with the repair.
+    fn lock(&self, lane: u32) -> Result<(u32, MutexGuard<'_>)> {
+        let n = self.lanes;
         for i in 0..n {
             let l = (lane + i) % n;
-            if let Some(g) = self.lanes[l as usize].try_lock() {
-                return (l, g);
+            if let Some(g) = lock::try_lock(self.lock_word(l)) {
+                return Ok((l, g));
             }
+            self.watch.check()?;
         }
         let l = lane % n;
-        (l, self.lanes[l as usize].lock())
+        Ok((l, lock::lock(self.lock_word(l), &*self.watch)?))
     }
 }
 

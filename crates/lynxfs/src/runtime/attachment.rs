@@ -100,7 +100,7 @@ impl Attachment {
         // A process that died since the last repair may have left work uncommitted
         // (a claimed log slot, allocated inodes and blocks) that only the recovery
         // walk undoes: then the pool stays unclean and the next attach recovers it.
-        if a.detach_begin()? && a.procs.dead_slots().is_empty() {
+        if a.detach_begin()? && self.intact() {
             save()?;
         }
         a.detach_end()

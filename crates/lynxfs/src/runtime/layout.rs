@@ -13,6 +13,8 @@ use super::{procs, Carve};
 pub struct RuntimeLayout {
     /// The allocators' bitmaps and counters.
     pub alloc: Range<usize>,
+    /// The journals' lane locks and sequence numbers.
+    pub journals: Range<usize>,
     /// The namespace's parts (see `meta::shared::Parts`).
     pub namespace: Vec<Range<usize>>,
     /// The change notices' ring (kept across repairs: its watchers stay registered).
@@ -28,6 +30,7 @@ impl RuntimeLayout {
         let mut c = Carve::default();
         c.take(procs::bytes_needed());
         let alloc = c.take(Allocators::bytes_needed(l));
+        let journals = c.take(crate::log::Journals::bytes_needed(l.lanes()));
         let namespace = Parts::carve(&mut c, l);
         let notices = c.take(super::notices::Notices::bytes_needed());
         let total = c.total();
@@ -35,6 +38,7 @@ impl RuntimeLayout {
             rebuilt: alloc.start..notices.start,
             notices,
             alloc,
+            journals,
             namespace,
             total,
         }
