@@ -16,7 +16,8 @@
 //!   With a LynxFS column, the notes add a create-scaling figure (one thread against
 //!   two creating in one directory) for every target.
 //! - `mdtest`: files/s of create, stat, rename and remove by 1 to
-//!   [`Options::max_threads`] threads in one shared directory.
+//!   [`Options::max_threads`] threads in one shared directory; with
+//!   [`Options::processes`] N, by 1 and N threads against 1 and N processes.
 //! - `smallfiles`: files/s writing then reading [`Options::files`] files of 1–32 KiB.
 //! - `apps` (Table III): seconds for `tar -xf`, `du -s`, `find -name '*.c'` (cold and
 //!   warm), `gzip -r` and `rm -rf` on the Linux source tree; real programs on kernel
@@ -55,6 +56,7 @@ mod report;
 mod smallfiles;
 mod syscalls;
 mod target;
+mod workers;
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -72,6 +74,7 @@ pub use plot::draw as draw_figure;
 pub use recovery::rss_anon;
 pub use report::{format_ratio, format_value, median, Report, Row};
 pub use target::{Handle, OpenFlags, Stat, Target};
+pub use workers::{worker_main, WorkerCommand};
 
 /// The suites [`run_suite`] knows.
 pub const SUITES: &[&str] = &[
@@ -110,6 +113,13 @@ pub struct Options {
     /// `/dev/shm`); `None`: `/usr/src/linux-source-*.tar.xz`, else a generated tree
     /// of [`Options::files`] files.
     pub tree: Option<std::path::PathBuf>,
+    /// `mdtest`: also run the work split over this many worker processes attached to
+    /// the `lib` target's pool (0: threads only); needs [`Options::worker`].
+    pub processes: usize,
+    /// How to start a worker process ([`worker_main`]): `mdtest` with
+    /// [`Options::processes`] and `recovery`'s second attach need one.
+    #[serde(skip)]
+    pub worker: Option<WorkerCommand>,
 }
 
 impl Default for Options {
@@ -122,6 +132,8 @@ impl Default for Options {
             progress: true,
             max_threads: 8,
             tree: None,
+            processes: 0,
+            worker: None,
         }
     }
 }
