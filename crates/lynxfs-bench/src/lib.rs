@@ -27,9 +27,10 @@
 //! - `ablation` (LynxFS only, no targets): `syscalls` and `mdtest` on LynxFS with and
 //!   without its DRAM index (a tiny index budget), and the engine switches the other
 //!   ablations need.
-//! - `recovery` (LynxFS only, no targets): clean open, first lookup (index load) and
-//!   open after a crash of a pool with one directory of [`Options::files`] entries,
-//!   and the DRAM the index takes per entry.
+//! - `recovery` (LynxFS only, no targets): first attach (clean open), first lookup
+//!   (index load), a second process's attach and open after a crash of a pool with
+//!   one directory of [`Options::files`] entries, and the shared memory the index
+//!   takes per entry.
 //!
 //! Targets: [`LibTarget`] (the engine in process, `lib`), [`TmpfsTarget`],
 //! [`Ext4Target`], [`DirTarget`] and [`FuseNullTarget`] (the FUSE floor). When a
@@ -71,7 +72,7 @@ pub use lib_target::{LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
 pub use plot::draw as draw_figure;
-pub use recovery::rss_anon;
+pub use recovery::{runtime_file_bytes, runtime_mapping_rss};
 pub use report::{format_ratio, format_value, median, Report, Row};
 pub use target::{Handle, OpenFlags, Stat, Target};
 pub use workers::{worker_main, WorkerCommand};

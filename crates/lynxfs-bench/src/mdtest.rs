@@ -350,7 +350,7 @@ fn run_processes(
 /// The goals: per operation, N processes within 1.2x of N threads; creating in
 /// one directory, N processes at least 1.5x one.
 fn process_goal_notes(rows: &[crate::Row], n: usize) -> Vec<String> {
-    let met = |ok: bool| if ok { "met" } else { "NOT met" };
+    let met = |ok: bool| if ok { "met" } else { "MISSED" };
     let row = |op: String| rows.iter().find(|r| r.op == op);
     let mut out = Vec::new();
     for p in PHASES {
