@@ -149,7 +149,22 @@ struct AttachedView {
 /// Attaches `path` for a moment if another process is attached to it (never builds the
 /// runtime state of an unattached pool); `None` when no one else is attached.
 fn attached_view(path: &Path, kind: BackendKind) -> Result<Option<AttachedView>> {
-    let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    // Non-blocking: opening a FIFO must not wait for a writer. What is not a pool file
+    // or device (or cannot be opened) is left to the read-only open, which says why.
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return Ok(None);
+    };
+    let kind_ok = file
+        .metadata()
+        .is_ok_and(|m| m.is_file() || m.file_type().is_block_device());
+    if !kind_ok {
+        return Ok(None);
+    }
     let elsewhere = lynxfs::runtime::attach::attached_elsewhere(&file)
         .with_context(|| format!("{}: looking for attached processes", path.display()))?;
     if !elsewhere {
@@ -295,6 +310,21 @@ mod tests {
         fs.close().unwrap();
         drop(fs);
         assert!(attached_view(&path, BackendKind::Pmem).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_fifo_or_a_missing_file_is_left_to_the_read_only_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Returns at once (no writer needed) and attaches nothing.
+        assert!(attached_view(&fifo, BackendKind::Pmem).unwrap().is_none());
+        let missing = dir.path().join("missing");
+        assert!(attached_view(&missing, BackendKind::Pmem)
+            .unwrap()
+            .is_none());
     }
 
     #[test]
