@@ -69,6 +69,7 @@ fn recovery_notes(columns: &[String], rows: &[Row]) -> Vec<String> {
         return Vec::new();
     };
     rows.iter()
+        .filter(|r| !r.values[g].is_nan()) // a goal relative to another binary
         .map(|r| {
             let (v, goal) = (r.values[m], r.values[g]);
             format!(
@@ -191,7 +192,10 @@ mod tests {
         let cols: Vec<String> = ["lynxfs 10000", "lynxfs 1000000", "goal"]
             .map(String::from)
             .into();
-        let rows = vec![row("clean open", &[1.0, 60.0, 50.0])];
+        let rows = vec![
+            row("clean open", &[1.0, 60.0, 50.0]),
+            row("relative", &[1.0, 60.0, f64::NAN]),
+        ];
         let n = notes("recovery", &cols, &rows);
         assert_eq!(
             n,

@@ -16,7 +16,8 @@
 //!   With a LynxFS column, the notes add a create-scaling figure (one thread against
 //!   two creating in one directory) for every target.
 //! - `mdtest`: files/s of create, stat, rename and remove by 1 to
-//!   [`Options::max_threads`] threads in one shared directory.
+//!   [`Options::max_threads`] threads in one shared directory; with
+//!   [`Options::processes`] N, by 1 and N threads against 1 and N processes.
 //! - `smallfiles`: files/s writing then reading [`Options::files`] files of 1–32 KiB.
 //! - `apps` (Table III): seconds for `tar -xf`, `du -s`, `find -name '*.c'` (cold and
 //!   warm), `gzip -r` and `rm -rf` on the Linux source tree; real programs on kernel
@@ -26,9 +27,10 @@
 //! - `ablation` (LynxFS only, no targets): `syscalls` and `mdtest` on LynxFS with and
 //!   without its DRAM index (a tiny index budget), and the engine switches the other
 //!   ablations need.
-//! - `recovery` (LynxFS only, no targets): clean open, first lookup (index load) and
-//!   open after a crash of a pool with one directory of [`Options::files`] entries,
-//!   and the DRAM the index takes per entry.
+//! - `recovery` (LynxFS only, no targets): first attach (clean open), first lookup
+//!   (index load), a second process's attach and open after a crash of a pool with
+//!   one directory of [`Options::files`] entries, and the shared memory the index
+//!   takes per entry.
 //!
 //! Targets: [`LibTarget`] (the engine in process, `lib`), [`TmpfsTarget`],
 //! [`Ext4Target`], [`DirTarget`] and [`FuseNullTarget`] (the FUSE floor). When a
@@ -55,6 +57,7 @@ mod report;
 mod smallfiles;
 mod syscalls;
 mod target;
+mod workers;
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -69,9 +72,10 @@ pub use lib_target::{LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
 pub use plot::draw as draw_figure;
-pub use recovery::rss_anon;
+pub use recovery::{runtime_file_bytes, runtime_mapping_rss};
 pub use report::{format_ratio, format_value, median, Report, Row};
 pub use target::{Handle, OpenFlags, Stat, Target};
+pub use workers::{worker_main, WorkerCommand};
 
 /// The suites [`run_suite`] knows.
 pub const SUITES: &[&str] = &[
@@ -110,6 +114,13 @@ pub struct Options {
     /// `/dev/shm`); `None`: `/usr/src/linux-source-*.tar.xz`, else a generated tree
     /// of [`Options::files`] files.
     pub tree: Option<std::path::PathBuf>,
+    /// `mdtest`: also run the work split over this many worker processes attached to
+    /// the `lib` target's pool (0: threads only); needs [`Options::worker`].
+    pub processes: usize,
+    /// How to start a worker process ([`worker_main`]): `mdtest` with
+    /// [`Options::processes`] and `recovery`'s second attach need one.
+    #[serde(skip)]
+    pub worker: Option<WorkerCommand>,
 }
 
 impl Default for Options {
@@ -122,6 +133,8 @@ impl Default for Options {
             progress: true,
             max_threads: 8,
             tree: None,
+            processes: 0,
+            worker: None,
         }
     }
 }

@@ -20,14 +20,16 @@ pub const LIB_NAME: &str = "lynxfs";
 /// The suites' relative paths (`"d1/f0"`) resolve from the root directory, which is
 /// the session's working directory, so `d1/f0` is `/d1/f0` in the pool. The pool file
 /// is made fresh by [`LibTarget::create`] and removed when the target is dropped
-/// (after a clean close).
+/// (after a clean close); [`LibTarget::attach`] attaches an existing pool instead.
 pub struct LibTarget {
     // Field order is drop order: the pool closes (cleanly) before the file goes.
     fs: Fs<PmemBackend>,
     /// Handles this target opened and has not closed: `close` refuses others, and a
     /// suite that fails half-way does not leave them open (dropping closes them).
     open: Mutex<HashSet<Fd>>,
-    pool_file: PoolFile,
+    path: PathBuf,
+    /// The pool file when this target made it (and removes it); `None` when attached.
+    _pool_file: Option<PoolFile>,
     label: String,
 }
 
@@ -65,14 +67,28 @@ impl LibTarget {
         Ok(Self {
             fs,
             open: Mutex::new(HashSet::new()),
-            pool_file,
+            path,
+            _pool_file: Some(pool_file),
+            label: LIB_NAME.into(),
+        })
+    }
+
+    /// Attaches the existing pool at `path` (another process's target, say), which is
+    /// left in place when this target is dropped.
+    pub fn attach(path: &Path) -> io::Result<Self> {
+        let fs = Fs::open(path).map_err(to_io)?;
+        Ok(Self {
+            fs,
+            open: Mutex::new(HashSet::new()),
+            path: path.to_path_buf(),
+            _pool_file: None,
             label: LIB_NAME.into(),
         })
     }
 
     /// The pool file.
     pub fn pool_path(&self) -> &Path {
-        &self.pool_file.0
+        &self.path
     }
 
     /// Labels this target's columns `label` instead of [`LIB_NAME`].
@@ -103,7 +119,7 @@ impl Drop for LibTarget {
         for fd in open {
             let _ = self.fs.close_fd(fd);
         }
-        // `fs` then closes the pool cleanly, and `pool_file` removes it.
+        // `fs` then closes the pool cleanly (detaches), and `_pool_file` removes it.
     }
 }
 

@@ -3,6 +3,10 @@
 //! files there, then stats, renames and removes them. The table shows files/s (all
 //! threads together) for each phase and thread count.
 //!
+//! With [`Options::processes`] N, the same work is split over N worker processes
+//! (each attached to the `lib` target's pool, see [`crate::workers`]) next to N
+//! threads of this process: one column each, at 1 and at N.
+//!
 //! Also the create-scaling figure of the `syscalls` suite ([`create_scaling`]): one
 //! thread against two creating in one directory.
 
@@ -13,6 +17,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
+use crate::workers::{monotonic_ns, Workers};
 use crate::{median, progress_bar, Grid, Measured, Options, Target};
 
 /// The shared directory in each target's root.
@@ -119,6 +124,28 @@ const PHASES: &[Phase] = &[
     },
 ];
 
+/// Runs phase `op` over the names of thread `i` of `n` sharing `total` files in
+/// [`DIR`], as a worker process does; returns its start and end on the shared
+/// monotonic clock, in ns.
+pub(crate) fn run_phase_of(
+    t: &dyn Target,
+    op: &str,
+    total: usize,
+    n: usize,
+    i: usize,
+) -> anyhow::Result<(u64, u64)> {
+    let Some(phase) = PHASES.iter().find(|p| p.op == op) else {
+        bail!("unknown phase {op:?}");
+    };
+    if i >= n {
+        bail!("thread {i} of {n}");
+    }
+    let names = plan(Path::new(DIR), total, n).swap_remove(i);
+    let start = monotonic_ns();
+    (phase.run)(t, &names)?;
+    Ok((start, monotonic_ns()))
+}
+
 /// Row labels, `"create x1"` .. `"remove x8"`, leaked once: the grid wants `'static`.
 fn labels(max_threads: usize) -> Vec<&'static str> {
     let mut out = Vec::new();
@@ -162,6 +189,9 @@ pub(crate) fn run(
 ) -> anyhow::Result<Measured> {
     if opts.max_threads == 0 {
         bail!("max threads must be at least 1");
+    }
+    if opts.processes > 0 {
+        return run_processes(targets, names, opts);
     }
     check_free(targets, names, DIR)?;
     let dir = Path::new(DIR);
@@ -216,6 +246,145 @@ pub(crate) fn run(
         )],
         baseline: crate::tmpfs_column(names),
     })
+}
+
+/// The counts the processes mode compares: 1, and N when it is more.
+fn process_counts(n: usize) -> Vec<usize> {
+    if n > 1 {
+        vec![1, n]
+    } else {
+        vec![1]
+    }
+}
+
+/// `mdtest` with [`Options::processes`] N on one `lib` target: every phase at 1 and N,
+/// by threads of this process (first column) and by worker processes attached to the
+/// same pool (second column), alternating per round.
+fn run_processes(
+    targets: &[Box<dyn Target>],
+    names: &[String],
+    opts: &Options,
+) -> anyhow::Result<Measured> {
+    let [t] = targets else {
+        bail!("mdtest --processes takes one target, lib");
+    };
+    let Some(lib) = t.as_lib() else {
+        bail!("mdtest --processes needs the lib target (a LynxFS pool to attach)");
+    };
+    let Some(cmd) = &opts.worker else {
+        bail!("mdtest --processes needs a worker command");
+    };
+    check_free(targets, names, DIR)?;
+    let counts = process_counts(opts.processes);
+    let mut workers = Workers::spawn(cmd, opts.processes)?;
+    let pool = lib.pool_path().display().to_string();
+    workers
+        .all(|_| format!("attach {pool}"), "ready")
+        .context("mdtest: attaching the workers")?;
+    let mut labels = Vec::new();
+    for &n in &counts {
+        for p in PHASES {
+            labels.push(&*Box::leak(format!("{} x{n}", p.op).into_boxed_str()));
+        }
+    }
+    let mut grid = Grid::new(labels, 2);
+    let bar = progress_bar(
+        opts,
+        "mdtest",
+        opts.rounds * counts.len() * 2 * PHASES.len(),
+    );
+    for _ in 0..opts.rounds {
+        for (ci, &n) in counts.iter().enumerate() {
+            let plan = plan(Path::new(DIR), opts.files, n);
+            let total = (plan.len() * plan[0].files.len()) as f64;
+            for col in 0..2 {
+                t.mkdir(Path::new(DIR))
+                    .with_context(|| format!("mdtest: mkdir {DIR}"))?;
+                for (pi, phase) in PHASES.iter().enumerate() {
+                    bar.set_message(format!("{} x{n}", phase.op));
+                    let secs = if col == 0 {
+                        timed_parallel(t.as_ref(), &plan, phase.run).map_err(anyhow::Error::from)
+                    } else {
+                        timed_processes(&mut workers, phase.op, opts.files, n)
+                    };
+                    let secs = match secs {
+                        Ok(s) => s,
+                        Err(e) => {
+                            scrub(t.as_ref(), &plan);
+                            let how = ["threads", "processes"][col];
+                            return Err(e)
+                                .with_context(|| format!("mdtest: {} x{n} {how}", phase.op));
+                        }
+                    };
+                    grid.push(ci * PHASES.len() + pi, col, total / secs);
+                    bar.inc(1);
+                }
+                t.rmdir(Path::new(DIR))
+                    .with_context(|| format!("mdtest: rmdir {DIR}"))?;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    workers.quit().context("mdtest: stopping the workers")?;
+    let rows = grid.into_rows();
+    let n = opts.processes;
+    let mut notes = vec![format!(
+        "xN: N threads of one process (column {name} threads) or N processes attached to one pool (column {name} processes), in one shared directory, {} files in all",
+        opts.files,
+        name = names[0]
+    )];
+    notes.extend(process_goal_notes(&rows, n));
+    Ok(Measured {
+        unit: "files/s",
+        higher_is_better: true,
+        columns: vec![
+            format!("{} threads", names[0]),
+            format!("{} processes", names[0]),
+        ],
+        rows,
+        notes,
+        baseline: None,
+    })
+}
+
+/// The goals: per operation, N processes within 1.2x of N threads; creating in
+/// one directory, N processes at least 1.5x one.
+fn process_goal_notes(rows: &[crate::Row], n: usize) -> Vec<String> {
+    let met = |ok: bool| if ok { "met" } else { "MISSED" };
+    let row = |op: String| rows.iter().find(|r| r.op == op);
+    let mut out = Vec::new();
+    for p in PHASES {
+        if let Some(r) = row(format!("{} x{n}", p.op)) {
+            let x = r.values[0] / r.values[1];
+            out.push(format!(
+                "goal {} x{n}: threads/processes {x:.2} (<= 1.2: {})",
+                p.op,
+                met(x <= 1.2)
+            ));
+        }
+    }
+    if let (true, Some(one), Some(many)) =
+        (n > 1, row("create x1".into()), row(format!("create x{n}")))
+    {
+        let x = many.values[1] / one.values[1];
+        out.push(format!(
+            "goal create scaling: {n} processes {x:.2}x one process in one directory (>= 1.5: {})",
+            met(x >= 1.5)
+        ));
+    }
+    out
+}
+
+/// Runs phase `op` in the first `n` workers, released together, and returns the
+/// seconds from the first one's start to the last one's end.
+fn timed_processes(workers: &mut Workers, op: &str, total: usize, n: usize) -> anyhow::Result<f64> {
+    let spans = workers.first(n, |i| format!("{op} {total} {n} {i}"), "done")?;
+    let start = spans.iter().filter_map(|s| s.first()).min();
+    let end = spans.iter().filter_map(|s| s.get(1)).max();
+    match (start, end) {
+        (Some(a), Some(b)) if b >= a => Ok((b - a) as f64 / 1e9),
+        _ => bail!("workers replied no span: {spans:?}"),
+    }
 }
 
 /// Files/s creating `files` files in a fresh directory `dir` with 1 thread and with 2,
@@ -287,6 +456,59 @@ mod tests {
             .iter()
             .all(|r| r.values[0].is_finite() && r.values[0] > 0.0));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn processes_mode_has_threads_and_processes_columns_and_goal_notes() {
+        let targets: Vec<Box<dyn Target>> = vec![Box::new(
+            crate::LibTarget::create(&lynxfs::MkfsOptions::new(64 << 20)).unwrap(),
+        )];
+        let opts = Options {
+            files: 40,
+            processes: 2,
+            progress: false,
+            worker: Some(crate::workers::tests::test_worker()),
+            ..Options::default()
+        };
+        let report = crate::run_suite("mdtest", &targets, &opts, None).unwrap();
+        assert_eq!(report.columns, ["lynxfs threads", "lynxfs processes"]);
+        let ops: Vec<&str> = report.rows.iter().map(|r| r.op.as_str()).collect();
+        assert_eq!(ops.len(), 8);
+        assert_eq!(
+            (ops[0], ops[4], ops[7]),
+            ("create x1", "create x2", "remove x2")
+        );
+        assert!(report
+            .rows
+            .iter()
+            .all(|r| r.values.iter().all(|v| v.is_finite() && *v > 0.0)));
+        assert!(report.notes.iter().any(|n| n.contains("create scaling")));
+        // Everything the workers made was removed again.
+        assert!(targets[0].readdir(Path::new("")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn processes_mode_refuses_other_targets_and_a_missing_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let kernel: Vec<Box<dyn Target>> =
+            vec![Box::new(DirTarget::new(dir.path(), "tmp").unwrap())];
+        let opts = Options {
+            processes: 2,
+            progress: false,
+            worker: Some(crate::workers::tests::test_worker()),
+            ..Options::default()
+        };
+        let err = crate::run_suite("mdtest", &kernel, &opts, None).unwrap_err();
+        assert!(err.to_string().contains("lib target"), "{err:#}");
+        let lib: Vec<Box<dyn Target>> = vec![Box::new(
+            crate::LibTarget::create(&lynxfs::MkfsOptions::new(64 << 20)).unwrap(),
+        )];
+        let no_worker = Options {
+            worker: None,
+            ..opts
+        };
+        let err = crate::run_suite("mdtest", &lib, &no_worker, None).unwrap_err();
+        assert!(err.to_string().contains("worker command"), "{err:#}");
     }
 
     #[test]

@@ -112,6 +112,10 @@ impl Report {
         let rounds = self.options.rounds;
         let what = match self.suite.as_str() {
             "syscalls" | "smallfiles" => format!("{} files", self.options.files),
+            "mdtest" if self.options.processes > 0 => format!(
+                "{} files, 1 and {} threads or processes in one directory",
+                self.options.files, self.options.processes
+            ),
             "mdtest" => format!(
                 "{} files, 1..={} threads in one directory",
                 self.options.files, self.options.max_threads

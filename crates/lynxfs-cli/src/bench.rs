@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use lynxfs_bench::{open_target, run_suite, Options, Target, SUITES, TARGETLESS_SUITES};
+use lynxfs_bench::{
+    open_target, run_suite, worker_main, Options, Target, WorkerCommand, SUITES, TARGETLESS_SUITES,
+};
 
 /// The arguments of `lynxfs bench`.
 #[derive(Args, Debug)]
@@ -44,6 +46,23 @@ pub struct BenchArgs {
     /// tree.
     #[arg(long, value_name = "TAR")]
     pub tree: Option<PathBuf>,
+    /// mdtest: also split the work over this many processes attached to the lib
+    /// target's pool, next to as many threads (the default target is then lib alone).
+    #[arg(long, value_name = "N")]
+    pub processes: Option<usize>,
+    /// Serve as a worker process of a multi-process benchmark on stdin and stdout
+    /// (started by the benchmark itself).
+    #[arg(long, hide = true)]
+    pub worker: bool,
+}
+
+/// How a benchmark starts its worker processes: this program, `bench SUITE --worker`.
+fn worker_command(suite: &str) -> Result<WorkerCommand> {
+    Ok(WorkerCommand {
+        program: std::env::current_exe().context("finding this program to start workers")?,
+        args: vec!["bench".into(), suite.into(), "--worker".into()],
+        env: Vec::new(),
+    })
 }
 
 /// The file count a suite uses when --files is not given.
@@ -59,12 +78,22 @@ fn default_files(suite: &str) -> usize {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    if args.worker {
+        return worker_main(std::io::stdin().lock(), std::io::stdout().lock());
+    }
     let suite = args.suite.as_str();
     if !SUITES.contains(&suite) {
         bail!(
             "unknown suite {suite:?}; the suites are {}",
             SUITES.join(", ")
         );
+    }
+    let processes = args.processes.unwrap_or(0);
+    if args.processes.is_some() && suite != "mdtest" {
+        bail!("--processes is an option of the mdtest suite");
+    }
+    if args.processes == Some(0) {
+        bail!("--processes must be at least 1");
     }
     let targetless = TARGETLESS_SUITES.contains(&suite);
     let specs = if !args.targets.is_empty() {
@@ -74,6 +103,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         args.targets.clone()
     } else if targetless {
         Vec::new()
+    } else if processes > 0 {
+        vec!["lib".to_string()]
     } else {
         vec!["lib".to_string(), "tmpfs".to_string()]
     };
@@ -86,6 +117,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         rounds: args.rounds,
         max_threads: args.max_threads,
         tree: args.tree.clone(),
+        processes,
+        worker: Some(worker_command(suite)?),
         ..Options::default()
     };
     let mut targets: Vec<Box<dyn Target>> = Vec::with_capacity(specs.len());
@@ -127,6 +160,26 @@ mod tests {
         assert_eq!(a.files, Some(5));
         assert_eq!(a.out, Some(PathBuf::from("o")));
         assert_eq!(a.rounds, 1);
+    }
+
+    #[test]
+    fn processes_belong_to_mdtest_and_need_one() {
+        let a = parse(&["mdtest", "--processes", "2"]);
+        assert_eq!(a.processes, Some(2));
+        assert!(!a.worker);
+        let err = run(parse(&["syscalls", "--processes", "2"])).unwrap_err();
+        assert!(err.to_string().contains("mdtest"), "{err:#}");
+        let err = run(parse(&["mdtest", "--processes", "0"])).unwrap_err();
+        assert!(err.to_string().contains("at least 1"), "{err:#}");
+        let err = run(parse(&[
+            "mdtest",
+            "--processes",
+            "2",
+            "--target",
+            "dir=/tmp",
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("lib"), "{err:#}");
     }
 
     #[test]

@@ -1,16 +1,20 @@
-//! `lynxfs info POOL|MOUNTPOINT`: what a pool is, how full, and (when it is mounted)
-//! what its index and cachelets take in the daemon's DRAM.
+//! `lynxfs info POOL|MOUNTPOINT`: what a pool is, how full, and (when processes are
+//! attached to it) what its index and cachelets take in shared memory.
 //!
-//! A pool that is not mounted is opened read-only (mapped privately: the file is never
-//! changed). A mounted pool is locked by its daemon, so its figures come from the
-//! daemon, through the mount ([`lynxfs_fuse::usage`]): given the pool, the mount is
-//! found in /proc/self/mountinfo; given the mount point, it is asked directly.
+//! A pool no process is attached to is opened read-only (mapped privately: the file is
+//! never changed); it has no runtime state then. A pool attached elsewhere is
+//! attached by `info` too, for a moment (a second attach is cheap: the state is
+//! built), which gives the shared index's figures and the number of attached
+//! processes. A mounted pool's figures also come from its daemon, through the mount
+//! ([`lynxfs_fuse::usage`]): given the pool, the mount is found in
+//! /proc/self/mountinfo; given the mount point, it is asked directly.
 
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
-use lynxfs::{Access, Error, Pool};
+use lynxfs::runtime::procs::MAX_PROCS;
+use lynxfs::{Access, Error, Fs, Pool};
 use lynxfs_fuse::usage::{LiveUsage, USAGE_XATTR};
 
 use crate::backend::BackendKind;
@@ -22,13 +26,16 @@ pub fn print(path: &Path, kind: BackendKind) -> Result<()> {
             .canonicalize()
             .with_context(|| format!("{}", path.display()))?;
         let pool = pool_at(&mp)?;
-        return print_live(&pool, &mp);
+        return print_live(&pool, &mp, kind);
     }
     // A read-only mount holds the pool's lock shared, so the pool would open here too:
     // ask the mount first.
     let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     if let Some(mp) = mountpoint_of_pool(&canonical) {
-        return print_live(&canonical, &mp);
+        return print_live(&canonical, &mp, kind);
+    }
+    if let Some(view) = attached_view(path, kind)? {
+        return print_attached(path, &view);
     }
     let opened = match kind {
         BackendKind::Pmem => print_with(path, PmemBackend::default()),
@@ -83,8 +90,8 @@ fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
     println!("mount epoch:      {}", sb.epoch - 1);
     print_space(&lynxfs::meta::Usage::of_pool(&pool));
     println!(
-        "index, cachelets: none (they live in DRAM while the pool is mounted: \
-         `lynxfs info MOUNTPOINT` then shows them)"
+        "index, cachelets: none (they live in shared memory while processes are attached: \
+         `lynxfs info` then shows them)"
     );
     pool.crash(); // a read-only look: nothing to save
     Ok(())
@@ -130,25 +137,132 @@ fn live_usage(mountpoint: &Path) -> Result<LiveUsage> {
     })
 }
 
-fn print_live(pool: &Path, mountpoint: &Path) -> Result<()> {
+/// What an attached pool's shared state holds, seen by attaching to it.
+struct AttachedView {
+    /// Processes attached, `info` included.
+    processes: usize,
+    usage: lynxfs::meta::Usage,
+    /// The runtime file's allocated bytes (all shared state), if it could be read.
+    runtime_bytes: Option<u64>,
+}
+
+/// Attaches `path` for a moment if another process is attached to it (never builds the
+/// runtime state of an unattached pool); `None` when no one else is attached.
+fn attached_view(path: &Path, kind: BackendKind) -> Result<Option<AttachedView>> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    // Non-blocking: opening a FIFO must not wait for a writer. What is not a pool file
+    // or device (or cannot be opened) is left to the read-only open, which says why.
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return Ok(None);
+    };
+    let kind_ok = file
+        .metadata()
+        .is_ok_and(|m| m.is_file() || m.file_type().is_block_device());
+    if !kind_ok {
+        return Ok(None);
+    }
+    let elsewhere = lynxfs::runtime::attach::attached_elsewhere(&file)
+        .with_context(|| format!("{}: looking for attached processes", path.display()))?;
+    if !elsewhere {
+        return Ok(None);
+    }
+    let view = match kind {
+        BackendKind::Pmem => view_with(path, PmemBackend::default()),
+        BackendKind::Msync => view_with(path, MsyncBackend),
+    };
+    Ok(Some(view.with_context(|| {
+        format!("{}: attaching to read its shared state", path.display())
+    })?))
+}
+
+fn view_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<AttachedView> {
+    let fs = Fs::new(Pool::open(path, Access::ReadWrite, backend)?);
+    let processes = fs.pool().attachment().map_or(1, |a| {
+        (0..MAX_PROCS).filter(|&s| a.procs().alive(s)).count()
+    });
+    let view = AttachedView {
+        processes,
+        usage: fs.ns().usage(),
+        runtime_bytes: lynxfs_bench::runtime_file_bytes(&fs),
+    };
+    fs.close()?;
+    Ok(view)
+}
+
+/// `bytes` over `n` entries, as ", X B each" (nothing for no entries).
+fn per_entry(bytes: u64, n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(", {:.0} B each", bytes as f64 / n as f64)
+    }
+}
+
+/// The shared-memory lines of an attached pool's view.
+fn print_shared(view: &AttachedView) {
+    let u = &view.usage;
+    println!(
+        "attached:         {} processes (this one included)",
+        view.processes
+    );
+    println!(
+        "DRAM per entry:   {} (index estimate, shared memory; {} entries indexed)",
+        if u.index_entries == 0 {
+            "n/a".to_string()
+        } else {
+            format!("{:.0} B", u.index_bytes as f64 / u.index_entries as f64)
+        },
+        u.index_entries
+    );
+    if let Some(b) = view.runtime_bytes {
+        println!(
+            "runtime state:    {:.2} MiB of shared memory in all (index, cachelets, \
+             allocators, process tables{})",
+            mib(b),
+            per_entry(b, u.index_entries).replace(" each", " per indexed entry")
+        );
+    }
+}
+
+fn print_attached(pool: &Path, view: &AttachedView) -> Result<()> {
+    let u = &view.usage;
+    println!("pool:             {}", pool.display());
+    println!("state:            attached by another process, not mounted");
+    print_space(u);
+    println!(
+        "index:            {} entries of {} directories, {:.2} MiB of shared memory \
+         (estimate{})",
+        u.index_entries,
+        u.indexed_dirs,
+        mib(u.index_bytes),
+        per_entry(u.index_bytes, u.index_entries)
+    );
+    println!(
+        "cachelets:        {} in use, {:.2} MiB of shared memory",
+        u.cachelets,
+        mib(u.cachelet_bytes)
+    );
+    print_shared(view);
+    Ok(())
+}
+
+fn print_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<()> {
     let live = live_usage(mountpoint)?;
     let u = &live.usage;
     println!("pool:             {}", pool.display());
     println!("state:            mounted on {}", mountpoint.display());
     print_space(u);
-    let per = |bytes: u64, n: u64| {
-        if n == 0 {
-            String::new()
-        } else {
-            format!(", {:.0} B each", bytes as f64 / n as f64)
-        }
-    };
     println!(
-        "index:            {} entries of {} directories, {:.2} MiB of DRAM (estimate{})",
+        "index:            {} entries of {} directories, {:.2} MiB of shared memory \
+         (estimate{})",
         u.index_entries,
         u.indexed_dirs,
         mib(u.index_bytes),
-        per(u.index_bytes, u.index_entries)
+        per_entry(u.index_bytes, u.index_entries)
     );
     println!(
         "cachelets:        {} in use, {:.2} MiB of DRAM allocated",
@@ -159,5 +273,63 @@ fn print_live(pool: &Path, mountpoint: &Path) -> Result<()> {
         "daemon memory:    {:.1} MiB resident (anonymous)",
         mib(live.rss_anon)
     );
+    // A read-only mount works on a private copy: nothing is attached then.
+    if let Some(view) = attached_view(pool, kind)? {
+        print_shared(&view);
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lynxfs::{Cred, MkfsOptions};
+
+    #[test]
+    fn an_attached_pool_is_seen_by_attaching_and_an_unattached_one_is_left_alone() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("pool");
+        Pool::mkfs(&path, &MkfsOptions::new(64 << 20), PmemBackend::default()).unwrap();
+        assert!(attached_view(&path, BackendKind::Pmem).unwrap().is_none());
+
+        let fs = Fs::open(&path).unwrap();
+        let s = fs.session(Cred::root());
+        s.mkdir("d", 0o755).unwrap();
+        for i in 0..50 {
+            s.mknod(&format!("d/f{i}"), libc::S_IFREG | 0o644, 0)
+                .unwrap();
+        }
+        let view = attached_view(&path, BackendKind::Pmem).unwrap().unwrap();
+        assert_eq!(view.processes, 2, "this test's Fs and info's attach");
+        assert!(view.usage.index_entries >= 51, "{:?}", view.usage);
+        assert!(view.usage.index_bytes > 0);
+        assert!(view.runtime_bytes.unwrap() > 0);
+        // info detached again: the pool's owner is alone and works on.
+        assert!(s.lstat("d/f49").is_ok());
+        drop(s);
+        fs.close().unwrap();
+        drop(fs);
+        assert!(attached_view(&path, BackendKind::Pmem).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_fifo_or_a_missing_file_is_left_to_the_read_only_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Returns at once (no writer needed) and attaches nothing.
+        assert!(attached_view(&fifo, BackendKind::Pmem).unwrap().is_none());
+        let missing = dir.path().join("missing");
+        assert!(attached_view(&missing, BackendKind::Pmem)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn per_entry_figures() {
+        assert_eq!(per_entry(100, 0), "");
+        assert_eq!(per_entry(6400, 100), ", 64 B each");
+    }
 }
