@@ -34,17 +34,43 @@ pub const REPAIRING: u32 = 2;
 const STATE_OFF: usize = 64;
 const REPAIRER_OFF: usize = 68;
 const GENERATION_OFF: usize = 72;
-/// The process table: one cache line per slot (identity word, operation counter).
+/// The process table: one cache line per slot (its identity word).
 const PROCS_OFF: usize = HEADER_BYTES;
 const SLOT_BYTES: usize = 64;
 /// The open tables, one per slot, of one word per entry.
 const OPEN_OFF: usize = PROCS_OFF + MAX_PROCS as usize * SLOT_BYTES;
 const OPEN_TABLE_BYTES: usize = OPEN_ENTRIES * 8;
 
-/// Bytes of the region used by the header, the process table and the open tables;
-/// the rest of the runtime state is carved after them.
+/// Each slot's operation counters: several, each on its own cache line, so threads of
+/// one process count their operations without taking a line from each other (a
+/// thread always uses the same one); a slot's operations in flight are their sum.
+const OPS_OFF: usize = OPEN_OFF + MAX_PROCS as usize * OPEN_TABLE_BYTES;
+const OPS_LINES: usize = 8;
+const LINE: usize = 64;
+
+/// Bytes of the region used by the header, the process table, the open tables and
+/// the operation counters; the rest of the runtime state is carved after them.
 pub const fn bytes_needed() -> usize {
-    OPEN_OFF + MAX_PROCS as usize * OPEN_TABLE_BYTES
+    OPS_OFF + MAX_PROCS as usize * OPS_LINES * LINE
+}
+
+/// The counter line of the calling thread (threads are spread over the lines in the
+/// order they first count an operation).
+fn own_line() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static LINE_OF: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+    LINE_OF.with(|l| match l.get() {
+        Some(i) => i,
+        None => {
+            let i = NEXT.fetch_add(1, Ordering::Relaxed) % OPS_LINES;
+            l.set(Some(i));
+            i
+        }
+    })
 }
 
 /// An identity word packs a pid (22 bits: Linux's PID_MAX_LIMIT) and the process's
@@ -115,8 +141,15 @@ impl Procs {
     fn identity(&self, slot: u32) -> &AtomicU64 {
         &self.slot_words(slot)[0]
     }
-    fn ops(&self, slot: u32) -> &AtomicU64 {
-        &self.slot_words(slot)[1]
+    /// Operation counter `line` of `slot`.
+    fn ops(&self, slot: u32, line: usize) -> &AtomicU64 {
+        assert!(
+            slot < MAX_PROCS && line < OPS_LINES,
+            "counter {slot}/{line}"
+        );
+        &self
+            .region
+            .words(OPS_OFF + (slot as usize * OPS_LINES + line) * LINE, 1)[0]
     }
     fn slot_words(&self, slot: u32) -> &[AtomicU64] {
         assert!(slot < MAX_PROCS, "process slot {slot} out of range");
@@ -209,7 +242,9 @@ impl Procs {
             OPEN_OFF + slot as usize * OPEN_TABLE_BYTES,
             OPEN_TABLE_BYTES,
         );
-        self.ops(slot).store(0, Ordering::SeqCst);
+        for l in 0..OPS_LINES {
+            self.ops(slot, l).store(0, Ordering::SeqCst);
+        }
     }
 
     /// This process is a fork of the one registered in `old` (a daemon that detached
@@ -259,7 +294,7 @@ impl Procs {
     /// sequentially consistent), either the operation sees REPAIRING and backs out,
     /// or the repairer sees its count and waits for it.
     pub fn enter_op(&self, slot: u32) -> Result<Op<'_>, Interrupted> {
-        let count = self.ops(slot);
+        let count = self.ops(slot, own_line());
         count.fetch_add(1, Ordering::SeqCst);
         let op = Op { count };
         if self.state() == REPAIRING {
@@ -270,13 +305,16 @@ impl Procs {
 
     /// End an operation counted by [`Procs::enter_op`] whose guard was not kept (the
     /// engine counts across calls, see `runtime::Runtime`).
+    /// Must run on the thread that entered it (the counter line is the thread's).
     pub fn leave_op(&self, slot: u32) {
-        self.ops(slot).fetch_sub(1, Ordering::Release);
+        self.ops(slot, own_line()).fetch_sub(1, Ordering::Release);
     }
 
     /// Operations in flight in `slot`.
     pub fn ops_in_flight(&self, slot: u32) -> u64 {
-        self.ops(slot).load(Ordering::SeqCst)
+        (0..OPS_LINES)
+            .map(|l| self.ops(slot, l).load(Ordering::SeqCst))
+            .fold(0, u64::wrapping_add)
     }
 
     /// Wait until no other live slot has an operation in flight (a process that dies
@@ -544,7 +582,7 @@ mod tests {
         let ghost = p.register().unwrap();
         p.identity(ghost).store(1 << PID_BITS, Ordering::SeqCst);
         p.open_inc(ghost, 3).unwrap();
-        p.ops(ghost).store(2, Ordering::SeqCst);
+        p.ops(ghost, 3).store(2, Ordering::SeqCst);
         assert_eq!(p.dead_slots(), vec![ghost]);
         assert_eq!(
             p.wait_quiescent(me, Instant::now()),
