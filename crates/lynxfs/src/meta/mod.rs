@@ -85,10 +85,10 @@ impl<B: Backend> Namespace<B> {
         match pool.attachment().cloned() {
             Some(a) => {
                 let parts = shared::Parts::at(&a.region(), &pool.runtime_layout.namespace);
-                let notices = crate::runtime::notices::Notices::at(
+                let notices = crate::runtime::notices::Notices::at_slot(
                     &a.region(),
                     pool.runtime_layout.notices.clone(),
-                    a.slot(),
+                    a.slot_word(),
                 );
                 let mut ns = Self::with_parts(pool, parts, a);
                 ns.notices = notices;

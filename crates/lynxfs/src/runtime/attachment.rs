@@ -22,7 +22,7 @@ const DRAIN_SLICE: Duration = Duration::from_millis(100);
 pub struct Attachment {
     procs: Procs,
     /// This process's slot (changes once if the process forks to become a daemon).
-    slot: AtomicU32,
+    slot: Arc<AtomicU32>,
     health: Health,
     /// Taken by detach.
     attached: Mutex<Option<Attached>>,
@@ -32,7 +32,7 @@ impl Attachment {
     pub fn new(attached: Attached) -> Attachment {
         let a = Attachment {
             procs: attached.procs.clone(),
-            slot: AtomicU32::new(attached.slot),
+            slot: Arc::new(AtomicU32::new(attached.slot)),
             health: Health::new(attached.procs.clone()),
             attached: Mutex::new(Some(attached)),
         };
@@ -57,6 +57,11 @@ impl Attachment {
 
     pub fn slot(&self) -> u32 {
         self.slot.load(Ordering::Relaxed)
+    }
+
+    /// The word holding this process's slot, for what tags records with it.
+    pub fn slot_word(&self) -> Arc<AtomicU32> {
+        self.slot.clone()
     }
 
     /// Called in the child of a fork that keeps the attachment (and whose parent

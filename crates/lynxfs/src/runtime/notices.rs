@@ -68,8 +68,9 @@ pub enum Change {
 /// Where a process posts its changes (a disabled one for pools only it uses).
 pub struct Notices {
     ring: Option<Span>,
-    /// The poster's slot in the process table, so a watcher can skip its own changes.
-    slot: u32,
+    /// The poster's slot in the process table, so a watcher can skip its own changes
+    /// (shared with the attachment: a daemon that forks takes a new slot).
+    slot: Arc<AtomicU32>,
 }
 
 impl Notices {
@@ -80,6 +81,15 @@ impl Notices {
 
     /// The ring at `range` of `region`, posted to by the process in `slot`.
     pub fn at(region: &Arc<Region>, range: std::ops::Range<usize>, slot: u32) -> Notices {
+        Self::at_slot(region, range, Arc::new(AtomicU32::new(slot)))
+    }
+
+    /// [`Notices::at`], for the process whose slot the word `slot` holds now.
+    pub fn at_slot(
+        region: &Arc<Region>,
+        range: std::ops::Range<usize>,
+        slot: Arc<AtomicU32>,
+    ) -> Notices {
         Notices {
             ring: Some(Span::new(region.clone(), range)),
             slot,
@@ -90,7 +100,7 @@ impl Notices {
     pub fn off() -> Notices {
         Notices {
             ring: None,
-            slot: 0,
+            slot: Arc::new(AtomicU32::new(0)),
         }
     }
 
@@ -126,7 +136,7 @@ impl Notices {
         let rec = record(w, n);
         let len = name.len().min(NAME_MAX);
         rec[1].store(
-            kind | u64::from(self.slot) << 8 | (len as u64) << 16,
+            kind | u64::from(self.slot.load(Ordering::Relaxed)) << 8 | (len as u64) << 16,
             Ordering::Release,
         );
         for (i, f) in fields.into_iter().enumerate() {
@@ -151,7 +161,7 @@ impl Notices {
         let generation = rt.generation();
         Some(Watcher {
             ring,
-            own: self.slot,
+            own: self.slot.clone(),
             next,
             rt,
             generation,
@@ -186,7 +196,7 @@ fn wake_reader(ring: &Span) {
 /// Dropping it stops the watching.
 pub struct Watcher {
     ring: Span,
-    own: u32,
+    own: Arc<AtomicU32>,
     /// The next record to read.
     next: u64,
     rt: Arc<dyn Runtime>,
@@ -286,7 +296,7 @@ impl Watcher {
         if rec[0].load(Ordering::Acquire) != n + 1 || w[HEAD].load(Ordering::SeqCst) > n + RECORDS {
             return Read::Lost;
         }
-        if (meta >> 8) as u8 as u32 == self.own {
+        if (meta >> 8) as u8 as u32 == self.own.load(Ordering::Relaxed) {
             return Read::Got(None);
         }
         let change = match meta & 0xff {
