@@ -489,6 +489,14 @@ fn agent_child(fs: &LFs) {
             }
             "close" => fs.close_fd(num(1)).map(|_| String::new()),
             "statfs" => Ok(fs.session(Cred::root()).statfs().files_free.to_string()),
+            // Keep busy with operations that wait on nothing, for `ms` milliseconds.
+            "spin" => {
+                let until = std::time::Instant::now() + Duration::from_millis(num(1));
+                while std::time::Instant::now() < until {
+                    let _ = s.stat("/u");
+                }
+                Ok(String::new())
+            }
             c => panic!("unknown command {c}"),
         };
         match r {
@@ -782,6 +790,46 @@ fn a_file_unlinked_while_open_elsewhere_lives_until_the_last_close() {
     assert_eq!(k[1].ok(&format!("read {fb} 20000")).join(" "), want);
     k[1].ok(&format!("close {fb}"));
     k[2].ok("unlink /u/f");
+    for kid in k {
+        kid.finish();
+    }
+    st.check(|fs| assert_eq!(files_free(fs), free, "the unlinked file was freed"));
+}
+
+#[test]
+fn a_process_killed_idle_is_repaired_without_anyone_waiting_on_it() {
+    let _dog = watchdog("a_process_killed_idle_is_repaired_without_anyone_waiting_on_it");
+    let st = setup(2);
+    let free = st.with_fs(|fs| {
+        fs.session(Cred::root()).mkdir("/u", 0o755).unwrap();
+        let free = files_free(fs);
+        make_file(fs, "/u/f", 10_000, 3);
+        free
+    });
+    let mut k: Vec<Kid> = (0..2).map(|i| st.spawn("agent", i, &[])).collect();
+    for kid in &mut k {
+        kid.expect("ready");
+    }
+    // A holds the file open, B removes its name: only A's open keeps it.
+    k[0].ok("open /u/f");
+    k[1].ok("unlink /u/f");
+    let orphaned: u64 = k[1].ok("statfs")[0].parse().unwrap();
+    assert_eq!(orphaned + 1, free, "the open file still holds its inode");
+    // A dies holding no lock: nobody will ever wait on it. B's own operations look
+    // for dead processes now and then, and the repair frees the orphan.
+    k.remove(0).kill_and_reap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        k[0].ok("spin 50");
+        let now: u64 = k[0].ok("statfs")[0].parse().unwrap();
+        if now == free {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead process's open file was never released ({now} free, {free} expected)"
+        );
+    }
     for kid in k {
         kid.finish();
     }

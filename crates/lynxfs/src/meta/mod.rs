@@ -129,6 +129,11 @@ impl<B: Backend> Namespace<B> {
         if op_depth::inside() {
             return f();
         }
+        // Now and then look for a process that died while nobody waited on it (its
+        // open files, a name it was creating), so its state is repaired before long.
+        if op_depth::periodic() && self.rt.check().is_err() {
+            self.settle();
+        }
         loop {
             if self.rt.enter().is_err() {
                 self.settle();
@@ -345,11 +350,25 @@ mod op_depth {
 
     thread_local! {
         static DEPTH: Cell<u32> = const { Cell::new(0) };
+        static COUNT: Cell<u32> = const { Cell::new(0) };
     }
 
     pub fn inside() -> bool {
         DEPTH.with(Cell::get) > 0
     }
+
+    /// True once every [`EVERY`] outermost operations of the calling thread.
+    pub fn periodic() -> bool {
+        COUNT.with(|c| {
+            let n = c.get().wrapping_add(1);
+            c.set(n);
+            n % EVERY == 0
+        })
+    }
+
+    /// Operations between two looks for dead processes (a look itself is rate-limited
+    /// to one every 10 ms per process by `Health`).
+    const EVERY: u32 = 1024;
 
     /// One level deeper while it lives (also when the operation panics).
     pub struct Enter(());
