@@ -16,7 +16,7 @@
 
 #[path = "model/reference.rs"]
 mod reference;
-#[path = "multiprocess/target.rs"]
+#[path = "model/target.rs"]
 mod target;
 
 use std::collections::{BTreeMap, BTreeSet};

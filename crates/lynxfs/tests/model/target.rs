@@ -1,7 +1,8 @@
-//! The calls of the model test (`tests/model.rs`) as a [`Target`], so that the
-//! reference model (`model/reference.rs`) can check them: LynxFS through an `Fs`
-//! attached to a shared pool, the operations, and whole-tree snapshots. Copied from the
-//! model test (that file is a test binary of its own, not a module to import).
+//! The calls of the model tests as a [`Target`], so that the reference model
+//! (`reference.rs`) can check them: LynxFS through an `Fs`, the operations, whole-tree
+//! snapshots and their differences, and random operations on a process's own names.
+//! Shared by `tests/model.rs` and `tests/multiprocess.rs` (each uses part of it).
+#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,6 +56,10 @@ pub trait Target {
     fn chmod(&mut self, p: &str, mode: u32) -> R<()>;
     /// Entries but "." and "..", in the target's order, with their d_type.
     fn readdir(&mut self, p: &str) -> R<Vec<(String, Kind)>>;
+    /// Close and reopen (after a crash when `crash`); the state must not change.
+    fn remount(&mut self, _crash: bool) -> R<()> {
+        Ok(())
+    }
 }
 
 pub fn kind_of(mode: u32) -> Kind {
@@ -202,6 +207,7 @@ impl Target for FsRef<'_> {
     }
 }
 
+// ---------------------------------------------------------------------------------
 // Operations.
 
 #[derive(Clone, Debug)]
@@ -226,6 +232,8 @@ pub enum Op {
     RemoveXattr(String, String),
     Chmod(String, u32),
     Readdir(String),
+    Remount,
+    Crash,
 }
 
 /// The result of one call, comparable across targets.
@@ -281,6 +289,8 @@ pub fn apply(op: &Op, t: &mut dyn Target) -> R<Out> {
             v.sort();
             Entries(v)
         }
+        Op::Remount => t.remount(false).map(|_| Unit)?,
+        Op::Crash => t.remount(true).map(|_| Unit)?,
     })
 }
 
@@ -301,7 +311,7 @@ pub struct Node {
     xattrs: BTreeMap<String, Vec<u8>>,
 }
 
-fn join(dir: &str, name: &str) -> String {
+pub fn join(dir: &str, name: &str) -> String {
     if dir == "/" {
         format!("/{name}")
     } else {
@@ -427,11 +437,10 @@ pub fn diff(a: &BTreeMap<String, Node>, b: &BTreeMap<String, Node>) -> String {
     s
 }
 
-fn first_diff_hint(d: &[u8]) -> String {
+pub fn first_diff_hint(d: &[u8]) -> String {
     format!("{} bytes", d.len())
 }
 
-/// Run `ops` on the model and on `t`, comparing every result and, every
 /// xorshift64*: enough randomness for picking operations, and reproducible per seed.
 pub struct Rng(pub u64);
 
