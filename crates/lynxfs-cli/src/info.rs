@@ -228,11 +228,8 @@ fn print_shared(view: &AttachedView) {
     }
 }
 
-fn print_attached(pool: &Path, view: &AttachedView) -> Result<()> {
-    let u = &view.usage;
-    println!("pool:             {}", pool.display());
-    println!("state:            attached by another process, not mounted");
-    print_space(u);
+/// The index and the cachelets: shared memory of the pool's runtime state.
+fn print_runtime(u: &lynxfs::meta::Usage) {
     println!(
         "index:            {} entries of {} directories, {:.2} MiB of shared memory \
          (estimate{})",
@@ -242,10 +239,18 @@ fn print_attached(pool: &Path, view: &AttachedView) -> Result<()> {
         per_entry(u.index_bytes, u.index_entries)
     );
     println!(
-        "cachelets:        {} in use, {:.2} MiB of shared memory",
+        "cachelets:        {} in use, {:.2} MiB of shared memory (at most)",
         u.cachelets,
         mib(u.cachelet_bytes)
     );
+}
+
+fn print_attached(pool: &Path, view: &AttachedView) -> Result<()> {
+    let u = &view.usage;
+    println!("pool:             {}", pool.display());
+    println!("state:            attached by another process, not mounted");
+    print_space(u);
+    print_runtime(u);
     print_shared(view);
     Ok(())
 }
@@ -256,19 +261,7 @@ fn print_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<()> {
     println!("pool:             {}", pool.display());
     println!("state:            mounted on {}", mountpoint.display());
     print_space(u);
-    println!(
-        "index:            {} entries of {} directories, {:.2} MiB of shared memory \
-         (estimate{})",
-        u.index_entries,
-        u.indexed_dirs,
-        mib(u.index_bytes),
-        per_entry(u.index_bytes, u.index_entries)
-    );
-    println!(
-        "cachelets:        {} in use, {:.2} MiB of DRAM allocated",
-        u.cachelets,
-        mib(u.cachelet_bytes)
-    );
+    print_runtime(u);
     println!(
         "daemon memory:    {:.1} MiB resident (anonymous)",
         mib(live.rss_anon)
