@@ -3,6 +3,7 @@
 //! rebuilding after a killed process, the last detach, a full runtime directory.
 //! Child processes are this test binary in child mode (`child`); each runs under a
 //! watchdog that kills it (failing the test) if it outlives its limit.
+mod common;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read};
@@ -32,33 +33,8 @@ const CHILD_LIMIT: Duration = Duration::from_secs(60);
 /// How long one test may run (a lock wait that never ends) before the process aborts.
 const TEST_LIMIT: Duration = Duration::from_secs(120);
 
-/// Aborts the test process if the test holding it is still running after
-/// `TEST_LIMIT`; disarmed when dropped.
-struct Watchdog(Arc<(Mutex<bool>, Condvar)>);
-
-fn watchdog(test: &'static str) -> Watchdog {
-    let done = Arc::new((Mutex::new(false), Condvar::new()));
-    let d = done.clone();
-    std::thread::spawn(move || {
-        let (lock, cv) = &*d;
-        let end = Instant::now() + TEST_LIMIT;
-        let mut finished = lock.lock().unwrap();
-        while !*finished {
-            let Some(left) = end.checked_duration_since(Instant::now()) else {
-                eprintln!("watchdog: {test} still running after {TEST_LIMIT:?}: aborting");
-                std::process::abort();
-            };
-            finished = cv.wait_timeout(finished, left).unwrap().0;
-        }
-    });
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        *self.0 .0.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.0 .1.notify_all();
-    }
+fn watchdog(test: &'static str) -> common::Watchdog {
+    common::watchdog(test, TEST_LIMIT)
 }
 
 fn make_pool(dir: &Path, name: &str) -> PathBuf {

@@ -13,6 +13,7 @@
 //! when no child is attached (setup and the final checks).
 //!
 //! Run: `cargo test --profile ci -p lynxfs --test multiprocess`.
+mod common;
 
 #[path = "model/reference.rs"]
 mod reference;
@@ -24,7 +25,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use lynxfs::pmem::PmemBackend;
@@ -55,32 +55,8 @@ const SURVIVOR_LIMIT: Duration = Duration::from_secs(10);
 // ---------------------------------------------------------------------------------
 // Parent side: pools, children, watchdog.
 
-/// Aborts the test binary if the test holding it still runs after `TEST_LIMIT`.
-struct Watchdog(Arc<(Mutex<bool>, Condvar)>);
-
-fn watchdog(test: &'static str) -> Watchdog {
-    let done = Arc::new((Mutex::new(false), Condvar::new()));
-    let d = done.clone();
-    std::thread::spawn(move || {
-        let (lock, cv) = &*d;
-        let end = Instant::now() + TEST_LIMIT;
-        let mut finished = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while !*finished {
-            let Some(left) = end.checked_duration_since(Instant::now()) else {
-                eprintln!("watchdog: {test} still running after {TEST_LIMIT:?}: aborting");
-                std::process::abort();
-            };
-            finished = cv.wait_timeout(finished, left).unwrap().0;
-        }
-    });
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        *self.0 .0.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.0 .1.notify_all();
-    }
+fn watchdog(test: &'static str) -> common::Watchdog {
+    common::watchdog(test, TEST_LIMIT)
 }
 
 /// A pool file in a fresh directory in /dev/shm, which is also its runtime directory.
