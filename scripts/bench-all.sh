@@ -44,10 +44,10 @@ FAILED=0
 KERNEL=(--target tmpfs --target ext4)
 for suite in $SUITES; do
     case "$suite" in
-        syscalls) run -- syscalls --target lib "${KERNEL[@]}" --target fuse --target fuse-cached \
+        syscalls) run -- syscalls --target lib "${KERNEL[@]}" --target fuse --target fuse-nocache \
                       --target fuse-null --rounds "$ROUNDS" ;;
         fuse) run taskset -c 0 -- syscalls --files 2000 --target fuse --target fuse-null \
-                  --target fuse-cached --target tmpfs --rounds "$ROUNDS" ;;
+                  --target fuse-nocache --target tmpfs --rounds "$ROUNDS" ;;
         data) run -- data --target lib "${KERNEL[@]}" --target fuse --target fuse-null \
                   --rounds "$ROUNDS" ;;
         mdtest) run -- mdtest --target lib "${KERNEL[@]}" --target fuse --target fuse-null \

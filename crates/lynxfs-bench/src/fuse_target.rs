@@ -64,11 +64,11 @@ pub struct FuseTarget {
 }
 
 impl FuseTarget {
-    /// The mount options the `fuse` target uses, in `-o` syntax: the kernel's entry
-    /// and attribute caches off, as for [`FuseNullTarget`], so every call reaches the
-    /// daemon; the pmem backend (the pool is in `/dev/shm`); two worker threads (the
-    /// machine the numbers were taken on has two cores).
-    pub const OPTIONS: &'static str = "entry_timeout=0,attr_timeout=0,threads=2,backend=pmem";
+    /// The mount options the `fuse` target uses, in `-o` syntax: `lynxfs mount`'s
+    /// defaults (what a user gets: names, misses, attributes and pages cached by the
+    /// kernel, invalidated by the daemon; two worker threads), with the pmem backend
+    /// spelled out (the pool is in `/dev/shm`, where the default picks it too).
+    pub const OPTIONS: &'static str = "backend=pmem";
 
     /// Formats a pool of [`LibTarget::DEFAULT_SIZE`] bytes and
     /// [`LibTarget::DEFAULT_INODES`] inodes and mounts it with [`Self::OPTIONS`].
@@ -76,17 +76,15 @@ impl FuseTarget {
         Self::mount_with(Self::OPTIONS)
     }
 
-    /// The options of the `fuse-cached` target: the kernel keeps entries and
-    /// attributes for a minute, so repeated lookups and stats of the same names never
-    /// reach the daemon. Safe when every change goes through this mount (the daemon
-    /// holds the pool's lock), and long enough that a warm loop over 10,000 names
-    /// still finds the first ones cached (`lynxfs mount`'s default is one second).
-    pub const CACHED_OPTIONS: &'static str =
-        "entry_timeout=60,attr_timeout=60,threads=2,backend=pmem";
+    /// The options of the `fuse-nocache` target: the kernel's entry and attribute
+    /// caches off (and so its negative entries), as for [`FuseNullTarget`], so every
+    /// lookup and stat reaches the daemon: the `fuse` target before issue 14.
+    pub const NOCACHE_OPTIONS: &'static str =
+        "entry_timeout=0,attr_timeout=0,threads=2,backend=pmem";
 
-    /// [`Self::mount`] with [`Self::CACHED_OPTIONS`].
-    pub fn mount_cached() -> anyhow::Result<Self> {
-        Self::mount_labelled(Self::CACHED_OPTIONS, "fuse-cached")
+    /// [`Self::mount`] with [`Self::NOCACHE_OPTIONS`].
+    pub fn mount_nocache() -> anyhow::Result<Self> {
+        Self::mount_labelled(Self::NOCACHE_OPTIONS, "fuse-nocache")
     }
 
     /// [`Self::mount`] with other mount options (`-o` syntax).

@@ -224,16 +224,16 @@ pub fn run_suite(
 /// in `/dev/shm`), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
 /// `/dev/shm`), `ext4` (a loop-mounted ext4 image in `/dev/shm`), `fuse-null` (the
 /// FUSE floor), `fuse` (a fresh LynxFS pool in `/dev/shm` mounted through FUSE with
-/// [`FuseTarget::OPTIONS`]: kernel caches off), `fuse-cached` (the same with
-/// [`FuseTarget::CACHED_OPTIONS`]: kernel caches on) or `dir=PATH` (an existing
+/// [`FuseTarget::OPTIONS`]: `lynxfs mount`'s defaults), `fuse-nocache` (the same with
+/// [`FuseTarget::NOCACHE_OPTIONS`]: kernel name and attribute caches off) or `dir=PATH` (an existing
 /// directory, labelled with its path).
 pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
     let target: Box<dyn Target> = match spec {
         "lib" => Box::new(LibTarget::create_default().context("setting up a LynxFS pool")?),
         "fuse-null" => Box::new(FuseNullTarget::mount().context("setting up fuse-null")?),
         "fuse" => Box::new(FuseTarget::mount().context("mounting a LynxFS pool through FUSE")?),
-        "fuse-cached" => {
-            Box::new(FuseTarget::mount_cached().context("mounting a LynxFS pool through FUSE")?)
+        "fuse-nocache" => {
+            Box::new(FuseTarget::mount_nocache().context("mounting a LynxFS pool through FUSE")?)
         }
         "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
         "shm" => Box::new(
@@ -245,7 +245,7 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse, fuse-cached, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse, fuse-nocache, fuse-null or dir=PATH")
             }
         },
     };

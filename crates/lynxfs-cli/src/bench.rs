@@ -17,8 +17,9 @@ pub struct BenchArgs {
     pub suite: String,
     /// A file system to measure, repeatable; the first is the one the ratio columns
     /// compare with the others. lib (LynxFS in process, pool in /dev/shm), tmpfs, shm,
-    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, kernel caches off),
-    /// fuse-cached (the same, kernel caches on for 60 s) or dir=PATH. Default: lib and
+    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, `lynxfs mount`'s
+    /// default options), fuse-nocache (the same, kernel name and attribute caches off)
+    /// or dir=PATH. Default: lib and
     /// tmpfs (none for recovery and ablation, which make their own pools).
     #[arg(long = "target", value_name = "T")]
     pub targets: Vec<String>,

@@ -76,7 +76,17 @@ pub struct LynxFuse<B: Backend> {
     /// The thread passing other processes' changes on (see [`LynxFuse::forward`]),
     /// stopped before the pool is closed.
     forwarder: Arc<Mutex<Option<Forwarder>>>,
+    /// The kernel's writeback cache (`-o writeback`, see [`LynxFuse::with_writeback`]).
+    writeback: bool,
+    /// OPENDIR is answered ENOSYS, once: the kernel then opens directories without
+    /// asking (FUSE_NO_OPENDIR_SUPPORT). Only when the kernel checks permissions
+    /// itself, since read permission is all OPENDIR checks (see [`Self::init`]).
+    no_opendir: bool,
 }
+
+/// The largest write the kernel sends in one request (with FUSE_MAX_PAGES, 256 pages):
+/// a large `write(2)` costs one round trip per MiB instead of one per 128 KiB.
+const MAX_WRITE: u32 = 1 << 20;
 
 /// How long the forwarder waits for changes before it looks whether to stop.
 const FORWARD_SLICE: Duration = Duration::from_millis(100);
@@ -340,7 +350,59 @@ impl<B: Backend> LynxFuse<B> {
             notices: Arc::new(OnceLock::new()),
             kernel_acls: true,
             forwarder: Arc::new(Mutex::new(None)),
+            writeback: false,
+            no_opendir: false,
         }
+    }
+
+    /// Lets the kernel keep written pages and send them later (FUSE_WRITEBACK_CACHE):
+    /// small writes cost no round trip each, but a write is durable only once the
+    /// kernel has sent it, at fsync or close (or when it writes back on its own).
+    pub fn with_writeback(mut self) -> Self {
+        self.writeback = true;
+        self
+    }
+
+    /// The flags to open the engine handle with. With the writeback cache the kernel
+    /// writes cached pages at offsets of its own choosing (so no O_APPEND: it already
+    /// placed appended bytes at the end) and reads a page in before writing part of it
+    /// through any handle, write-only ones included (so those are opened read-write).
+    fn engine_flags(&self, flags: i32) -> i32 {
+        if !self.writeback {
+            return flags;
+        }
+        let flags = flags & !libc::O_APPEND;
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            (flags & !libc::O_ACCMODE) | libc::O_RDWR
+        } else {
+            flags
+        }
+    }
+
+    /// Opens the engine handle for an OPEN as the caller. A write-only open that the
+    /// writeback cache turned read-write is checked for what the caller asked
+    /// (write permission), then opened as root: the caller may lack read permission.
+    fn open_engine(&self, req: &Request, ino: u64, flags: i32, created: bool) -> Res<lynxfs::Fd> {
+        let engine = self.engine_flags(flags);
+        if engine & libc::O_ACCMODE == flags & libc::O_ACCMODE {
+            return self.as_caller(req, |c| self.fs.open_ino(ino, engine, c, created));
+        }
+        if !created {
+            self.as_caller(req, |c| self.check_perm(ino, c, perm::W))?;
+        }
+        self.fs
+            .open_ino(ino, engine, &Cred::root(), created)
+            .map_err(|e| errno(&e))
+    }
+
+    /// How an open file's cached pages are treated: kept (FOPEN_KEEP_CACHE). The
+    /// kernel's pages can only be stale after a change it did not make itself, and
+    /// every such change (another process attached to the pool, a `lynxfs` command)
+    /// comes with an invalidation notice ([`Forwarder`]) that drops them at once;
+    /// writes and truncates through this mount update the pages as they go. Dropping
+    /// the pages at every open, as FUSE does by default, would only cost rereads.
+    fn open_flags() -> FopenFlags {
+        FopenFlags::FOPEN_KEEP_CACHE
     }
 
     /// What starts passing the changes other processes attached to the pool make on
@@ -444,6 +506,32 @@ impl<B: Backend> LynxFuse<B> {
             ),
             Err(e) => reply.error(e),
         }
+    }
+
+    /// Answers a lookup that found nothing with a negative entry (node id 0), which the
+    /// kernel caches for the entry timeout, so the next lookup of the same missing name
+    /// (a `PATH` search, a build probing for headers) is answered without a round trip.
+    /// Creating the name through the mount replaces the cached miss; another process
+    /// creating it sends an invalidation notice for the name ([`Forwarder`]).
+    fn reply_missing(&self, reply: ReplyEntry) {
+        let none = FileAttr {
+            ino: INodeNo(0),
+            size: 0,
+            blocks: 0,
+            atime: UNIX_EPOCH,
+            mtime: UNIX_EPOCH,
+            ctime: UNIX_EPOCH,
+            crtime: UNIX_EPOCH,
+            kind: FileType::RegularFile,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 0,
+            flags: 0,
+        };
+        reply.entry_with_ttls(&Duration::ZERO, &self.entry_ttl, &none, Generation(0));
     }
 
     /// Hands `add` the entries of directory `ino` from `offset` on, read in batches,
@@ -612,6 +700,30 @@ fn reply_xattr(r: Res<Vec<u8>>, size: u32, reply: ReplyXattr) {
     }
 }
 
+impl<B: Backend> LynxFuse<B> {
+    /// Asks for what lets the kernel answer more on its own; each is optional (an
+    /// older kernel just sends more requests).
+    fn init_caches(&mut self, config: &mut fuser::KernelConfig) {
+        // A symlink's target never changes, so the kernel may keep it in its page
+        // cache (dropped with the inode's pages by an invalidation notice).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_CACHE_SYMLINKS);
+        // The engine serves any number of calls in one directory at once; without
+        // this the kernel serializes lookups and listings per directory.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        // 1 MiB writes (FUSE_MAX_PAGES, asked for by `fuser` when offered, carries
+        // the 256 pages they need; without it the kernel keeps 32 pages).
+        let _ = config.set_max_write(MAX_WRITE);
+        if self.writeback
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_err()
+        {
+            eprintln!("lynxfs: the kernel offers no writeback cache: writes go through");
+            self.writeback = false;
+        }
+    }
+}
+
 impl<B: Backend> Filesystem for LynxFuse<B> {
     fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
         // The engine clears S_ISUID/S_ISGID itself on write, truncate and chown, so
@@ -635,7 +747,17 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         } else {
             fuser::InitFlags::empty()
         };
-        let _ = config.add_capabilities(acl | fuser::InitFlags::FUSE_DONT_MASK);
+        let kernel_checks = config.add_capabilities(acl).is_ok() && self.kernel_acls;
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DONT_MASK);
+        // A directory's open checks read permission and keeps nothing (the handle is
+        // 0): where the kernel checks permissions itself (FUSE_POSIX_ACL turns its
+        // checks on) that is all done before OPENDIR would be sent, so it need not be.
+        // `daemon_permissions` mounts keep it: there the daemon alone checks.
+        self.no_opendir = kernel_checks
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+                .is_ok();
+        self.init_caches(config);
         Ok(())
     }
 
@@ -655,7 +777,10 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let r = self.as_caller(req, |c| self.fs.lookup_hold(parent.0, name_bytes(name), c));
-        self.reply_entry(r, reply);
+        match r {
+            Err(Errno::ENOENT) => self.reply_missing(reply),
+            r => self.reply_entry(r, reply),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -844,10 +969,10 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             if acc != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
                 self.writable()?;
             }
-            self.as_caller(req, |c| self.fs.open_ino(ino.0, flags.0, c, false))
+            self.open_engine(req, ino.0, flags.0, false)
         })();
         match r {
-            Ok(fd) => reply.opened(FileHandle(fd), FopenFlags::empty()),
+            Ok(fd) => reply.opened(FileHandle(fd), Self::open_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -927,14 +1052,23 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(self.fs.fsync(fh.0).map_err(|e| errno(&e)), reply);
+        // Every write is durable when it is answered, with either backend (msync's
+        // fence writes the pages back synchronously before the write is answered), so
+        // the engine's fsync has nothing to do. ENOSYS says so once: the kernel then
+        // answers fsync(2) itself, after sending what it still holds (writeback).
+        reply.error(Errno::ENOSYS);
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            // The kernel has checked read permission, and takes ENOSYS as success
+            // with handle 0 from now on (no OPENDIR, no RELEASEDIR).
+            return reply.error(Errno::ENOSYS);
+        }
         // Listing needs read permission, checked at open as for any directory.
         let r = self.as_caller(req, |c| {
             self.ns().dir(ino.0)?;
@@ -1049,8 +1183,9 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Directory changes are durable when the call that made them returns.
-        reply.ok();
+        // Directory changes are durable when the call that made them returns: ENOSYS
+        // once, and the kernel stops asking (as for FSYNC).
+        reply.error(Errno::ENOSYS);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -1159,7 +1294,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             let (ino, created) = self.as_caller(req, |c| {
                 self.ns().create(parent.0, name_bytes(name), node, c, excl)
             })?;
-            let fd = self.as_caller(req, |c| self.fs.open_ino(ino, flags, c, created))?;
+            let fd = self.open_engine(req, ino, flags, created)?;
             match self.fs.hold_new(parent.0, name_bytes(name), ino) {
                 Ok(st) if st.ino == ino => Ok((st, fd)),
                 // The name moved on before the kernel learned it: the handle is on a
@@ -1181,7 +1316,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 &file_attr(&st),
                 Generation(st.generation),
                 FileHandle(fd),
-                FopenFlags::empty(),
+                Self::open_flags(),
             ),
             Err(e) => reply.error(e),
         }

@@ -4,7 +4,7 @@
 //!
 //! * [`adapter::LynxFuse`]: `fuser::Filesystem` over [`lynxfs::Fs`], inode for inode,
 //!   with no cache of its own.
-//! * [`mount`]: options (`entry_timeout=`, `attr_timeout=`, `allow_other`,
+//! * [`mount`]: options (`entry_timeout=`, `attr_timeout=` (60 s by default), `writeback`, `allow_other`,
 //!   `default_permissions`, `threads=`, `ro`, `backend=`), foreground, daemon
 //!   ([`mount::prepare`] then fork) and background mounts; the pool is closed cleanly
 //!   when the session ends. The CLI (`lynxfs mount`, `lynxfs umount`, `mount.lynxfs`)

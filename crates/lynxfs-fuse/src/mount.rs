@@ -66,21 +66,31 @@ pub struct MountOptions {
     pub read_only: bool,
     /// `backend=pmem|msync`; `None` picks by where the pool lives.
     pub backend: Option<BackendChoice>,
+    /// The kernel's writeback cache (`writeback`): small writes are gathered in the
+    /// kernel's pages and sent later, so a write is durable only at fsync or close.
+    pub writeback: bool,
     /// Other kernel mount flags passed along (nosuid, nodev, noexec, noatime, ...).
     pub extra: Vec<MountOption>,
 }
 
+/// The default entry and attribute timeouts: long, because the kernel's cached names,
+/// attributes and pages are invalidated at once whenever the pool changes other than
+/// through the mount (the daemon forwards the pool's change notices), so the
+/// timeouts only bound how long the kernel keeps what is still true.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
-            entry_timeout: Duration::from_secs(1),
-            attr_timeout: Duration::from_secs(1),
+            entry_timeout: DEFAULT_TIMEOUT,
+            attr_timeout: DEFAULT_TIMEOUT,
             allow_other: false,
             default_permissions: false,
             daemon_permissions: false,
             threads: 2,
             read_only: false,
             backend: None,
+            writeback: false,
             extra: Vec::new(),
         }
     }
@@ -135,6 +145,7 @@ impl MountOptions {
                 "allow_other" => self.allow_other = true,
                 "default_permissions" => self.default_permissions = true,
                 "daemon_permissions" => self.daemon_permissions = true,
+                "writeback" => self.writeback = true,
                 "ro" => self.read_only = true,
                 "rw" => self.read_only = false,
                 "nosuid" => self.extra.push(MountOption::NoSuid),
@@ -155,7 +166,7 @@ impl MountOptions {
                 _ => bail!(
                     "unknown mount option {opt:?} (known: entry_timeout=, attr_timeout=, \
                      threads=, backend=pmem|msync, allow_other, default_permissions, \
-                     daemon_permissions, ro, rw, \
+                     daemon_permissions, writeback, ro, rw, \
                      nosuid, nodev, noexec, noatime, sync, dirsync)"
                 ),
             }
@@ -272,6 +283,9 @@ fn session<B: Backend>(
     let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     if o.daemon_permissions {
         fuse = fuse.without_kernel_acls();
+    }
+    if o.writeback {
+        fuse = fuse.with_writeback();
     }
     let notices = fuse.notices();
     let forward = fuse.forward();
@@ -511,7 +525,9 @@ mod tests {
         let o = MountOptions::parse("").unwrap();
         assert_eq!(o, MountOptions::default());
         assert_eq!(o.threads, 2);
-        assert_eq!(o.attr_timeout, Duration::from_secs(1));
+        assert_eq!(o.attr_timeout, DEFAULT_TIMEOUT);
+        assert!(!o.writeback);
+        assert!(MountOptions::parse("writeback").unwrap().writeback);
         let o = MountOptions::parse(
             "entry_timeout=0,attr_timeout=0.5,allow_other,default_permissions,threads=4,ro,backend=msync,nosuid,defaults",
         )
@@ -547,6 +563,6 @@ mod tests {
         let o = MountOptions::parse("entry_timeout=5,daemon_permissions").unwrap();
         assert!(o.daemon_permissions);
         assert_eq!(o.entry_timeout, Duration::ZERO);
-        assert_eq!(o.attr_timeout, Duration::from_secs(1));
+        assert_eq!(o.attr_timeout, DEFAULT_TIMEOUT);
     }
 }

@@ -162,6 +162,62 @@ fn many_entries_and_threads() {
 
 /// Runs `f` on a thread whose file-system identity is uid and gid 1000 (per thread:
 /// setfsuid drops the capabilities that would bypass permission checks).
+/// With `-o writeback` the kernel keeps written pages and sends them later, at
+/// offsets of its own choosing, reading a page in before writing part of it: appends,
+/// partial-page writes through a write-only handle, and a file the writer may write
+/// but not read all end with the bytes written, through the mount and, after the
+/// unmount, in the pool.
+#[test]
+fn writeback_mount_keeps_every_byte_written() {
+    let _w = bound("writeback_mount_keeps_every_byte_written");
+    let (_dir, pool, mnt) = setup();
+    // allow_other: the writer below is another user.
+    let opts = MountOptions::parse("allow_other,writeback").unwrap();
+    let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
+    let f = mnt.path().join("f");
+    fs::write(&f, vec![b'a'; 10000]).unwrap();
+    {
+        let mut w = fs::OpenOptions::new().write(true).open(&f).unwrap();
+        std::io::Seek::seek(&mut w, std::io::SeekFrom::Start(5000)).unwrap();
+        w.write_all(b"middle").unwrap();
+    }
+    {
+        let mut a = fs::OpenOptions::new().append(true).open(&f).unwrap();
+        a.write_all(b"end").unwrap();
+    }
+    let mut want = vec![b'a'; 10000];
+    want[5000..5006].copy_from_slice(b"middle");
+    want.extend_from_slice(b"end");
+    assert_eq!(fs::read(&f).unwrap(), want);
+
+    let w = mnt.path().join("w");
+    fs::write(&w, b"0123456789").unwrap();
+    fs::set_permissions(&w, std::os::unix::fs::PermissionsExt::from_mode(0o222)).unwrap();
+    let wpath = w.clone();
+    as_user_1000(move || {
+        let mut h = fs::OpenOptions::new().write(true).open(&wpath).unwrap();
+        std::io::Seek::seek(&mut h, std::io::SeekFrom::Start(2)).unwrap();
+        h.write_all(b"XY").unwrap();
+        assert!(fs::read(&wpath).is_err(), "not readable by the writer");
+    });
+    assert_eq!(fs::read(&w).unwrap(), b"01XY456789");
+    m.unmount().expect("unmount");
+
+    let fsys = lynxfs::Fs::open(&pool).expect("open the pool");
+    let s = fsys.session(lynxfs::Cred::root());
+    let read = |p: &str| {
+        let fd = s.open(p, libc::O_RDONLY, 0).unwrap();
+        let mut buf = vec![0u8; 20000];
+        let n = fsys.pread(fd, &mut buf, 0).unwrap();
+        fsys.close_fd(fd).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    assert_eq!(read("f"), want);
+    assert_eq!(read("w"), b"01XY456789");
+    fsys.close().unwrap();
+}
+
 fn as_user_1000<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(move || {
         let none: [libc::gid_t; 0] = [];
