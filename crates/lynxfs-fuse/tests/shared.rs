@@ -188,10 +188,9 @@ fn changes_by_a_library_process_show_through_the_mount_at_once() {
     m.unmount().expect("unmount");
 }
 
-/// With `lynxfs mount`'s defaults (names, misses, attributes and pages cached for a
-/// minute, pages kept across opens): a name another process creates after the kernel
-/// cached its absence shows at once, and so do bytes it writes to a file whose pages
-/// the kernel kept from an earlier open.
+/// With `lynxfs mount`'s defaults (names, misses and attributes cached for a minute):
+/// a name another process creates after the kernel cached its absence shows at once,
+/// and so do bytes it writes to a file the mount read before.
 #[test]
 fn cached_misses_and_kept_pages_go_when_another_process_changes_the_pool() {
     let _w = watchdog(
@@ -217,11 +216,10 @@ fn cached_misses_and_kept_pages_go_when_another_process_changes_the_pool() {
         fs::read(at("n")).is_ok_and(|d| d == b"hello")
     });
 
-    // Pages read through one open are kept for the next (FOPEN_KEEP_CACHE) unless
-    // the file changed: another process's write drops them.
+    // Pages the kernel read are dropped when another process writes the file.
     assert_eq!(fs::read(at("n")).unwrap(), b"hello");
     lib.step("write n HELLO");
-    shows("written n, pages kept from an earlier open", || {
+    shows("written n by another process", || {
         fs::read(at("n")).is_ok_and(|d| d == b"HELLO")
     });
 
