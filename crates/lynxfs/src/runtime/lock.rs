@@ -38,7 +38,9 @@ const SLICE: Duration = Duration::from_millis(10);
 /// Spins before sleeping: most holds last well under a microsecond.
 const SPINS: u32 = 64;
 
-fn futex_wait(word: &AtomicU32, expect: u32, timeout: Duration) {
+/// Sleep on `word` (shared between processes) while it holds `expect`, at most
+/// `timeout`.
+pub(crate) fn futex_wait(word: &AtomicU32, expect: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -56,7 +58,8 @@ fn futex_wait(word: &AtomicU32, expect: u32, timeout: Duration) {
     }
 }
 
-fn futex_wake_all(word: &AtomicU32) {
+/// Wake every sleeper on `word`.
+pub(crate) fn futex_wake_all(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE only uses the word's address as a key; it reads no memory.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
@@ -138,6 +141,24 @@ const WRITER: u32 = 1 << 31;
 const WAITING: u32 = 1 << 30;
 const READERS: u32 = WAITING - 1;
 
+/// A reader-writer lock word was seen held as `s`: mark it waited on, then wait one
+/// step (a failed mark just means the word changed: the caller looks again).
+fn wait_turn(
+    word: &AtomicU32,
+    s: u32,
+    spins: &mut u32,
+    watch: &dyn Watch,
+) -> Result<(), Interrupted> {
+    if s & WAITING == 0
+        && word
+            .compare_exchange(s, s | WAITING, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return Ok(());
+    }
+    sleep_on(word, s | WAITING, spins, watch)
+}
+
 /// A shared (read) hold of a reader-writer lock word.
 pub struct ReadGuard<'a> {
     word: &'a AtomicU32,
@@ -163,14 +184,7 @@ pub fn read<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<ReadGuard<'a>,
             }
             continue;
         }
-        if s & WAITING == 0
-            && word
-                .compare_exchange(s, s | WAITING, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            continue;
-        }
-        sleep_on(word, s | WAITING, &mut spins, watch)?;
+        wait_turn(word, s, &mut spins, watch)?;
     }
 }
 
@@ -189,14 +203,7 @@ pub fn write<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<WriteGuard<'a
             }
             continue;
         }
-        if s & WAITING == 0
-            && word
-                .compare_exchange(s, s | WAITING, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            continue;
-        }
-        sleep_on(word, s | WAITING, &mut spins, watch)?;
+        wait_turn(word, s, &mut spins, watch)?;
     }
 }
 

@@ -185,10 +185,7 @@ fn sleeping(ring: &Span) -> &AtomicU32 {
 fn wake_reader(ring: &Span) {
     let s = sleeping(ring);
     if s.load(Ordering::SeqCst) != 0 && s.swap(0, Ordering::SeqCst) != 0 {
-        // SAFETY: FUTEX_WAKE only uses the word's address as a key; it reads no memory.
-        unsafe {
-            libc::syscall(libc::SYS_futex, s.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
-        }
+        super::lock::futex_wake_all(s);
     }
 }
 
@@ -323,21 +320,7 @@ impl Watcher {
         s.store(1, Ordering::SeqCst);
         if self.words()[HEAD].load(Ordering::SeqCst) == self.next {
             let left = deadline.saturating_duration_since(Instant::now());
-            let ts = libc::timespec {
-                tv_sec: left.as_secs() as libc::time_t,
-                tv_nsec: left.subsec_nanos() as libc::c_long,
-            };
-            // SAFETY: FUTEX_WAIT reads the 4-byte word we borrow (valid for the call)
-            // and sleeps only while it still holds 1; the timespec outlives the call.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    s.as_ptr(),
-                    libc::FUTEX_WAIT,
-                    1u32,
-                    &ts as *const libc::timespec,
-                );
-            }
+            super::lock::futex_wait(s, 1, left);
         }
         s.store(0, Ordering::SeqCst);
     }

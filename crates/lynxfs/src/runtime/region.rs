@@ -128,6 +128,31 @@ impl Region {
         }
     }
 
+    /// For each page from the one holding `off` to the one holding `off+len-1`, whether
+    /// it has memory behind it. A walk of a sparse part reads only those: reading a
+    /// page of shared memory never touched would give it memory.
+    pub fn resident(&self, off: usize, len: usize) -> Vec<bool> {
+        self.check(off, len, 1);
+        let first = off / PAGE * PAGE;
+        let pages = (off + len).div_ceil(PAGE) - first / PAGE;
+        let mut v = vec![0u8; pages];
+        // SAFETY: [first, first + pages pages) lies in the mapping (checked, and the
+        // mapping's length is whole pages); mincore writes one byte per page into `v`,
+        // which has that many.
+        let r = unsafe {
+            libc::mincore(
+                self.ptr.as_ptr().add(first).cast(),
+                pages * PAGE,
+                v.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            // Unknown: treat every page as touched (correct, only slower).
+            return vec![true; pages];
+        }
+        v.into_iter().map(|b| b & 1 != 0).collect()
+    }
+
     fn check(&self, off: usize, bytes: usize, align: usize) {
         assert!(
             off.is_multiple_of(align) && off.checked_add(bytes).is_some_and(|e| e <= self.len),
@@ -169,6 +194,14 @@ impl Span {
     pub fn anonymous(bytes: usize) -> io::Result<Span> {
         let region = Arc::new(Region::anonymous(bytes)?);
         Ok(Span::new(region, 0..bytes))
+    }
+
+    /// The indexes of the span's 64-bit words that lie on pages with memory behind
+    /// them (see [`Region::resident`]).
+    pub fn resident_words(&self) -> impl Iterator<Item = usize> + '_ {
+        let pages = self.region.resident(self.off, self.bytes.max(1));
+        let first = self.off / PAGE * PAGE;
+        (0..self.bytes / 8).filter(move |&i| pages[(self.off + i * 8 - first) / PAGE])
     }
 
     /// The span as 64-bit words.
