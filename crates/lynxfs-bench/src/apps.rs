@@ -447,13 +447,13 @@ fn with_child<R>(path: &mut String, name: &[u8], f: impl FnOnce(&mut String) -> 
 
 /// `du -s`: 512-byte blocks of `path` and everything under it (lstat of each).
 fn du(s: &Lib<'_>, path: &mut String) -> io::Result<u64> {
-    let mut total = s.lstat(path).map_err(lib_err(path))?.blocks;
+    let mut total = s.lstat(path.as_str()).map_err(lib_err(path))?.blocks;
     for (name, dtype) in entries(s, path)? {
         total += with_child(path, &name, |p| {
             if dtype == libc::DT_DIR {
                 du(s, p)
             } else {
-                Ok(s.lstat(p).map_err(lib_err(p))?.blocks)
+                Ok(s.lstat(p.as_str()).map_err(lib_err(p))?.blocks)
             }
         })?;
     }
@@ -487,7 +487,7 @@ fn gzip_r(lib: &LibTarget, path: &mut String) -> io::Result<()> {
             continue;
         }
         with_child(path, &name, |p| {
-            let fd = s.open(p, libc::O_RDONLY, 0).map_err(lib_err(p))?;
+            let fd = s.open(p.as_str(), libc::O_RDONLY, 0).map_err(lib_err(p))?;
             let st = fs.fstat(fd).map_err(lib_err(p))?;
             let mut data = vec![0u8; st.size as usize];
             let mut off = 0;
@@ -528,7 +528,7 @@ fn gzip_r(lib: &LibTarget, path: &mut String) -> io::Result<()> {
             })();
             fs.close_fd(out).map_err(lib_err(&gz))?;
             written?;
-            s.unlink(p).map_err(lib_err(p))
+            s.unlink(p.as_str()).map_err(lib_err(p))
         })?;
     }
     Ok(())
@@ -541,11 +541,11 @@ fn rm_rf(s: &Lib<'_>, path: &mut String) -> io::Result<()> {
             if dtype == libc::DT_DIR {
                 rm_rf(s, p)
             } else {
-                s.unlink(p).map_err(lib_err(p))
+                s.unlink(p.as_str()).map_err(lib_err(p))
             }
         })?;
     }
-    s.rmdir(path).map_err(lib_err(path))
+    s.rmdir(path.as_str()).map_err(lib_err(path))
 }
 
 /// How a target runs the tools.

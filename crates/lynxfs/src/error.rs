@@ -47,6 +47,11 @@ pub enum Error {
         what: String,
         errno: i32,
     },
+    /// The path leaves the pool's tree (a pool mounted inside a bigger one, see
+    /// `api::path::Scope::Mounted`): resolve this rest of it outside: an absolute
+    /// path, or one relative to the directory the pool is mounted on.
+    #[error("the path leaves the pool: {}", String::from_utf8_lossy(.0))]
+    Outside(Vec<u8>),
     /// A file-system call failed with this errno.
     #[error("{}", errno_name(*.0))]
     Errno(i32),
@@ -71,6 +76,7 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::Errno(e) => *e,
+            Error::Outside(_) => libc::EXDEV,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::Missing { .. } => libc::ENOENT,
             Error::Locked { .. } => libc::EBUSY,

@@ -231,15 +231,21 @@ impl<B: Backend> Drop for HeldIno<'_, B> {
 }
 
 impl<'a, B: Backend> super::Session<'a, B> {
+    /// Holds inode `ino` (an open reference) for as long as the result lives.
+    pub(super) fn hold(&self, ino: u64) -> Result<HeldIno<'a, B>> {
+        self.fs.open_ref(ino)?;
+        Ok(HeldIno { fs: self.fs, ino })
+    }
+
     /// Resolves `p` and holds the inode it leads to, checking once held that the path
     /// still leads there: a call that resolved a path and then acts on the number
     /// would otherwise act on a newer file that reused the number, if the file was
     /// replaced and freed in between (a truncate of `f` landing on a file that never
     /// had that name).
-    pub(super) fn resolve_held(&self, p: &str, follow: bool) -> Result<HeldIno<'a, B>> {
+    pub(super) fn resolve_held(&self, p: &[u8], follow: bool) -> Result<HeldIno<'a, B>> {
         let ns = self.fs.ns();
         for _ in 0..LOOKUP_TRIES {
-            let found = path::resolve_last(ns, self.cwd, p.as_bytes(), follow, &self.cred)?;
+            let found = path::resolve_last(ns, self.cwd, p, follow, &self.cred, self.scope)?;
             // Freed since the lookup: the name went meanwhile (see `hold_named`).
             self.fs.open_ref(found.ino)?;
             let held = HeldIno {

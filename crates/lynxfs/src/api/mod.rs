@@ -120,6 +120,7 @@ impl<B: Backend> Fs<B> {
             cred,
             cwd: ROOT_INO,
             cwd_hold: None,
+            scope: path::Scope::Pool,
         }
     }
 
@@ -451,10 +452,8 @@ pub struct Session<'a, B: Backend> {
     /// directory: removed, it stays an empty orphan rather than its number going to a
     /// new directory that relative paths would then reach.
     cwd_hold: Option<held::HeldIno<'a, B>>,
-}
-
-fn bytes(p: &str) -> &[u8] {
-    p.as_bytes()
+    /// Whether paths may leave the pool (see [`path::Scope`]).
+    scope: path::Scope,
 }
 
 impl<'a, B: Backend> Session<'a, B> {
@@ -465,19 +464,67 @@ impl<'a, B: Backend> Session<'a, B> {
         &self.fs.ns
     }
 
-    pub fn resolve(&self, p: &str, follow: bool) -> Result<u64> {
-        path::resolve(self.ns(), self.cwd, bytes(p), follow, &self.cred)
+    /// This caller sees the pool mounted inside a bigger tree: paths leaving it fail
+    /// with [`crate::Error::Outside`] (see [`path::Scope::Mounted`]).
+    pub fn mounted(mut self) -> Self {
+        self.scope = path::Scope::Mounted;
+        self
+    }
+
+    /// The same caller, with relative paths starting at directory `dir` instead (the
+    /// `*at` calls). The caller keeps `dir` alive (an open handle on it).
+    pub fn at(&self, dir: u64) -> Session<'a, B> {
+        Session {
+            fs: self.fs,
+            cred: self.cred.clone(),
+            cwd: dir,
+            cwd_hold: None,
+            scope: self.scope,
+        }
+    }
+
+    /// The working directory's inode.
+    pub fn cwd(&self) -> u64 {
+        self.cwd
+    }
+
+    /// fchdir: work in directory `dir` (held, as [`Session::chdir`] holds).
+    pub fn fchdir(&mut self, dir: u64) -> Result<()> {
+        let held = self.hold(dir)?;
+        self.ns().dir(dir)?;
+        self.ns().may(dir, &self.cred, perm::X)?;
+        self.cwd = dir;
+        self.cwd_hold = Some(held);
+        Ok(())
+    }
+
+    pub fn resolve(&self, p: impl AsRef<[u8]>, follow: bool) -> Result<u64> {
+        path::resolve(
+            self.ns(),
+            self.cwd,
+            p.as_ref(),
+            follow,
+            &self.cred,
+            self.scope,
+        )
     }
 
     /// The parent directory and last name of `p`; the name must be a real one.
-    fn parent(&self, p: &str) -> Result<path::Walked> {
+    fn parent(&self, p: &[u8]) -> Result<path::Walked> {
         let mut links = 0;
-        let w = path::walk_parent(self.ns(), self.cwd, bytes(p), &self.cred, &mut links)?;
+        let w = path::walk_parent(
+            self.ns(),
+            self.cwd,
+            p.as_ref(),
+            &self.cred,
+            &mut links,
+            self.scope,
+        )?;
         Ok(w)
     }
 
-    pub fn chdir(&mut self, p: &str) -> Result<()> {
-        let held = self.resolve_held(p, true)?;
+    pub fn chdir(&mut self, p: impl AsRef<[u8]>) -> Result<()> {
+        let held = self.resolve_held(p.as_ref(), true)?;
         self.ns().dir(held.ino)?;
         self.ns().may(held.ino, &self.cred, perm::X)?;
         self.cwd = held.ino;
@@ -490,8 +537,8 @@ impl<'a, B: Backend> Session<'a, B> {
         Ok(String::from_utf8_lossy(&p).into_owned())
     }
 
-    fn make(&self, p: &str, node: NewNode<'_>, excl: bool) -> Result<(u64, bool)> {
-        let w = self.parent(p)?;
+    fn make(&self, p: &[u8], node: NewNode<'_>, excl: bool) -> Result<(u64, bool)> {
+        let w = self.parent(p.as_ref())?;
         if w.name.is_empty() {
             return Err(errno::EEXIST);
         }
@@ -505,7 +552,7 @@ impl<'a, B: Backend> Session<'a, B> {
         self.ns().create(w.parent, &w.name, node, &self.cred, excl)
     }
 
-    pub fn mkdir(&self, p: &str, mode: u32) -> Result<()> {
+    pub fn mkdir(&self, p: impl AsRef<[u8]>, mode: u32) -> Result<()> {
         // As vfs_mkdir: only the permission and sticky bits (set-group-ID comes from a
         // set-group-ID parent, in create).
         let node = NewNode {
@@ -513,10 +560,10 @@ impl<'a, B: Backend> Session<'a, B> {
             rdev: 0,
             target: None,
         };
-        self.make(p, node, true).map(drop)
+        self.make(p.as_ref(), node, true).map(drop)
     }
 
-    pub fn mknod(&self, p: &str, mode: u32, rdev: u64) -> Result<()> {
+    pub fn mknod(&self, p: impl AsRef<[u8]>, mode: u32, rdev: u64) -> Result<()> {
         let kind = mode & libc::S_IFMT;
         let kind = if kind == 0 { libc::S_IFREG } else { kind };
         if ![
@@ -538,27 +585,27 @@ impl<'a, B: Backend> Session<'a, B> {
             rdev,
             target: None,
         };
-        self.make(p, node, true).map(drop)
+        self.make(p.as_ref(), node, true).map(drop)
     }
 
-    pub fn symlink(&self, target: &str, linkpath: &str) -> Result<()> {
+    pub fn symlink(&self, target: impl AsRef<[u8]>, linkpath: impl AsRef<[u8]>) -> Result<()> {
         let node = NewNode {
             mode: libc::S_IFLNK | 0o777,
             rdev: 0,
-            target: Some(bytes(target)),
+            target: Some(target.as_ref()),
         };
-        self.make(linkpath, node, true).map(drop)
+        self.make(linkpath.as_ref(), node, true).map(drop)
     }
 
     /// open(2) with O_* flags; `mode` is used when O_CREAT creates the file.
-    pub fn open(&self, p: &str, flags: i32, mode: u32) -> Result<Fd> {
+    pub fn open(&self, p: impl AsRef<[u8]>, flags: i32, mode: u32) -> Result<Fd> {
         // An existing file is held from its lookup to its open (see `resolve_held`);
         // a file this call creates is opened at once by the creator.
         let (ino, created, _held) = if flags & libc::O_CREAT != 0 {
-            let (ino, created) = self.open_create(p, flags, mode)?;
+            let (ino, created) = self.open_create(p.as_ref(), flags, mode)?;
             (ino, created, None)
         } else {
-            let h = self.resolve_held(p, flags & libc::O_NOFOLLOW == 0)?;
+            let h = self.resolve_held(p.as_ref(), flags & libc::O_NOFOLLOW == 0)?;
             (h.ino, false, Some(h))
         };
         let m = self.ns().mode(ino);
@@ -571,14 +618,14 @@ impl<'a, B: Backend> Session<'a, B> {
         self.fs.open_ino(ino, flags, &self.cred, created)
     }
 
-    fn open_create(&self, p: &str, flags: i32, mode: u32) -> Result<(u64, bool)> {
+    fn open_create(&self, p: &[u8], flags: i32, mode: u32) -> Result<(u64, bool)> {
         let excl = flags & libc::O_EXCL != 0;
         // A trailing symlink is followed and the create repeated at its target, so a
         // dangling symlink creates its target (Linux's open_last_lookups).
-        let (mut base, mut path) = (self.cwd, bytes(p).to_vec());
+        let (mut base, mut path) = (self.cwd, p.as_ref().to_vec());
         let mut links = 0;
         loop {
-            let w = path::walk_parent(self.ns(), base, &path, &self.cred, &mut links)?;
+            let w = path::walk_parent(self.ns(), base, &path, &self.cred, &mut links, self.scope)?;
             // "." or "..": an existing directory (do_open checks O_EXCL first).
             if w.name.is_empty() && excl {
                 return Err(errno::EEXIST);
@@ -610,12 +657,12 @@ impl<'a, B: Backend> Session<'a, B> {
         }
     }
 
-    pub fn create(&self, p: &str, mode: u32) -> Result<Fd> {
+    pub fn create(&self, p: impl AsRef<[u8]>, mode: u32) -> Result<Fd> {
         self.open(p, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode)
     }
 
-    pub fn unlink(&self, p: &str) -> Result<()> {
-        let w = self.parent(p)?;
+    pub fn unlink(&self, p: impl AsRef<[u8]>) -> Result<()> {
+        let w = self.parent(p.as_ref())?;
         if w.name.is_empty() {
             return Err(errno::EISDIR);
         }
@@ -630,9 +677,9 @@ impl<'a, B: Backend> Session<'a, B> {
         self.ns().unlink(w.parent, &w.name, &self.cred)
     }
 
-    pub fn rmdir(&self, p: &str) -> Result<()> {
-        let w = self.parent(p)?;
-        let last = bytes(p).split(|&c| c == b'/').rfind(|c| !c.is_empty());
+    pub fn rmdir(&self, p: impl AsRef<[u8]>) -> Result<()> {
+        let w = self.parent(p.as_ref())?;
+        let last = p.as_ref().split(|&c| c == b'/').rfind(|c| !c.is_empty());
         match last {
             Some(b".") => return Err(errno::EINVAL),
             Some(b"..") => return Err(errno::ENOTEMPTY),
@@ -642,10 +689,10 @@ impl<'a, B: Backend> Session<'a, B> {
         self.ns().rmdir(w.parent, &w.name, &self.cred)
     }
 
-    pub fn rename(&self, from: &str, to: &str, flags: u32) -> Result<()> {
+    pub fn rename(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>, flags: u32) -> Result<()> {
         let flags = RenameFlags::from_bits(flags)?;
-        let s = self.parent(from)?;
-        let d = self.parent(to)?;
+        let s = self.parent(from.as_ref())?;
+        let d = self.parent(to.as_ref())?;
         // As do_renameat2: a "." or ".." source is busy; such a target exists.
         if s.name.is_empty() || (d.name.is_empty() && !flags.noreplace) {
             return Err(errno::EBUSY);
@@ -657,10 +704,10 @@ impl<'a, B: Backend> Session<'a, B> {
             .rename(s.parent, &s.name, d.parent, &d.name, flags, &self.cred)
     }
 
-    pub fn link(&self, old: &str, new: &str) -> Result<()> {
-        let held = self.resolve_held(old, false)?;
+    pub fn link(&self, old: impl AsRef<[u8]>, new: impl AsRef<[u8]>) -> Result<()> {
+        let held = self.resolve_held(old.as_ref(), false)?;
         let ino = held.ino;
-        let w = self.parent(new)?;
+        let w = self.parent(new.as_ref())?;
         if w.name.is_empty() {
             return Err(errno::EEXIST);
         }
@@ -671,21 +718,21 @@ impl<'a, B: Backend> Session<'a, B> {
         self.ns().link(ino, w.parent, &w.name, &self.cred)
     }
 
-    pub fn readlink(&self, p: &str) -> Result<Vec<u8>> {
+    pub fn readlink(&self, p: impl AsRef<[u8]>) -> Result<Vec<u8>> {
         let ino = self.resolve(p, false)?;
         self.ns().readlink(ino)
     }
 
-    pub fn stat(&self, p: &str) -> Result<Stat> {
+    pub fn stat(&self, p: impl AsRef<[u8]>) -> Result<Stat> {
         self.ns().getattr(self.resolve(p, true)?)
     }
 
-    pub fn lstat(&self, p: &str) -> Result<Stat> {
+    pub fn lstat(&self, p: impl AsRef<[u8]>) -> Result<Stat> {
         self.ns().getattr(self.resolve(p, false)?)
     }
 
-    pub fn chmod(&self, p: &str, mode: u32) -> Result<()> {
-        let ino = self.resolve_held(p, true)?;
+    pub fn chmod(&self, p: impl AsRef<[u8]>, mode: u32) -> Result<()> {
+        let ino = self.resolve_held(p.as_ref(), true)?;
         let a = SetAttr {
             mode: Some(mode),
             ..Default::default()
@@ -694,8 +741,8 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     /// chown; `None` leaves that id alone (-1 in C).
-    pub fn chown(&self, p: &str, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        let ino = self.resolve_held(p, true)?;
+    pub fn chown(&self, p: impl AsRef<[u8]>, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        let ino = self.resolve_held(p.as_ref(), true)?;
         let a = SetAttr {
             uid,
             gid,
@@ -704,8 +751,13 @@ impl<'a, B: Backend> Session<'a, B> {
         self.ns().setattr(ino.ino, &a, &self.cred).map(drop)
     }
 
-    pub fn utimens(&self, p: &str, atime: Option<TimeSet>, mtime: Option<TimeSet>) -> Result<()> {
-        let ino = self.resolve_held(p, true)?;
+    pub fn utimens(
+        &self,
+        p: impl AsRef<[u8]>,
+        atime: Option<TimeSet>,
+        mtime: Option<TimeSet>,
+    ) -> Result<()> {
+        let ino = self.resolve_held(p.as_ref(), true)?;
         let a = SetAttr {
             atime,
             mtime,
@@ -714,13 +766,13 @@ impl<'a, B: Backend> Session<'a, B> {
         self.ns().setattr(ino.ino, &a, &self.cred).map(drop)
     }
 
-    pub fn truncate(&self, p: &str, len: u64) -> Result<()> {
-        let ino = self.resolve_held(p, true)?;
+    pub fn truncate(&self, p: impl AsRef<[u8]>, len: u64) -> Result<()> {
+        let ino = self.resolve_held(p.as_ref(), true)?;
         self.fs.truncate_as(ino.ino, len, &self.cred)
     }
 
     /// All entries of a directory, "." and ".." included.
-    pub fn readdir(&self, p: &str) -> Result<Vec<DirEntry>> {
+    pub fn readdir(&self, p: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
         let ino = self.resolve(p, true)?;
         let mut out = Vec::new();
         let mut off = 0;
@@ -739,24 +791,30 @@ impl<'a, B: Backend> Session<'a, B> {
 
     // ---- extended attributes (POSIX ACLs among them: `system.posix_acl_*`) ----
 
-    pub fn getxattr(&self, p: &str, name: &str) -> Result<Vec<u8>> {
+    pub fn getxattr(&self, p: impl AsRef<[u8]>, name: impl AsRef<[u8]>) -> Result<Vec<u8>> {
         let ino = self.resolve(p, true)?;
-        self.ns().getxattr(ino, bytes(name), &self.cred)
+        self.ns().getxattr(ino, name.as_ref(), &self.cred)
     }
 
-    pub fn setxattr(&self, p: &str, name: &str, value: &[u8], flags: i32) -> Result<()> {
-        let ino = self.resolve_held(p, true)?;
+    pub fn setxattr(
+        &self,
+        p: impl AsRef<[u8]>,
+        name: impl AsRef<[u8]>,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<()> {
+        let ino = self.resolve_held(p.as_ref(), true)?;
         self.ns()
-            .setxattr(ino.ino, bytes(name), value, flags, &self.cred)
+            .setxattr(ino.ino, name.as_ref(), value, flags, &self.cred)
     }
 
-    pub fn listxattr(&self, p: &str) -> Result<Vec<Vec<u8>>> {
+    pub fn listxattr(&self, p: impl AsRef<[u8]>) -> Result<Vec<Vec<u8>>> {
         let ino = self.resolve(p, true)?;
         self.ns().listxattr(ino, &self.cred)
     }
 
-    pub fn removexattr(&self, p: &str, name: &str) -> Result<()> {
-        let ino = self.resolve_held(p, true)?;
-        self.ns().removexattr(ino.ino, bytes(name), &self.cred)
+    pub fn removexattr(&self, p: impl AsRef<[u8]>, name: impl AsRef<[u8]>) -> Result<()> {
+        let ino = self.resolve_held(p.as_ref(), true)?;
+        self.ns().removexattr(ino.ino, name.as_ref(), &self.cred)
     }
 }

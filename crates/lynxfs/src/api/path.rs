@@ -1,7 +1,7 @@
 //! Path resolution: absolute or relative to a directory, `.` and `..`, symlinks
 //! followed up to 40 times (then ELOOP), Linux's limits on names and paths.
 
-use crate::error::{errno, Result};
+use crate::error::{errno, Error, Result};
 use crate::format::ROOT_INO;
 use crate::meta::{is_dir, perm, Cred, Namespace};
 use crate::pmem::Backend;
@@ -9,6 +9,52 @@ use crate::pmem::Backend;
 /// Longest path accepted, as Linux's PATH_MAX (which counts the NUL).
 pub const PATH_MAX: usize = 4096;
 pub const SYMLOOP_MAX: u32 = 40;
+
+/// What "/" and ".." at the top of the pool mean.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// The pool is the whole tree: "/" is its root, and ".." at the root stays there
+    /// (the library API, the FUSE adapter).
+    #[default]
+    Pool,
+    /// The pool is mounted inside a bigger tree (the preload library): a path that
+    /// leaves it (".." at its root, an absolute path or symlink target) fails with
+    /// [`Error::Outside`], naming the rest of the path for the caller to resolve.
+    Mounted,
+}
+
+/// The path `head` followed by what was left of the path being walked.
+fn outside(head: &[u8], rest: &[u8]) -> Error {
+    let mut p = head.to_vec();
+    p.extend_from_slice(rest);
+    Error::Outside(p)
+}
+
+/// A component led outside the pool: the rest of the path follows it there.
+fn beyond(e: Error, rest: &[u8]) -> Error {
+    match e {
+        Error::Outside(p) => outside(&p, rest),
+        e => e,
+    }
+}
+
+/// The non-empty components of `path`, each with what follows it.
+fn components(path: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < path.len() && path[i] == b'/' {
+            i += 1;
+        }
+        if i == path.len() {
+            return None;
+        }
+        let start = i;
+        while i < path.len() && path[i] != b'/' {
+            i += 1;
+        }
+        Some((&path[start..i], &path[i..]))
+    })
+}
 
 fn is_symlink(mode: u32) -> bool {
     mode & libc::S_IFMT == libc::S_IFLNK
@@ -43,8 +89,9 @@ pub fn resolve<B: Backend>(
     path: &[u8],
     follow: bool,
     cred: &Cred,
+    scope: Scope,
 ) -> Result<u64> {
-    resolve_last(ns, base, path, follow, cred).map(|r| r.ino)
+    resolve_last(ns, base, path, follow, cred, scope).map(|r| r.ino)
 }
 
 /// Where a path led: the inode, and the directory and name of the last lookup that
@@ -61,10 +108,12 @@ pub fn resolve_last<B: Backend>(
     path: &[u8],
     follow: bool,
     cred: &Cred,
+    scope: Scope,
 ) -> Result<Resolved> {
     let mut links = 0;
-    let w = walk_parent(ns, base, path, cred, &mut links)?;
+    let w = walk_parent(ns, base, path, cred, &mut links, scope)?;
     let found = found_at(ns, w.parent, w.name, cred)?;
+    let rest: &[u8] = if w.trailing_slash { b"/" } else { b"" };
     finish(
         ns,
         found,
@@ -72,7 +121,9 @@ pub fn resolve_last<B: Backend>(
         w.trailing_slash,
         cred,
         &mut links,
+        scope,
     )
+    .map_err(|e| beyond(e, rest))
 }
 
 /// Looks `name` up in `parent` (the parent itself for an empty name).
@@ -102,6 +153,7 @@ fn finish<B: Backend>(
     want_dir: bool,
     cred: &Cred,
     links: &mut u32,
+    scope: Scope,
 ) -> Result<Resolved> {
     while follow && is_symlink(ns.mode(r.ino)) {
         *links += 1;
@@ -111,7 +163,7 @@ fn finish<B: Backend>(
         let target = ns.readlink(r.ino)?;
         // A relative target starts in the directory that holds the link.
         let from = r.last.as_ref().map_or(r.ino, |(dir, _)| *dir);
-        let w = walk_parent(ns, from, &target, cred, links)?;
+        let w = walk_parent(ns, from, &target, cred, links, scope)?;
         r = found_at(ns, w.parent, w.name, cred)?;
     }
     if want_dir && !is_dir(ns.mode(r.ino)) {
@@ -128,17 +180,22 @@ pub fn walk_parent<B: Backend>(
     path: &[u8],
     cred: &Cred,
     links: &mut u32,
+    scope: Scope,
 ) -> Result<Walked> {
     check_path(path)?;
-    let mut cur = if path[0] == b'/' { ROOT_INO } else { base };
+    let absolute = path[0] == b'/';
+    if absolute && scope == Scope::Mounted {
+        return Err(Error::Outside(path.to_vec()));
+    }
+    let mut cur = if absolute { ROOT_INO } else { base };
     let trailing_slash = path.ends_with(b"/");
-    let mut comps = path
-        .split(|&c| c == b'/')
-        .filter(|c| !c.is_empty())
-        .peekable();
-    while let Some(c) = comps.next() {
+    let mut comps = components(path).peekable();
+    while let Some((c, rest)) = comps.next() {
+        if c == b".." && cur == ROOT_INO && scope == Scope::Mounted {
+            return Err(outside(c, rest));
+        }
         if comps.peek().is_some() {
-            cur = step(ns, cur, c, cred, links)?;
+            cur = step(ns, cur, c, cred, links, scope).map_err(|e| beyond(e, rest))?;
             continue;
         }
         // The last component: the caller's operation checks the parent itself.
@@ -179,6 +236,7 @@ fn step<B: Backend>(
     comp: &[u8],
     cred: &Cred,
     links: &mut u32,
+    scope: Scope,
 ) -> Result<u64> {
     if comp.len() > crate::format::dentry::NAME_MAX {
         return Err(errno::ENAMETOOLONG);
@@ -196,5 +254,5 @@ fn step<B: Backend>(
         ino: next,
         last: Some((cur, comp.to_vec())),
     };
-    finish(ns, found, true, true, cred, links).map(|r| r.ino)
+    finish(ns, found, true, true, cred, links, scope).map(|r| r.ino)
 }
