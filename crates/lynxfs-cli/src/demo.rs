@@ -119,9 +119,9 @@ fn lib_workload(fs: &Fs) -> Result<Phases> {
     let e = |r: lynxfs::Result<()>| r.map_err(anyhow::Error::from);
     let t = Instant::now();
     for d in 0..DIRS {
-        e(s.mkdir(&format!("/d{d}"), 0o755))?;
+        e(s.mkdir(format!("/d{d}"), 0o755))?;
         for f in 0..FILES {
-            let fd = s.create(&format!("/d{d}/f{f}"), 0o644)?;
+            let fd = s.create(format!("/d{d}/f{f}"), 0o644)?;
             fs.write(fd, BODY)?;
             fs.close_fd(fd)?;
         }
@@ -130,9 +130,9 @@ fn lib_workload(fs: &Fs) -> Result<Phases> {
     let t = Instant::now();
     let mut seen = 0;
     for d in 0..DIRS {
-        for ent in s.readdir(&format!("/d{d}"))? {
+        for ent in s.readdir(format!("/d{d}"))? {
             if ent.name != b"." && ent.name != b".." {
-                let st = s.stat(&format!("/d{d}/{}", String::from_utf8_lossy(&ent.name)))?;
+                let st = s.stat(format!("/d{d}/{}", String::from_utf8_lossy(&ent.name)))?;
                 anyhow::ensure!(st.size == BODY.len() as u64, "wrong size");
                 seen += 1;
             }
@@ -144,7 +144,7 @@ fn lib_workload(fs: &Fs) -> Result<Phases> {
     let mut buf = vec![0u8; 4096];
     for d in 0..DIRS {
         for f in 0..FILES {
-            let fd = s.open(&format!("/d{d}/f{f}"), libc::O_RDONLY, 0)?;
+            let fd = s.open(format!("/d{d}/f{f}"), libc::O_RDONLY, 0)?;
             let n = fs.read(fd, &mut buf)?;
             anyhow::ensure!(&buf[..n] == BODY, "wrong content");
             fs.close_fd(fd)?;
@@ -154,9 +154,9 @@ fn lib_workload(fs: &Fs) -> Result<Phases> {
     let t = Instant::now();
     for d in 0..DIRS {
         for f in 0..FILES {
-            e(s.unlink(&format!("/d{d}/f{f}")))?;
+            e(s.unlink(format!("/d{d}/f{f}")))?;
         }
-        e(s.rmdir(&format!("/d{d}")))?;
+        e(s.rmdir(format!("/d{d}")))?;
     }
     let remove = t.elapsed().as_secs_f64();
     Ok(Phases {

@@ -289,7 +289,7 @@ mod tests {
         let s = fs.session(Cred::root());
         s.mkdir("d", 0o755).unwrap();
         for i in 0..50 {
-            s.mknod(&format!("d/f{i}"), libc::S_IFREG | 0o644, 0)
+            s.mknod(format!("d/f{i}"), libc::S_IFREG | 0o644, 0)
                 .unwrap();
         }
         let view = attached_view(&path, BackendKind::Pmem).unwrap().unwrap();

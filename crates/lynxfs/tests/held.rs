@@ -26,7 +26,7 @@ fn a_held_inode_outlives_its_last_name_and_its_number_is_not_reused() {
     assert_eq!((orphan.nlink, orphan.size), (0, 8));
     // New files never get its number while it is held.
     for i in 0..64 {
-        let fd = s.open(&format!("/n{i}"), CREAT, 0o644).unwrap();
+        let fd = s.open(format!("/n{i}"), CREAT, 0o644).unwrap();
         assert_ne!(fs.fd_ino(fd).unwrap(), ino, "a held number was reused");
         fs.close_fd(fd).unwrap();
     }

@@ -75,19 +75,19 @@ fn run_op(fs: &Fs<PmemBackend>, o: &Op) {
     let s = fs.session(Cred::root());
     match o {
         Op::Create(n, seed) => {
-            let fd = s.create(&format!("/{n}"), 0o644).unwrap();
+            let fd = s.create(format!("/{n}"), 0o644).unwrap();
             fs.pwrite(fd, &content(*seed), 0).unwrap();
             fs.close_fd(fd).unwrap();
         }
         Op::Append(n, seed) => {
             let fd = s
-                .open(&format!("/{n}"), libc::O_WRONLY | libc::O_APPEND, 0)
+                .open(format!("/{n}"), libc::O_WRONLY | libc::O_APPEND, 0)
                 .unwrap();
             fs.write(fd, &content(*seed)).unwrap();
             fs.close_fd(fd).unwrap();
         }
-        Op::Rename(a, b) => s.rename(&format!("/{a}"), &format!("/{b}"), 0).unwrap(),
-        Op::Unlink(n) => s.unlink(&format!("/{n}")).unwrap(),
+        Op::Rename(a, b) => s.rename(format!("/{a}"), format!("/{b}"), 0).unwrap(),
+        Op::Unlink(n) => s.unlink(format!("/{n}")).unwrap(),
     }
 }
 
@@ -122,8 +122,8 @@ fn read_state(fs: &Fs<PmemBackend>) -> Model {
             continue;
         }
         let n = String::from_utf8(e.name.clone()).unwrap();
-        let st = s.stat(&format!("/{n}")).unwrap();
-        let fd = s.open(&format!("/{n}"), libc::O_RDONLY, 0).unwrap();
+        let st = s.stat(format!("/{n}")).unwrap();
+        let fd = s.open(format!("/{n}"), libc::O_RDONLY, 0).unwrap();
         let mut buf = vec![0u8; st.size as usize];
         let r = fs.pread(fd, &mut buf, 0).unwrap();
         assert_eq!(r, buf.len(), "{n}: short read");

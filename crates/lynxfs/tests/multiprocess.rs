@@ -355,7 +355,7 @@ fn excl_child(fs: &LFs) {
     heard().expect("go");
     for i in 0..n {
         match s.open(
-            &format!("/s/x{i}"),
+            format!("/s/x{i}"),
             libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
             0o644,
         ) {
@@ -684,7 +684,7 @@ fn renames_of_shared_names_are_atomic() {
         let s = fs.session(Cred::root());
         s.mkdir("/r", 0o755).unwrap();
         for i in 0..FILES {
-            let fd = s.create(&format!("/r/n{i}"), 0o644).unwrap();
+            let fd = s.create(format!("/r/n{i}"), 0o644).unwrap();
             fs.pwrite(fd, format!("file{i}").as_bytes(), 0).unwrap();
             fs.close_fd(fd).unwrap();
         }

@@ -219,7 +219,7 @@ fn readdir_offsets_survive_changes() {
     let fs = fs(16 << 20);
     let s = fs.session(Cred::root());
     for i in 0..1200 {
-        fs.close_fd(s.create(&format!("/f{i}"), 0o644).unwrap())
+        fs.close_fd(s.create(format!("/f{i}"), 0o644).unwrap())
             .unwrap();
     }
     let ns = fs.ns();
@@ -228,7 +228,7 @@ fn readdir_offsets_survive_changes() {
     let seen: std::collections::HashSet<Vec<u8>> = first.iter().map(|e| e.name.clone()).collect();
     // Remove entries already listed; the rest must still come after the offset.
     for e in first.iter().filter(|e| e.name.starts_with(b"f")) {
-        s.unlink(&format!("/{}", String::from_utf8_lossy(&e.name)))
+        s.unlink(format!("/{}", String::from_utf8_lossy(&e.name)))
             .unwrap();
     }
     let rest = ns.readdir(1, resume, 10_000, &Cred::root()).unwrap();
@@ -284,9 +284,9 @@ fn cold_directories_leave_the_index_and_come_back() {
     let s = fs.session(Cred::root());
     fs.ns().set_index_budget(40);
     for d in 0..20 {
-        s.mkdir(&format!("/d{d}"), 0o755).unwrap();
+        s.mkdir(format!("/d{d}"), 0o755).unwrap();
         for f in 0..10 {
-            fs.close_fd(s.create(&format!("/d{d}/f{f}"), 0o644).unwrap())
+            fs.close_fd(s.create(format!("/d{d}/f{f}"), 0o644).unwrap())
                 .unwrap();
         }
     }
@@ -299,21 +299,21 @@ fn cold_directories_leave_the_index_and_come_back() {
     // Evicted directories reload on use: every name is still there, and changes work.
     for d in 0..20 {
         for f in 0..10 {
-            assert_eq!(s.stat(&format!("/d{d}/f{f}")).unwrap().nlink, 1);
+            assert_eq!(s.stat(format!("/d{d}/f{f}")).unwrap().nlink, 1);
         }
         s.rename(
-            &format!("/d{d}/f0"),
-            &format!("/d{}/moved{d}", (d + 1) % 20),
+            format!("/d{d}/f0"),
+            format!("/d{}/moved{d}", (d + 1) % 20),
             0,
         )
         .unwrap();
-        s.unlink(&format!("/d{d}/f1")).unwrap();
+        s.unlink(format!("/d{d}/f1")).unwrap();
     }
     for d in 0..20 {
-        let names = s.readdir(&format!("/d{d}")).unwrap().len();
+        let names = s.readdir(format!("/d{d}")).unwrap().len();
         assert_eq!(names, 2 + 8 + 1, "directory d{d}");
-        assert_eq!(errno(s.stat(&format!("/d{d}/f1"))), libc::ENOENT);
-        assert!(s.stat(&format!("/d{d}/moved{}", (d + 19) % 20)).is_ok());
+        assert_eq!(errno(s.stat(format!("/d{d}/f1"))), libc::ENOENT);
+        assert!(s.stat(format!("/d{d}/moved{}", (d + 19) % 20)).is_ok());
     }
     assert!(fs.ns().index.len() <= 40 + 20);
 }
@@ -324,7 +324,7 @@ fn eviction_races_with_creates_and_unlinks() {
     fs.ns().set_index_budget(16);
     let s = fs.session(Cred::root());
     for d in 0..4 {
-        s.mkdir(&format!("/d{d}"), 0o755).unwrap();
+        s.mkdir(format!("/d{d}"), 0o755).unwrap();
     }
     std::thread::scope(|sc| {
         for t in 0..2 {
@@ -345,7 +345,7 @@ fn eviction_races_with_creates_and_unlinks() {
     });
     let mut total = 0;
     for d in 0..4 {
-        total += s.readdir(&format!("/d{d}")).unwrap().len() - 2;
+        total += s.readdir(format!("/d{d}")).unwrap().len() - 2;
     }
     let expected: usize = (0..2)
         .map(|_| (0..400).filter(|i| i % 3 != 0).count())

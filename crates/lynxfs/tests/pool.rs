@@ -317,7 +317,7 @@ fn recovery_and_fsck_report_their_progress() {
     let s = fs.session(lynxfs::Cred::root());
     s.mkdir("d", 0o755).unwrap();
     for i in 0..50 {
-        s.mknod(&format!("d/f{i}"), libc::S_IFREG | 0o644, 0)
+        s.mknod(format!("d/f{i}"), libc::S_IFREG | 0o644, 0)
             .unwrap();
     }
     drop(s);

@@ -512,14 +512,7 @@ impl<'a, B: Backend> Session<'a, B> {
     /// The parent directory and last name of `p`; the name must be a real one.
     fn parent(&self, p: &[u8]) -> Result<path::Walked> {
         let mut links = 0;
-        let w = path::walk_parent(
-            self.ns(),
-            self.cwd,
-            p.as_ref(),
-            &self.cred,
-            &mut links,
-            self.scope,
-        )?;
+        let w = path::walk_parent(self.ns(), self.cwd, p, &self.cred, &mut links, self.scope)?;
         Ok(w)
     }
 

@@ -166,20 +166,20 @@ pub fn all_ops() -> Vec<Op> {
     vec![
         op("create", |c, i| {
             let fd = c.s().open(
-                &format!("/d1/c{i}"),
+                format!("/d1/c{i}"),
                 libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
                 0o640,
             )?;
             c.fs.close_fd(fd)
         }),
-        op("mkdir", |c, i| c.s().mkdir(&format!("/d1/m{i}"), 0o750)),
+        op("mkdir", |c, i| c.s().mkdir(format!("/d1/m{i}"), 0o750)),
         op("mknod-fifo", |c, i| {
-            c.s().mknod(&format!("/d2/p{i}"), libc::S_IFIFO | 0o600, 0)
+            c.s().mknod(format!("/d2/p{i}"), libc::S_IFIFO | 0o600, 0)
         }),
         op("unlink", |c, _| c.s().unlink("/d2/g")),
         op("unlink-hardlinked", |c, _| c.s().unlink("/d2/hl")),
         op("rmdir", |c, _| c.s().rmdir("/d1/e1")),
-        op("link", |c, i| c.s().link("/h", &format!("/d1/l{i}"))),
+        op("link", |c, i| c.s().link("/h", format!("/d1/l{i}"))),
         // The last name of an open file goes; the handle keeps the inode alive.
         op("unlink-open", |c, _| {
             let fd = c.s().open("/d1/f1", libc::O_RDWR, 0)?;
@@ -199,7 +199,7 @@ pub fn all_ops() -> Vec<Op> {
             }
         }),
         op("symlink", |c, i| {
-            c.s().symlink("../f", &format!("/d1/sl{i}"))
+            c.s().symlink("../f", format!("/d1/sl{i}"))
         }),
         op("rename-same-dir", |c, _| rename(c, "/d1/f1", "/d1/f1r", 0)),
         op("rename-cross-dir", |c, _| rename(c, "/d1/f1", "/d2/f1x", 0)),
@@ -315,13 +315,13 @@ pub fn all_ops() -> Vec<Op> {
         }),
         op("setxattr-new", |c, i| {
             c.s()
-                .setxattr("/x", &format!("user.n{i}"), b"hello", libc::XATTR_CREATE)
+                .setxattr("/x", format!("user.n{i}"), b"hello", libc::XATTR_CREATE)
         }),
         op("setxattr-replace", |c, _| {
             c.s().setxattr("/x", "user.a", b"two!", libc::XATTR_REPLACE)
         }),
         op("setxattr-dir", |c, i| {
-            c.s().setxattr("/d1", &format!("user.d{i}"), b"v", 0)
+            c.s().setxattr("/d1", format!("user.d{i}"), b"v", 0)
         }),
         op("removexattr", |c, _| c.s().removexattr("/x", "user.a")),
         // POSIX ACLs: the attribute block and the mode change in one journal record.
@@ -352,14 +352,14 @@ pub fn all_ops() -> Vec<Op> {
         // default), written before the create's commit point.
         op("create-inherit", |c, i| {
             let fd = c.s().open(
-                &format!("/da/c{i}"),
+                format!("/da/c{i}"),
                 libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
                 0o640,
             )?;
             c.fs.close_fd(fd)
         }),
         op("mkdir-inherit", |c, i| {
-            c.s().mkdir(&format!("/da/m{i}"), 0o750)
+            c.s().mkdir(format!("/da/m{i}"), 0o750)
         }),
     ]
 }
