@@ -55,8 +55,8 @@ struct lynxfs_dirent {
 
 /* Attach the pool file at `pool` (flags must be 0). Returns the handle, or NULL
  * with *err = -errno (when err is not NULL): -ENOENT no such file, -EUCLEAN not a
- * LynxFS pool (or a corrupt one), -EACCES not allowed, -EINVAL bad flags or a NULL
- * path. lynxfs_attach_error() then says why in words. */
+ * LynxFS pool (or a corrupt one), -EACCES not allowed, -EFAULT a NULL path,
+ * -EINVAL bad flags. lynxfs_attach_error() then says why in words. */
 lynxfs_t *lynxfs_attach(const char *pool, int flags, int *err);
 
 /* The text of the last failed lynxfs_attach of the calling thread ("" if none),
