@@ -16,10 +16,16 @@
 
 static const char BODY[] = "hello from C\n";
 
+/* The attached pool, detached on the way out after a failure too. */
+static lynxfs_t *attached;
+
 /* Exits when a call failed (r < 0), naming it and the error. */
 static long check(const char *what, long r) {
     if (r < 0) {
         fprintf(stderr, "example: %s: %s\n", what, strerror((int)-r));
+        if (attached) {
+            lynxfs_detach(attached);
+        }
         exit(1);
     }
     return r;
@@ -74,6 +80,7 @@ int main(int argc, char **argv) {
                 strerror(-err));
         return 1;
     }
+    attached = fs;
     printf("attached %s\n", argv[1]);
     check("mkdir", lynxfs_mkdir(fs, "/capi", 0755));
     printf("made /capi\n");
@@ -86,6 +93,7 @@ int main(int argc, char **argv) {
     printf("renamed hello.txt to greeting.txt\n");
     check("unlink", lynxfs_unlink(fs, "/capi/scratch"));
     printf("unlinked scratch\n");
+    attached = NULL;
     check("detach", lynxfs_detach(fs));
     printf("detached\n");
     return 0;

@@ -81,7 +81,7 @@ pub unsafe extern "C" fn lynxfs_opendir(
             return Err(Errno(libc::EFAULT));
         }
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
-        let fd = h.install(h.session(|s| Ok(s.open(p, flags, 0)?))?)? as c_int;
+        let fd = h.install(h.session(|s| Ok(s.open(p, flags, 0)?))?)?;
         let ino = h.fs().fd_ino(h.fd(fd)?)?;
         let dir = Box::new(Dir {
             fd,

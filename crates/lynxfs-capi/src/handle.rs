@@ -86,13 +86,13 @@ impl Lynx {
     }
 
     /// A descriptor for the engine's handle `fd`, which it now owns (closed on EMFILE).
-    pub(crate) fn install(&self, fd: Fd) -> R<i64> {
+    pub(crate) fn install(&self, fd: Fd) -> R<c_int> {
         let n = self.fds.write().insert(fd);
         if n.is_err() {
             // Nothing refers to the engine's handle yet: closing it cannot race.
             let _ = self.fs.close_fd(fd);
         }
-        n.map(i64::from)
+        n
     }
 
     /// Closes descriptor `fd`.

@@ -1,12 +1,13 @@
 //! The C API from C: `examples/example.c` and `tests/checks.c` are compiled with `cc`
-//! against the liblynxfs.so this `cargo test` built, and run on fresh pools in
+//! against liblynxfs.so (built here by `cargo build` in the same target directory and
+//! profile: `cargo test` does not build a cdylib), and run on fresh pools in
 //! /dev/shm; the pools are then read back through the Rust API. Every process runs
 //! under a time limit that kills it and fails the test rather than hang.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
 
 use engine::pmem::PmemBackend;
@@ -56,15 +57,52 @@ fn run(cmd: &mut Command) -> Output {
     }
 }
 
+/// target/<profile>/liblynxfs.so, built (once per test binary) by cargo with this
+/// test's profile, so that it is the library of the sources under test.
+fn library_dir() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT.get_or_init(build_library).clone().unwrap()
+}
+
+fn build_library() -> Result<PathBuf, String> {
+    let dir = target_dir();
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_string(),
+        Some(p) => p.to_string(),
+        None => return Err(format!("no profile in {}", dir.display())),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = run(Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--locked",
+            "-p",
+            "lynxfs-capi",
+            "--profile",
+        ])
+        .arg(&profile)
+        .env(
+            "CARGO_TARGET_DIR",
+            dir.parent().ok_or("no target directory")?,
+        )
+        .current_dir(manifest_dir()));
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build -p lynxfs-capi: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    if !dir.join("liblynxfs.so").exists() {
+        return Err(format!("{} has no liblynxfs.so", dir.display()));
+    }
+    Ok(dir)
+}
+
 /// Compiles the C file `src` (relative to the crate) into `dir`, linked with
 /// liblynxfs.so.
 fn compile(src: &str, dir: &Path) -> PathBuf {
-    let lib = target_dir();
-    assert!(
-        lib.join("liblynxfs.so").exists(),
-        "{} has no liblynxfs.so",
-        lib.display()
-    );
+    let lib = library_dir();
     let exe = dir.join(Path::new(src).file_stem().unwrap());
     let out = run(Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-pthread", "-I"])
