@@ -1,0 +1,163 @@
+//! `lynxfs_t`: an attached pool and one caller (credentials, working directory), with
+//! the table of the small integer file descriptors it hands out.
+
+use std::borrow::Cow;
+use std::ffi::c_int;
+
+use engine::meta::is_dir;
+use engine::pmem::PmemBackend;
+use engine::{Cred, Fd, Fs, Session};
+use parking_lot::RwLock;
+
+use crate::edge::{Errno, R};
+
+/// The most descriptors one handle may have open at once (they are 0..MAX_FDS).
+pub const MAX_FDS: usize = 1 << 20;
+
+/// `lynxfs_at_fdcwd`: an *at call's directory is the working directory.
+pub const AT_FDCWD: c_int = libc::AT_FDCWD;
+
+/// The handle behind a `lynxfs_t *`.
+pub struct Lynx {
+    /// Leaked from a `Box` by [`Lynx::new`] so that sessions may borrow it for the
+    /// handle's life; taken back by [`Lynx::detach`].
+    fs: &'static Fs<PmemBackend>,
+    cred: Cred,
+    /// The caller's session: path calls share it (read), chdir changes it (write).
+    session: RwLock<Session<'static, PmemBackend>>,
+    fds: RwLock<FdTable>,
+}
+
+impl Lynx {
+    /// A handle on `fs` for a caller with `cred`, working in the root directory.
+    pub(crate) fn new(fs: Fs<PmemBackend>, cred: Cred) -> Lynx {
+        let fs: &'static Fs<PmemBackend> = Box::leak(Box::new(fs));
+        Lynx {
+            fs,
+            session: RwLock::new(fs.session(cred.clone())),
+            cred,
+            fds: RwLock::new(FdTable::default()),
+        }
+    }
+
+    pub(crate) fn fs(&self) -> &'static Fs<PmemBackend> {
+        self.fs
+    }
+
+    pub(crate) fn cred(&self) -> &Cred {
+        &self.cred
+    }
+
+    /// Runs `f` with the caller's session.
+    pub(crate) fn session<T>(
+        &self,
+        f: impl FnOnce(&Session<'static, PmemBackend>) -> R<T>,
+    ) -> R<T> {
+        f(&self.session.read())
+    }
+
+    /// Runs `f` with the caller's session, which it may change (chdir).
+    pub(crate) fn session_mut<T>(
+        &self,
+        f: impl FnOnce(&mut Session<'static, PmemBackend>) -> R<T>,
+    ) -> R<T> {
+        f(&mut self.session.write())
+    }
+
+    /// `path` as the caller's session should see it in an *at call on `dirfd`: as it is
+    /// for [`AT_FDCWD`] or an absolute path, else prefixed with the directory's path.
+    pub(crate) fn at_path<'p>(&self, dirfd: c_int, path: &'p str) -> R<Cow<'p, str>> {
+        if dirfd == AT_FDCWD || path.starts_with('/') {
+            return Ok(Cow::Borrowed(path));
+        }
+        let ino = self.fs.fd_ino(self.fd(dirfd)?)?;
+        if !is_dir(self.fs.ns().mode(ino)) {
+            return Err(Errno(libc::ENOTDIR));
+        }
+        // Until the engine's `Session::at(ino)`, the directory is named by its path.
+        let dir = self.fs.ns().path_of(ino)?;
+        let dir = std::str::from_utf8(&dir).map_err(|_| Errno(libc::EINVAL))?;
+        Ok(Cow::Owned(format!("{}/{path}", dir.trim_end_matches('/'))))
+    }
+
+    /// The engine's handle behind descriptor `fd`.
+    pub(crate) fn fd(&self, fd: c_int) -> R<Fd> {
+        self.fds.read().get(fd)
+    }
+
+    /// A descriptor for the engine's handle `fd`, which it now owns (closed on EMFILE).
+    pub(crate) fn install(&self, fd: Fd) -> R<c_int> {
+        let n = self.fds.write().insert(fd);
+        if n.is_err() {
+            // Nothing refers to the engine's handle yet: closing it cannot race.
+            let _ = self.fs.close_fd(fd);
+        }
+        n
+    }
+
+    /// Closes descriptor `fd`.
+    pub(crate) fn close(&self, fd: c_int) -> R<()> {
+        let efd = self.fds.write().remove(fd)?;
+        Ok(self.fs.close_fd(efd)?)
+    }
+
+    /// Detaches from the pool: the session's hold on its directory goes, the engine
+    /// closes every open file and leaves the pool, and the `Fs` is freed.
+    pub(crate) fn detach(self) -> R<()> {
+        let Lynx { fs, session, .. } = self;
+        drop(session);
+        let closed = fs.close();
+        let fs = fs as *const Fs<PmemBackend> as *mut Fs<PmemBackend>;
+        // SAFETY: `fs` came from `Box::leak` in `new`, and the only borrows of it (the
+        // session, the handle itself) are gone: the box is taken back exactly once.
+        drop(unsafe { Box::from_raw(fs) });
+        Ok(closed?)
+    }
+}
+
+/// Descriptor numbers: the lowest free one is handed out, as POSIX does.
+#[derive(Default)]
+struct FdTable {
+    slots: Vec<Option<Fd>>,
+}
+
+impl FdTable {
+    fn slot(n: c_int) -> R<usize> {
+        usize::try_from(n).map_err(|_| Errno(libc::EBADF))
+    }
+
+    fn get(&self, n: c_int) -> R<Fd> {
+        let s = Self::slot(n)?;
+        self.slots
+            .get(s)
+            .copied()
+            .flatten()
+            .ok_or(Errno(libc::EBADF))
+    }
+
+    fn insert(&mut self, fd: Fd) -> R<c_int> {
+        let s = match self.slots.iter().position(Option::is_none) {
+            Some(s) => s,
+            None if self.slots.len() < MAX_FDS => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+            None => return Err(Errno(libc::EMFILE)),
+        };
+        self.slots[s] = Some(fd);
+        c_int::try_from(s).map_err(|_| Errno(libc::EMFILE))
+    }
+
+    fn remove(&mut self, n: c_int) -> R<Fd> {
+        let s = Self::slot(n)?;
+        let fd = self
+            .slots
+            .get_mut(s)
+            .and_then(Option::take)
+            .ok_or(Errno(libc::EBADF))?;
+        while self.slots.last() == Some(&None) {
+            self.slots.pop();
+        }
+        Ok(fd)
+    }
+}

@@ -1,0 +1,292 @@
+//! The C API from C: `examples/example.c` and `tests/checks.c` are compiled with `cc`
+//! against liblynxfs.so (built here by `cargo build` in the same target directory and
+//! profile: `cargo test` does not build a cdylib), and run on fresh pools in
+//! /dev/shm; the pools are then read back through the Rust API. Every process runs
+//! under a time limit that kills it and fails the test rather than hang.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::time::Duration;
+
+use engine::pmem::PmemBackend;
+use engine::{Cred, Fs, MkfsOptions, Pool};
+
+/// How long one compiler or C program may run.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// target/<profile>/, which holds liblynxfs.so: the test binary is in its deps/.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    deps.parent()
+        .expect("target profile directory")
+        .to_path_buf()
+}
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `cmd`, killing it and failing the test when it outlives [`LIMIT`].
+fn run(cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut o, mut e) = (Vec::new(), Vec::new());
+        let _ = (out.read_to_end(&mut o), err.read_to_end(&mut e));
+        let _ = tx.send((o, e));
+    });
+    let Ok((stdout, stderr)) = rx.recv_timeout(LIMIT) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{cmd:?} still running after {LIMIT:?}: killed");
+    };
+    let status = child.wait().expect("wait for the child");
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// target/<profile>/liblynxfs.so, built (once per test binary) by cargo with this
+/// test's profile, so that it is the library of the sources under test.
+fn library_dir() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT.get_or_init(build_library).clone().unwrap()
+}
+
+fn build_library() -> Result<PathBuf, String> {
+    let dir = target_dir();
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_string(),
+        Some(p) => p.to_string(),
+        None => return Err(format!("no profile in {}", dir.display())),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = run(Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--locked",
+            "-p",
+            "lynxfs-capi",
+            "--profile",
+        ])
+        .arg(&profile)
+        .env(
+            "CARGO_TARGET_DIR",
+            dir.parent().ok_or("no target directory")?,
+        )
+        .current_dir(manifest_dir()));
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build -p lynxfs-capi: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    if !dir.join("liblynxfs.so").exists() {
+        return Err(format!("{} has no liblynxfs.so", dir.display()));
+    }
+    Ok(dir)
+}
+
+/// Compiles the C file `src` (relative to the crate) into `dir`, linked with
+/// liblynxfs.so.
+fn compile(src: &str, dir: &Path) -> PathBuf {
+    let lib = library_dir();
+    let exe = dir.join(Path::new(src).file_stem().unwrap());
+    let out = run(Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-pthread", "-I"])
+        .arg(manifest_dir().join("include"))
+        .arg(manifest_dir().join(src))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-llynxfs")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&exe));
+    assert!(
+        out.status.success(),
+        "cc {src}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// A pool file in /dev/shm, removed when dropped.
+struct TestPool(PathBuf);
+
+impl TestPool {
+    fn new(test: &str, size: u64) -> TestPool {
+        let p = PathBuf::from(format!(
+            "/dev/shm/lynxfs-capi-{}-{test}.pool",
+            std::process::id()
+        ));
+        let mut o = MkfsOptions::new(size);
+        o.lanes = 2;
+        o.force = true;
+        Pool::mkfs(&p, &o, PmemBackend::default()).expect("mkfs");
+        TestPool(p)
+    }
+}
+
+impl Drop for TestPool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Runs check `name` of checks.c on `pool` (may be empty); returns its stdout.
+fn check(name: &str, pool: &Path) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("tests/checks.c", dir.path());
+    let out = run(Command::new(exe).arg(name).arg(pool));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && stdout.contains(&format!("ok {name}")),
+        "check {name}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The names in directory `dir` of the pool, sorted, "." and ".." left out.
+fn names(fs: &Fs, dir: &str) -> Vec<String> {
+    let s = fs.session(Cred::root());
+    let mut v: Vec<String> = s
+        .readdir(dir)
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8(e.name).unwrap())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn example_runs_and_leaves_its_tree() {
+    let pool = TestPool::new("example", 16 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("examples/example.c", dir.path());
+    let out = run(Command::new(exe).arg(&pool.0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "example: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "made /capi",
+        "wrote and read back 13 bytes",
+        "stat: size 13 mode 644",
+        "entry: hello.txt",
+        "entry: scratch",
+        "renamed hello.txt to greeting.txt",
+        "detached",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no '{line}' in:\n{stdout}"
+        );
+    }
+    let fs = Fs::open(&pool.0).unwrap();
+    assert_eq!(names(&fs, "/capi"), ["greeting.txt"]);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/capi/greeting.txt", libc::O_RDONLY, 0).unwrap();
+    let mut buf = [0u8; 64];
+    let n = fs.read(fd, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"hello from C\n");
+    fs.close().unwrap();
+}
+
+#[test]
+fn example_fails_on_a_second_run() {
+    // mkdir of an existing /capi: the example must report it and exit nonzero.
+    let pool = TestPool::new("again", 16 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("examples/example.c", dir.path());
+    assert!(run(Command::new(&exe).arg(&pool.0)).status.success());
+    let out = run(Command::new(&exe).arg(&pool.0));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mkdir: File exists"));
+}
+
+#[test]
+fn null_pointers_are_errors() {
+    check("null", Path::new(""));
+}
+
+#[test]
+fn missing_pool_is_enoent() {
+    let p = format!("/dev/shm/lynxfs-capi-{}-missing.pool", std::process::id());
+    check("missing", Path::new(&p));
+}
+
+#[test]
+fn foreign_file_is_not_a_pool() {
+    let p = PathBuf::from(format!(
+        "/dev/shm/lynxfs-capi-{}-foreign.pool",
+        std::process::id()
+    ));
+    std::fs::write(&p, vec![0x5a; 8 << 20]).unwrap();
+    let _cleanup = TestPool(p.clone());
+    check("foreign", &p);
+}
+
+#[test]
+fn long_names_and_bad_paths() {
+    let pool = TestPool::new("names", 16 << 20);
+    check("names", &pool.0);
+    let fs = Fs::open(&pool.0).unwrap();
+    assert_eq!(names(&fs, "/"), ["n".repeat(255)]);
+    fs.close().unwrap();
+}
+
+#[test]
+fn bad_descriptors_are_ebadf() {
+    let pool = TestPool::new("badfd", 16 << 20);
+    check("badfd", &pool.0);
+}
+
+#[test]
+fn full_pool_is_enospc_and_recovers() {
+    let pool = TestPool::new("full", 8 << 20);
+    let out = check("full", &pool.0);
+    assert!(out.contains("bytes before ENOSPC"), "{out}");
+    let fs = Fs::open(&pool.0).unwrap();
+    assert_eq!(names(&fs, "/"), ["small"]);
+    assert_eq!(fs.session(Cred::root()).stat("/small").unwrap().size, 4096);
+    fs.close().unwrap();
+}
+
+#[test]
+fn path_calls() {
+    let pool = TestPool::new("paths", 16 << 20);
+    check("paths", &pool.0);
+    let fs = Fs::open(&pool.0).unwrap();
+    assert_eq!(names(&fs, "/"), ["c", "s"]);
+    let st = fs.session(Cred::root()).stat("/c").unwrap();
+    assert_eq!((st.size, st.mode & 0o7777, st.gid), (10, 0o640, 0));
+    fs.close().unwrap();
+}
+
+#[test]
+fn threads_share_a_handle() {
+    let pool = TestPool::new("threads", 64 << 20);
+    check("threads", &pool.0);
+    let fs = Fs::open(&pool.0).unwrap();
+    assert_eq!(names(&fs, "/t").len(), 4 * 200);
+    fs.close().unwrap();
+}
