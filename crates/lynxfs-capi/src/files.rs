@@ -31,7 +31,7 @@ pub unsafe extern "C" fn lynxfs_openat(
     call(|| {
         let h = lynx(fs)?;
         let p = h.at_path(dirfd, path(p)?)?;
-        let efd = h.session(|s| Ok(s.open(&p, flags, mode)?))?;
+        let efd = h.session(|s| Ok(s.open(&*p, flags, mode)?))?;
         h.install(efd).map(i64::from)
     })
 }
