@@ -115,10 +115,7 @@ impl<B: Backend> Fs<B> {
         if key != 0 {
             // Bound: the local position is no longer used.
             drop(pos);
-            return self
-                .ns
-                .descriptions
-                .at_position(key, self.ns.watch(), step);
+            return self.ns.descriptions.at_position(key, self.ns.watch(), step);
         }
         let (t, new) = step(*pos)?;
         *pos = new;
@@ -220,9 +217,7 @@ mod tests {
     fn a_shared_position_is_one_for_dup_and_adopted_handles() {
         let fs = fs();
         let s = fs.session(Cred::root());
-        let fd = s
-            .open("/f", libc::O_CREAT | libc::O_RDWR, 0o644)
-            .unwrap();
+        let fd = s.open("/f", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
         fs.write(fd, b"hello").unwrap();
         let dup = fs.dup(fd).unwrap();
         let key = fs.share(fd).unwrap();
@@ -263,9 +258,7 @@ mod tests {
     fn unshared_flags_change_only_settable_bits() {
         let fs = fs();
         let s = fs.session(Cred::root());
-        let fd = s
-            .open("/g", libc::O_CREAT | libc::O_WRONLY, 0o644)
-            .unwrap();
+        let fd = s.open("/g", libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
         fs.set_status_flags(fd, libc::O_APPEND | libc::O_NONBLOCK | libc::O_RDWR)
             .unwrap();
         assert_eq!(

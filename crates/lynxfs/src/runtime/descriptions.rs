@@ -141,9 +141,8 @@ impl Descriptions {
                     .is_ok()
                 {
                     h[HINT].store(i as u64 + 1, Ordering::Relaxed);
-                    let _ = h[FREED].fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                        n.checked_sub(1)
-                    });
+                    let _ = h[FREED]
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
                     return Ok(i);
                 }
             }
