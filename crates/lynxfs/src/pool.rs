@@ -100,7 +100,10 @@ pub struct Pool<B: Backend> {
     sb: Mutex<Superblock>,
     path: PathBuf,
     access: Access,
-    _lock: Option<File>,
+    /// The pool file, open for the pool's life: its `flock` and the attachment's
+    /// OFD locks are on it (replaced by a fork child's own open, see
+    /// [`Pool::rejoin_after_fork`]).
+    lock_file: Mutex<Option<File>>,
     closed: AtomicBool,
     /// The shared runtime state this process is attached to (`None`: private state,
     /// for pools in memory and exclusive opens).
@@ -354,7 +357,7 @@ impl<B: Backend> Pool<B> {
             sb: Mutex::new(sb),
             path: path.to_path_buf(),
             access,
-            _lock: lock,
+            lock_file: Mutex::new(lock),
             closed: AtomicBool::new(false),
         })
     }
@@ -372,11 +375,8 @@ impl<B: Backend> Pool<B> {
     /// Mark the pool mounted by this process; `Locked` if another process has it
     /// mounted (one mount per pool: the kernel caches of two would go stale).
     pub fn claim_mount(&self) -> Result<()> {
-        let Some(file) = self
-            ._lock
-            .as_ref()
-            .filter(|_| self.access != Access::ReadOnly)
-        else {
+        let file = self.lock_file.lock();
+        let Some(file) = file.as_ref().filter(|_| self.access != Access::ReadOnly) else {
             return Ok(());
         };
         match crate::runtime::attach::claim_mount(file) {
@@ -386,6 +386,31 @@ impl<B: Backend> Pool<B> {
             }),
             Err(e) => Err(Error::io(&self.path, e)),
         }
+    }
+
+    /// In the child of a fork whose parent stays attached: open the pool file anew
+    /// (the inherited open is the parent's, and so are the locks on it), take this
+    /// process's own pool lock and join the runtime state as a process of its own.
+    /// Returns the parent's process slot.
+    pub(crate) fn rejoin_after_fork(&self) -> Result<u32> {
+        let (Some(a), mut held) = (&self.runtime, self.lock_file.lock()) else {
+            return Err(Error::Invalid("the pool is not attached".into()));
+        };
+        let Some(inherited) = held.as_ref() else {
+            return Err(Error::Invalid("the pool file is not open".into()));
+        };
+        // The same file whatever its path names now; a new open file description.
+        let proc_path = format!("/proc/self/fd/{}", inherited.as_raw_fd());
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&proc_path)
+            .map_err(|e| Error::io(&self.path, e))?;
+        lock(&file, &self.path, self.access)?;
+        let parent = a.fork_child(&file)?;
+        *held = Some(file);
+        Ok(parent)
     }
 
     /// The shared runtime state this process is attached to, if any.

@@ -348,9 +348,10 @@ fn a_wrong_header_is_refused_while_attached() {
             "{msg}"
         );
     };
-    file.write_at(&2u32.to_le_bytes(), 8).unwrap();
-    refuse("version 2, this build uses 1");
-    file.write_at(&1u32.to_le_bytes(), 8).unwrap();
+    let v = lynxfs::runtime::RUNTIME_VERSION;
+    file.write_at(&(v + 1).to_le_bytes(), 8).unwrap();
+    refuse(&format!("version {}, this build uses {v}", v + 1));
+    file.write_at(&v.to_le_bytes(), 8).unwrap();
     file.write_at(b"NOTLYNX!", 0).unwrap();
     refuse("bad magic");
     file.write_at(b"LYNXRUN\0", 0).unwrap();

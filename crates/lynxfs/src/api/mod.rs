@@ -2,11 +2,12 @@
 //! errors as errnos. `Fs` owns the pool and the namespace; a `Session` is one caller
 //! (credentials and working directory).
 
+mod descriptions;
 mod held;
 pub mod path;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -20,6 +21,7 @@ use crate::pmem::{Backend, PmemBackend};
 use crate::pool::{Access, MkfsOptions, Pool};
 use crate::time::now_ns;
 
+pub use crate::runtime::DescKey;
 pub use meta::Namespace;
 
 /// An open file handle.
@@ -27,8 +29,14 @@ pub type Fd = u64;
 
 struct OpenFile {
     ino: u64,
-    flags: i32,
+    /// The open flags; the status flags in it are the description's until it is
+    /// shared (then they are in the shared slot).
+    flags: AtomicI32,
+    /// The position until the description is shared.
     pos: Mutex<u64>,
+    /// The shared description this open file is bound to (0: none; see
+    /// [`Fs::share`]); set once, under `pos`.
+    desc: AtomicU64,
     /// Handles sharing this open file (dup); the last close releases it.
     handles: AtomicU32,
     /// This process's copy of the file's block map.
@@ -158,18 +166,23 @@ impl<B: Backend> Fs<B> {
                     return Err(e);
                 }
             }
-            let fd = self.next_fd.fetch_add(1, Ordering::Relaxed);
-            let f = OpenFile {
+            Ok(self.insert_file(OpenFile {
                 ino,
-                flags,
+                flags: AtomicI32::new(flags),
                 pos: Mutex::new(0),
+                desc: AtomicU64::new(0),
                 handles: AtomicU32::new(1),
                 map: Default::default(),
                 privileged: cred.is_root(),
-            };
-            self.files.pin().insert(fd, Arc::new(f));
-            Ok(fd)
+            }))
         })
+    }
+
+    /// A new handle on `f`.
+    fn insert_file(&self, f: OpenFile) -> Fd {
+        let fd = self.next_fd.fetch_add(1, Ordering::Relaxed);
+        self.files.pin().insert(fd, Arc::new(f));
+        fd
     }
 
     /// O_TRUNC: empty the file (held open by the caller).
@@ -213,14 +226,19 @@ impl<B: Backend> Fs<B> {
         Ok(nfd)
     }
 
+    /// Close a handle; the last handle of an open file gives its open reference
+    /// back and, if its description is shared, this process's claim on it.
     pub fn close_fd(&self, fd: Fd) -> Result<()> {
-        self.op(|| {
-            let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
-            if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.drop_open_ref(f.ino);
+        // Each step is an operation of its own, so none is repeated by a retry.
+        let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
+        if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.drop_open_ref(f.ino);
+            let key = f.desc.load(Ordering::Acquire);
+            if key != 0 {
+                self.release(key)?;
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 
     pub fn fd_ino(&self, fd: Fd) -> Result<u64> {
@@ -230,7 +248,7 @@ impl<B: Backend> Fs<B> {
     pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
         self.op(|| {
             let f = self.file(fd)?;
-            if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
+            if access(&f) == libc::O_WRONLY {
                 return Err(errno::EBADF);
             }
             self.read_locked(&f, buf, off)
@@ -270,12 +288,13 @@ impl<B: Backend> Fs<B> {
     pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize> {
         self.op(|| {
             let f = self.file(fd)?;
-            self.write_locked(&f, data, Some(off))
+            self.write_locked(&f, data, off).map(|(_, n)| n)
         })
     }
 
-    fn write_locked(&self, f: &OpenFile, data: &[u8], off: Option<u64>) -> Result<usize> {
-        if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+    /// Write `data` at `off` (at the end with O_APPEND): where it went and how much.
+    fn write_locked(&self, f: &OpenFile, data: &[u8], off: u64) -> Result<(u64, usize)> {
+        if access(f) == libc::O_RDONLY {
             return Err(errno::EBADF);
         }
         let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
@@ -284,17 +303,17 @@ impl<B: Backend> Fs<B> {
         let size = pool
             .pm
             .load_u64(pool.layout.inode_addr(f.ino) + inode::SIZE);
-        let at = if f.flags & libc::O_APPEND != 0 {
+        let at = if self.flags_of(f)? & libc::O_APPEND != 0 {
             size
         } else {
-            off.unwrap_or(0)
+            off
         };
         let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data, &self.map_of(f))?;
         if !f.privileged {
             self.clear_suid(f.ino);
         }
         self.ns.notices.data(f.ino, at, n as u64);
-        Ok(n)
+        Ok((at, n))
     }
 
     /// Writing to a file clears its set-user-ID bit (and set-group-ID if group
@@ -319,13 +338,13 @@ impl<B: Backend> Fs<B> {
     pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
         self.op(|| {
             let f = self.file(fd)?;
-            if f.flags & libc::O_ACCMODE == libc::O_WRONLY {
+            if access(&f) == libc::O_WRONLY {
                 return Err(errno::EBADF);
             }
-            let mut pos = f.pos.lock();
-            let n = self.read_locked(&f, buf, *pos)?;
-            *pos += n as u64;
-            Ok(n)
+            self.at_position(&f, |pos| {
+                let n = self.read_locked(&f, buf, pos)?;
+                Ok((n, pos + n as u64))
+            })
         })
     }
 
@@ -333,43 +352,37 @@ impl<B: Backend> Fs<B> {
     pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
         self.op(|| {
             let f = self.file(fd)?;
-            let mut pos = f.pos.lock();
-            let at = if f.flags & libc::O_APPEND != 0 {
-                None
-            } else {
-                Some(*pos)
-            };
-            let n = self.write_locked(&f, data, at)?;
-            *pos = match at {
-                Some(p) => p + n as u64,
-                None => self.ns.getattr(f.ino)?.size,
-            };
-            Ok(n)
+            self.at_position(&f, |pos| {
+                let (at, n) = self.write_locked(&f, data, pos)?;
+                Ok((n, at + n as u64))
+            })
         })
     }
 
     /// lseek with SEEK_SET, SEEK_CUR or SEEK_END.
     pub fn seek(&self, fd: Fd, off: i64, whence: i32) -> Result<u64> {
-        let f = self.file(fd)?;
-        let mut pos = f.pos.lock();
-        let base = match whence {
-            libc::SEEK_SET => 0,
-            libc::SEEK_CUR => *pos as i64,
-            libc::SEEK_END => self.ns.getattr(f.ino)?.size as i64,
-            _ => return Err(errno::EINVAL),
-        };
-        let new = base
-            .checked_add(off)
-            .filter(|&p| p >= 0)
-            .ok_or(errno::EINVAL)?;
-        *pos = new as u64;
-        Ok(*pos)
+        self.op(|| {
+            let f = self.file(fd)?;
+            self.at_position(&f, |pos| {
+                let base = match whence {
+                    libc::SEEK_SET => 0,
+                    libc::SEEK_CUR => pos as i64,
+                    libc::SEEK_END => self.ns.getattr(f.ino)?.size as i64,
+                    _ => return Err(errno::EINVAL),
+                };
+                let new = base
+                    .checked_add(off)
+                    .filter(|&p| p >= 0)
+                    .ok_or(errno::EINVAL)? as u64;
+                Ok((new, new))
+            })
+        })
     }
 
     pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
         self.op(|| {
             let f = self.file(fd)?;
-            if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+            if access(&f) == libc::O_RDONLY {
                 return Err(errno::EINVAL);
             }
             self.truncate_ino(f.ino, len, Some(&f.map), f.privileged)
@@ -412,7 +425,7 @@ impl<B: Backend> Fs<B> {
     pub fn fallocate(&self, fd: Fd, mode: i32, off: u64, len: u64) -> Result<()> {
         self.op(|| {
             let f = self.file(fd)?;
-            if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+            if access(&f) == libc::O_RDONLY {
                 return Err(errno::EBADF);
             }
             if self.ns.mode(f.ino) & libc::S_IFMT != libc::S_IFREG {
@@ -441,6 +454,11 @@ impl<B: Backend> Fs<B> {
     pub fn fstat(&self, fd: Fd) -> Result<Stat> {
         self.ns.getattr(self.file(fd)?.ino)
     }
+}
+
+/// The access mode (O_RDONLY, O_WRONLY, O_RDWR) `f` was opened with: fixed at open.
+fn access(f: &OpenFile) -> i32 {
+    f.flags.load(Ordering::Relaxed) & libc::O_ACCMODE
 }
 
 /// One caller: credentials and a working directory.

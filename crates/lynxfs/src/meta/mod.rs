@@ -50,6 +50,8 @@ pub struct Namespace<B: Backend> {
     locks: shared::Locks,
     /// Where this process posts its changes for processes that cache what they read.
     pub notices: crate::runtime::notices::Notices,
+    /// The open file descriptions shared by processes, in the shared runtime region.
+    pub descriptions: crate::runtime::Descriptions,
     /// The runtime state's life: counts operations, and ends waits when a process
     /// attached to the pool dies (see `runtime::lock`).
     pub(crate) rt: Arc<dyn Runtime>,
@@ -90,19 +92,32 @@ impl<B: Backend> Namespace<B> {
                     pool.runtime_layout.notices.clone(),
                     a.slot_word(),
                 );
-                let mut ns = Self::with_parts(pool, parts, a);
+                let descriptions = crate::runtime::Descriptions::new(crate::runtime::Span::new(
+                    a.region(),
+                    pool.runtime_layout.descriptions.clone(),
+                ));
+                let mut ns = Self::with_parts(pool, parts, descriptions, a);
                 ns.notices = notices;
                 ns
             }
             None => {
                 let parts =
                     shared::Parts::private(&pool.layout).expect("memory for the runtime state");
-                Self::with_parts(pool, parts, Arc::new(crate::runtime::Private))
+                let descriptions = crate::runtime::Descriptions::new(
+                    crate::runtime::Span::anonymous(crate::runtime::Descriptions::bytes_needed())
+                        .expect("memory for the open file descriptions"),
+                );
+                Self::with_parts(pool, parts, descriptions, Arc::new(crate::runtime::Private))
             }
         }
     }
 
-    pub(crate) fn with_parts(pool: Pool<B>, parts: shared::Parts, rt: Arc<dyn Runtime>) -> Self {
+    pub(crate) fn with_parts(
+        pool: Pool<B>,
+        parts: shared::Parts,
+        descriptions: crate::runtime::Descriptions,
+        rt: Arc<dyn Runtime>,
+    ) -> Self {
         let l = pool.layout;
         Namespace {
             index: Index::new(parts.index, &l).expect("a pool layout open accepted"),
@@ -110,6 +125,7 @@ impl<B: Backend> Namespace<B> {
             free_slots: dir::FreeSlots::new(parts.free_slots, &l),
             locks: shared::Locks::new(parts.locks),
             notices: crate::runtime::notices::Notices::off(),
+            descriptions,
             rt,
             pool,
             clock: evict::Clock::new(),
@@ -169,6 +185,7 @@ impl<B: Backend> Namespace<B> {
         self.cachelets.clear();
         self.free_slots.clear();
         self.locks.clear();
+        self.descriptions.unlock_all();
         let inos: Vec<u64> = keep.iter().map(|&(ino, _)| ino).collect();
         let l = self.pool.layout;
         let used = match crate::log::recover_keeping(&self.pool.pm, &l, &crate::Quiet, &inos) {

@@ -28,7 +28,7 @@ use super::Region;
 use crate::error::{Error, Result};
 
 /// The version of the runtime file's layout, checked by every attacher.
-pub const RUNTIME_VERSION: u32 = 1;
+pub const RUNTIME_VERSION: u32 = 2;
 /// Environment variable naming the directory of runtime files (default `/dev/shm`).
 pub const RUNTIME_DIR_ENV: &str = "LYNXFS_RUNTIME_DIR";
 const DEFAULT_DIR: &str = "/dev/shm";
@@ -232,6 +232,36 @@ impl Attached {
 }
 
 impl Attached {
+    /// In the child of a fork (which shares its parent's open of the pool file, and so
+    /// its locks): attach anew through `pool_file`, the child's own open of the pool
+    /// file, as an attacher that is not first would: its own share of the attachment
+    /// byte and its own slot. The parent's slot is returned; the inherited open is
+    /// closed without touching its locks (they are the parent's).
+    pub fn rejoin_after_fork(&mut self, pool_file: &File) -> Result<u32> {
+        let locks = Locks::take(pool_file, &self.locks.pool_path)?;
+        // The parent may have detached as the last process meanwhile.
+        if !self.path_is_ours()? {
+            return Err(locks.error(
+                "the parent process detached from the pool before its fork child joined".into(),
+            ));
+        }
+        if !locks.try_set(ATTACHMENT, libc::F_RDLCK)? {
+            return Err(locks.error("the attachment lock is held exclusively".into()));
+        }
+        let slot = self.procs.register().map_err(|_| Error::Runtime {
+            path: self.path.clone(),
+            what: format!("{MAX_PROCS} processes are attached to the pool already"),
+            errno: libc::EUSERS,
+        })?;
+        if let Err(e) = locks.set(TRANSITION, libc::F_UNLCK) {
+            self.procs.unregister(slot);
+            return Err(e);
+        }
+        let mut inherited = std::mem::replace(&mut self.locks, locks);
+        inherited.owned = false;
+        Ok(std::mem::replace(&mut self.slot, slot))
+    }
+
     /// Whether the runtime file's path still names the file we mapped (something put
     /// in its place since is not ours to remove).
     fn path_is_ours(&self) -> Result<bool> {
@@ -263,6 +293,9 @@ impl Drop for Attached {
 struct Locks {
     file: File,
     pool_path: PathBuf,
+    /// Whether this process's open holds the locks (false for one a fork child
+    /// inherited: they are its parent's, left alone when it is closed).
+    owned: bool,
 }
 
 impl Locks {
@@ -272,6 +305,7 @@ impl Locks {
         let locks = Locks {
             file,
             pool_path: pool_path.to_path_buf(),
+            owned: true,
         };
         locks.set_wait(TRANSITION, libc::F_WRLCK)?;
         Ok(locks)
@@ -311,7 +345,9 @@ impl Locks {
 
 impl Drop for Locks {
     fn drop(&mut self) {
-        let _ = ofd_lock(&self.file, TRANSITION, 2, libc::F_UNLCK, false);
+        if self.owned {
+            let _ = ofd_lock(&self.file, TRANSITION, 2, libc::F_UNLCK, false);
+        }
     }
 }
 

@@ -77,6 +77,17 @@ impl Attachment {
         Ok(())
     }
 
+    /// Called in the child of a fork whose parent stays attached, with the child's
+    /// own new open of the pool file: the child joins as a process of its own (own
+    /// locks, own slot, empty open table) and the parent's slot is returned.
+    pub fn fork_child(&self, pool_file: &std::fs::File) -> crate::Result<u32> {
+        let mut a = self.attached.lock();
+        let a = a.as_mut().ok_or(crate::error::errno::EBADF)?;
+        let parent = a.rejoin_after_fork(pool_file)?;
+        self.slot.store(a.slot, Ordering::Relaxed);
+        Ok(parent)
+    }
+
     /// The region, for laying out the parts of the runtime state.
     pub fn region(&self) -> std::sync::Arc<super::Region> {
         let a = self.attached.lock();

@@ -19,7 +19,11 @@ pub struct RuntimeLayout {
     pub namespace: Vec<Range<usize>>,
     /// The change notices' ring (kept across repairs: its watchers stay registered).
     pub notices: Range<usize>,
-    /// Everything a repair rebuilds (all but the header, process and open tables).
+    /// The shared open file descriptions (kept across repairs: they outlive a death
+    /// elsewhere; only their lock words are reset).
+    pub descriptions: Range<usize>,
+    /// Everything a repair rebuilds (all but the header, process and open tables, the
+    /// notices and the descriptions).
     pub rebuilt: Range<usize>,
     /// The region's size.
     pub total: usize,
@@ -33,10 +37,12 @@ impl RuntimeLayout {
         let journals = c.take(crate::log::Journals::bytes_needed(l.lanes()));
         let namespace = Parts::carve(&mut c, l);
         let notices = c.take(super::notices::Notices::bytes_needed());
+        let descriptions = c.take(super::descriptions::Descriptions::bytes_needed());
         let total = c.total();
         RuntimeLayout {
             rebuilt: alloc.start..notices.start,
             notices,
+            descriptions,
             alloc,
             journals,
             namespace,

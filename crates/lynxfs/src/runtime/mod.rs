@@ -4,6 +4,7 @@
 
 pub mod attach;
 pub mod attachment;
+pub mod descriptions;
 pub mod layout;
 pub mod lock;
 pub mod notices;
@@ -13,6 +14,7 @@ pub mod testing;
 
 pub use attach::{Attached, RuntimeFile, RUNTIME_VERSION};
 pub use attachment::Attachment;
+pub use descriptions::{DescKey, Descriptions};
 pub use layout::RuntimeLayout;
 pub use lock::{Interrupted, Watch};
 pub use procs::{bytes_needed, Health, Procs, HEADER_BYTES};

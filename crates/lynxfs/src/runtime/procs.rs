@@ -261,6 +261,15 @@ impl Procs {
         Ok(new)
     }
 
+    /// The slots other than `me` registered to this very process (same pid and start
+    /// time): those of the images it was before an exec, which never detached.
+    pub fn same_process(&self, me: u32) -> Result<Vec<u32>> {
+        let id = own_identity()?;
+        Ok((0..MAX_PROCS)
+            .filter(|&s| s != me && self.identity(s).load(Ordering::SeqCst) == id)
+            .collect())
+    }
+
     /// Whether a process is registered in `slot` and still running (same pid and
     /// start time, and not a zombie: a zombie has released its locks).
     pub fn alive(&self, slot: u32) -> bool {

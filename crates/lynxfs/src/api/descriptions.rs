@@ -1,0 +1,273 @@
+//! Open file descriptions shared by processes (`runtime::descriptions`): binding an
+//! open file to a shared slot, taking one over after exec, claims, status flags, and
+//! making a fork child and an exec'd image attached processes of their own
+//! (docs/CONSISTENCY.md, "open / close by several processes").
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::{Fd, Fs, OpenFile};
+use crate::error::Result;
+use crate::pmem::Backend;
+use crate::runtime::descriptions::{Described, SETTABLE};
+use crate::runtime::DescKey;
+
+impl<B: Backend> Fs<B> {
+    /// Bind `fd`'s open file (and every handle dup'd from it) to a new shared open file
+    /// description: its position and status flags move there, and the description
+    /// starts with one claim, this process's. Idempotent: a bound file's key again.
+    /// ENFILE when the table of descriptions is full.
+    pub fn share(&self, fd: Fd) -> Result<DescKey> {
+        self.op(|| {
+            let f = self.file(fd)?;
+            let pos = f.pos.lock();
+            let key = f.desc.load(Ordering::Acquire);
+            if key != 0 {
+                return Ok(key);
+            }
+            let d = Described {
+                ino: f.ino,
+                flags: f.flags.load(Ordering::Acquire),
+                privileged: f.privileged,
+            };
+            let key = self.ns.descriptions.create(d, *pos)?;
+            f.desc.store(key, Ordering::Release);
+            Ok(key)
+        })
+    }
+
+    /// In an image that inherited the description `key` across exec: open its file
+    /// in this process (no permission check: it was checked at the original open) as
+    /// a new handle bound to it. Takes over the claim made for this image (adds
+    /// none). EBADF for a key naming no live description.
+    pub fn adopt(&self, key: DescKey) -> Result<Fd> {
+        self.op(|| {
+            let d = self.ns.descriptions.get(key, self.ns.watch())?;
+            self.open_ref(d.ino)?;
+            Ok(self.insert_file(OpenFile {
+                ino: d.ino,
+                flags: AtomicI32::new(d.flags),
+                pos: Mutex::new(0),
+                desc: AtomicU64::new(key),
+                handles: AtomicU32::new(1),
+                map: Default::default(),
+                privileged: d.privileged,
+            }))
+        })
+    }
+
+    /// One more claim on `key` (a process image about to hold it: see the protocol).
+    pub fn claim(&self, key: DescKey) -> Result<()> {
+        self.op(|| self.ns.descriptions.claim(key, self.ns.watch()))
+    }
+
+    /// One claim on `key` less; the last frees the description.
+    pub fn release(&self, key: DescKey) -> Result<()> {
+        self.op(|| self.ns.descriptions.release(key, self.ns.watch()).map(drop))
+    }
+
+    /// The description `fd` is bound to, if shared.
+    pub fn desc_of(&self, fd: Fd) -> Result<Option<DescKey>> {
+        let key = self.file(fd)?.desc.load(Ordering::Acquire);
+        Ok((key != 0).then_some(key))
+    }
+
+    /// F_GETFL: the open flags of `fd`'s description (access mode and status flags;
+    /// as on Linux, not the flags that only act at open).
+    pub fn status_flags(&self, fd: Fd) -> Result<i32> {
+        let at_open_only = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_TRUNC;
+        Ok(self.flags_of(&*self.file(fd)?)? & !at_open_only)
+    }
+
+    /// F_SETFL: only O_APPEND, O_NONBLOCK, O_NOATIME, O_DIRECT and O_ASYNC change,
+    /// for every handle of the description (in every process, once shared).
+    pub fn set_status_flags(&self, fd: Fd, flags: i32) -> Result<()> {
+        let f = self.file(fd)?;
+        let _pos = f.pos.lock();
+        let key = f.desc.load(Ordering::Acquire);
+        if key != 0 {
+            return self.ns.descriptions.set_flags(key, flags);
+        }
+        let old = f.flags.load(Ordering::Acquire);
+        f.flags
+            .store((old & !SETTABLE) | (flags & SETTABLE), Ordering::Release);
+        Ok(())
+    }
+
+    pub(super) fn flags_of(&self, f: &OpenFile) -> Result<i32> {
+        match f.desc.load(Ordering::Acquire) {
+            0 => Ok(f.flags.load(Ordering::Acquire)),
+            key => self.ns.descriptions.flags(key),
+        }
+    }
+
+    /// `step` at `f`'s position, which it moves: the shared description's (one step
+    /// for every process) once bound, else the local one.
+    pub(super) fn at_position<T>(
+        &self,
+        f: &OpenFile,
+        step: impl FnOnce(u64) -> Result<(T, u64)>,
+    ) -> Result<T> {
+        let mut pos = f.pos.lock();
+        let key = f.desc.load(Ordering::Acquire);
+        if key != 0 {
+            // Bound: the local position is no longer used.
+            drop(pos);
+            return self.ns.descriptions.at_position(key, self.ns.watch(), step);
+        }
+        let (t, new) = step(*pos)?;
+        *pos = new;
+        Ok(t)
+    }
+
+    /// In the child of `fork()` (single-threaded: from a `pthread_atfork` child
+    /// handler) of a process that stays attached: the child becomes an attached
+    /// process of its own (its own process slot and pool-file locks), holding every
+    /// engine open its parent held (copied from the parent's open table, which must
+    /// not change between the fork and this call: no other thread of the parent opens
+    /// or closes meanwhile), and claims once more every shared description its
+    /// handles are bound to. Nothing to do for a pool in memory.
+    pub fn after_fork_child(&self) -> Result<()> {
+        let Some(a) = self.ns.pool.attachment() else {
+            return Ok(());
+        };
+        let parent = self.ns.pool.rejoin_after_fork()?;
+        let me = a.slot();
+        let procs = a.procs();
+        // No wait in here: the operation is never interrupted, so never repeated.
+        self.op(|| {
+            for (ino, n) in procs.opens_of(parent) {
+                for _ in 0..n {
+                    procs.open_inc(me, ino)?;
+                }
+                let c = self.ns.cachelets.get(ino);
+                c.open_counter()
+                    .fetch_add(n.min(u32::MAX as u64) as u32, Ordering::AcqRel);
+            }
+            Ok(())
+        })?;
+        for key in self.bound_descriptions() {
+            self.claim(key)?;
+        }
+        Ok(())
+    }
+
+    /// Every shared description some handle of this process is bound to, once each.
+    fn bound_descriptions(&self) -> BTreeSet<DescKey> {
+        self.files
+            .pin()
+            .values()
+            .map(|f| f.desc.load(Ordering::Acquire))
+            .filter(|&k| k != 0)
+            .collect()
+    }
+
+    /// In a freshly exec'd image, after it adopted the descriptions it inherited:
+    /// close the engine opens of the image before exec (same pid and start time,
+    /// which never detached) as a close would (a file unlinked while open is freed
+    /// if nobody else has it) and free its process slot. Nothing if there is none.
+    pub fn forget_previous_image(&self) -> Result<()> {
+        let Some(a) = self.ns.pool.attachment() else {
+            return Ok(());
+        };
+        let procs = a.procs();
+        for old in procs.same_process(a.slot())? {
+            for (ino, n) in procs.opens_of(old) {
+                for _ in 0..n {
+                    self.op(|| {
+                        // The table first, as a close does: a repair that interrupts
+                        // what follows recounts the opens from the tables.
+                        procs.open_dec(old, ino)?;
+                        let c = self.ns.cachelets.get(ino);
+                        let Ok(_w) = c.write(self.ns.watch()) else {
+                            return Ok(());
+                        };
+                        c.open_counter().fetch_sub(1, Ordering::AcqRel);
+                        self.ns.free_if_orphan(ino);
+                        Ok(())
+                    })?;
+                }
+            }
+            procs.unregister(old);
+        }
+        Ok(())
+    }
+
+    /// How many claims the description `key` has (0: none live); for tests and
+    /// diagnostics.
+    pub fn claims_of(&self, key: DescKey) -> u32 {
+        self.ns.descriptions.claims_of(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::pmem::PmemBackend;
+    use crate::{Cred, Fs, MkfsOptions};
+
+    fn fs() -> Fs<PmemBackend> {
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 2;
+        Fs::in_memory(&o, PmemBackend::default()).unwrap()
+    }
+
+    #[test]
+    fn a_shared_position_is_one_for_dup_and_adopted_handles() {
+        let fs = fs();
+        let s = fs.session(Cred::root());
+        let fd = s.open("/f", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+        fs.write(fd, b"hello").unwrap();
+        let dup = fs.dup(fd).unwrap();
+        let key = fs.share(fd).unwrap();
+        assert_eq!(fs.share(dup).unwrap(), key, "idempotent, dup'd handles too");
+        assert_eq!(fs.claims_of(key), 1);
+        let other = fs.adopt(key).unwrap();
+        assert_eq!(fs.seek(other, 0, libc::SEEK_CUR).unwrap(), 5);
+        fs.write(other, b" world").unwrap();
+        assert_eq!(fs.seek(fd, 0, libc::SEEK_CUR).unwrap(), 11);
+        fs.seek(dup, 0, libc::SEEK_SET).unwrap();
+        let mut buf = [0u8; 5];
+        assert_eq!(fs.read(fd, &mut buf).unwrap(), 5);
+        assert_eq!(fs.seek(other, 0, libc::SEEK_CUR).unwrap(), 5);
+        // Flags are the description's.
+        fs.set_status_flags(other, libc::O_APPEND | libc::O_WRONLY)
+            .unwrap();
+        assert_eq!(
+            fs.status_flags(fd).unwrap(),
+            libc::O_RDWR | libc::O_APPEND,
+            "access mode kept, O_APPEND shared"
+        );
+        fs.seek(fd, 0, libc::SEEK_SET).unwrap();
+        fs.write(fd, b"!").unwrap();
+        assert_eq!(fs.seek(fd, 0, libc::SEEK_CUR).unwrap(), 12, "appended");
+        // `other` took over a claim it did not make: the claim count is 1 for both
+        // local open files, and closing them all releases it twice.
+        fs.claim(key).unwrap();
+        fs.close_fd(fd).unwrap();
+        assert_eq!(fs.claims_of(key), 2, "dup still open");
+        fs.close_fd(dup).unwrap();
+        assert_eq!(fs.claims_of(key), 1);
+        fs.close_fd(other).unwrap();
+        assert_eq!(fs.claims_of(key), 0);
+        assert_eq!(fs.adopt(key).unwrap_err().errno(), libc::EBADF);
+    }
+
+    #[test]
+    fn unshared_flags_change_only_settable_bits() {
+        let fs = fs();
+        let s = fs.session(Cred::root());
+        let fd = s.open("/g", libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        fs.set_status_flags(fd, libc::O_APPEND | libc::O_NONBLOCK | libc::O_RDWR)
+            .unwrap();
+        assert_eq!(
+            fs.status_flags(fd).unwrap(),
+            libc::O_WRONLY | libc::O_APPEND | libc::O_NONBLOCK
+        );
+        fs.write(fd, b"ab").unwrap();
+        fs.pwrite(fd, b"c", 0).unwrap();
+        assert_eq!(fs.fstat(fd).unwrap().size, 3, "O_APPEND pwrite appends");
+        assert_eq!(fs.desc_of(fd).unwrap(), None);
+    }
+}
