@@ -1,0 +1,78 @@
+//! dup, dup2, dup3 and fcntl: new fds for pool files share their open file
+//! description (the table entry), as the kernel's dup does.
+
+use libc::{c_int, c_ulong};
+
+use super::{locks, on_fd};
+use crate::fds;
+use crate::real;
+
+/// After the kernel gave `new` as a copy of `old`: it serves what `old` serves.
+fn copied(old: c_int, new: c_int) {
+    if new < 0 || new == old {
+        return;
+    }
+    match fds::get(old) {
+        Some(o) => fds::insert(new, o),
+        None => {
+            fds::remove(new);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the C library's dup on the caller's fd.
+    let new = unsafe { real::dup(fd) };
+    copied(fd, new);
+    new
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
+    // `new`, if it was ours, is closed by the kernel: its entry goes in `copied`.
+    // SAFETY: the C library's dup2 with the caller's arguments.
+    let r = unsafe { real::dup2(fd, new) };
+    copied(fd, r);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: the C library's dup3 with the caller's arguments.
+    let r = unsafe { real::dup3(fd, new, flags) };
+    copied(fd, r);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        // SAFETY: the C library's fcntl with the caller's arguments.
+        let r = unsafe { real::fcntl64(fd, cmd, arg) };
+        copied(fd, r);
+        return r;
+    }
+    // Close-on-exec is the kernel fd's own flag: F_GETFD/F_SETFD go there.
+    if !matches!(cmd, libc::F_GETFL | libc::F_SETFL) && !locks::is_lock(cmd) {
+        // SAFETY: as above.
+        return unsafe { real::fcntl64(fd, cmd, arg) };
+    }
+    on_fd(
+        fd,
+        |a, o| match cmd {
+            libc::F_GETFL => a.fs.status_flags(o.handle),
+            libc::F_SETFL => a.fs.set_status_flags(o.handle, arg as c_int).map(|()| 0),
+            // SAFETY: for lock commands the argument is the caller's flock pointer.
+            _ => unsafe { locks::fcntl(a, o, cmd, arg as *mut libc::flock) },
+        },
+        // SAFETY: as above.
+        || unsafe { real::fcntl64(fd, cmd, arg) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { fcntl64(fd, cmd, arg) }
+}

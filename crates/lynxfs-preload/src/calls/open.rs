@@ -1,0 +1,172 @@
+//! open and its relatives, close.
+
+use std::sync::Arc;
+
+use libc::{c_char, c_int, c_uint, mode_t};
+
+use super::{err, locks};
+use crate::fds::{self, Open};
+use crate::real;
+use crate::route::at_path;
+use crate::state::{self, Caller};
+
+/// Open `p` in the pool: an engine handle behind a reserved kernel fd.
+fn pool_open(s: &Caller, p: &[u8], flags: c_int, mode: mode_t) -> lynxfs::Result<c_int> {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(err(libc::EOPNOTSUPP));
+    }
+    let mode = if flags & libc::O_CREAT != 0 {
+        mode & !state::umask()
+    } else {
+        mode
+    };
+    let h = s.open(p, flags, mode)?;
+    install(s.fs(), h, flags & libc::O_CLOEXEC != 0)
+}
+
+/// A kernel fd for engine handle `h` (closed again if none can be had).
+pub fn install(fs: &lynxfs::Fs, h: lynxfs::Fd, cloexec: bool) -> lynxfs::Result<c_int> {
+    let st = match fs.fstat(h) {
+        Ok(st) => st,
+        Err(e) => {
+            let _ = fs.close_fd(h);
+            return Err(e);
+        }
+    };
+    let fd = match fds::reserve(cloexec) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = fs.close_fd(h);
+            return Err(err(e));
+        }
+    };
+    let open = Open::new(h, st.ino, st.mode & libc::S_IFMT == libc::S_IFDIR);
+    fds::insert(fd, Arc::new(open));
+    Ok(fd)
+}
+
+/// openat, for every member of the family.
+///
+/// # Safety
+/// `path` is null or a valid C string.
+pub unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    // SAFETY: the path is the caller's, valid for the call.
+    unsafe {
+        at_path(
+            dirfd,
+            path,
+            |s, p| pool_open(s, p, flags, mode),
+            |fd, p| {
+                let r = real::openat64(fd, p, flags, mode);
+                // A number the kernel hands out is not one of ours (any more).
+                fds::remove(r);
+                r
+            },
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { open_at(libc::AT_FDCWD, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { open_at(libc::AT_FDCWD, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded as received (the fortified form has no mode).
+    unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { open_at(dirfd, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { open_at(dirfd, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { open_at(dirfd, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { open_at(dirfd, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    // SAFETY: forwarded as received.
+    unsafe { open_at(libc::AT_FDCWD, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { creat(path, mode) }
+}
+
+/// Forgets `fd` if it is ours; the kernel fd is closed by the caller.
+fn forget(fd: c_int) {
+    if let Some(o) = fds::remove(fd) {
+        // Closing any fd of a file drops the process's record locks on it (POSIX).
+        locks::closed(o.ino);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    forget(fd);
+    // SAFETY: the C library's close on the caller's fd.
+    unsafe { real::close(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        for (fd, _) in fds::all() {
+            if (first..=last).contains(&(fd as c_uint)) {
+                forget(fd);
+            }
+        }
+    }
+    // SAFETY: the C library's close_range with the caller's arguments.
+    unsafe { real::close_range(first, last, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    // SAFETY: as close_range.
+    unsafe { close_range(first.max(0) as c_uint, c_uint::MAX, 0) };
+}

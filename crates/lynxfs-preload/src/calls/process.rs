@@ -1,0 +1,520 @@
+//! Processes. A fork's child becomes an attached process of its own and keeps its
+//! pool fds, their positions shared with the parent (docs/CONSISTENCY.md, "open /
+//! close by several processes"). An exec hands the fds without close-on-exec to the
+//! new program: each fd's eventfd holds its description's key, which the new
+//! program's copy of this library finds at load. A program stored in the pool is
+//! run from a copy in memory (the kernel cannot read the pool).
+
+use std::ffi::{CStr, CString};
+use std::sync::OnceLock;
+
+use libc::{c_char, c_int, pid_t};
+
+use crate::fds;
+use crate::real;
+use crate::route::{self, Route};
+use crate::state::{self, Attached};
+
+/// Set in the environment of a program exec'd by an attached process: the new
+/// program attaches at load to take over its previous image's place.
+pub const ENV_PREVIOUS: &str = "LYNXFS_PREVIOUS_IMAGE";
+
+/// Registers the fork handlers; called once at load.
+pub fn init() {
+    // SAFETY: registers three functions that live as long as the process.
+    unsafe { libc::pthread_atfork(Some(before_fork), None, Some(in_child)) };
+}
+
+/// Before a fork: every description becomes shared, so parent and child see one
+/// position.
+extern "C" fn before_fork() {
+    if let Some(a) = state::attached_now() {
+        let _inside = crate::guard::Inside::enter();
+        share_all(a);
+    }
+}
+
+extern "C" fn in_child() {
+    if let Some(a) = state::attached_now() {
+        let _inside = crate::guard::Inside::enter();
+        if let Err(e) = a.fs.after_fork_child() {
+            crate::say(&format!("the child of a fork cannot use the pool: {e}"));
+        }
+    }
+}
+
+/// Shares every description not yet shared and writes its key into its eventfd,
+/// where a program exec'd later finds it.
+fn share_all(a: &Attached) {
+    let mut done = std::collections::HashSet::new();
+    for (fd, o) in fds::all() {
+        if !done.insert(o.handle) || !matches!(a.fs.desc_of(o.handle), Ok(None)) {
+            continue;
+        }
+        if let Ok(key) = a.fs.share(o.handle) {
+            // The eventfd counts from 0: one write makes its count the key.
+            let b = key.to_ne_bytes();
+            // SAFETY: an 8-byte write to our own eventfd.
+            unsafe { real::write(fd, b.as_ptr().cast(), 8) };
+        }
+    }
+}
+
+/// Whether the kernel closes `fd` at exec.
+fn cloexec(fd: c_int) -> bool {
+    // SAFETY: F_GETFD on an fd of ours.
+    let f = unsafe { real::fcntl64(fd, libc::F_GETFD, 0) };
+    f >= 0 && f & libc::FD_CLOEXEC != 0
+}
+
+/// The descriptions with an fd that survives exec, and those without.
+fn passed_on(a: &Attached) -> (Vec<u64>, Vec<u64>) {
+    let mut keep = Vec::new();
+    let mut drop = Vec::new();
+    let all = fds::all();
+    let mut handles: Vec<_> = all.iter().map(|(_, o)| o.handle).collect();
+    handles.sort_unstable();
+    handles.dedup();
+    for h in handles {
+        let Ok(Some(key)) = a.fs.desc_of(h) else {
+            continue;
+        };
+        let survives = all.iter().any(|(fd, o)| o.handle == h && !cloexec(*fd));
+        if survives {
+            keep.push(key)
+        } else {
+            drop.push(key)
+        }
+    }
+    (keep, drop)
+}
+
+/// The environment a new program gets: the caller's, with this library's variables
+/// put back if the caller dropped them, and the previous-image mark when this
+/// process is attached (and not otherwise).
+fn environment(envp: *const *const c_char, attached: bool) -> (Vec<CString>, Vec<*const c_char>) {
+    let mut out = Vec::new();
+    let mut have = [false; 3];
+    let ours = ours_env();
+    let mut p = envp;
+    // SAFETY: `envp` is null or a NULL-terminated array of C strings (execve's).
+    while !p.is_null() && !unsafe { *p }.is_null() {
+        // SAFETY: as above.
+        let e = unsafe { CStr::from_ptr(*p) };
+        let b = e.to_bytes();
+        if !b.starts_with(ENV_PREVIOUS.as_bytes()) {
+            for (i, (name, _)) in ours.iter().enumerate() {
+                if b.starts_with(name.as_bytes()) && b.get(name.len()) == Some(&b'=') {
+                    have[i] = true;
+                }
+            }
+            out.push(e.to_owned());
+        }
+        // SAFETY: within the array, up to its NULL.
+        p = unsafe { p.add(1) };
+    }
+    for (i, (name, value)) in ours.iter().enumerate() {
+        if !have[i] {
+            if let Some(v) = value {
+                out.push(CString::new(format!("{name}={v}")).expect("no NUL in env"));
+            }
+        }
+    }
+    if attached {
+        out.push(CString::new(format!("{ENV_PREVIOUS}=1")).expect("no NUL"));
+    }
+    let mut ptrs: Vec<*const c_char> = out.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    (out, ptrs)
+}
+
+/// This library's variables as they were at load.
+fn ours_env() -> &'static [(&'static str, Option<String>); 3] {
+    static E: OnceLock<[(&str, Option<String>); 3]> = OnceLock::new();
+    E.get_or_init(|| {
+        let get = |n: &str| std::env::var(n).ok();
+        [
+            ("LD_PRELOAD", get("LD_PRELOAD")),
+            (state::ENV_POOL, get(state::ENV_POOL)),
+            (state::ENV_AT, get(state::ENV_AT)),
+        ]
+    })
+}
+
+/// Reads the environment once at load (a program may change it later).
+pub fn remember_env() {
+    ours_env();
+}
+
+/// A program file in the pool, copied into a memory file the kernel can run:
+/// "/proc/self/fd/N" (left open, so an interpreter of a script can read it).
+fn runnable_copy(path: *const c_char) -> Option<CString> {
+    // SAFETY: execve's path, null or a C string.
+    let p = unsafe { state::cpath(path) }?;
+    let Route::Pool(base, rel) = route::route(libc::AT_FDCWD, p) else {
+        return None;
+    };
+    let a = state::attached()?;
+    let bytes = route::with_base(a, &base, |s| -> lynxfs::Result<Vec<u8>> {
+        let fd = s.open(rel, libc::O_RDONLY | lynxfs::api::FMODE_EXEC, 0)?;
+        let mut all = Vec::new();
+        let mut chunk = vec![0u8; 1 << 20];
+        let r = loop {
+            match s.fs().read(fd, &mut chunk) {
+                Ok(0) => break Ok(all),
+                Ok(n) => all.extend_from_slice(&chunk[..n]),
+                Err(e) => break Err(e),
+            }
+        };
+        let _ = s.fs().close_fd(fd);
+        r
+    })
+    .ok()?;
+    // SAFETY: creates a new memory file.
+    let m = unsafe { libc::memfd_create(c"lynxfs-exec".as_ptr(), 0) };
+    if m < 0 {
+        return None;
+    }
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writing our own buffer to our own memfd.
+        let n = unsafe { real::write(m, bytes[done..].as_ptr().cast(), bytes.len() - done) };
+        if n <= 0 {
+            return None;
+        }
+        done += n as usize;
+    }
+    CString::new(format!("/proc/self/fd/{m}")).ok()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let _inside = crate::guard::Inside::enter();
+    let a = state::attached_now();
+    let mut released = Vec::new();
+    if let Some(a) = a {
+        share_all(a);
+        let (_, drop) = passed_on(a);
+        for key in drop {
+            if a.fs.release(key).is_ok() {
+                released.push(key);
+            }
+        }
+    }
+    let copy = runnable_copy(path);
+    let target = copy.as_ref().map_or(path, |c| c.as_ptr());
+    let (_keep, env) = environment(envp, a.is_some());
+    // SAFETY: the C library's execve with the caller's argv and a valid environment.
+    let r = unsafe { real::execve(target, argv, env.as_ptr()) };
+    // Still here: the exec failed; the descriptions released for it are held again.
+    if let Some(a) = a {
+        for key in released {
+            let _ = a.fs.claim(key);
+        }
+    }
+    r
+}
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: the process's environment, as execv passes it.
+    unsafe { execve(path, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: forwarded with the process's environment.
+    unsafe { execvpe(file, argv, environ) }
+}
+
+/// execvpe: a name without '/' is looked for in PATH, as the C library does.
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: the caller's file name.
+    let Some(f) = (unsafe { state::cpath(file) }) else {
+        route::set_errno(libc::EFAULT);
+        return -1;
+    };
+    if f.is_empty() {
+        route::set_errno(libc::ENOENT);
+        return -1;
+    }
+    if f.contains(&b'/') {
+        // SAFETY: forwarded.
+        return unsafe { exec_or_shell(file, argv, envp) };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    let mut denied = false;
+    for dir in std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).split(|&c| c == b':') {
+        let mut full = if dir.is_empty() {
+            b".".to_vec()
+        } else {
+            dir.to_vec()
+        };
+        full.push(b'/');
+        full.extend_from_slice(f);
+        let Ok(c) = CString::new(full) else { continue };
+        // SAFETY: a C string we own, with the caller's argv and envp.
+        unsafe { exec_or_shell(c.as_ptr(), argv, envp) };
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EACCES) => denied = true,
+            Some(libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT) => {}
+            _ => return -1,
+        }
+    }
+    route::set_errno(if denied { libc::EACCES } else { libc::ENOENT });
+    -1
+}
+
+/// execve, and a file the kernel cannot run (no #! line) run by /bin/sh, as
+/// execvp does.
+///
+/// # Safety
+/// As execve's arguments.
+unsafe fn exec_or_shell(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: forwarded.
+    let r = unsafe { execve(path, argv, envp) };
+    if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOEXEC) {
+        return r;
+    }
+    let mut args: Vec<*const c_char> = vec![c"/bin/sh".as_ptr(), path];
+    // SAFETY: argv is a NULL-terminated array; its first entry is the program name.
+    unsafe {
+        let mut p = argv;
+        if !p.is_null() && !(*p).is_null() {
+            p = p.add(1);
+            while !(*p).is_null() {
+                args.push(*p);
+                p = p.add(1);
+            }
+        }
+    }
+    args.push(std::ptr::null());
+    // SAFETY: a NULL-terminated argv of valid strings.
+    unsafe { execve(c"/bin/sh".as_ptr(), args.as_ptr(), envp) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    at: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    // SAFETY: forwarded; the spawn function is the C library's posix_spawn.
+    unsafe { spawn(pid, path, fa, at, argv, envp, false) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    path: *const c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    at: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { spawn(pid, path, fa, at, argv, envp, true) }
+}
+
+/// posix_spawn(p): the child's program takes over a claim on every description
+/// with an fd it inherits, made here before the spawn (and given back if it fails).
+///
+/// # Safety
+/// As posix_spawn's arguments.
+unsafe fn spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    at: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+    search: bool,
+) -> c_int {
+    let _inside = crate::guard::Inside::enter();
+    let a = state::attached_now();
+    let mut claimed = Vec::new();
+    if let Some(a) = a {
+        share_all(a);
+        let (keep, _) = passed_on(a);
+        for key in keep {
+            if a.fs.claim(key).is_ok() {
+                claimed.push(key);
+            }
+        }
+    }
+    let copy = if search { None } else { runnable_copy(path) };
+    let target = copy.as_ref().map_or(path, |c| c.as_ptr());
+    // A spawned program is a new process: no previous image of it to take over.
+    let (_keep, env) = environment(envp.cast(), false);
+    let env = env.as_ptr().cast::<*mut c_char>();
+    // SAFETY: the C library's spawn with the caller's arguments and a valid env.
+    let r = unsafe {
+        if search {
+            real::posix_spawnp(pid, target, fa, at, argv, env)
+        } else {
+            real::posix_spawn(pid, target, fa, at, argv, env)
+        }
+    };
+    if r != 0 {
+        if let Some(a) = a {
+            for key in claimed {
+                let _ = a.fs.release(key);
+            }
+        }
+    }
+    r
+}
+
+/// vfork is fork here: the child must become an attached process of its own before
+/// it may touch the pool, which a child sharing its parent's memory cannot do.
+#[no_mangle]
+pub extern "C" fn vfork() -> pid_t {
+    // SAFETY: fork is always sound to call; the handlers run as for fork.
+    unsafe { libc::fork() }
+}
+
+/// Leaves the pool first, so that the exit is not taken for a crash.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    detach();
+    // SAFETY: the C library's _exit.
+    unsafe { real::_exit(status) };
+    unreachable!("_exit returned")
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    // SAFETY: forwarded.
+    unsafe { _exit(status) }
+}
+
+/// Leaves the pool (at exit): stdio buffers of pool files are flushed first. The
+/// work runs on a thread of its own: at exit the C library has already destroyed
+/// the exiting thread's thread-locals, which the engine's lock-free maps use.
+pub fn detach() {
+    if let Some(a) = state::attached_now() {
+        // SAFETY: flushes every stdio stream (ours write to the pool here).
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        let leave = std::thread::Builder::new().spawn(move || {
+            let _inside = crate::guard::Inside::enter();
+            a.fs.close()
+        });
+        match leave.map(|t| t.join()) {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => crate::say(&format!("detaching from the pool: {e}")),
+            // Not detached: the pool's other users take this exit for a crash and
+            // repair the shared state (nothing in the pool is lost).
+            _ => crate::say("could not detach from the pool at exit"),
+        }
+    }
+}
+
+/// What a program exec'd with pool fds finds at load: each inherited eventfd whose
+/// count is a live description's key becomes a pool fd again, and the process's
+/// previous image's place in the pool is taken over.
+pub fn adopt_inherited() {
+    let inherited = inherited_keys();
+    if inherited.is_empty() && std::env::var_os(ENV_PREVIOUS).is_none() {
+        return;
+    }
+    let Some(a) = state::attached() else { return };
+    let _inside = crate::guard::Inside::enter();
+    let mut by_key: std::collections::HashMap<u64, std::sync::Arc<fds::Open>> = Default::default();
+    for (fd, key) in inherited {
+        if let Some(o) = by_key.get(&key) {
+            fds::insert(fd, o.clone());
+            continue;
+        }
+        let Ok(h) = a.fs.adopt(key) else { continue };
+        let Ok(st) = a.fs.fstat(h) else {
+            let _ = a.fs.close_fd(h);
+            continue;
+        };
+        let o = std::sync::Arc::new(fds::Open::new(
+            h,
+            st.ino,
+            st.mode & libc::S_IFMT == libc::S_IFDIR,
+        ));
+        fds::insert(fd, o.clone());
+        by_key.insert(key, o);
+    }
+    if let Err(e) = a.fs.forget_previous_image() {
+        crate::say(&format!("taking over from the program before exec: {e}"));
+    }
+}
+
+/// Every open eventfd and its count (from /proc/self/fdinfo).
+fn inherited_keys() -> Vec<(c_int, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok()) else {
+            continue;
+        };
+        let is_eventfd =
+            std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:[eventfd]");
+        if !is_eventfd {
+            continue;
+        }
+        let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")) else {
+            continue;
+        };
+        let count = info
+            .lines()
+            .find_map(|l| l.strip_prefix("eventfd-count:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+        if let Some(k) = count.filter(|&k| k != 0) {
+            out.push((fd, k));
+        }
+    }
+    out
+}
+
+// execl, execlp and execle: variadic in C, gathered by src/exec_list.c. Each entry
+// point is a bare jump, so the C function receives the caller's arguments (registers
+// and stack) exactly as they were passed.
+extern "C" {
+    fn lynxfs_execl();
+    fn lynxfs_execlp();
+    fn lynxfs_execle();
+}
+
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn execl() {
+    std::arch::naked_asm!("jmp {f}", f = sym lynxfs_execl)
+}
+
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn execlp() {
+    std::arch::naked_asm!("jmp {f}", f = sym lynxfs_execlp)
+}
+
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn execle() {
+    std::arch::naked_asm!("jmp {f}", f = sym lynxfs_execle)
+}

@@ -1,0 +1,195 @@
+//! stdio: glibc's fopen opens files with internal calls a preload cannot replace,
+//! so a pool file's FILE is a cookie stream over the replaced read, write, lseek
+//! and close; `fileno` answers its fd.
+
+use std::collections::HashMap;
+
+use libc::{c_char, c_int, c_void, off64_t, size_t, ssize_t, FILE};
+use parking_lot::Mutex;
+
+use crate::fds;
+use crate::real;
+use crate::route::set_errno;
+
+type ReadFn = unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t;
+type WriteFn = unsafe extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t;
+type SeekFn = unsafe extern "C" fn(*mut c_void, *mut off64_t, c_int) -> c_int;
+type CloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// glibc's `cookie_io_functions_t`.
+#[repr(C)]
+struct CookieIo {
+    read: Option<ReadFn>,
+    write: Option<WriteFn>,
+    seek: Option<SeekFn>,
+    close: Option<CloseFn>,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut FILE;
+}
+
+/// The fd behind each cookie stream (the cookie is the fd itself).
+static STREAMS: Mutex<Option<HashMap<usize, c_int>>> = Mutex::new(None);
+
+fn fd_of(cookie: *mut c_void) -> c_int {
+    cookie as usize as c_int
+}
+
+unsafe extern "C" fn cookie_read(c: *mut c_void, b: *mut c_char, n: size_t) -> ssize_t {
+    // SAFETY: stdio's buffer of `n` bytes.
+    unsafe { super::io::read(fd_of(c), b.cast(), n) }
+}
+
+unsafe extern "C" fn cookie_write(c: *mut c_void, b: *const c_char, n: size_t) -> ssize_t {
+    // SAFETY: stdio's buffer of `n` bytes. stdio takes 0 as an error.
+    let r = unsafe { super::io::write(fd_of(c), b.cast(), n) };
+    r.max(0)
+}
+
+unsafe extern "C" fn cookie_seek(c: *mut c_void, off: *mut off64_t, whence: c_int) -> c_int {
+    // SAFETY: stdio's offset pointer.
+    unsafe {
+        let r = super::io::lseek64(fd_of(c), *off, whence);
+        if r < 0 {
+            return -1;
+        }
+        *off = r;
+    }
+    0
+}
+
+unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
+    let fd = fd_of(c);
+    if let Some(m) = STREAMS.lock().as_mut() {
+        m.retain(|_, v| *v != fd);
+    }
+    // SAFETY: the stream's own fd, closed with the replaced close.
+    unsafe { super::open::close(fd) }
+}
+
+/// A stream over pool fd `fd` with fopen's `mode`.
+///
+/// # Safety
+/// `mode` is a valid C string.
+unsafe fn stream(fd: c_int, mode: *const c_char) -> *mut FILE {
+    let io = CookieIo {
+        read: Some(cookie_read),
+        write: Some(cookie_write),
+        seek: Some(cookie_seek),
+        close: Some(cookie_close),
+    };
+    // SAFETY: the cookie is the fd (an integer, never dereferenced).
+    let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
+    if !f.is_null() {
+        STREAMS
+            .lock()
+            .get_or_insert_with(HashMap::new)
+            .insert(f as usize, fd);
+    }
+    f
+}
+
+/// open(2) flags for an fopen mode ("r", "w+", "ae", "wx", ...); EINVAL for others.
+fn open_flags(mode: &[u8]) -> Option<c_int> {
+    let (first, rest) = mode.split_first()?;
+    let plus = rest.contains(&b'+');
+    let mut f = match (first, plus) {
+        (b'r', false) => libc::O_RDONLY,
+        (b'r', true) => libc::O_RDWR,
+        (b'w', false) => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        (b'w', true) => libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC,
+        (b'a', false) => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        (b'a', true) => libc::O_RDWR | libc::O_CREAT | libc::O_APPEND,
+        _ => return None,
+    };
+    if rest.contains(&b'e') {
+        f |= libc::O_CLOEXEC;
+    }
+    if rest.contains(&b'x') {
+        f |= libc::O_EXCL;
+    }
+    Some(f)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    if crate::guard::inside() || crate::state::config().is_none() {
+        // SAFETY: the C library's fopen with the caller's arguments.
+        return unsafe { real::fopen64(path, mode) };
+    }
+    // SAFETY: the caller's mode string.
+    let Some(flags) = (unsafe { crate::state::cpath(mode) }).and_then(open_flags) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the caller's path; the replaced openat.
+    let fd = unsafe { super::open::open_at(libc::AT_FDCWD, path, flags, 0o666) };
+    if fd < 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: an fd just opened, and the caller's mode.
+    let f = unsafe { fdopen(fd, mode) };
+    if f.is_null() {
+        // SAFETY: closing the fd opened above (errno is fdopen's).
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOMEM);
+        unsafe { super::open::close(fd) };
+        set_errno(e);
+    }
+    f
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    // SAFETY: forwarded as received.
+    unsafe { fopen64(path, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    if fds::get(fd).is_some() {
+        // SAFETY: a pool fd and the caller's mode.
+        return unsafe { stream(fd, mode) };
+    }
+    // SAFETY: the C library's fdopen with the caller's arguments.
+    unsafe { real::fdopen(fd, mode) }
+}
+
+/// A stream reopened on a pool path is reopened through the pool's mount (the
+/// same FILE must stay, which a cookie stream cannot become).
+#[no_mangle]
+pub unsafe extern "C" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    f: *mut FILE,
+) -> *mut FILE {
+    // SAFETY: the C library's freopen with the caller's arguments.
+    unsafe { real::freopen64(path, mode, f) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    f: *mut FILE,
+) -> *mut FILE {
+    // SAFETY: forwarded as received.
+    unsafe { freopen64(path, mode, f) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fileno(f: *mut FILE) -> c_int {
+    if let Some(&fd) = STREAMS.lock().as_ref().and_then(|m| m.get(&(f as usize))) {
+        return fd;
+    }
+    // SAFETY: the C library's fileno on the caller's stream.
+    unsafe { real::fileno(f) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fileno_unlocked(f: *mut FILE) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { fileno(f) }
+}

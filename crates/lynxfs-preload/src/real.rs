@@ -1,0 +1,137 @@
+//! The C library's own functions, which every call this library does not serve goes
+//! to: found once with `dlsym(RTLD_NEXT, name)` (the next definition after ours).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The address of the next definition of `name` (NUL-terminated), looked up once into
+/// `cache`. Aborts if the C library lacks it: every caller names a function glibc has,
+/// and going on without it could only misroute a call.
+pub fn next(cache: &AtomicUsize, name: &'static [u8]) -> usize {
+    let cached = cache.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: `name` is a NUL-terminated static string; dlsym only reads it.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
+    if f == 0 {
+        let msg = b"liblynxfs_preload: a C library function is missing\n";
+        // SAFETY: writes a static buffer to stderr, then ends the process.
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::abort();
+        }
+    }
+    cache.store(f, Ordering::Relaxed);
+    f
+}
+
+/// `real!(fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int);`
+/// defines `real::open`, calling the C library's `open`.
+macro_rules! real {
+    ($(fn $name:ident($($arg:ident: $t:ty),*) -> $r:ty;)*) => {
+        $(
+            #[allow(clippy::missing_safety_doc)]
+            pub unsafe fn $name($($arg: $t),*) -> $r {
+                static CACHE: AtomicUsize = AtomicUsize::new(0);
+                let f = next(&CACHE, concat!(stringify!($name), "\0").as_bytes());
+                // SAFETY: `f` is the C library's definition of this very function,
+                // whose C prototype the signature here repeats.
+                let f: unsafe extern "C" fn($($t),*) -> $r = unsafe { std::mem::transmute(f) };
+                unsafe { f($($arg),*) }
+            }
+        )*
+    };
+}
+
+use libc::{
+    c_char, c_int, c_long, c_uint, c_ulong, c_void, dirent64, gid_t, iovec, mode_t, off64_t,
+    size_t, ssize_t, uid_t, DIR, FILE,
+};
+
+real! {
+    fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int;
+    fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int;
+    fn close(fd: c_int) -> c_int;
+    fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+    fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t;
+    fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t;
+    fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t;
+    fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t;
+    fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t;
+    fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t;
+    fn preadv64(fd: c_int, iov: *const iovec, n: c_int, off: off64_t) -> ssize_t;
+    fn pwritev64(fd: c_int, iov: *const iovec, n: c_int, off: off64_t) -> ssize_t;
+    fn preadv64v2(fd: c_int, iov: *const iovec, n: c_int, off: off64_t, flags: c_int) -> ssize_t;
+    fn pwritev64v2(fd: c_int, iov: *const iovec, n: c_int, off: off64_t, flags: c_int) -> ssize_t;
+    fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t;
+    fn stat64(path: *const c_char, st: *mut libc::stat64) -> c_int;
+    fn lstat64(path: *const c_char, st: *mut libc::stat64) -> c_int;
+    fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int;
+    fn fstatat64(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) -> c_int;
+    fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, st: *mut libc::statx) -> c_int;
+    fn faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int;
+    fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int;
+    fn mknodat(dirfd: c_int, path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int;
+    fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;
+    fn renameat2(od: c_int, old: *const c_char, nd: c_int, new: *const c_char, flags: c_uint) -> c_int;
+    fn linkat(od: c_int, old: *const c_char, nd: c_int, new: *const c_char, flags: c_int) -> c_int;
+    fn symlinkat(target: *const c_char, nd: c_int, new: *const c_char) -> c_int;
+    fn readlinkat(dirfd: c_int, path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t;
+    fn truncate64(path: *const c_char, len: off64_t) -> c_int;
+    fn ftruncate64(fd: c_int, len: off64_t) -> c_int;
+    fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int;
+    fn fsync(fd: c_int) -> c_int;
+    fn fdatasync(fd: c_int) -> c_int;
+    fn fchmodat(dirfd: c_int, path: *const c_char, mode: mode_t, flags: c_int) -> c_int;
+    fn fchmod(fd: c_int, mode: mode_t) -> c_int;
+    fn fchownat(dirfd: c_int, path: *const c_char, uid: uid_t, gid: gid_t, flags: c_int) -> c_int;
+    fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int;
+    fn utimensat(dirfd: c_int, path: *const c_char, t: *const libc::timespec, flags: c_int) -> c_int;
+    fn futimens(fd: c_int, t: *const libc::timespec) -> c_int;
+    fn chdir(path: *const c_char) -> c_int;
+    fn fchdir(fd: c_int) -> c_int;
+    fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char;
+    fn dup(fd: c_int) -> c_int;
+    fn dup2(fd: c_int, new: c_int) -> c_int;
+    fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int;
+    fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int;
+    fn opendir(path: *const c_char) -> *mut DIR;
+    fn fdopendir(fd: c_int) -> *mut DIR;
+    fn readdir64(d: *mut DIR) -> *mut dirent64;
+    fn closedir(d: *mut DIR) -> c_int;
+    fn rewinddir(d: *mut DIR) -> ();
+    fn seekdir(d: *mut DIR, loc: c_long) -> ();
+    fn telldir(d: *mut DIR) -> c_long;
+    fn dirfd(d: *mut DIR) -> c_int;
+    fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t;
+    fn statfs64(path: *const c_char, st: *mut libc::statfs64) -> c_int;
+    fn fstatfs64(fd: c_int, st: *mut libc::statfs64) -> c_int;
+    fn statvfs64(path: *const c_char, st: *mut libc::statvfs64) -> c_int;
+    fn fstatvfs64(fd: c_int, st: *mut libc::statvfs64) -> c_int;
+    fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE;
+    fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE;
+    fn freopen64(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
+    fn fileno(f: *mut FILE) -> c_int;
+    fn umask(mask: mode_t) -> mode_t;
+    fn fork() -> libc::pid_t;
+    fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    fn posix_spawn(pid: *mut libc::pid_t, path: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    fn posix_spawnp(pid: *mut libc::pid_t, path: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    fn _exit(status: c_int) -> ();
+    fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t) -> *mut c_void;
+    fn posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int;
+    fn sendfile64(out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t;
+    fn copy_file_range(inp: c_int, ioff: *mut off64_t, out: c_int, ooff: *mut off64_t, n: size_t, flags: c_uint) -> ssize_t;
+    fn getxattr(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t;
+    fn lgetxattr(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t;
+    fn fgetxattr(fd: c_int, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t;
+    fn setxattr(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, flags: c_int) -> c_int;
+    fn lsetxattr(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, flags: c_int) -> c_int;
+    fn fsetxattr(fd: c_int, name: *const c_char, v: *const c_void, n: size_t, flags: c_int) -> c_int;
+    fn listxattr(path: *const c_char, list: *mut c_char, n: size_t) -> ssize_t;
+    fn llistxattr(path: *const c_char, list: *mut c_char, n: size_t) -> ssize_t;
+    fn flistxattr(fd: c_int, list: *mut c_char, n: size_t) -> ssize_t;
+    fn removexattr(path: *const c_char, name: *const c_char) -> c_int;
+    fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int;
+    fn fremovexattr(fd: c_int, name: *const c_char) -> c_int;
+}

@@ -1,0 +1,224 @@
+//! The process's view of its pool: which directory the pool answers for, the
+//! attachment (made at the first call that needs it), the working directory when it
+//! is inside the pool, the umask, and the caller's credentials.
+
+use std::ffi::CStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use lynxfs::pmem::PmemBackend;
+use lynxfs::{Cred, Fs, Session};
+
+/// A caller of the pool: this process's credentials and a directory.
+pub type Caller = Session<'static, PmemBackend>;
+use parking_lot::RwLock;
+
+/// The environment `lynxfs run` sets: the pool file, and the directory it answers for.
+pub const ENV_POOL: &str = "LYNXFS_POOL";
+pub const ENV_AT: &str = "LYNXFS_AT";
+
+/// Where the pool is, read once from the environment at load time (a program that
+/// later changes its environment does not move the pool).
+pub struct Config {
+    pub pool: PathBuf,
+    /// The directory the pool answers for: absolute, canonical, no trailing '/'
+    /// (empty for "/").
+    pub at: Vec<u8>,
+}
+
+static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
+
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get_or_init(read_config).as_ref()
+}
+
+fn read_config() -> Option<Config> {
+    let pool = std::env::var_os(ENV_POOL)?;
+    let at = std::env::var_os(ENV_AT)?;
+    let mut at = at.as_bytes().to_vec();
+    while at.last() == Some(&b'/') {
+        at.pop();
+    }
+    if !at.starts_with(b"/") && !at.is_empty() {
+        return None;
+    }
+    Some(Config {
+        pool: PathBuf::from(pool),
+        at,
+    })
+}
+
+/// An attached pool.
+pub struct Attached {
+    pub fs: &'static Fs,
+    /// The caller at the pool's root (paths from there, and `at` views for dirfds).
+    pub root: Caller,
+    /// The caller at its working directory, when that is inside the pool.
+    pub cwd: RwLock<Caller>,
+    /// The device number `stat` reports: the mount point's own (its FUSE mount's,
+    /// when the pool is mounted there), so names seen with and without the preload
+    /// agree.
+    pub dev: u64,
+}
+
+static ATTACHED: OnceLock<Option<Attached>> = OnceLock::new();
+/// Set when the working directory is inside the pool.
+static CWD_IN_POOL: AtomicBool = AtomicBool::new(false);
+static UMASK: AtomicU32 = AtomicU32::new(0o022);
+/// Whether the attach failed (reported once).
+static REPORTED: AtomicU64 = AtomicU64::new(0);
+
+/// The attached pool, attaching now if this is the first call that needs it. `None`
+/// if there is no pool configured or it cannot be attached (said once on stderr).
+pub fn attached() -> Option<&'static Attached> {
+    config()?;
+    ATTACHED.get_or_init(attach).as_ref()
+}
+
+/// The attached pool if this process attached already.
+pub fn attached_now() -> Option<&'static Attached> {
+    ATTACHED.get().and_then(Option::as_ref)
+}
+
+fn attach() -> Option<Attached> {
+    let c = config()?;
+    let _inside = crate::guard::Inside::enter();
+    match Fs::open(&c.pool) {
+        Ok(fs) => {
+            let fs: &'static Fs = Box::leak(Box::new(fs));
+            let cred = caller();
+            Some(Attached {
+                fs,
+                root: fs.session(cred.clone()).mounted(),
+                cwd: RwLock::new(fs.session(cred).mounted()),
+                dev: mount_dev(&c.at, &c.pool),
+            })
+        }
+        Err(e) => {
+            if REPORTED.fetch_add(1, Ordering::Relaxed) == 0 {
+                crate::say(&format!("{e}"));
+            }
+            None
+        }
+    }
+}
+
+/// The process's effective credentials.
+fn caller() -> Cred {
+    // SAFETY: these calls only return ids; getgroups writes at most `n` entries.
+    unsafe {
+        let n = libc::getgroups(0, std::ptr::null_mut());
+        let mut groups = vec![0; n.max(0) as usize];
+        let got = libc::getgroups(groups.len() as i32, groups.as_mut_ptr());
+        groups.truncate(got.max(0) as usize);
+        Cred {
+            uid: libc::geteuid(),
+            gid: libc::getegid(),
+            groups,
+        }
+    }
+}
+
+/// The device number of the pool's files: that of its FUSE mount when the pool's
+/// directory is a mount point (so both views agree), else a number of its own (the
+/// directory's file system must not seem to hold the pool's inode numbers: `rm -r`
+/// compares them with the root's).
+fn mount_dev(at: &[u8], pool: &std::path::Path) -> u64 {
+    let at_dev = dev_of(if at.is_empty() { b"/" } else { at });
+    let parent = match at.iter().rposition(|&c| c == b'/') {
+        Some(0) | None => b"/".to_vec(),
+        Some(i) => at[..i].to_vec(),
+    };
+    match at_dev {
+        Some(d) if !at.is_empty() && Some(d) != dev_of(&parent) => d,
+        _ => {
+            use std::os::unix::fs::MetadataExt;
+            let ino = std::fs::metadata(pool).map_or(0, |m| m.ino());
+            // Major 0 is the kernel's for file systems without a device; minors from
+            // the top of its 20-bit range, which it hands out last.
+            libc::makedev(0, 0x80000 | (ino as u32 & 0x7ffff))
+        }
+    }
+}
+
+fn dev_of(path: &[u8]) -> Option<u64> {
+    let c = std::ffi::CString::new(path).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: `c` is a valid C string and `st` a buffer of the right type.
+    if unsafe { crate::real::stat64(c.as_ptr(), st.as_mut_ptr()) } == 0 {
+        // SAFETY: stat succeeded, so it filled `st`.
+        Some(unsafe { st.assume_init() }.st_dev)
+    } else {
+        None
+    }
+}
+
+pub fn cwd_in_pool() -> bool {
+    CWD_IN_POOL.load(Ordering::Acquire)
+}
+
+pub fn set_cwd_in_pool(on: bool) {
+    CWD_IN_POOL.store(on, Ordering::Release);
+}
+
+pub fn umask() -> u32 {
+    UMASK.load(Ordering::Relaxed)
+}
+
+pub fn set_umask(m: u32) {
+    UMASK.store(m & 0o777, Ordering::Relaxed);
+}
+
+/// At load: the umask, and the working directory if it is inside the pool (a
+/// program started there, or exec'd by one that worked there).
+pub fn init() {
+    // SAFETY: umask only swaps the process's mask; it is put back at once.
+    let m = unsafe {
+        let m = crate::real::umask(0o022);
+        crate::real::umask(m);
+        m
+    };
+    set_umask(m);
+    let Some(c) = config() else { return };
+    let Ok(cwd) = std::env::current_dir() else {
+        return;
+    };
+    if let Some(rest) = crate::route::under(&c.at, cwd.as_os_str().as_bytes()) {
+        if let Some(a) = attached() {
+            let mut s = a.cwd.write();
+            if s.chdir(rest_or_dot(rest)).is_ok() {
+                set_cwd_in_pool(true);
+            }
+        }
+    }
+}
+
+/// A pool path relative to the root: "." for the root itself.
+pub fn rest_or_dot(rest: &[u8]) -> &[u8] {
+    let r = trim_slashes(rest);
+    if r.is_empty() {
+        b"."
+    } else {
+        r
+    }
+}
+
+fn trim_slashes(p: &[u8]) -> &[u8] {
+    let start = p.iter().position(|&c| c != b'/').unwrap_or(p.len());
+    &p[start..]
+}
+
+/// A NUL-terminated C path as bytes; `None` for a null pointer (the C library then
+/// answers EFAULT itself).
+///
+/// # Safety
+/// `p` is null or points to a NUL-terminated string that outlives the call.
+pub unsafe fn cpath<'a>(p: *const libc::c_char) -> Option<&'a [u8]> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and NUL-terminated, as the caller promises.
+    Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
