@@ -24,8 +24,15 @@ use std::time::{Duration, Instant};
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fs, MkfsOptions, Pool};
 
+/// The engine tests' helpers: the watchdog that aborts a test that hangs (in engine
+/// calls, which no process limit covers).
+#[path = "../../lynxfs/tests/common/mod.rs"]
+mod common;
+
 /// How long one program (a whole script) may run.
 const LIMIT: Duration = Duration::from_secs(120);
+/// How long a whole test may run.
+const TEST_LIMIT: Duration = Duration::from_secs(400);
 
 // ---- building what the tests run ----
 
@@ -374,11 +381,15 @@ struct Bench {
 
 impl Bench {
     fn new(test: &str) -> Bench {
+        Bench::sized(test, 256 << 20)
+    }
+
+    fn sized(test: &str, size: u64) -> Bench {
         let pool = PathBuf::from(format!(
             "/dev/shm/lynxfs-programs-{}-{test}.pool",
             std::process::id()
         ));
-        let mut o = MkfsOptions::new(256 << 20);
+        let mut o = MkfsOptions::new(size);
         o.lanes = 2;
         o.force = true;
         Pool::mkfs(&pool, &o, PmemBackend::default()).expect("mkfs");
@@ -515,6 +526,7 @@ cat ls.out du.out
 
 #[test]
 fn coreutils() {
+    let _w = common::watchdog("coreutils", TEST_LIMIT);
     let b = Bench::new("coreutils");
     let keep = [
         "src/a/one.txt",
@@ -556,6 +568,7 @@ rm -r tree
 
 #[test]
 fn tar_with_gzip() {
+    let _w = common::watchdog("tar_with_gzip", TEST_LIMIT);
     need("tar", "tar");
     need("gzip", "gzip");
     let b = Bench::new("tar");
@@ -598,6 +611,7 @@ cat ../log.out ../revs.out
 
 #[test]
 fn git() {
+    let _w = common::watchdog("git", TEST_LIMIT);
     need("git", "git");
     let b = Bench::new("git");
     let env = [
@@ -640,6 +654,7 @@ sqlite3 db.sqlite 'SELECT count(*), sum(n) FROM t;'
 
 #[test]
 fn sqlite3() {
+    let _w = common::watchdog("sqlite3", TEST_LIMIT);
     need("sqlite3", "sqlite3");
     let b = Bench::new("sqlite3");
     let (pool, tmpfs) = b.compare(SQLITE, &[], &[]);
@@ -680,6 +695,7 @@ cat ../run.out
 
 #[test]
 fn make_and_gcc() {
+    let _w = common::watchdog("make_and_gcc", TEST_LIMIT);
     need("make", "make");
     need("gcc", "gcc");
     let b = Bench::new("make");
@@ -724,6 +740,7 @@ EOF
 
 #[test]
 fn python() {
+    let _w = common::watchdog("python", TEST_LIMIT);
     need("python3", "python3");
     let b = Bench::new("python");
     let (pool, tmpfs) = b.compare(PYTHON, &[], &["py/copy/f4"]);
@@ -733,6 +750,34 @@ fn python() {
         "os.utime"
     );
     assert_same(&pool, &tmpfs, "python");
+    b.fsck_clean();
+}
+
+// ---- a full pool ----
+
+/// Fills the pool, then frees the space and goes on.
+const FILL: &str = r#"
+if head -c 64M /dev/zero > big 2> err; then echo wrote; else echo failed; fi
+grep -c 'No space left on device' err
+rm big err
+echo after > small
+cat small
+"#;
+
+#[test]
+fn a_full_pool_fails_the_write_with_enospc_and_recovers() {
+    let b = Bench::sized("full", 16 << 20);
+    let out = run_bounded(b.preloaded(FILL, &[]), "fill");
+    assert!(
+        out.status.success(),
+        "fill ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), "failed\n1\nafter\n");
+    let tree = pool_tree(&b.pool, &[]);
+    assert_eq!(tree.keys().collect::<Vec<_>>(), [b"small"]);
+    assert_file(&tree, "small", b"after\n");
     b.fsck_clean();
 }
 
@@ -766,6 +811,10 @@ ls steady | wc -l
 
 #[test]
 fn a_program_killed_mid_run_leaves_the_others_and_the_pool_sound() {
+    let _w = common::watchdog(
+        "a_program_killed_mid_run_leaves_the_others_and_the_pool_sound",
+        TEST_LIMIT,
+    );
     let b = Bench::new("killed");
     let mut churn = b.preloaded(CHURN, &[]);
     let churn = spawn_group(&mut churn, "churn");
@@ -819,6 +868,7 @@ fn wait_for_files(pool: &Path, dir: &str, child: &Child) {
 
 #[test]
 fn the_comparison_sees_every_kind_of_difference() {
+    let _w = common::watchdog("the_comparison_sees_every_kind_of_difference", TEST_LIMIT);
     let a = tempfile::tempdir_in("/dev/shm").unwrap();
     let b = tempfile::tempdir_in("/dev/shm").unwrap();
     let setup = "set -e; mkdir d; echo x > d/f; echo y > d/g; ln d/f d/h; ln -s f d/l; \
