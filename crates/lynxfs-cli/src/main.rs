@@ -8,8 +8,10 @@ mod info;
 mod mkfs;
 mod mount;
 mod progress;
+mod run;
 mod size;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -109,6 +111,36 @@ enum Cmd {
     },
     /// Unmount a LynxFS mount and wait until its pool is closed.
     Umount { mountpoint: PathBuf },
+    /// Run a program with the preload library (liblynxfs_preload.so), which serves its
+    /// calls on paths under DIR from POOL in the program's own threads, at library
+    /// speed, and passes every other path and fd to the kernel.
+    ///
+    /// DIR defaults to POOL's FUSE mount point, so the same names work with and without
+    /// the preload; POOL defaults to the pool mounted at DIR. The pool is checked
+    /// (attached once) before CMD runs; any problem is an error with exit code 1, a
+    /// command that cannot be found exits 127. The library is looked for in
+    /// $LYNXFS_PRELOAD_LIB, next to this executable, then in ../lib/lynxfs/.
+    ///
+    /// Programs the preload cannot see into (static binaries, Go programs, setuid and
+    /// setgid programs, for which ld.so ignores LD_PRELOAD) reach the pool only through
+    /// the FUSE mount, when there is one at DIR.
+    #[command(verbatim_doc_comment)]
+    Run {
+        /// The pool file (default: the pool mounted at --at DIR).
+        #[arg(long)]
+        pool: Option<PathBuf>,
+        /// The directory whose paths the pool serves (default: POOL's mount point).
+        #[arg(long, value_name = "DIR")]
+        at: Option<PathBuf>,
+        /// The command and its arguments.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        cmd: Vec<OsString>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -186,6 +218,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             mount::umount(&mountpoint)?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Run { pool, at, cmd } => Ok(run::run(&run::Request {
+            pool: pool.as_deref(),
+            at: at.as_deref(),
+            cmd: &cmd,
+        })),
         Cmd::Info { backend, pool } => {
             info::print(&pool, BackendKind::pick(backend, &pool))?;
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,909 @@
+//! Real, unmodified programs under `lynxfs run` (coreutils, tar with gzip, git,
+//! sqlite3, make with gcc, Python), each run twice with the same shell script: once
+//! preloaded in a directory D served by a fresh pool, once plainly in a tmpfs directory
+//! T. The pool's tree, read back through the engine (so the check does not trust the
+//! preload), must equal T's: names, types, modes, owners, sizes, contents, symlink
+//! targets, hard-link groups (mtimes only where the script sets them). Then a program
+//! killed with SIGKILL mid-run must not hurt another attached one, nor the pool.
+//!
+//! `cargo test` does not build cdylibs nor other packages' binaries: the test builds
+//! liblynxfs_preload.so and lynxfs once, with its own profile, into its own target
+//! directory. Every process group runs under a time limit that kills it and fails the
+//! test; the tools come from /usr/bin, and a missing one fails the test saying so.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::time::{Duration, Instant};
+
+use lynxfs::pmem::PmemBackend;
+use lynxfs::{Cred, Fs, MkfsOptions, Pool};
+
+/// The engine tests' helpers: the watchdog that aborts a test that hangs (in engine
+/// calls, which no process limit covers).
+#[path = "../../lynxfs/tests/common/mod.rs"]
+mod common;
+
+/// How long one program (a whole script) may run.
+const LIMIT: Duration = Duration::from_secs(120);
+/// How long a whole test may run.
+const TEST_LIMIT: Duration = Duration::from_secs(400);
+
+// ---- building what the tests run ----
+
+/// target/<profile>/: the test binary is in its deps/.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    deps.parent().expect("profile directory").to_path_buf()
+}
+
+/// The lynxfs executable and the preload library of the sources under test.
+struct Built {
+    lynxfs: PathBuf,
+    preload: PathBuf,
+}
+
+/// Built once per test binary (a failed build fails every test, saying why).
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(build)
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn build() -> Result<Built, String> {
+    let dir = target_dir();
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_string(),
+        Some(p) => p.to_string(),
+        None => return Err(format!("no profile in {}", dir.display())),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "--locked"])
+        .args([
+            "-p",
+            "lynxfs-preload",
+            "-p",
+            "lynxfs-cli",
+            "--profile",
+            &profile,
+        ])
+        .env(
+            "CARGO_TARGET_DIR",
+            dir.parent().ok_or("no target directory")?,
+        )
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    let out = run_bounded(cmd, "cargo build");
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build -p lynxfs-preload -p lynxfs-cli: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let built = Built {
+        lynxfs: dir.join("lynxfs"),
+        preload: dir.join("liblynxfs_preload.so"),
+    };
+    for p in [&built.lynxfs, &built.preload] {
+        if !p.exists() {
+            return Err(format!("the build made no {}", p.display()));
+        }
+    }
+    Ok(built)
+}
+
+/// Fails the test when a tool the workload needs is not installed.
+fn need(tool: &str, package: &str) {
+    let p = Path::new("/usr/bin").join(tool);
+    assert!(
+        p.exists(),
+        "{} is missing: install it (apt-get install {package})",
+        p.display()
+    );
+}
+
+// ---- running processes within a limit ----
+
+/// Runs `cmd` in a process group of its own with its output captured; kills the whole
+/// group and fails the test if it outlives [`LIMIT`].
+fn run_bounded(mut cmd: Command, what: &str) -> Output {
+    let child = spawn_group(&mut cmd, what);
+    finish_within(child, what)
+}
+
+fn spawn_group(cmd: &mut Command, what: &str) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: spawn {cmd:?}: {e}"))
+}
+
+fn finish_within(mut child: Child, what: &str) -> Output {
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut o, mut e) = (Vec::new(), Vec::new());
+        let _ = (out.read_to_end(&mut o), err.read_to_end(&mut e));
+        let _ = tx.send((o, e));
+    });
+    let Ok((stdout, stderr)) = rx.recv_timeout(LIMIT) else {
+        kill_group(&child);
+        let _ = child.wait();
+        panic!("{what}: still running after {LIMIT:?}: killed");
+    };
+    let status = child.wait().expect("wait for the child");
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// SIGKILL to every process of `child`'s group (it leads one: [`spawn_group`]).
+fn kill_group(child: &Child) {
+    let pgid = child.id() as libc::pid_t;
+    // SAFETY: kill takes plain integers; the group is the child's own, made for it.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+// ---- the trees ----
+
+/// What is compared of one file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Node {
+    /// The S_IFMT bits.
+    kind: u32,
+    /// Permission bits (with set-id and sticky).
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    /// Regular files and symlinks (a directory's size is the file system's own).
+    size: Option<u64>,
+    /// A regular file's contents, hashed.
+    hash: Option<u64>,
+    /// A symlink's target.
+    target: Option<Vec<u8>>,
+    /// The first path (in order) of the hard links to the same non-directory inode,
+    /// when it has more than one.
+    link_group: Option<Vec<u8>>,
+    /// Nanoseconds; only for the paths a workload sets times on.
+    mtime: Option<u64>,
+}
+
+/// A tree: relative path -> what it is.
+type Tree = BTreeMap<Vec<u8>, Node>;
+
+/// A node and the inode number it came from (for the hard-link groups).
+struct Found {
+    node: Node,
+    ino: u64,
+    nlink: u64,
+}
+
+fn hash(data: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    data.hash(&mut h);
+    h.finish()
+}
+
+fn new_node(kind: u32, perm: u32, uid: u32, gid: u32) -> Node {
+    Node {
+        kind,
+        perm,
+        uid,
+        gid,
+        size: None,
+        hash: None,
+        target: None,
+        link_group: None,
+        mtime: None,
+    }
+}
+
+/// Sets each multiply-linked non-directory's link group, and the mtimes asked for.
+fn finish_tree(found: BTreeMap<Vec<u8>, (Found, u64)>, keep_mtime: &[&str]) -> Tree {
+    let mut first: HashMap<u64, Vec<u8>> = HashMap::new();
+    for (path, (f, _)) in &found {
+        if f.node.kind != libc::S_IFDIR && f.nlink > 1 {
+            first.entry(f.ino).or_insert_with(|| path.clone());
+        }
+    }
+    found
+        .into_iter()
+        .map(|(path, (f, mtime))| {
+            let mut node = f.node;
+            node.link_group = first.get(&f.ino).cloned();
+            if keep_mtime.iter().any(|k| k.as_bytes() == path.as_slice()) {
+                node.mtime = Some(mtime);
+            }
+            (path, node)
+        })
+        .collect()
+}
+
+/// `root` walked with std::fs (the kernel's view), paths relative to it.
+fn disk_tree(root: &Path, keep_mtime: &[&str]) -> Tree {
+    use std::os::unix::ffi::OsStrExt;
+    let mut found = BTreeMap::new();
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        for e in std::fs::read_dir(root.join(&rel)).expect("read_dir") {
+            let e = e.expect("dir entry");
+            let rel = rel.join(e.file_name());
+            let p = root.join(&rel);
+            let m = std::fs::symlink_metadata(&p).expect("lstat");
+            let kind = m.mode() & libc::S_IFMT;
+            let mut node = new_node(kind, m.mode() & 0o7777, m.uid(), m.gid());
+            match kind {
+                libc::S_IFDIR => todo.push(rel.clone()),
+                libc::S_IFREG => {
+                    node.size = Some(m.size());
+                    node.hash = Some(hash(&std::fs::read(&p).expect("read")));
+                }
+                libc::S_IFLNK => {
+                    node.size = Some(m.size());
+                    let t = std::fs::read_link(&p).expect("readlink");
+                    node.target = Some(t.as_os_str().as_bytes().to_vec());
+                }
+                _ => {}
+            }
+            let mtime = m.mtime() as u64 * 1_000_000_000 + m.mtime_nsec() as u64;
+            let f = Found {
+                node,
+                ino: m.ino(),
+                nlink: m.nlink(),
+            };
+            found.insert(rel.as_os_str().as_bytes().to_vec(), (f, mtime));
+        }
+    }
+    finish_tree(found, keep_mtime)
+}
+
+/// The pool's tree read through the engine (attached like any process).
+fn pool_tree(pool: &Path, keep_mtime: &[&str]) -> Tree {
+    let fs = Fs::open(pool).unwrap_or_else(|e| panic!("attach {}: {e}", pool.display()));
+    let s = fs.session(Cred::root());
+    let mut found = BTreeMap::new();
+    let mut todo: Vec<Vec<u8>> = vec![Vec::new()];
+    while let Some(rel) = todo.pop() {
+        let dir = [b"/".as_slice(), &rel].concat();
+        for e in s.readdir(&dir).expect("pool readdir") {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let rel = if rel.is_empty() {
+                e.name.clone()
+            } else {
+                [rel.as_slice(), b"/", &e.name].concat()
+            };
+            let p = [b"/".as_slice(), &rel].concat();
+            let st = s.lstat(&p).expect("pool lstat");
+            let kind = st.mode & libc::S_IFMT;
+            let mut node = new_node(kind, st.mode & 0o7777, st.uid, st.gid);
+            match kind {
+                libc::S_IFDIR => todo.push(rel.clone()),
+                libc::S_IFREG => {
+                    node.size = Some(st.size);
+                    node.hash = Some(hash(&read_pool_file(&fs, &s, &p, st.size)));
+                }
+                libc::S_IFLNK => {
+                    node.size = Some(st.size);
+                    node.target = Some(s.readlink(&p).expect("pool readlink"));
+                }
+                _ => {}
+            }
+            let f = Found {
+                node,
+                ino: st.ino,
+                nlink: st.nlink,
+            };
+            found.insert(rel, (f, st.mtime));
+        }
+    }
+    drop(s);
+    fs.close().expect("detach");
+    finish_tree(found, keep_mtime)
+}
+
+fn read_pool_file(fs: &Fs, s: &lynxfs::Session<PmemBackend>, p: &[u8], size: u64) -> Vec<u8> {
+    let fd = s.open(p, libc::O_RDONLY, 0).expect("pool open");
+    let mut buf = vec![0u8; size as usize];
+    let mut off = 0;
+    while off < buf.len() {
+        let n = fs
+            .pread(fd, &mut buf[off..], off as u64)
+            .expect("pool pread");
+        assert!(n > 0, "{}: short file", text(p));
+        off += n;
+    }
+    fs.close_fd(fd).expect("pool close");
+    buf
+}
+
+/// Drops `prefix` and everything under it (what differs by nature between two runs,
+/// e.g. an archive holding the mtimes of the moment).
+fn without(mut tree: Tree, prefix: &str) -> Tree {
+    let p = prefix.as_bytes();
+    tree.retain(|k, _| !(k == p || (k.starts_with(p) && k.get(p.len()) == Some(&b'/'))));
+    tree
+}
+
+/// The differences between two trees, one line each (empty: equal).
+fn differences(got: &Tree, want: &Tree) -> Vec<String> {
+    let mut d = Vec::new();
+    for (k, w) in want {
+        match got.get(k) {
+            None => d.push(format!("missing: {}", text(k))),
+            Some(g) if g != w => d.push(format!("{}: got {g:?}, want {w:?}", text(k))),
+            Some(_) => {}
+        }
+    }
+    for k in got.keys().filter(|k| !want.contains_key(*k)) {
+        d.push(format!("unexpected: {}", text(k)));
+    }
+    d
+}
+
+fn assert_same(got: &Tree, want: &Tree, what: &str) {
+    let d = differences(got, want);
+    assert!(
+        d.is_empty(),
+        "{what}: the pool's tree differs from tmpfs's:\n{}",
+        d.join("\n")
+    );
+    assert!(!want.is_empty(), "{what}: the workload made nothing");
+}
+
+// ---- one workload, twice ----
+
+/// A fresh pool (in /dev/shm), the directory it answers for (D), the tmpfs directory
+/// of the plain run (T) and a HOME for programs that want one.
+struct Bench {
+    pool: PathBuf,
+    d: tempfile::TempDir,
+    t: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Bench {
+    fn new(test: &str) -> Bench {
+        Bench::sized(test, 256 << 20)
+    }
+
+    fn sized(test: &str, size: u64) -> Bench {
+        let pool = PathBuf::from(format!(
+            "/dev/shm/lynxfs-programs-{}-{test}.pool",
+            std::process::id()
+        ));
+        let mut o = MkfsOptions::new(size);
+        o.lanes = 2;
+        o.force = true;
+        Pool::mkfs(&pool, &o, PmemBackend::default()).expect("mkfs");
+        Bench {
+            pool,
+            d: tempfile::tempdir().expect("D"),
+            t: tempfile::tempdir_in("/dev/shm").expect("T"),
+            home: tempfile::tempdir().expect("HOME"),
+        }
+    }
+
+    /// The environment both runs get (`env` on top of what the test has).
+    fn shell(&self, script: &str, cwd: &Path, env: &[(&str, &str)]) -> Command {
+        let mut c = Command::new("/bin/sh");
+        c.arg("-c")
+            .arg(script)
+            .current_dir(cwd)
+            .env("HOME", self.home.path())
+            .env("LC_ALL", "C")
+            .env("TZ", "UTC");
+        c.envs(env.iter().copied());
+        c
+    }
+
+    /// `lynxfs run --pool P --at D -- sh -c SCRIPT` in D.
+    fn preloaded(&self, script: &str, env: &[(&str, &str)]) -> Command {
+        let sh = self.shell(script, self.d.path(), env);
+        let mut c = Command::new(&built().lynxfs);
+        c.arg("run")
+            .arg("--pool")
+            .arg(&self.pool)
+            .arg("--at")
+            .arg(self.d.path())
+            .arg("--")
+            .arg(sh.get_program())
+            .args(sh.get_args())
+            .current_dir(self.d.path())
+            .env("LYNXFS_PRELOAD_LIB", &built().preload)
+            .envs(sh.get_envs().filter_map(|(k, v)| Some((k, v?))));
+        c
+    }
+
+    /// Runs `script` preloaded in D and plainly in T; both must succeed with the same
+    /// output. Returns (pool's tree, T's tree).
+    fn compare(&self, script: &str, env: &[(&str, &str)], keep_mtime: &[&str]) -> (Tree, Tree) {
+        let on_pool = run_bounded(self.preloaded(script, env), "preloaded run");
+        let on_tmpfs = run_bounded(self.shell(script, self.t.path(), env), "tmpfs run");
+        assert!(
+            on_tmpfs.status.success(),
+            "the script fails on tmpfs ({}): {}",
+            on_tmpfs.status,
+            text(&on_tmpfs.stderr)
+        );
+        assert!(
+            on_pool.status.success(),
+            "the script fails under lynxfs run ({}): {}\n(on tmpfs it printed: {})",
+            on_pool.status,
+            text(&on_pool.stderr),
+            text(&on_tmpfs.stderr)
+        );
+        assert_eq!(
+            text(&on_pool.stdout),
+            text(&on_tmpfs.stdout),
+            "stdout differs"
+        );
+        let untouched = std::fs::read_dir(self.d.path()).unwrap().count();
+        assert_eq!(
+            untouched, 0,
+            "the preloaded run wrote to D's own file system"
+        );
+        (
+            pool_tree(&self.pool, keep_mtime),
+            disk_tree(self.t.path(), keep_mtime),
+        )
+    }
+
+    /// A clean `lynxfs fsck` of the pool (no process attached).
+    fn fsck_clean(&self) {
+        let mut c = Command::new(&built().lynxfs);
+        c.arg("fsck").arg(&self.pool);
+        let o = run_bounded(c, "fsck");
+        assert!(
+            o.status.success(),
+            "fsck ({}): {}{}",
+            o.status,
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.pool);
+    }
+}
+
+/// The file `name` of a tree, which must be a regular file of `want`'s contents.
+fn assert_file(tree: &Tree, name: &str, want: &[u8]) {
+    let n = tree
+        .get(name.as_bytes())
+        .unwrap_or_else(|| panic!("{name} is missing"));
+    assert_eq!(n.hash, Some(hash(want)), "{name}: contents");
+}
+
+// ---- the workloads ----
+
+const COREUTILS: &str = r#"
+set -e
+mkdir -p src/a/b/c src/e src/flat
+printf 'hello\n' > src/a/one.txt
+seq 1 20000 > src/a/b/c/big
+seq 1 500 > src/a/b/numbers
+for i in 1 2 3 4 5 6 7 8; do seq 1 "$i"00 > src/flat/f$i; done
+ln src/a/one.txt src/a/hard
+ln -s ../a/one.txt src/e/sym
+ln -s f1 src/flat/sym
+chmod 640 src/a/b/numbers
+chmod 750 src/e
+chmod 4755 src/flat/f8
+touch -d '2001-02-03 04:05:06' src/a/one.txt
+cp -a src copy
+mv copy/a/b copy/moved
+mv copy/flat/f1 copy/flat/renamed
+rm -r copy/e
+rm copy/flat/f2
+ls -l --time-style=+ src/flat > ls.out
+cat src/a/one.txt src/a/b/numbers > cat.out
+find . ! -name '*.out' \( -type f -o -type l \) -printf '%y %m %s %n %p %l\n' | sort > find.out
+du -s . > /dev/null
+du -b src/a/one.txt src/a/b/c/big > du.out
+cat ls.out du.out
+"#;
+
+#[test]
+fn coreutils() {
+    let _w = common::watchdog("coreutils", TEST_LIMIT);
+    let b = Bench::new("coreutils");
+    let keep = [
+        "src/a/one.txt",
+        "src/a/hard",
+        "copy/a/one.txt",
+        "copy/a/hard",
+    ];
+    let (pool, tmpfs) = b.compare(COREUTILS, &[], &keep);
+    assert_same(&pool, &tmpfs, "coreutils");
+    assert_eq!(
+        tmpfs[b"src/a/one.txt".as_slice()].mtime,
+        Some(981_173_106_000_000_000),
+        "touch -d"
+    );
+    assert_file(
+        &tmpfs,
+        "du.out",
+        b"6\tsrc/a/one.txt\n108894\tsrc/a/b/c/big\n",
+    );
+    b.fsck_clean();
+}
+
+const TAR: &str = r#"
+set -e
+mkdir -p tree/x/y tree/z
+for i in $(seq 1 60); do seq 1 $((i * 37)) > tree/x/f$i; done
+for i in $(seq 1 20); do echo "$i" > tree/x/y/g$i; done
+ln -s f1 tree/x/link
+ln tree/x/f2 tree/x/hard
+chmod 600 tree/x/f3
+chmod 700 tree/z
+tar -czf t.tgz tree
+mkdir out
+tar -xzf t.tgz -C out
+tar -tzf t.tgz | sort > list.out
+gzip -t t.tgz
+rm -r tree
+"#;
+
+#[test]
+fn tar_with_gzip() {
+    let _w = common::watchdog("tar_with_gzip", TEST_LIMIT);
+    need("tar", "tar");
+    need("gzip", "gzip");
+    let b = Bench::new("tar");
+    let (pool, tmpfs) = b.compare(TAR, &[], &[]);
+    // The archive holds the moment's mtimes: present on both sides, not compared.
+    for t in [&pool, &tmpfs] {
+        assert_eq!(t[b"t.tgz".as_slice()].kind, libc::S_IFREG);
+    }
+    assert_same(&without(pool, "t.tgz"), &without(tmpfs, "t.tgz"), "tar");
+    b.fsck_clean();
+}
+
+const GIT: &str = r#"
+set -e
+git init -q -b main repo
+cd repo
+git config user.name Lynx
+git config user.email lynx@example.invalid
+mkdir -p src doc
+for i in $(seq 1 30); do seq 1 "$i" > src/file$i.txt; done
+printf '# readme\n' > doc/README
+chmod 755 src/file1.txt
+ln -s ../doc/README src/readme-link
+git add .
+git commit -q -m first
+git status --porcelain > ../status1.out
+git checkout -q -b other
+echo changed >> src/file2.txt
+rm src/file3.txt
+echo new > src/new.txt
+git add -A
+git commit -q -m second
+git checkout -q main
+git log --format=%s --all > ../log.out
+git rev-parse main other > ../revs.out
+git status --porcelain > ../status2.out
+git diff --stat main other > ../diff.out
+cat ../log.out ../revs.out
+"#;
+
+#[test]
+fn git() {
+    let _w = common::watchdog("git", TEST_LIMIT);
+    need("git", "git");
+    let b = Bench::new("git");
+    let env = [
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+        ("GIT_AUTHOR_DATE", "2020-01-02T03:04:05Z"),
+        ("GIT_COMMITTER_DATE", "2020-01-02T03:04:05Z"),
+    ];
+    let (pool, tmpfs) = b.compare(GIT, &env, &[]);
+    // .git/index records inode numbers and times: the working trees, the logs and the
+    // commit ids (which hash every object) are what must agree.
+    assert_same(
+        &without(pool, "repo/.git"),
+        &without(tmpfs, "repo/.git"),
+        "git",
+    );
+    b.fsck_clean();
+}
+
+const SQLITE: &str = r#"
+set -e
+{
+  echo "CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, n INTEGER);"
+  echo "CREATE INDEX t_n ON t(n);"
+  for tx in $(seq 0 9); do
+    echo "BEGIN;"
+    for i in $(seq $((tx * 100 + 1)) $((tx * 100 + 100))); do
+      echo "INSERT INTO t VALUES($i, 'row-$i', $((i * 7 % 1000)));"
+    done
+    echo "COMMIT;"
+  done
+  echo "BEGIN; UPDATE t SET name = name || '-updated' WHERE id % 3 = 0; COMMIT;"
+  echo "BEGIN; DELETE FROM t WHERE id % 5 = 0; COMMIT;"
+  echo "BEGIN; INSERT INTO t VALUES(5000, 'rolled back', 0); ROLLBACK;"
+} > script.sql
+sqlite3 db.sqlite < script.sql
+sqlite3 db.sqlite 'PRAGMA integrity_check;' > integrity.out
+sqlite3 db.sqlite 'SELECT id, name, n FROM t ORDER BY id;' > dump.out
+sqlite3 db.sqlite 'SELECT count(*), sum(n) FROM t;'
+"#;
+
+#[test]
+fn sqlite3() {
+    let _w = common::watchdog("sqlite3", TEST_LIMIT);
+    need("sqlite3", "sqlite3");
+    let b = Bench::new("sqlite3");
+    let (pool, tmpfs) = b.compare(SQLITE, &[], &[]);
+    assert_file(&pool, "integrity.out", b"ok\n");
+    assert_same(&pool, &tmpfs, "sqlite3");
+    b.fsck_clean();
+}
+
+const MAKE: &str = r#"
+set -e
+mkdir proj
+cd proj
+cat > calc.h <<'EOF'
+int add(int a, int b);
+int mul(int a, int b);
+EOF
+cat > add.c <<'EOF'
+#include "calc.h"
+int add(int a, int b) { return a + b; }
+EOF
+cat > mul.c <<'EOF'
+#include "calc.h"
+int mul(int a, int b) { int r = 0; for (int i = 0; i < b; i++) r = add(r, a); return r; }
+EOF
+cat > main.c <<'EOF'
+#include <stdio.h>
+#include "calc.h"
+int main(void) { printf("%d %d\n", add(2, 3), mul(6, 7)); return 0; }
+EOF
+printf 'CC = gcc\nCFLAGS = -O1\nprog: main.o add.o mul.o\n\t$(CC) -o prog main.o add.o mul.o\n%%.o: %%.c calc.h\n\t$(CC) $(CFLAGS) -c $< -o $@\nclean:\n\trm -f prog *.o\n' > Makefile
+make
+./prog > ../run.out
+make
+make clean
+make prog
+cat ../run.out
+"#;
+
+#[test]
+fn make_and_gcc() {
+    let _w = common::watchdog("make_and_gcc", TEST_LIMIT);
+    need("make", "make");
+    need("gcc", "gcc");
+    let b = Bench::new("make");
+    let (pool, tmpfs) = b.compare(MAKE, &[], &[]);
+    assert_file(&tmpfs, "run.out", b"5 42\n");
+    assert_same(&pool, &tmpfs, "make");
+    b.fsck_clean();
+}
+
+const PYTHON: &str = r#"
+set -e
+cat > work.py <<'EOF'
+import os, shutil
+os.makedirs("py/a/b", exist_ok=True)
+for i in range(100):
+    with open(f"py/a/f{i}", "w") as f:
+        f.write(str(i) * i)
+os.rename("py/a/f0", "py/a/zero")
+with open("py/a/b/bin", "wb") as f:
+    f.write(bytes(range(256)) * 64)
+    f.seek(100)
+    f.write(b"patched")
+shutil.copytree("py/a", "py/copy")
+shutil.move("py/copy/f1", "py/b1")
+shutil.rmtree("py/a/b")
+os.symlink("copy/f2", "py/link")
+os.chmod("py/copy/f3", 0o600)
+os.utime("py/copy/f4", (1_000_000_000, 1_000_000_000))
+with open("py/log", "a") as f:
+    f.write("one\n")
+with open("py/log", "a") as f:
+    f.write("two\n")
+os.replace("py/log", "py/log.done")
+files = [os.path.join("py/copy", n) for n in sorted(os.listdir("py/copy"))]
+total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+with open("py/copy/b/bin", "rb") as f:
+    f.seek(100)
+    print(total, f.read(7).decode(), os.readlink("py/link"), len(os.listdir("py/a")))
+EOF
+/usr/bin/python3 work.py
+"#;
+
+#[test]
+fn python() {
+    let _w = common::watchdog("python", TEST_LIMIT);
+    need("python3", "python3");
+    let b = Bench::new("python");
+    let (pool, tmpfs) = b.compare(PYTHON, &[], &["py/copy/f4"]);
+    assert_eq!(
+        tmpfs[b"py/copy/f4".as_slice()].mtime,
+        Some(1_000_000_000_000_000_000),
+        "os.utime"
+    );
+    assert_same(&pool, &tmpfs, "python");
+    b.fsck_clean();
+}
+
+// ---- a full pool ----
+
+/// Fills the pool, then frees the space and goes on.
+const FILL: &str = r#"
+if head -c 64M /dev/zero > big 2> err; then echo wrote; else echo failed; fi
+grep -c 'No space left on device' err
+rm big err
+echo after > small
+cat small
+"#;
+
+#[test]
+fn a_full_pool_fails_the_write_with_enospc_and_recovers() {
+    let b = Bench::sized("full", 16 << 20);
+    let out = run_bounded(b.preloaded(FILL, &[]), "fill");
+    assert!(
+        out.status.success(),
+        "fill ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), "failed\n1\nafter\n");
+    let tree = pool_tree(&b.pool, &[]);
+    assert_eq!(tree.keys().collect::<Vec<_>>(), [b"small"]);
+    assert_file(&tree, "small", b"after\n");
+    b.fsck_clean();
+}
+
+// ---- a program killed mid-run ----
+
+/// Churns files in its own directory until killed.
+const CHURN: &str = r#"
+mkdir -p churn
+i=0
+while :; do
+  i=$((i + 1))
+  echo "data $i" > churn/a$i
+  mv churn/a$i churn/b$i
+  mkdir churn/d$i
+  rm -r churn/b$i churn/d$i
+done
+"#;
+
+/// Makes 200 files in its own directory, renaming and rewriting as it goes.
+const STEADY: &str = r#"
+set -e
+mkdir steady
+for i in $(seq 1 200); do
+  printf 'file %s\n' "$i" > steady/tmp
+  mv steady/tmp steady/f$i
+  cp steady/f$i steady/c$i
+  rm steady/c$i
+done
+ls steady | wc -l
+"#;
+
+#[test]
+fn a_program_killed_mid_run_leaves_the_others_and_the_pool_sound() {
+    let _w = common::watchdog(
+        "a_program_killed_mid_run_leaves_the_others_and_the_pool_sound",
+        TEST_LIMIT,
+    );
+    let b = Bench::new("killed");
+    let mut churn = b.preloaded(CHURN, &[]);
+    let churn = spawn_group(&mut churn, "churn");
+    // Let it get going: its first files appear through the engine.
+    wait_for_files(&b.pool, "churn", &churn);
+    let mut steady = b.preloaded(STEADY, &[]);
+    let steady = spawn_group(&mut steady, "steady");
+    std::thread::sleep(Duration::from_millis(300));
+    kill_group(&churn);
+    let killed = finish_within(churn, "churn");
+    assert!(!killed.status.success(), "churn ended by itself");
+    let out = finish_within(steady, "steady");
+    assert!(
+        out.status.success(),
+        "the other program failed ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout).trim(), "200");
+    let tree = pool_tree(&b.pool, &[]);
+    for i in 1..=200 {
+        assert_file(
+            &tree,
+            &format!("steady/f{i}"),
+            format!("file {i}\n").as_bytes(),
+        );
+    }
+    let steady_files = tree.keys().filter(|k| k.starts_with(b"steady/")).count();
+    assert_eq!(steady_files, 200, "steady/ holds exactly its 200 files");
+    b.fsck_clean();
+}
+
+/// Waits (within [`LIMIT`]) until the pool has a non-empty directory `dir`.
+fn wait_for_files(pool: &Path, dir: &str, child: &Child) {
+    let start = Instant::now();
+    loop {
+        let tree = pool_tree(pool, &[]);
+        let prefix = format!("{dir}/");
+        if tree.keys().any(|k| k.starts_with(prefix.as_bytes())) {
+            return;
+        }
+        if start.elapsed() > LIMIT {
+            kill_group(child);
+            panic!("{dir}: nothing appeared in the pool within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// ---- the comparison itself ----
+
+#[test]
+fn the_comparison_sees_every_kind_of_difference() {
+    let _w = common::watchdog("the_comparison_sees_every_kind_of_difference", TEST_LIMIT);
+    let a = tempfile::tempdir_in("/dev/shm").unwrap();
+    let b = tempfile::tempdir_in("/dev/shm").unwrap();
+    let setup = "set -e; mkdir d; echo x > d/f; echo y > d/g; ln d/f d/h; ln -s f d/l; \
+                 touch -d 2001-01-01 d/g";
+    for dir in [a.path(), b.path()] {
+        let o = run_bounded(
+            {
+                let mut c = Command::new("/bin/sh");
+                c.arg("-c").arg(setup).current_dir(dir);
+                c
+            },
+            "setup",
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    let keep = ["d/g"];
+    assert!(differences(&disk_tree(a.path(), &keep), &disk_tree(b.path(), &keep)).is_empty());
+    let changes: [(&str, &str); 6] = [
+        ("chmod 600 d/f", "d/f"),
+        ("echo z > d/g; touch -d 2001-01-01 d/g", "d/g"),
+        ("rm d/h; echo x > d/h", "d/h"),
+        ("rm d/l; ln -s g d/l", "d/l"),
+        ("touch -d 2002-01-01 d/g", "d/g"),
+        ("mkdir d/new", "unexpected: d/new"),
+    ];
+    for (change, want) in changes {
+        let c = tempfile::tempdir_in("/dev/shm").unwrap();
+        let script = format!("{setup}; {change}");
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c").arg(&script).current_dir(c.path());
+        assert!(run_bounded(cmd, "change").status.success());
+        let d = differences(&disk_tree(c.path(), &keep), &disk_tree(a.path(), &keep));
+        assert!(
+            d.iter().any(|l| l.starts_with(want)),
+            "{change}: want a difference at {want}, got {d:?}"
+        );
+    }
+}
