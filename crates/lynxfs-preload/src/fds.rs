@@ -3,8 +3,11 @@
 //! the kernel's; the table says which engine handle serves it. Fds dup'd from one
 //! another share one [`Open`], as they share one open file description.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
 
 use libc::c_int;
 
@@ -42,7 +45,8 @@ impl Drop for Open {
         if let Some(a) = state::attached_now() {
             let _inside = crate::guard::Inside::enter();
             // Closing cannot fail for a handle this table owned.
-            let _ = a.fs.close_fd(self.handle);
+            let h = self.handle;
+            let _ = crate::guard::on_live_thread(|| a.fs.close_fd(h));
         }
     }
 }
@@ -55,11 +59,13 @@ static MARKS: [AtomicU64; MARKED / 64] = [const { AtomicU64::new(0) }; MARKED / 
 /// Entries at or above MARKED (rare: the lookup is then always made).
 static HIGH: AtomicUsize = AtomicUsize::new(0);
 
-type Table = papaya::HashMap<c_int, Arc<Open>>;
+/// A plain locked map: calls come from exit handlers too, after the thread's
+/// thread-locals are gone (which lock-free maps need).
+type Table = RwLock<HashMap<c_int, Arc<Open>>>;
 
 fn table() -> &'static Table {
     static T: OnceLock<Table> = OnceLock::new();
-    T.get_or_init(Table::new)
+    T.get_or_init(Default::default)
 }
 
 fn marked(fd: c_int) -> bool {
@@ -92,13 +98,17 @@ pub fn get(fd: c_int) -> Option<Arc<Open>> {
     if fd < 0 || !marked(fd) {
         return None;
     }
-    table().pin().get(&fd).cloned()
+    table().read().get(&fd).cloned()
 }
 
 /// `fd` (a kernel fd this library reserved) now serves `open`; an entry left over
 /// from an fd the kernel closed behind our back is dropped.
 pub fn insert(fd: c_int, open: Arc<Open>) {
-    let old = table().pin().insert(fd, open).is_some();
+    let old = table().write().insert(fd, open);
+    // The old description (if the kernel reused the number) is dropped unlocked.
+    let was = old.is_some();
+    drop(old);
+    let old = was;
     if !old {
         mark(fd, true);
     }
@@ -109,7 +119,7 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
     if fd < 0 || !marked(fd) {
         return None;
     }
-    let old = table().pin().remove(&fd).cloned();
+    let old = table().write().remove(&fd);
     if old.is_some() {
         mark(fd, false);
     }
@@ -119,7 +129,7 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
 /// Every fd of ours, with its description.
 pub fn all() -> Vec<(c_int, Arc<Open>)> {
     table()
-        .pin()
+        .read()
         .iter()
         .map(|(fd, o)| (*fd, o.clone()))
         .collect()

@@ -33,3 +33,57 @@ pub fn inside() -> bool {
     // A thread being torn down has no locals left: treat it as inside (C library).
     INSIDE.try_with(Cell::get).unwrap_or(true)
 }
+
+/// A thread-local with a destructor: gone once the C library has run the thread's
+/// thread-local destructors, which at `exit` happens before the exit handlers (and
+/// stdio's last flushes) run.
+struct Alive;
+
+impl Drop for Alive {
+    fn drop(&mut self) {}
+}
+
+thread_local! {
+    static ALIVE: Alive = const { Alive };
+}
+
+/// Whether this thread's thread-locals are usable (the engine's lock-free maps need
+/// them). Touching it also makes it count for this thread.
+pub fn alive() -> bool {
+    ALIVE.try_with(|_| ()).is_ok()
+}
+
+/// Runs `f` here, or, once this thread's thread-locals are gone (calls made by exit
+/// handlers), on a thread of its own.
+pub fn on_live_thread<R>(f: impl FnOnce() -> R) -> R {
+    if alive() {
+        return f();
+    }
+    /// Moves the call and its answer across: the calling thread waits for the
+    /// helper thread, so nothing they refer to is used by both at once.
+    struct Carry<T>(T);
+    // SAFETY: see above: the caller is blocked in `join` while the helper runs.
+    unsafe impl<T> Send for Carry<T> {}
+    impl<T> Carry<T> {
+        // A method, so the closure below captures the whole (Send) wrapper.
+        fn take(self) -> T {
+            self.0
+        }
+    }
+    let job = Carry(f);
+    let done = std::thread::scope(|s| {
+        s.spawn(move || {
+            let f = job.take();
+            Carry(f())
+        })
+        .join()
+    });
+    match done {
+        Ok(Carry(r)) => r,
+        Err(_) => {
+            crate::say("a call at exit failed");
+            // SAFETY: ends the process, as a panic here would.
+            unsafe { libc::abort() }
+        }
+    }
+}

@@ -22,6 +22,9 @@ pub mod state;
 
 /// Runs when the library is loaded, before the program's `main`.
 extern "C" fn on_load() {
+    // Registered first, so destroyed last: its absence tells exit handlers that the
+    // thread-locals the engine needs are gone.
+    guard::alive();
     let _inside = guard::Inside::enter();
     if state::config().is_none() {
         return;
@@ -29,6 +32,7 @@ extern "C" fn on_load() {
     calls::process::remember_env();
     calls::process::init();
     calls::process::adopt_inherited();
+    calls::stdio::standard_streams();
     state::init();
     // SAFETY: registers a function that lives as long as the process.
     unsafe { libc::atexit(on_exit) };

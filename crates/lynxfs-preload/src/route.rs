@@ -168,7 +168,7 @@ pub unsafe fn at_path<R: Fail>(
                     set_errno(libc::EIO);
                     return R::FAIL;
                 };
-                match with_base(a, &base, |s| pool(s, rel)) {
+                match crate::guard::on_live_thread(|| with_base(a, &base, |s| pool(s, rel))) {
                     Ok(v) => return v,
                     Err(Error::Outside(rest)) => rest,
                     Err(e) => {

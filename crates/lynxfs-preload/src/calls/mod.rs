@@ -41,7 +41,7 @@ pub fn on_fd<R: Fail>(
         return R::FAIL;
     };
     let _inside = crate::guard::Inside::enter();
-    match pool(a, &o) {
+    match crate::guard::on_live_thread(|| pool(a, &o)) {
         Ok(v) => v,
         Err(e) => {
             set_errno(e.errno());

@@ -28,11 +28,13 @@ fn stat_path(s: &Caller, p: &[u8], nofollow: bool) -> lynxfs::Result<Stat> {
 /// `path` is null or a valid C string; `st` null or valid for a write.
 unsafe fn stat_at(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) -> c_int {
     // SAFETY: the caller's path.
-    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { state::cpath(path) } == Some(b"")
-        && (dirfd != libc::AT_FDCWD || !state::cwd_in_pool()) {
-            // SAFETY: forwarded.
-            return unsafe { fstat64(dirfd, st) };
-        }
+    if flags & libc::AT_EMPTY_PATH != 0
+        && unsafe { state::cpath(path) } == Some(b"")
+        && (dirfd != libc::AT_FDCWD || !state::cwd_in_pool())
+    {
+        // SAFETY: forwarded.
+        return unsafe { fstat64(dirfd, st) };
+    }
     let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
     // SAFETY: the caller's arguments.
     unsafe {

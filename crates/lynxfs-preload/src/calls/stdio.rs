@@ -193,3 +193,38 @@ pub unsafe extern "C" fn fileno_unlocked(f: *mut FILE) -> c_int {
     // SAFETY: forwarded as received.
     unsafe { fileno(f) }
 }
+
+extern "C" {
+    static mut stdin: *mut FILE;
+    static mut stdout: *mut FILE;
+    static mut stderr: *mut FILE;
+}
+
+/// At load: the C library's stdin, stdout and stderr write and read with internal
+/// calls a preload cannot replace, so those of them that are pool fds (a program
+/// started with `> file` in the pool) become cookie streams on the same fds.
+pub fn standard_streams() {
+    let streams: [(c_int, *mut *mut FILE, &core::ffi::CStr); 3] = [
+        // SAFETY: only the addresses of the C library's stream variables are taken.
+        (0, &raw mut stdin, c"r"),
+        (1, &raw mut stdout, c"w"),
+        (2, &raw mut stderr, c"w"),
+    ];
+    for (fd, var, mode) in streams {
+        if fds::get(fd).is_none() {
+            continue;
+        }
+        // SAFETY: a pool fd and a valid mode.
+        let f = unsafe { stream(fd, mode.as_ptr()) };
+        if f.is_null() {
+            continue;
+        }
+        if fd == 2 {
+            // SAFETY: a stream just made; stderr is unbuffered, as the C library's.
+            unsafe { libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0) };
+        }
+        // SAFETY: at load, before the program runs: nothing uses the old stream
+        // concurrently; it stays open (never written to again).
+        unsafe { *var = f };
+    }
+}
