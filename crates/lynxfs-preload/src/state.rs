@@ -182,10 +182,16 @@ pub fn init() {
     };
     set_umask(m);
     let Some(c) = config() else { return };
-    let Ok(cwd) = std::env::current_dir() else {
-        return;
+    // A preloaded parent working inside the pool said where; else the kernel's
+    // working directory may be under the pool's directory (its mount).
+    let inherited = std::env::var_os(crate::calls::process::ENV_CWD);
+    let kernel = std::env::current_dir().ok();
+    let rest = match (&inherited, &kernel) {
+        (Some(p), _) => Some(p.as_bytes()),
+        (None, Some(k)) => crate::route::under(&c.at, k.as_os_str().as_bytes()),
+        (None, None) => None,
     };
-    if let Some(rest) = crate::route::under(&c.at, cwd.as_os_str().as_bytes()) {
+    if let Some(rest) = rest {
         if let Some(a) = attached() {
             let mut s = a.cwd.write();
             if s.chdir(rest_or_dot(rest)).is_ok() {

@@ -16,6 +16,7 @@ pub mod open;
 pub mod process;
 pub mod stat;
 pub mod stdio;
+pub mod temp;
 pub mod xattr;
 
 use libc::c_int;

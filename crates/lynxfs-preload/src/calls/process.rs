@@ -19,6 +19,18 @@ use crate::state::{self, Attached};
 /// program attaches at load to take over its previous image's place.
 pub const ENV_PREVIOUS: &str = "LYNXFS_PREVIOUS_IMAGE";
 
+/// Set in the environment of a program exec'd or spawned by a process whose working
+/// directory is inside the pool: that directory's path in the pool (the kernel's
+/// own working directory cannot be there when no FUSE mount shows the pool).
+pub const ENV_CWD: &str = "LYNXFS_CWD";
+
+/// The working directory to hand on, when it is inside the pool.
+fn cwd_to_pass() -> Option<Vec<u8>> {
+    let a = state::attached_now().filter(|_| state::cwd_in_pool())?;
+    let ino = a.cwd.read().cwd();
+    a.fs.ns().path_of(ino).ok()
+}
+
 /// Registers the fork handlers; called once at load.
 pub fn init() {
     // SAFETY: registers three functions that live as long as the process.
@@ -102,7 +114,8 @@ fn environment(envp: *const *const c_char, attached: bool) -> (Vec<CString>, Vec
         // SAFETY: as above.
         let e = unsafe { CStr::from_ptr(*p) };
         let b = e.to_bytes();
-        if !b.starts_with(ENV_PREVIOUS.as_bytes()) {
+        let mine = |n: &str| b.starts_with(n.as_bytes()) && b.get(n.len()) == Some(&b'=');
+        if !mine(ENV_PREVIOUS) && !mine(ENV_CWD) {
             for (i, (name, _)) in ours.iter().enumerate() {
                 if b.starts_with(name.as_bytes()) && b.get(name.len()) == Some(&b'=') {
                     have[i] = true;
@@ -122,6 +135,13 @@ fn environment(envp: *const *const c_char, attached: bool) -> (Vec<CString>, Vec
     }
     if attached {
         out.push(CString::new(format!("{ENV_PREVIOUS}=1")).expect("no NUL"));
+    }
+    if let Some(cwd) = cwd_to_pass() {
+        let mut e = format!("{ENV_CWD}=").into_bytes();
+        e.extend_from_slice(&cwd);
+        if let Ok(e) = CString::new(e) {
+            out.push(e);
+        }
     }
     let mut ptrs: Vec<*const c_char> = out.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
@@ -417,6 +437,9 @@ pub fn detach() {
         unsafe { libc::fflush(std::ptr::null_mut()) };
         let leave = std::thread::Builder::new().spawn(move || {
             let _inside = crate::guard::Inside::enter();
+            // The working directory's hold is an open reference too: let it go.
+            let root = a.root.at(lynxfs::format::ROOT_INO);
+            *a.cwd.write() = root;
             a.fs.close()
         });
         match leave.map(|t| t.join()) {
