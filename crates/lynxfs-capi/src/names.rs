@@ -92,7 +92,8 @@ pub unsafe extern "C" fn lynxfs_renameat2(
         let h = lynx(fs)?;
         let from = h.at_path(fromdir, path(from)?)?;
         let to = h.at_path(todir, path(to)?)?;
-        h.session(|s| Ok(s.rename(&*from, &*to, flags)?)).map(|()| 0)
+        h.session(|s| Ok(s.rename(&*from, &*to, flags)?))
+            .map(|()| 0)
     })
 }
 
