@@ -10,9 +10,9 @@
  * (-ENOENT, ...) on failure, as the kernel's system calls do, and never sets errno.
  * Pointers the caller passes must be valid for the call (NUL-terminated strings,
  * buffers of the size given); a NULL handle or stream is -EINVAL, any other NULL
- * pointer -EFAULT. Paths and names longer than Linux allows are -ENAMETOOLONG; for
- * now a path that is not valid UTF-8 is -EINVAL. Every call is durable when it returns (fsync has nothing to wait
- * for).
+ * pointer -EFAULT. Paths and names longer than Linux allows are -ENAMETOOLONG; names
+ * are bytes, as the kernel's (any byte but '/' and NUL). Every call is durable when it
+ * returns (fsync has nothing to wait for).
  *
  * Threads: a lynxfs_t may be used by several threads at once, except that
  * lynxfs_detach must be the last call on it. A lynxfs_dir_t is safe to share too,

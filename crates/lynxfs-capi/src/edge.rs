@@ -56,16 +56,14 @@ pub(crate) fn call<T: Ret>(body: impl FnOnce() -> R<i64>) -> T {
 }
 
 /// The one conversion of a C path (or xattr name) to what the engine's `Session`
-/// takes: NULL is EFAULT; until `Session` takes bytes, a name that is not UTF-8 is
-/// EINVAL.
-pub(crate) fn path<'a>(p: *const c_char) -> R<&'a str> {
+/// takes (bytes, as the kernel's names): NULL is EFAULT.
+pub(crate) fn path<'a>(p: *const c_char) -> R<&'a [u8]> {
     if p.is_null() {
         return Err(Errno(libc::EFAULT));
     }
     // SAFETY: not NULL, and the header requires a NUL-terminated string that lives
     // for the call.
-    let c = unsafe { CStr::from_ptr(p) };
-    c.to_str().map_err(|_| Errno(libc::EINVAL))
+    Ok(unsafe { CStr::from_ptr(p) }.to_bytes())
 }
 
 /// A caller's buffer of `n` bytes to fill (at most [`MAX_RW`] of them are used).

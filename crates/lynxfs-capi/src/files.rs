@@ -30,8 +30,8 @@ pub unsafe extern "C" fn lynxfs_openat(
 ) -> c_int {
     call(|| {
         let h = lynx(fs)?;
-        let p = h.at_path(dirfd, path(p)?)?;
-        let efd = h.session(|s| Ok(s.open(&*p, flags, mode)?))?;
+        let p = path(p)?;
+        let efd = h.session_at(dirfd, |s| Ok(s.open(p, flags, mode)?))?;
         h.install(efd).map(i64::from)
     })
 }

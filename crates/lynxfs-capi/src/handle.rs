@@ -64,20 +64,42 @@ impl Lynx {
         f(&mut self.session.write())
     }
 
-    /// `path` as the caller's session should see it in an *at call on `dirfd`: as it is
-    /// for [`AT_FDCWD`] or an absolute path, else prefixed with the directory's path.
-    pub(crate) fn at_path<'p>(&self, dirfd: c_int, path: &'p str) -> R<Cow<'p, str>> {
-        if dirfd == AT_FDCWD || path.starts_with('/') {
-            return Ok(Cow::Borrowed(path));
-        }
+    /// The directory inode behind descriptor `dirfd` (ENOTDIR for a file).
+    fn dir_of(&self, dirfd: c_int) -> R<u64> {
         let ino = self.fs.fd_ino(self.fd(dirfd)?)?;
         if !is_dir(self.fs.ns().mode(ino)) {
             return Err(Errno(libc::ENOTDIR));
         }
-        // Until the engine's `Session::at(ino)`, the directory is named by its path.
-        let dir = self.fs.ns().path_of(ino)?;
-        let dir = std::str::from_utf8(&dir).map_err(|_| Errno(libc::EINVAL))?;
-        Ok(Cow::Owned(format!("{}/{path}", dir.trim_end_matches('/'))))
+        Ok(ino)
+    }
+
+    /// Runs `f` with the caller's session positioned for an *at call on `dirfd`: as it
+    /// is for [`AT_FDCWD`], else at that directory (held open by the descriptor).
+    pub(crate) fn session_at<T>(
+        &self,
+        dirfd: c_int,
+        f: impl FnOnce(&Session<'static, PmemBackend>) -> R<T>,
+    ) -> R<T> {
+        if dirfd == AT_FDCWD {
+            return self.session(f);
+        }
+        let dir = self.dir_of(dirfd)?;
+        f(&self.session.read().at(dir))
+    }
+
+    /// `path` for a call naming two paths, each from its own directory: as it is for
+    /// [`AT_FDCWD`] or an absolute path, else prefixed with the directory's path (a
+    /// rename of that directory between the two steps is not seen).
+    pub(crate) fn at_path<'p>(&self, dirfd: c_int, path: &'p [u8]) -> R<Cow<'p, [u8]>> {
+        if dirfd == AT_FDCWD || path.starts_with(b"/") {
+            return Ok(Cow::Borrowed(path));
+        }
+        let mut full = self.fs.ns().path_of(self.dir_of(dirfd)?)?;
+        if !full.ends_with(b"/") {
+            full.push(b'/');
+        }
+        full.extend_from_slice(path);
+        Ok(Cow::Owned(full))
     }
 
     /// The engine's handle behind descriptor `fd`.

@@ -52,13 +52,12 @@ fn process_cred() -> R<Cred> {
 /// Opens the pool at `pool` for this process: the error's text is kept for
 /// `lynxfs_attach_error`.
 fn attach(pool: *const c_char, flags: c_int) -> Result<Box<Lynx>, (i32, String)> {
-    let p = path(pool).map_err(|e| (e.0, "pool path is NULL or not UTF-8".to_string()))?;
+    let p = path(pool).map_err(|e| (e.0, "pool path is NULL".to_string()))?;
     if flags != 0 {
         return Err((libc::EINVAL, format!("unknown attach flags {flags:#x}")));
     }
     let cred = process_cred().map_err(|e| (e.0, "cannot read the credentials".into()))?;
-    let fs = Fs::open(Path::new(OsStr::from_bytes(p.as_bytes())))
-        .map_err(|e| (e.errno(), e.to_string()))?;
+    let fs = Fs::open(Path::new(OsStr::from_bytes(p))).map_err(|e| (e.errno(), e.to_string()))?;
     Ok(Box::new(Lynx::new(fs, cred)))
 }
 

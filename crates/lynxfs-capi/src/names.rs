@@ -10,7 +10,7 @@ use crate::{convert, lynx, Lynx};
 fn on_path(
     fs: *const Lynx,
     p: *const c_char,
-    f: impl FnOnce(&engine::Session<'static, engine::pmem::PmemBackend>, &str) -> R<()>,
+    f: impl FnOnce(&engine::Session<'static, engine::pmem::PmemBackend>, &[u8]) -> R<()>,
 ) -> c_int {
     call(|| {
         let h = lynx(fs)?;
