@@ -107,7 +107,7 @@ fn outside_path(at: &[u8], rest: Vec<u8>) -> Vec<u8> {
     let mut p = parent.to_vec();
     // `rest` starts with "..", the step up from `at` just taken.
     let after = &rest[2..];
-    if !after.starts_with(b"/") {
+    if !after.is_empty() && !after.starts_with(b"/") {
         p.push(b'/');
     }
     p.extend_from_slice(after);
