@@ -344,7 +344,14 @@ pub unsafe extern "C" fn getcwd(b: *mut c_char, n: size_t) -> *mut c_char {
     let cwd = a.cwd.read().cwd();
     let mut p = c.at.clone();
     match a.fs.ns().path_of(cwd) {
-        Ok(rel) => p.extend_from_slice(&rel),
+        // The pool's root is the directory `at` itself (no trailing "/").
+        Ok(rel) if rel == b"/" => {}
+        Ok(rel) => {
+            while p.last() == Some(&b'/') {
+                p.pop();
+            }
+            p.extend_from_slice(&rel)
+        }
         Err(e) => {
             set_errno(e.errno());
             return std::ptr::null_mut();

@@ -340,6 +340,11 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: 
     on_fd(
         fd,
         |a, o| {
+            let keep = libc::FALLOC_FL_KEEP_SIZE;
+            if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 && mode & keep == 0 {
+                // The kernel's check, before the file system's.
+                return Err(super::err(libc::EOPNOTSUPP));
+            }
             a.fs.fallocate(o.handle, mode, offset(off)?, offset(len)?)
                 .map(|()| 0)
         },

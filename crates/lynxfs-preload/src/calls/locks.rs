@@ -84,6 +84,22 @@ fn unlock_all() -> libc::flock {
     l
 }
 
+/// As the kernel: a read lock needs an fd open for reading, a write lock one open
+/// for writing (the stand-in is open for both), else EBADF.
+fn check_access(a: &Attached, o: &Open, kind: c_int) -> lynxfs::Result<()> {
+    let mode = a.fs.status_flags(o.handle)? & libc::O_ACCMODE;
+    let ok = match kind {
+        libc::F_RDLCK => mode != libc::O_WRONLY,
+        libc::F_WRLCK => mode != libc::O_RDONLY,
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(err(libc::EBADF))
+    }
+}
+
 /// Whether `cmd` is a record-lock command.
 pub fn is_lock(cmd: c_int) -> bool {
     matches!(
@@ -119,6 +135,9 @@ pub unsafe fn fcntl(
         _ => return Err(err(libc::EINVAL)),
     };
     let start = l.l_start.checked_add(base).ok_or(err(libc::EOVERFLOW))?;
+    if !matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
+        check_access(a, o, l.l_type as c_int)?;
+    }
     let mut abs = *l;
     abs.l_whence = libc::SEEK_SET as i16;
     abs.l_start = start;

@@ -70,6 +70,11 @@ pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    if flags & !libc::AT_REMOVEDIR != 0 {
+        // The kernel checks the flags before the path.
+        set_errno(libc::EINVAL);
+        return -1;
+    }
     // SAFETY: the caller's arguments.
     unsafe {
         at_path(
@@ -218,11 +223,13 @@ pub unsafe extern "C" fn linkat(
             nd,
             new,
             |s, o, n| {
+                if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) != 0 {
+                    return Err(err(libc::EINVAL));
+                }
                 if flags & libc::AT_SYMLINK_FOLLOW != 0 {
-                    // Link what the symlink names: its path from the root.
                     let ino = s.resolve(o, true)?;
                     if ino != s.resolve(o, false)? {
-                        return Err(err(libc::EOPNOTSUPP));
+                        return link_ino(s, ino, n);
                     }
                 }
                 s.link(o, n)
@@ -230,6 +237,25 @@ pub unsafe extern "C" fn linkat(
             || real::linkat(od, old, nd, new, flags),
         )
     }
+}
+
+/// linkat with AT_SYMLINK_FOLLOW on a symlink: links the inode it names, `ino`, as
+/// `new` (a path from the pool's root).
+fn link_ino(s: &Caller, ino: u64, new: &[u8]) -> lynxfs::Result<()> {
+    let trimmed = new.strip_suffix(b"/").unwrap_or(new);
+    let (dir, name) = match trimmed.iter().rposition(|&c| c == b'/') {
+        Some(i) => (&trimmed[..=i], &trimmed[i + 1..]),
+        None => (&b"."[..], trimmed),
+    };
+    if name.is_empty() || name == b"." || name == b".." || trimmed.len() != new.len() {
+        return Err(err(libc::EEXIST));
+    }
+    let parent = s.resolve(dir, true)?;
+    let ns = s.fs().ns();
+    if ns.lookup(parent, name, &s.cred).is_ok() {
+        return Err(err(libc::EEXIST));
+    }
+    ns.link(ino, parent, name, &s.cred)
 }
 
 #[no_mangle]
@@ -269,6 +295,11 @@ pub unsafe extern "C" fn readlinkat(
     b: *mut c_char,
     n: size_t,
 ) -> ssize_t {
+    if n == 0 {
+        // The kernel checks the size before the path.
+        set_errno(libc::EINVAL);
+        return -1;
+    }
     // SAFETY: the caller's arguments.
     unsafe {
         at_path(

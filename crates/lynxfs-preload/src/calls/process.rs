@@ -518,6 +518,23 @@ fn inherited_keys() -> Vec<(c_int, u64)> {
 // execl, execlp and execle: variadic in C, gathered by src/exec_list.c. Each entry
 // point is a bare jump, so the C function receives the caller's arguments (registers
 // and stack) exactly as they were passed.
+// The jump: x86-64 and AArch64 only, where calls/mod.rs's calling-convention
+// assumption holds too.
+#[cfg(target_arch = "x86_64")]
+macro_rules! jump {
+    () => {
+        "jmp {f}"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+macro_rules! jump {
+    () => {
+        "b {f}"
+    };
+}
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("liblynxfs_preload supports x86-64 and AArch64 Linux only (calls/mod.rs)");
+
 extern "C" {
     fn lynxfs_execl();
     fn lynxfs_execlp();
@@ -527,17 +544,17 @@ extern "C" {
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn execl() {
-    std::arch::naked_asm!("jmp {f}", f = sym lynxfs_execl)
+    std::arch::naked_asm!(jump!(), f = sym lynxfs_execl)
 }
 
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn execlp() {
-    std::arch::naked_asm!("jmp {f}", f = sym lynxfs_execlp)
+    std::arch::naked_asm!(jump!(), f = sym lynxfs_execlp)
 }
 
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn execle() {
-    std::arch::naked_asm!("jmp {f}", f = sym lynxfs_execle)
+    std::arch::naked_asm!(jump!(), f = sym lynxfs_execle)
 }

@@ -6,7 +6,7 @@ use lynxfs::Stat;
 use super::{err, on_fd, put};
 use crate::conv;
 use crate::real;
-use crate::route::at_path;
+use crate::route::{at_path, set_errno};
 use crate::state::{self, Caller};
 
 fn dev() -> u64 {
@@ -28,6 +28,11 @@ fn stat_path(s: &Caller, p: &[u8], nofollow: bool) -> lynxfs::Result<Stat> {
 /// `path` is null or a valid C string; `st` null or valid for a write.
 unsafe fn stat_at(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) -> c_int {
     // SAFETY: the caller's path.
+    if let Some(e) = bad_stat_call(unsafe { state::cpath(path) }, flags, 0) {
+        set_errno(e);
+        return -1;
+    }
+    // SAFETY: the caller's path.
     if flags & libc::AT_EMPTY_PATH != 0
         && unsafe { state::cpath(path) } == Some(b"")
         && (dirfd != libc::AT_FDCWD || !state::cwd_in_pool())
@@ -48,6 +53,23 @@ unsafe fn stat_at(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flag
             |fd, p| real::fstatat64(fd, p, st, flags),
         )
     }
+}
+
+/// The errors the kernel gives a stat call before looking at the path: unknown
+/// flags or mask bits (EINVAL), an empty path without AT_EMPTY_PATH (ENOENT).
+fn bad_stat_call(path: Option<&[u8]>, flags: c_int, mask: c_uint) -> Option<c_int> {
+    let known = libc::AT_SYMLINK_NOFOLLOW
+        | libc::AT_NO_AUTOMOUNT
+        | libc::AT_EMPTY_PATH
+        | libc::AT_STATX_SYNC_TYPE;
+    let sync = flags & libc::AT_STATX_SYNC_TYPE;
+    if flags & !known != 0
+        || sync == libc::AT_STATX_SYNC_TYPE
+        || mask & libc::STATX__RESERVED as c_uint != 0
+    {
+        return Some(libc::EINVAL);
+    }
+    (path == Some(b"") && flags & libc::AT_EMPTY_PATH == 0).then_some(libc::ENOENT)
 }
 
 #[no_mangle]
@@ -187,6 +209,11 @@ pub unsafe extern "C" fn statx(
     mask: c_uint,
     st: *mut libc::statx,
 ) -> c_int {
+    // SAFETY: the caller's path.
+    if let Some(e) = bad_stat_call(unsafe { state::cpath(path) }, flags, mask) {
+        set_errno(e);
+        return -1;
+    }
     let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
     // SAFETY: the caller's path.
     let empty = unsafe { state::cpath(path) } == Some(b"");

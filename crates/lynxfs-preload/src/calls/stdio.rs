@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use crate::fds;
 use crate::real;
-use crate::route::set_errno;
+use crate::route::{set_errno, Route};
 
 type ReadFn = unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t;
 type WriteFn = unsafe extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t;
@@ -157,16 +157,76 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     unsafe { real::fdopen(fd, mode) }
 }
 
-/// A stream reopened on a pool path is reopened through the pool's mount (the
-/// same FILE must stay, which a cookie stream cannot become).
+/// A stream reopened on a pool path, or a pool stream reopened: glibc's own freopen
+/// would open the path with internal calls (not the pool) and cannot turn a FILE
+/// into a cookie stream. As glibc does, the old stream is closed, the new file
+/// takes the old fd's number, and a standard stream variable (`stdout`, ...) that
+/// named the old FILE names the new one (the FILE itself changes).
 #[no_mangle]
 pub unsafe extern "C" fn freopen64(
     path: *const c_char,
     mode: *const c_char,
     f: *mut FILE,
 ) -> *mut FILE {
-    // SAFETY: the C library's freopen with the caller's arguments.
-    unsafe { real::freopen64(path, mode, f) }
+    // SAFETY: the caller's path (or null).
+    let to_pool = unsafe { crate::state::cpath(path) }
+        .is_some_and(|p| matches!(crate::route::route(libc::AT_FDCWD, p), Route::Pool(..)));
+    let from_pool = STREAMS
+        .lock()
+        .as_ref()
+        .is_some_and(|m| m.contains_key(&(f as usize)));
+    if crate::guard::inside() || f.is_null() || !(to_pool || from_pool) {
+        // SAFETY: the C library's freopen with the caller's arguments.
+        return unsafe { real::freopen64(path, mode, f) };
+    }
+    // SAFETY: the caller's stream, still open.
+    let old_fd = unsafe { fileno(f) };
+    // SAFETY: the caller's stream, closed as freopen does first (its errors ignored).
+    unsafe { libc::fclose(f) };
+    // SAFETY: the caller's mode string.
+    let flags = unsafe { crate::state::cpath(mode) }.and_then(open_flags);
+    let (Some(flags), false) = (flags, path.is_null()) else {
+        // A pool stream's mode cannot change in place (no path to reopen).
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the caller's path; the replaced openat.
+    let mut fd = unsafe { super::open::open_at(libc::AT_FDCWD, path, flags, 0o666) };
+    if fd < 0 {
+        return std::ptr::null_mut();
+    }
+    if old_fd >= 0 && fd != old_fd {
+        // SAFETY: the replaced dup3 and close on fds of this call.
+        unsafe {
+            if super::fd::dup3(fd, old_fd, flags & libc::O_CLOEXEC) == old_fd {
+                super::open::close(fd);
+                fd = old_fd;
+            }
+        }
+    }
+    // SAFETY: an fd just opened, and the caller's mode.
+    let g = unsafe { fdopen(fd, mode) };
+    if g.is_null() {
+        // SAFETY: the fd opened above, unused.
+        unsafe { super::open::close(fd) };
+        return g;
+    }
+    replace_standard(f, g);
+    g
+}
+
+/// Points the C library's standard stream variable that names `old` at `new`.
+fn replace_standard(old: *mut FILE, new: *mut FILE) {
+    // SAFETY: only the addresses of the C library's stream variables are taken.
+    let vars = [&raw mut stdin, &raw mut stdout, &raw mut stderr];
+    for var in vars {
+        // SAFETY: the C library's stream variables, read and written as C does.
+        unsafe {
+            if *var == old {
+                *var = new;
+            }
+        }
+    }
 }
 
 #[no_mangle]
