@@ -218,7 +218,8 @@ impl<B: Backend> Pool<B> {
                     path: path.to_path_buf(),
                 },
                 _ => Error::io(path, e),
-            })?;
+            })
+            .map(crate::runtime::out_of_the_way)?;
         let meta = file.metadata().map_err(|e| Error::io(path, e))?;
         if !meta.is_file() && !is_block_device(&meta) {
             return Err(Error::Invalid(format!(
@@ -406,6 +407,7 @@ impl<B: Backend> Pool<B> {
             .write(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&proc_path)
+            .map(crate::runtime::out_of_the_way)
             .map_err(|e| Error::io(&self.path, e))?;
         lock(&file, &self.path, self.access)?;
         let parent = a.fork_child(&file)?;

@@ -301,7 +301,10 @@ struct Locks {
 impl Locks {
     /// Duplicate the descriptor and take the transition lock, waiting for it.
     fn take(pool_file: &File, pool_path: &Path) -> Result<Locks> {
-        let file = pool_file.try_clone().map_err(|e| Error::io(pool_path, e))?;
+        let file = pool_file
+            .try_clone()
+            .map(super::out_of_the_way)
+            .map_err(|e| Error::io(pool_path, e))?;
         let locks = Locks {
             file,
             pool_path: pool_path.to_path_buf(),
@@ -493,6 +496,7 @@ fn create(
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&tmp)
+        .map(super::out_of_the_way)
         .map_err(|e| Error::io(&tmp, e))?;
     let mut staged = Staged {
         path: tmp.clone(),
@@ -581,6 +585,7 @@ fn open_existing(path: &Path, pool_path: &Path, id: &PoolId, bytes: usize) -> Re
         .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
+        .map(super::out_of_the_way)
         .map_err(|e| Error::io(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     check_ours(&meta, path, pool_path)?;

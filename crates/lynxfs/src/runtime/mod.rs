@@ -20,6 +20,33 @@ pub use lock::{Interrupted, Watch};
 pub use procs::{bytes_needed, Health, Procs, HEADER_BYTES};
 pub use region::{Carve, Region, Span};
 
+/// Moves a descriptor the engine keeps open (the pool file, the runtime file) above
+/// the numbers programs use by habit: in a program's own process (the preload library,
+/// the C API) the engine must not sit on fd 3, which a shell's `exec 3>file` replaces.
+/// It goes near the top of the first 1024 (programs' own high numbers, like a shell's
+/// 10 and 255, stay free; the kernel's fd table stays small), close-on-exec; when that
+/// fails it stays where it is.
+pub fn out_of_the_way(file: std::fs::File) -> std::fs::File {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur < 256 {
+        return file;
+    }
+    let floor = lim.rlim_cur.min(1024) as i32 - 96;
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor `file` owns gives a new one or -1.
+    let high = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+    if high < 0 {
+        return file;
+    }
+    // SAFETY: `high` was just made and is owned by nothing else; `file` (the low
+    // number) is closed when dropped here.
+    unsafe { std::fs::File::from_raw_fd(high) }
+}
+
 /// What the engine asks of the runtime state it works in: operations are counted (a
 /// repair waits until none is in flight), waits end when a repair starts, and an
 /// operation interrupted that way waits for the repair (or does it) before its retry.
