@@ -138,9 +138,14 @@ impl Report {
     pub fn write_json(&self, dir: &Path) -> anyhow::Result<PathBuf> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join(format!("{}-{}.json", self.suite, self.unix_time));
-        let json = serde_json::to_string_pretty(self).context("serializing the report")?;
-        fs::write(&path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+        self.write_json_to(&path)?;
         Ok(path)
+    }
+
+    /// Writes the report as pretty JSON to the file `path`.
+    pub fn write_json_to(&self, path: &Path) -> anyhow::Result<()> {
+        let json = serde_json::to_string_pretty(self).context("serializing the report")?;
+        fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))
     }
 }
 
