@@ -697,9 +697,9 @@ pub(crate) fn run(
          their in-process Rust re-implementation (tar crate, tree walk, flate2 level 6, \
          recursive remove)"
     ));
-    let mut grid = Grid::new(OPS.to_vec(), targets.len());
-    let mut failed: Vec<Option<String>> = vec![None; targets.len()];
-    let bar = progress_bar(opts, "apps", opts.rounds * OPS.len() * targets.len());
+    let mut grid = Grid::new(OPS.to_vec(), runners.len());
+    let mut failed: Vec<Option<String>> = vec![None; runners.len()];
+    let bar = progress_bar(opts, "apps", opts.rounds * OPS.len() * runners.len());
     for _ in 0..opts.rounds {
         for (op, label) in OPS.iter().enumerate() {
             if op == 1 || op == 3 {

@@ -212,6 +212,13 @@ pub fn run_suite_with_preload(
         }
         (_, None) => measure(suite, targets, &names, opts)?,
     };
+    if let Some(p) = preload {
+        measured.notes.push(format!(
+            "{PRELOAD_NAME}: pool {}, directory {} (both removed after the run)",
+            p.pool().display(),
+            p.dir().display()
+        ));
+    }
     let goals = goals::notes(suite, &measured.columns, &measured.rows);
     measured.notes.extend(goals);
     let report = Report {
