@@ -9,8 +9,10 @@
 //! `rm -rf` of the whole tree.
 //!
 //! Kernel targets (tmpfs, ext4, fuse, fuse-null, dir=) run GNU `tar`, `du`, `find`,
-//! `gzip` and `rm` in the target's directory. The `lib` target does the same work in
-//! process through the library: an extractor on the `tar` crate (directories, files
+//! `gzip` and `rm` in the target's directory; the `preload` target runs the same
+//! commands with `liblynxfs_preload.so` preloaded in the directory its pool serves
+//! (each tool a process, timed end to end on every target). The `lib` target does the
+//! same work in process through the library, labelled as such: an extractor on the `tar` crate (directories, files
 //! with their mode and times, symlinks, hard links), a tree walk for `du` (lstat of
 //! every entry) and `find` (names from readdir, as find uses d_type), `flate2` gzip at
 //! level 6 over files read and written through the library, and a recursive remove.

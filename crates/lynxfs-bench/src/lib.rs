@@ -33,7 +33,9 @@
 //!   takes per entry.
 //!
 //! Targets: [`LibTarget`] (the engine in process, `lib`), [`TmpfsTarget`],
-//! [`Ext4Target`], [`DirTarget`] and [`FuseNullTarget`] (the FUSE floor). When a
+//! [`Ext4Target`], [`DirTarget`] and [`FuseNullTarget`] (the FUSE floor), and
+//! [`PreloadTarget`] (unmodified programs through `liblynxfs_preload.so`, in child
+//! processes: see [`run_suite_with_preload`]). When a
 //! LynxFS column is present, the notes say where it stands against the issues' goals.
 //!
 //! Nothing here calls fsync: tmpfs has nothing to sync, so the kernel columns measure
@@ -212,6 +214,13 @@ pub fn run_suite_with_preload(
         }
         (_, None) => measure(suite, targets, &names, opts)?,
     };
+    if let (Some(_), "personalities") = (preload, suite) {
+        measured.notes.push(format!(
+            "{PRELOAD_NAME}: the workloads are the bench's own driver (Rust, calling libc: open, \
+             read, write, fsync, stat, getdents64, unlink), not Filebench; like Filebench's \
+             personalities (one process, `instances` threads) it runs threads in one process"
+        ));
+    }
     if let Some(p) = preload {
         measured.notes.push(format!(
             "{PRELOAD_NAME}: pool {}, directory {} (both removed after the run)",

@@ -122,7 +122,9 @@ impl Report {
             ),
             "recovery" => format!("one directory of {} files", self.options.files),
             "data" => format!("a {} MiB file", self.options.file_size >> 20),
-            "apps" => "real programs on a Linux source tree".to_string(),
+            "apps" => {
+                "GNU tools on a source tree (a lynxfs column: in-process Rust versions)".to_string()
+            }
             "personalities" => "Filebench-like workloads".to_string(),
             "ablation" => "LynxFS with and without a mechanism".to_string(),
             _ => String::new(),

@@ -157,7 +157,7 @@ fn bench(suite: &str, args: &[&str]) -> serde_json::Value {
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|n| n.as_str()?.split("pool ").nth(1))
+        .filter_map(|n| n.as_str()?.strip_prefix("preload: pool "))
         .map(|rest| rest.split(',').next().unwrap().to_string())
         .next()
         .unwrap_or_else(|| panic!("no note names the pool: {stdout}"));
