@@ -9,8 +9,10 @@
 //! `rm -rf` of the whole tree.
 //!
 //! Kernel targets (tmpfs, ext4, fuse, fuse-null, dir=) run GNU `tar`, `du`, `find`,
-//! `gzip` and `rm` in the target's directory. The `lib` target does the same work in
-//! process through the library: an extractor on the `tar` crate (directories, files
+//! `gzip` and `rm` in the target's directory; the `preload` target runs the same
+//! commands with `liblynxfs_preload.so` preloaded in the directory its pool serves
+//! (each tool a process, timed end to end on every target). The `lib` target does the
+//! same work in process through the library, labelled as such: an extractor on the `tar` crate (directories, files
 //! with their mode and times, symlinks, hard links), a tree walk for `du` (lstat of
 //! every entry) and `find` (names from readdir, as find uses d_type), `flate2` gzip at
 //! level 6 over files read and written through the library, and a recursive remove.
@@ -33,7 +35,10 @@ use lynxfs::{Session, TimeSet};
 
 use crate::cold::{chill_all, drop_kernel_caches};
 use crate::lib_target::to_io;
-use crate::{progress_bar, Grid, LibTarget, Measured, Options, Target, SHM};
+use crate::{
+    progress_bar, Grid, LibTarget, Measured, Options, PreloadTarget, Target, LIB_NAME,
+    PRELOAD_NAME, SHM,
+};
 
 const OPS: &[&str] = &[
     "tar -xf",
@@ -277,9 +282,16 @@ fn scan(tar: &Path) -> anyhow::Result<Tree> {
 
 /// Runs a program in `dir`; its stdout, or an error with its stderr.
 fn tool(dir: &Path, program: &str, args: &[&OsStr]) -> io::Result<Vec<u8>> {
-    let out = Command::new(program)
+    let mut cmd = Command::new(program);
+    cmd.current_dir(dir);
+    tool_with(cmd, dir, program, args)
+}
+
+/// Runs `cmd` (`program`, started in `dir`) with `args`; its stdout, or an error with
+/// its stderr.
+fn tool_with(mut cmd: Command, dir: &Path, program: &str, args: &[&OsStr]) -> io::Result<Vec<u8>> {
+    let out = cmd
         .args(args)
-        .current_dir(dir)
         .output()
         .map_err(|e| io::Error::new(e.kind(), format!("running {program}: {e}")))?;
     if !out.status.success() {
@@ -295,21 +307,55 @@ fn tool(dir: &Path, program: &str, args: &[&OsStr]) -> io::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// One operation on a kernel target's directory.
-fn run_kernel(op: usize, dir: &Path, tree: &Tree) -> io::Result<()> {
+/// One operation by the GNU tools in a directory: `run(program, args)` starts one (in
+/// the kernel target's directory, or under the preload in its directory). Only the
+/// tools' own work is checked here (find's count); what `rm -rf` left is checked by the
+/// caller, outside the clock.
+fn run_tools(
+    op: usize,
+    tree: &Tree,
+    run: impl Fn(&str, &[&OsStr]) -> io::Result<Vec<u8>>,
+) -> io::Result<()> {
     let top = OsStr::new(&tree.top);
     match op {
-        0 => tool(dir, "tar", &[OsStr::new("-xf"), tree.tar.as_os_str()]).map(drop),
-        1 | 2 => tool(dir, "du", &[OsStr::new("-s"), top]).map(drop),
+        0 => run("tar", &[OsStr::new("-xf"), tree.tar.as_os_str()]).map(drop),
+        1 | 2 => run("du", &[OsStr::new("-s"), top]).map(drop),
         3 | 4 => {
-            let out = tool(dir, "find", &[top, OsStr::new("-name"), OsStr::new("*.c")])?;
+            let out = run("find", &[top, OsStr::new("-name"), OsStr::new("*.c")])?;
             check_count(out.iter().filter(|&&b| b == b'\n').count(), tree)
         }
-        5 => tool(dir, "gzip", &[OsStr::new("-r"), OsStr::new(&tree.gzip_dir)]).map(drop),
-        _ => {
-            tool(dir, "rm", &[OsStr::new("-rf"), top])?;
-            gone(dir.join(&tree.top).symlink_metadata().map(drop))
-        }
+        5 => run("gzip", &[OsStr::new("-r"), OsStr::new(&tree.gzip_dir)]).map(drop),
+        _ => run("rm", &[OsStr::new("-rf"), top]).map(drop),
+    }
+}
+
+/// One operation on a kernel target's directory.
+fn run_kernel(op: usize, dir: &Path, tree: &Tree) -> io::Result<()> {
+    run_tools(op, tree, |program, args| tool(dir, program, args))?;
+    if op == OPS.len() - 1 {
+        gone(dir.join(&tree.top).symlink_metadata().map(drop))?;
+    }
+    Ok(())
+}
+
+/// One operation by the GNU tools under the preload, in its directory.
+fn run_preload(op: usize, p: &PreloadTarget, tree: &Tree) -> io::Result<()> {
+    run_tools(op, tree, |program, args| {
+        tool_with(p.command(program), p.dir(), program, args)
+    })
+}
+
+/// After `rm -rf` under the preload: the pool's root, read through the engine, is
+/// empty.
+fn preload_tree_gone(p: &PreloadTarget) -> io::Result<()> {
+    let left = p.root_names()?;
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "rm -rf left {} names in the pool's root",
+            left.len()
+        )))
     }
 }
 
@@ -552,6 +598,7 @@ fn rm_rf(s: &Lib<'_>, path: &mut String) -> io::Result<()> {
 enum Runner<'a> {
     Kernel(&'a Path),
     Lib(&'a LibTarget),
+    Preload(&'a PreloadTarget),
 }
 
 fn runner(t: &dyn Target) -> anyhow::Result<Runner<'_>> {
@@ -572,6 +619,26 @@ impl Runner<'_> {
         match self {
             Runner::Kernel(dir) => run_kernel(op, dir, tree),
             Runner::Lib(lib) => run_lib(op, lib, tree),
+            Runner::Preload(p) => run_preload(op, p, tree),
+        }
+    }
+
+    /// The checks that stay off the clock: after `rm -rf` under the preload, the pool
+    /// is read back through the engine (an attach, which the tools' time must not
+    /// include).
+    fn check_after(&self, op: usize) -> io::Result<()> {
+        match self {
+            Runner::Preload(p) if op == OPS.len() - 1 => preload_tree_gone(p),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes the target cold: the preload's pool drops its index (the kernel targets'
+    /// caches and the library's index are dropped by [`chill_all`]).
+    fn chill(&self) -> io::Result<()> {
+        match self {
+            Runner::Preload(p) => p.drop_index(),
+            _ => Ok(()),
         }
     }
 
@@ -583,21 +650,35 @@ impl Runner<'_> {
             Runner::Lib(lib) => {
                 let _ = rm_rf(&lib.root_session(), &mut tree.top.clone());
             }
+            Runner::Preload(p) => {
+                let _ = run_preload(OPS.len() - 1, p, tree);
+            }
         }
     }
 }
 
+/// Runs the suite on `targets`, with `preload` (if any) as the first column.
 pub(crate) fn run(
     targets: &[Box<dyn Target>],
     names: &[String],
+    preload: Option<&PreloadTarget>,
     opts: &Options,
 ) -> anyhow::Result<Measured> {
-    let runners: Vec<Runner<'_>> = targets
-        .iter()
-        .map(|t| runner(t.as_ref()))
-        .collect::<anyhow::Result<_>>()?;
+    let mut runners: Vec<Runner<'_>> = preload.map(Runner::Preload).into_iter().collect();
+    for t in targets {
+        runners.push(runner(t.as_ref())?);
+    }
+    let mut names = names.to_vec();
+    if preload.is_some() {
+        names.insert(0, PRELOAD_NAME.to_string());
+    }
     let tree = prepare(opts)?;
-    crate::mdtest::check_free(targets, names, &tree.top)?;
+    crate::mdtest::check_free(targets, &names[usize::from(preload.is_some())..], &tree.top)?;
+    if let Some(p) = preload {
+        if !p.root_names()?.is_empty() {
+            bail!("the {PRELOAD_NAME} target's pool is not empty");
+        }
+    }
     let mut notes = tree.notes.clone();
     let cold = drop_kernel_caches();
     if let Err(why) = &cold {
@@ -610,18 +691,26 @@ pub(crate) fn run(
          itself"
             .into(),
     );
-    notes.push(
-        "lib runs the tools in process (tar crate, tree walk, flate2 level 6, recursive \
-         remove); the kernel targets run GNU tar, du, find, gzip and rm"
-            .into(),
-    );
-    let mut grid = Grid::new(OPS.to_vec(), targets.len());
-    let mut failed: Vec<Option<String>> = vec![None; targets.len()];
-    let bar = progress_bar(opts, "apps", opts.rounds * OPS.len() * targets.len());
+    notes.push(format!(
+        "GNU tools: the kernel targets and {PRELOAD_NAME} run GNU tar, du, find, gzip and rm, \
+         each a process timed end to end (start included); {PRELOAD_NAME} runs the same \
+         commands with liblynxfs_preload.so in LD_PRELOAD (the environment `lynxfs run` \
+         sets) in a directory its pool serves; a {LIB_NAME} column is NOT these tools but \
+         their in-process Rust re-implementation (tar crate, tree walk, flate2 level 6, \
+         recursive remove)"
+    ));
+    let mut grid = Grid::new(OPS.to_vec(), runners.len());
+    let mut failed: Vec<Option<String>> = vec![None; runners.len()];
+    let bar = progress_bar(opts, "apps", opts.rounds * OPS.len() * runners.len());
     for _ in 0..opts.rounds {
         for (op, label) in OPS.iter().enumerate() {
             if op == 1 || op == 3 {
                 let _ = chill_all(targets);
+                for r in &runners {
+                    if let Err(e) = r.chill() {
+                        notes.push(format!("could not drop the preload pool's index: {e}"));
+                    }
+                }
             }
             for (col, r) in runners.iter().enumerate() {
                 bar.set_message(format!("{label} on {}", names[col]));
@@ -631,8 +720,10 @@ pub(crate) fn run(
                     continue;
                 }
                 let start = Instant::now();
-                match r.run(op, &tree) {
-                    Ok(()) => grid.push(op, col, start.elapsed().as_secs_f64()),
+                let result = r.run(op, &tree);
+                let secs = start.elapsed().as_secs_f64();
+                match result.and_then(|()| r.check_after(op)) {
+                    Ok(()) => grid.push(op, col, secs),
                     Err(e) => {
                         grid.push(op, col, f64::NAN);
                         failed[col] = Some(format!("{} failed at {label}: {e}", names[col]));
@@ -645,13 +736,14 @@ pub(crate) fn run(
     }
     bar.finish_and_clear();
     notes.extend(failed.into_iter().flatten());
+    let baseline = crate::tmpfs_column(&names);
     Ok(Measured {
         unit: "s",
         higher_is_better: false,
-        columns: names.to_vec(),
+        columns: names,
         rows: grid.into_rows(),
         notes,
-        baseline: crate::tmpfs_column(names),
+        baseline,
     })
 }
 
@@ -698,7 +790,7 @@ mod tests {
             Box::new(DirTarget::new(host.path(), "tmp").unwrap()),
         ];
         let names: Vec<String> = targets.iter().map(|t| t.name()).collect();
-        let m = run(&targets, &names, &opts).unwrap();
+        let m = run(&targets, &names, None, &opts).unwrap();
         let failures: Vec<_> = m.notes.iter().filter(|n| n.contains("failed")).collect();
         assert!(failures.is_empty(), "{failures:?}");
         assert!(m.rows.iter().all(|r| r.values.iter().all(|v| *v > 0.0)));

@@ -3,6 +3,7 @@
 //! a missed goal; the notes only say so.
 
 use crate::lib_target::LIB_NAME;
+use crate::preload::PRELOAD_NAME;
 use crate::Row;
 
 /// `syscalls` goals: (row, most µs for the library, least speed-up over tmpfs).
@@ -82,6 +83,82 @@ fn recovery_notes(columns: &[String], rows: &[Row]) -> Vec<String> {
         .collect()
 }
 
+/// `syscalls` operations the preload must do at least [`PRELOAD_OVER_TMPFS`] times
+/// faster than tmpfs (issue 13).
+const PRELOAD_FAST_OPS: &[&str] = &[
+    "create",
+    "stat (depth 1)",
+    "stat (depth 2)",
+    "stat (depth 3)",
+    "unlink",
+    "mkdir",
+    "rmdir",
+];
+const PRELOAD_OVER_TMPFS: f64 = 1.5;
+/// The most the preload may cost over the library in process, per operation.
+const PRELOAD_OVER_LIB: f64 = 1.3;
+/// `apps`: the GNU tools under the preload take at most this fraction of tmpfs's time.
+const PRELOAD_APPS: f64 = 0.8;
+/// The `apps` rows that goal is about.
+const PRELOAD_APPS_OPS: &[&str] = &["tar -xf", "du -s", "find", "rm -rf"];
+/// `personalities`: each workload at least this many times tmpfs's ops/s.
+const PRELOAD_PERSONALITIES: f64 = 1.2;
+
+/// Issue 13's goals for the `preload` column.
+fn preload_notes(suite: &str, columns: &[String], rows: &[Row]) -> Vec<String> {
+    let Some(p) = column(columns, |c| c == PRELOAD_NAME) else {
+        return Vec::new();
+    };
+    let lib = column(columns, |c| c == LIB_NAME);
+    let tmpfs = column(columns, |c| c.starts_with("tmpfs"));
+    let mut out = Vec::new();
+    for r in rows {
+        let v = r.values[p];
+        match suite {
+            "syscalls" => {
+                if let Some(l) = lib {
+                    let x = v / r.values[l];
+                    out.push(format!(
+                        "goal {PRELOAD_NAME} {}: {x:.2}x {LIB_NAME} (<= {PRELOAD_OVER_LIB}x: {})",
+                        r.op,
+                        met(x <= PRELOAD_OVER_LIB)
+                    ));
+                }
+                if let (Some(t), true) = (tmpfs, PRELOAD_FAST_OPS.contains(&r.op.as_str())) {
+                    let x = r.values[t] / v;
+                    out.push(format!(
+                        "goal {PRELOAD_NAME} {}: {x:.2}x faster than tmpfs (>= {PRELOAD_OVER_TMPFS}x: {})",
+                        r.op,
+                        met(x >= PRELOAD_OVER_TMPFS)
+                    ));
+                }
+            }
+            "apps" if PRELOAD_APPS_OPS.iter().any(|o| r.op.starts_with(o)) => {
+                if let Some(t) = tmpfs {
+                    let x = v / r.values[t];
+                    out.push(format!(
+                        "goal {PRELOAD_NAME} {}: {x:.2}x tmpfs's time (<= {PRELOAD_APPS}x: {})",
+                        r.op,
+                        met(x <= PRELOAD_APPS)
+                    ));
+                }
+            }
+            "personalities" => {
+                if let Some(t) = tmpfs {
+                    let x = v / r.values[t];
+                    out.push(format!(
+                        "goal {PRELOAD_NAME} {}: {x:.2}x tmpfs's ops/s (>= {PRELOAD_PERSONALITIES}x: {})",
+                        r.op,
+                        met(x >= PRELOAD_PERSONALITIES)
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The goal notes for `suite`'s table (none for a table without the columns a goal
 /// compares).
 pub(crate) fn notes(suite: &str, columns: &[String], rows: &[Row]) -> Vec<String> {
@@ -90,6 +167,7 @@ pub(crate) fn notes(suite: &str, columns: &[String], rows: &[Row]) -> Vec<String
         "recovery" => recovery_notes(columns, rows),
         _ => Vec::new(),
     };
+    out.extend(preload_notes(suite, columns, rows));
     let Some(lib) = column(columns, |c| c == LIB_NAME) else {
         return out;
     };
@@ -203,6 +281,40 @@ mod tests {
             ["goal clean open: 60.0 ms (<= 50 ms at 1M files: MISSED)"]
         );
         assert!(notes("recovery", &cols[..1], &rows).is_empty());
+    }
+
+    #[test]
+    fn preload_goals_compare_with_lib_tmpfs_and_tmpfs_time() {
+        let cols: Vec<String> = ["preload", "lynxfs", "tmpfs"].map(String::from).into();
+        let n = notes("syscalls", &cols, &[row("create", &[1.2, 1.0, 3.0])]);
+        assert!(
+            n.iter()
+                .any(|s| s.contains("goal preload create: 1.20x lynxfs (<= 1.3x: met)")),
+            "{n:?}"
+        );
+        assert!(
+            n.iter()
+                .any(|s| s.contains("goal preload create: 2.50x faster than tmpfs (>= 1.5x: met)")),
+            "{n:?}"
+        );
+        let cols: Vec<String> = ["preload", "tmpfs"].map(String::from).into();
+        let n = notes(
+            "apps",
+            &cols,
+            &[
+                row("tar -xf", &[9.0, 10.0]),
+                row("gzip -r fs/", &[1.0, 1.0]),
+            ],
+        );
+        assert_eq!(
+            n,
+            ["goal preload tar -xf: 0.90x tmpfs's time (<= 0.8x: MISSED)"]
+        );
+        let n = notes("personalities", &cols, &[row("varmail", &[300.0, 200.0])]);
+        assert_eq!(
+            n,
+            ["goal preload varmail: 1.50x tmpfs's ops/s (>= 1.2x: met)"]
+        );
     }
 
     #[test]

@@ -33,7 +33,9 @@
 //!   takes per entry.
 //!
 //! Targets: [`LibTarget`] (the engine in process, `lib`), [`TmpfsTarget`],
-//! [`Ext4Target`], [`DirTarget`] and [`FuseNullTarget`] (the FUSE floor). When a
+//! [`Ext4Target`], [`DirTarget`] and [`FuseNullTarget`] (the FUSE floor), and
+//! [`PreloadTarget`] (unmodified programs through `liblynxfs_preload.so`, in child
+//! processes: see [`run_suite_with_preload`]). When a
 //! LynxFS column is present, the notes say where it stands against the issues' goals.
 //!
 //! Nothing here calls fsync: tmpfs has nothing to sync, so the kernel columns measure
@@ -52,6 +54,7 @@ mod mdtest;
 mod mount;
 mod personalities;
 mod plot;
+mod preload;
 mod recovery;
 mod report;
 mod smallfiles;
@@ -72,6 +75,7 @@ pub use lib_target::{LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
 pub use plot::draw as draw_figure;
+pub use preload::{PreloadLaunch, PreloadTarget, PRELOAD_NAME};
 pub use recovery::{runtime_file_bytes, runtime_mapping_rss};
 pub use report::{format_ratio, format_value, median, Report, Row};
 pub use target::{Handle, OpenFlags, Stat, Target};
@@ -169,29 +173,61 @@ pub fn run_suite(
     opts: &Options,
     out: Option<&Path>,
 ) -> anyhow::Result<Report> {
+    run_suite_with_preload(suite, targets, None, opts, out)
+}
+
+/// [`run_suite`] with a [`PreloadTarget`] as well, whose column (`preload`) comes
+/// first: `apps` runs its GNU tools under the preload next to the other targets; every
+/// other suite runs whole in a preloaded child process (see [`PreloadTarget`]), before
+/// the in-process targets, and its numbers are merged into the table.
+pub fn run_suite_with_preload(
+    suite: &str,
+    targets: &[Box<dyn Target>],
+    preload: Option<&PreloadTarget>,
+    opts: &Options,
+    out: Option<&Path>,
+) -> anyhow::Result<Report> {
     opts.validate()?;
     let targetless = TARGETLESS_SUITES.contains(&suite);
-    if targets.is_empty() && !targetless {
+    if targets.is_empty() && preload.is_none() && !targetless {
         bail!("no target to benchmark");
     }
-    if !targets.is_empty() && targetless {
+    if (!targets.is_empty() || preload.is_some()) && targetless {
         bail!("suite {suite} makes its own LynxFS pool and takes no targets");
     }
+    if preload.is_some() && opts.processes > 0 {
+        bail!("mdtest's worker processes attach the lib target's pool; the preload target cannot take part");
+    }
     let names: Vec<String> = targets.iter().map(|t| t.name()).collect();
-    let mut measured = match suite {
-        "syscalls" => syscalls::run(targets, &names, opts)?,
-        "data" => data::run(targets, &names, opts)?,
-        "mdtest" => mdtest::run(targets, &names, opts)?,
-        "smallfiles" => smallfiles::run(targets, &names, opts)?,
-        "recovery" => recovery::run(opts)?,
-        "apps" => apps::run(targets, &names, opts)?,
-        "personalities" => personalities::run(targets, &names, opts)?,
-        "ablation" => ablation::run(opts)?,
-        _ => bail!(
-            "unknown suite {suite:?}; the suites are {}",
-            SUITES.join(", ")
-        ),
+    let mut measured = match (suite, preload) {
+        ("apps", _) => apps::run(targets, &names, preload, opts)?,
+        (_, Some(p)) => {
+            let child = p
+                .run_suite(suite, opts)
+                .with_context(|| format!("the {PRELOAD_NAME} target"))?;
+            let local = if targets.is_empty() {
+                None
+            } else {
+                Some(measure(suite, targets, &names, opts)?)
+            };
+            preload::merge(&child, local)
+        }
+        (_, None) => measure(suite, targets, &names, opts)?,
     };
+    if let (Some(_), "personalities") = (preload, suite) {
+        measured.notes.push(format!(
+            "{PRELOAD_NAME}: the workloads are the bench's own driver (Rust, calling libc: open, \
+             read, write, fsync, stat, getdents64, unlink), not Filebench; like Filebench's \
+             personalities (one process, `instances` threads) it runs threads in one process"
+        ));
+    }
+    if let Some(p) = preload {
+        measured.notes.push(format!(
+            "{PRELOAD_NAME}: pool {}, directory {} (both removed after the run)",
+            p.pool().display(),
+            p.dir().display()
+        ));
+    }
     let goals = goals::notes(suite, &measured.columns, &measured.rows);
     measured.notes.extend(goals);
     let report = Report {
@@ -220,6 +256,29 @@ pub fn run_suite(
     Ok(report)
 }
 
+/// Runs a suite on the in-process targets.
+fn measure(
+    suite: &str,
+    targets: &[Box<dyn Target>],
+    names: &[String],
+    opts: &Options,
+) -> anyhow::Result<Measured> {
+    Ok(match suite {
+        "syscalls" => syscalls::run(targets, names, opts)?,
+        "data" => data::run(targets, names, opts)?,
+        "mdtest" => mdtest::run(targets, names, opts)?,
+        "smallfiles" => smallfiles::run(targets, names, opts)?,
+        "recovery" => recovery::run(opts)?,
+        "apps" => apps::run(targets, names, None, opts)?,
+        "personalities" => personalities::run(targets, names, opts)?,
+        "ablation" => ablation::run(opts)?,
+        _ => bail!(
+            "unknown suite {suite:?}; the suites are {}",
+            SUITES.join(", ")
+        ),
+    })
+}
+
 /// Opens a target from a command-line spec: `lib` (LynxFS in process on a fresh pool
 /// in `/dev/shm`), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
 /// `/dev/shm`), `ext4` (a loop-mounted ext4 image in `/dev/shm`), `fuse-null` (the
@@ -236,6 +295,10 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
             Box::new(FuseTarget::mount_nocache().context("mounting a LynxFS pool through FUSE")?)
         }
         "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
+        PRELOAD_NAME => bail!(
+            "the {PRELOAD_NAME} target needs the lynxfs executable and liblynxfs_preload.so: \
+             open it with PreloadTarget::create (`lynxfs bench` does)"
+        ),
         "shm" => Box::new(
             TmpfsTarget::shm_dir("shm-dir", None).context("setting up a /dev/shm directory")?,
         ),

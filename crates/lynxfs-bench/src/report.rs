@@ -122,7 +122,9 @@ impl Report {
             ),
             "recovery" => format!("one directory of {} files", self.options.files),
             "data" => format!("a {} MiB file", self.options.file_size >> 20),
-            "apps" => "real programs on a Linux source tree".to_string(),
+            "apps" => {
+                "GNU tools on a source tree (a lynxfs column: in-process Rust versions)".to_string()
+            }
             "personalities" => "Filebench-like workloads".to_string(),
             "ablation" => "LynxFS with and without a mechanism".to_string(),
             _ => String::new(),
@@ -138,9 +140,14 @@ impl Report {
     pub fn write_json(&self, dir: &Path) -> anyhow::Result<PathBuf> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join(format!("{}-{}.json", self.suite, self.unix_time));
-        let json = serde_json::to_string_pretty(self).context("serializing the report")?;
-        fs::write(&path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+        self.write_json_to(&path)?;
         Ok(path)
+    }
+
+    /// Writes the report as pretty JSON to the file `path`.
+    pub fn write_json_to(&self, path: &Path) -> anyhow::Result<()> {
+        let json = serde_json::to_string_pretty(self).context("serializing the report")?;
+        fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))
     }
 }
 

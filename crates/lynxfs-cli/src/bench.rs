@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use lynxfs_bench::{
-    open_target, run_suite, worker_main, Options, Target, WorkerCommand, SUITES, TARGETLESS_SUITES,
+    open_target, run_suite_with_preload, worker_main, Options, PreloadLaunch, PreloadTarget,
+    Target, WorkerCommand, PRELOAD_NAME, SUITES, TARGETLESS_SUITES,
 };
 
 /// The arguments of `lynxfs bench`.
@@ -19,7 +20,8 @@ pub struct BenchArgs {
     /// compare with the others. lib (LynxFS in process, pool in /dev/shm), tmpfs, shm,
     /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, `lynxfs mount`'s
     /// default options), fuse-nocache (the same, kernel name and attribute caches off)
-    /// or dir=PATH. Default: lib and
+    /// or dir=PATH; preload: unmodified programs through liblynxfs_preload.so on a
+    /// fresh pool (as `lynxfs run`; its column comes first). Default: lib and
     /// tmpfs (none for recovery and ablation, which make their own pools).
     #[arg(long = "target", value_name = "T")]
     pub targets: Vec<String>,
@@ -55,6 +57,21 @@ pub struct BenchArgs {
     /// (started by the benchmark itself).
     #[arg(long, hide = true)]
     pub worker: bool,
+    /// Write the whole report as JSON to this file (a preloaded child of the preload
+    /// target reports to its parent this way).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub child_report: Option<PathBuf>,
+}
+
+/// The preload target: this program runs its suites, the library is found as `lynxfs
+/// run` finds it.
+fn preload_target() -> Result<PreloadTarget> {
+    let launch = PreloadLaunch {
+        lynxfs: std::env::current_exe().context("finding this program")?,
+        library: crate::run::find_library()
+            .context("the preload target needs liblynxfs_preload.so (`cargo build --release` of the workspace builds it)")?,
+    };
+    PreloadTarget::create(launch).context("setting up the preload target")
 }
 
 /// How a benchmark starts its worker processes: this program, `bench SUITE --worker`.
@@ -120,17 +137,35 @@ pub fn run(args: BenchArgs) -> Result<()> {
         tree: args.tree.clone(),
         processes,
         worker: Some(worker_command(suite)?),
+        progress: args.child_report.is_none(),
         ..Options::default()
     };
+    let mut preload = None;
     let mut targets: Vec<Box<dyn Target>> = Vec::with_capacity(specs.len());
     for spec in &specs {
+        if spec == PRELOAD_NAME {
+            if preload.is_some() {
+                bail!("--target {PRELOAD_NAME} is given twice");
+            }
+            preload = Some(preload_target()?);
+            continue;
+        }
         let t = open_target(spec).with_context(|| format!("target {spec}"))?;
         if t.name().contains("shm") && spec == "tmpfs" {
             eprintln!("note: tmpfs could not be mounted; {} stands in", t.name());
         }
         targets.push(t);
     }
-    run_suite(suite, &targets, &opts, args.out.as_deref())?;
+    let report = run_suite_with_preload(
+        suite,
+        &targets,
+        preload.as_ref(),
+        &opts,
+        args.out.as_deref(),
+    )?;
+    if let Some(path) = &args.child_report {
+        report.write_json_to(path)?;
+    }
     Ok(())
 }
 

@@ -65,7 +65,7 @@ fn plan(req: &Request) -> Result<Plan> {
 
 /// The preload library: `$LYNXFS_PRELOAD_LIB`, else next to this executable (a cargo
 /// build's target/<profile>/), else `<exe dir>/../lib/lynxfs/` (an installation).
-fn find_library() -> Result<PathBuf> {
+pub(crate) fn find_library() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(PRELOAD_LIB_VAR) {
         let p = PathBuf::from(p);
         return usable_library(&p)
