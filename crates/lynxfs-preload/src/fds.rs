@@ -135,16 +135,101 @@ pub fn all() -> Vec<(c_int, Arc<Open>)> {
         .collect()
 }
 
-/// Reserve a kernel fd for a pool file: an eventfd, close-on-exec if asked.
-pub fn reserve(cloexec: bool) -> Result<c_int, i32> {
+/// The eventfd every unshared pool fd is a copy of (dup is far cheaper than a new
+/// eventfd per open); out of programs' way, close-on-exec.
+static PLACEHOLDER: OnceLock<Result<c_int, i32>> = OnceLock::new();
+
+fn placeholder() -> Result<c_int, i32> {
+    *PLACEHOLDER.get_or_init(|| {
+        let fd = new_eventfd(true)?;
+        // SAFETY: moving our own fd up (as the engine's, see `out_of_the_way`).
+        let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 1024 - 97) };
+        if high >= 0 {
+            // SAFETY: the low copy is ours and no longer needed.
+            unsafe { crate::real::close(fd) };
+            return Ok(high);
+        }
+        Ok(fd)
+    })
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EMFILE)
+}
+
+/// A new eventfd (count 0).
+pub fn new_eventfd(cloexec: bool) -> Result<c_int, i32> {
     let flags = if cloexec { libc::EFD_CLOEXEC } else { 0 };
     // SAFETY: eventfd only creates a new fd.
     let fd = unsafe { libc::eventfd(0, flags) };
     if fd < 0 {
-        Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EMFILE))
+        Err(last_errno())
     } else {
         Ok(fd)
     }
+}
+
+/// Reserve a kernel fd for a pool file, close-on-exec if asked: a copy of the
+/// placeholder eventfd, until the description is shared (see `calls::process`).
+pub fn reserve(cloexec: bool) -> Result<c_int, i32> {
+    let p = placeholder()?;
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    // SAFETY: duplicating our own placeholder fd.
+    let fd = unsafe { crate::real::fcntl64(p, cmd, 0) };
+    if fd < 0 {
+        Err(last_errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Whether `fd` is one of this library's own (the placeholder): programs must not
+/// close it from under the library.
+pub fn is_own(fd: c_int) -> bool {
+    own().contains(&fd)
+}
+
+/// The engine's descriptors (the pool file, its lock, the runtime file), found when
+/// it attached: the fds that appeared meanwhile.
+static ENGINE: RwLock<Vec<c_int>> = RwLock::new(Vec::new());
+
+/// The process's open fds (from /proc/self/fd).
+pub fn open_fds() -> Vec<c_int> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Runs `attach` (which opens the engine's descriptors) and records what it opened
+/// as the library's own.
+pub fn recording_own<T>(attach: impl FnOnce() -> T) -> T {
+    let before = open_fds();
+    let r = attach();
+    let new: Vec<c_int> = open_fds()
+        .into_iter()
+        .filter(|fd| !before.contains(fd))
+        // The listing's own fd is gone again by now.
+        // SAFETY: F_GETFD only asks whether the fd is open.
+        .filter(|&fd| unsafe { crate::real::fcntl64(fd, libc::F_GETFD, 0) } >= 0)
+        .collect();
+    ENGINE.write().extend(new);
+    r
+}
+
+/// The library's own descriptors: programs must not close or replace them.
+pub fn own() -> Vec<c_int> {
+    let mut v = ENGINE.read().clone();
+    if let Some(Ok(p)) = PLACEHOLDER.get() {
+        v.push(*p);
+    }
+    v
 }

@@ -85,7 +85,7 @@ pub fn attached_now() -> Option<&'static Attached> {
 fn attach() -> Option<Attached> {
     let c = config()?;
     let _inside = crate::guard::Inside::enter();
-    match Fs::open(&c.pool) {
+    match crate::fds::recording_own(|| Fs::open(&c.pool)) {
         Ok(fs) => {
             let fs: &'static Fs = Box::leak(Box::new(fs));
             let cred = caller();

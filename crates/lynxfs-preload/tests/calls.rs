@@ -11,10 +11,6 @@
 //!   it is data, the hole at its end), which POSIX allows; tmpfs reports its holes.
 //! - fchown(fd, -1, -1) as root: the kernel clears set-user-ID and set-group-ID
 //!   (group-executable) on a regular file even when no id changes; the engine does not.
-//! - stdout made a pool fd by dup2 inside a running program: glibc's stdout writes
-//!   with internal calls, so what printf writes before the next exec is lost.
-//! - close_range over the library's own fds (the pool and runtime files): the
-//!   process aborts (Rust's fd ownership check).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -7,7 +7,8 @@ use super::{locks, on_fd};
 use crate::fds;
 use crate::real;
 
-/// After the kernel gave `new` as a copy of `old`: it serves what `old` serves.
+/// After the kernel gave `new` as a copy of `old`: it serves what `old` serves (and
+/// a standard stream on it follows).
 fn copied(old: c_int, new: c_int) {
     if new < 0 || new == old {
         return;
@@ -17,6 +18,9 @@ fn copied(old: c_int, new: c_int) {
         None => {
             fds::remove(new);
         }
+    }
+    if (0..3).contains(&new) {
+        super::stdio::standard_stream_follows(new);
     }
 }
 
@@ -28,8 +32,21 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     new
 }
 
+/// A copy onto the library's own descriptor would take it away: refused as the
+/// kernel refuses a number it is busy with.
+fn onto_own(new: c_int) -> bool {
+    if fds::is_own(new) {
+        crate::route::set_errno(libc::EBUSY);
+        return true;
+    }
+    false
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
+    if onto_own(new) {
+        return -1;
+    }
     // `new`, if it was ours, is closed by the kernel: its entry goes in `copied`.
     // SAFETY: the C library's dup2 with the caller's arguments.
     let r = unsafe { real::dup2(fd, new) };
@@ -39,6 +56,10 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
+    if onto_own(new) {
+        return -1;
+    }
+    super::stdio::before_standard_copy(new);
     // SAFETY: the C library's dup3 with the caller's arguments.
     let r = unsafe { real::dup3(fd, new, flags) };
     copied(fd, r);

@@ -56,6 +56,7 @@ fn open_stand_in(ino: u64) -> lynxfs::Result<c_int> {
 }
 
 fn classic_fd(ino: u64) -> lynxfs::Result<c_int> {
+    ANY_CLASSIC.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut m = CLASSIC.lock();
     let m = m.get_or_insert_with(HashMap::new);
     if let Some(&fd) = m.get(&ino) {
@@ -66,8 +67,15 @@ fn classic_fd(ino: u64) -> lynxfs::Result<c_int> {
     Ok(fd)
 }
 
+/// Whether this process ever took a classic lock (most never do: their closes then
+/// skip the stand-in table).
+static ANY_CLASSIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The process closed an fd of `ino`: POSIX drops its classic locks on the file.
 pub fn closed(ino: u64) {
+    if !ANY_CLASSIC.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let fd = CLASSIC.lock().as_ref().and_then(|m| m.get(&ino).copied());
     if let Some(fd) = fd {
         let all = unlock_all();

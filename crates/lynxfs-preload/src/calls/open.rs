@@ -26,13 +26,14 @@ fn pool_open(s: &Caller, p: &[u8], flags: c_int, mode: mode_t) -> lynxfs::Result
 
 /// A kernel fd for engine handle `h` (closed again if none can be had).
 pub fn install(fs: &lynxfs::Fs, h: lynxfs::Fd, cloexec: bool) -> lynxfs::Result<c_int> {
-    let st = match fs.fstat(h) {
-        Ok(st) => st,
+    let ino = match fs.fd_ino(h) {
+        Ok(ino) => ino,
         Err(e) => {
             let _ = fs.close_fd(h);
             return Err(e);
         }
     };
+    let is_dir = lynxfs::meta::is_dir(fs.ns().mode(ino));
     let fd = match fds::reserve(cloexec) {
         Ok(fd) => fd,
         Err(e) => {
@@ -40,7 +41,7 @@ pub fn install(fs: &lynxfs::Fs, h: lynxfs::Fd, cloexec: bool) -> lynxfs::Result<
             return Err(err(e));
         }
     };
-    let open = Open::new(h, st.ino, st.mode & libc::S_IFMT == libc::S_IFDIR);
+    let open = Open::new(h, ino, is_dir);
     fds::insert(fd, Arc::new(open));
     Ok(fd)
 }
@@ -147,6 +148,10 @@ fn forget(fd: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fds::is_own(fd) {
+        // The library's own descriptor stays; the program is told it closed.
+        return 0;
+    }
     forget(fd);
     // SAFETY: the C library's close on the caller's fd.
     unsafe { real::close(fd) }
@@ -161,8 +166,37 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
             }
         }
     }
-    // SAFETY: the C library's close_range with the caller's arguments.
-    unsafe { real::close_range(first, last, flags) }
+    if first > last {
+        // SAFETY: the C library answers EINVAL.
+        return unsafe { real::close_range(first, last, flags) };
+    }
+    // The library's own descriptors are left out of the range.
+    let mut own: Vec<c_uint> = fds::own()
+        .into_iter()
+        .map(|p| p as c_uint)
+        .filter(|p| (first..=last).contains(p))
+        .collect();
+    own.sort_unstable();
+    own.dedup();
+    let mut from = first;
+    for p in own {
+        if p > from {
+            // SAFETY: the C library's close_range on the part below this one.
+            let r = unsafe { real::close_range(from, p - 1, flags) };
+            if r != 0 {
+                return r;
+            }
+        }
+        if p == c_uint::MAX {
+            return 0;
+        }
+        from = p + 1;
+    }
+    if from > last {
+        return 0;
+    }
+    // SAFETY: the C library's close_range on the rest.
+    unsafe { real::close_range(from, last, flags) }
 }
 
 #[no_mangle]

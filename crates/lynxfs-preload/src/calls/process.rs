@@ -49,26 +49,39 @@ extern "C" fn before_fork() {
 extern "C" fn in_child() {
     if let Some(a) = state::attached_now() {
         let _inside = crate::guard::Inside::enter();
-        if let Err(e) = a.fs.after_fork_child() {
+        if let Err(e) = crate::fds::recording_own(|| a.fs.after_fork_child()) {
             crate::say(&format!("the child of a fork cannot use the pool: {e}"));
         }
     }
 }
 
-/// Shares every description not yet shared and writes its key into its eventfd,
-/// where a program exec'd later finds it.
+/// Shares every description not yet shared, giving it an eventfd of its own whose
+/// count is its key (a program exec'd later finds it there): every fd of the
+/// description becomes a copy of that eventfd, each keeping its close-on-exec flag.
 fn share_all(a: &Attached) {
+    let all = fds::all();
     let mut done = std::collections::HashSet::new();
-    for (fd, o) in fds::all() {
+    for (_, o) in &all {
         if !done.insert(o.handle) || !matches!(a.fs.desc_of(o.handle), Ok(None)) {
             continue;
         }
-        if let Ok(key) = a.fs.share(o.handle) {
-            // The eventfd counts from 0: one write makes its count the key.
-            let b = key.to_ne_bytes();
-            // SAFETY: an 8-byte write to our own eventfd.
-            unsafe { real::write(fd, b.as_ptr().cast(), 8) };
+        let Ok(key) = a.fs.share(o.handle) else {
+            continue;
+        };
+        let Ok(efd) = fds::new_eventfd(true) else {
+            continue;
+        };
+        // The eventfd counts from 0: one write makes its count the key.
+        let b = key.to_ne_bytes();
+        // SAFETY: an 8-byte write to our own new eventfd.
+        unsafe { real::write(efd, b.as_ptr().cast(), 8) };
+        for (fd, _) in all.iter().filter(|(_, p)| p.handle == o.handle) {
+            let flags = if cloexec(*fd) { libc::O_CLOEXEC } else { 0 };
+            // SAFETY: replacing our own fd's file with our own eventfd, same number.
+            unsafe { real::dup3(efd, *fd, flags) };
         }
+        // SAFETY: the eventfd's own number; its copies keep it.
+        unsafe { real::close(efd) };
     }
 }
 

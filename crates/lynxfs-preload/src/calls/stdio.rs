@@ -260,31 +260,74 @@ extern "C" {
     static mut stderr: *mut FILE;
 }
 
-/// At load: the C library's stdin, stdout and stderr write and read with internal
-/// calls a preload cannot replace, so those of them that are pool fds (a program
-/// started with `> file` in the pool) become cookie streams on the same fds.
-pub fn standard_streams() {
-    let streams: [(c_int, *mut *mut FILE, &core::ffi::CStr); 3] = [
-        // SAFETY: only the addresses of the C library's stream variables are taken.
-        (0, &raw mut stdin, c"r"),
-        (1, &raw mut stdout, c"w"),
-        (2, &raw mut stderr, c"w"),
-    ];
-    for (fd, var, mode) in streams {
-        if fds::get(fd).is_none() {
-            continue;
+/// The C library's own stdin, stdout and stderr, kept while a cookie stream stands
+/// in for one of them (put back when its fd stops being a pool fd).
+static ORIGINAL: Mutex<[usize; 3]> = Mutex::new([0; 3]);
+
+/// The variable and mode of standard stream `fd` (0, 1 or 2).
+fn standard(fd: c_int) -> Option<(*mut *mut FILE, &'static core::ffi::CStr)> {
+    // SAFETY: only the addresses of the C library's stream variables are taken.
+    match fd {
+        0 => Some((&raw mut stdin, c"r")),
+        1 => Some((&raw mut stdout, c"w")),
+        2 => Some((&raw mut stderr, c"w")),
+        _ => None,
+    }
+}
+
+/// Standard stream `fd` follows what `fd` now is: a cookie stream if it is a pool fd
+/// (the C library's stdio writes and reads with internal calls a preload cannot
+/// replace), the C library's own stream otherwise.
+pub fn standard_stream_follows(fd: c_int) {
+    let Some((var, mode)) = standard(fd) else {
+        return;
+    };
+    // SAFETY: reading the C library's stream variable.
+    let cur = unsafe { *var };
+    let cookie_fd = STREAMS
+        .lock()
+        .as_ref()
+        .and_then(|m| m.get(&(cur as usize)).copied());
+    let pool = fds::get(fd).is_some();
+    let mut orig = ORIGINAL.lock();
+    if pool {
+        if cookie_fd == Some(fd) {
+            return;
         }
         // SAFETY: a pool fd and a valid mode.
         let f = unsafe { stream(fd, mode.as_ptr()) };
         if f.is_null() {
-            continue;
+            return;
         }
         if fd == 2 {
             // SAFETY: a stream just made; stderr is unbuffered, as the C library's.
             unsafe { libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0) };
         }
-        // SAFETY: at load, before the program runs: nothing uses the old stream
-        // concurrently; it stays open (never written to again).
+        if cookie_fd.is_none() {
+            orig[fd as usize] = cur as usize;
+        }
+        // SAFETY: the program's own stream variable, now the cookie stream; the old
+        // stream stays open (the C library's is kept to be put back).
         unsafe { *var = f };
+    } else if cookie_fd.is_some() && orig[fd as usize] != 0 {
+        // SAFETY: the C library's own stream for this fd, kept above.
+        unsafe { *var = orig[fd as usize] as *mut FILE };
+    }
+}
+
+/// At load: standard streams whose fds are pool fds (a program started with `> file`
+/// in the pool) become cookie streams on the same fds.
+pub fn standard_streams() {
+    for fd in 0..3 {
+        standard_stream_follows(fd);
+    }
+}
+
+/// Before a copy onto standard fd `new`: what the program's stream buffered goes
+/// where the fd pointed until now.
+pub fn before_standard_copy(new: c_int) {
+    if let Some((var, _)) = standard(new) {
+        // SAFETY: flushing the program's own stream.
+        unsafe { libc::fflush(*var) };
     }
 }
