@@ -393,7 +393,25 @@ impl Procs {
     /// Every inode the process in `slot` holds open, with its count, by inode.
     pub fn opens_of(&self, slot: u32) -> Vec<(u64, u64)> {
         let mut m = BTreeMap::new();
-        for e in self.open_table(slot) {
+        // The table is sparse: only its pages in memory can hold entries (reading the
+        // others would fault in 2,048 zero pages per call).
+        let at = OPEN_OFF + slot as usize * OPEN_TABLE_BYTES;
+        let resident = self.region.resident(at, OPEN_TABLE_BYTES);
+        let table = self.open_table(slot);
+        let page = crate::runtime::region::PAGE;
+        // Page p of `resident` starts `lead` bytes before the table (if it is not
+        // page-aligned); its words are those whose bytes fall in it.
+        let lead = at % page;
+        let in_memory = resident
+            .iter()
+            .enumerate()
+            .filter(|(_, &r)| r)
+            .flat_map(|(p, _)| {
+                let start = (p * page).saturating_sub(lead).div_ceil(8);
+                let end = (((p + 1) * page).saturating_sub(lead) / 8).min(table.len());
+                &table[start.min(end)..end]
+            });
+        for e in in_memory {
             let w = e.load(Ordering::Acquire);
             if w != 0 {
                 *m.entry(w >> COUNT_BITS).or_insert(0) += w & COUNT_MAX;

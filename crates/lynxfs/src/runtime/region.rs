@@ -11,7 +11,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 
 /// One mapping of runtime memory.
 pub struct Region {
