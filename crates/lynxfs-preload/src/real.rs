@@ -113,6 +113,15 @@ real! {
     fn freopen64(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
     fn fileno(f: *mut FILE) -> c_int;
     fn umask(mask: mode_t) -> mode_t;
+    fn setuid(u: uid_t) -> c_int;
+    fn setgid(g: gid_t) -> c_int;
+    fn seteuid(u: uid_t) -> c_int;
+    fn setegid(g: gid_t) -> c_int;
+    fn setreuid(r: uid_t, e: uid_t) -> c_int;
+    fn setregid(r: gid_t, e: gid_t) -> c_int;
+    fn setresuid(r: uid_t, e: uid_t, s: uid_t) -> c_int;
+    fn setresgid(r: gid_t, e: gid_t, s: gid_t) -> c_int;
+    fn setgroups(n: size_t, list: *const gid_t) -> c_int;
     fn mkostemps64(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int;
     fn mkdtemp(template: *mut c_char) -> *mut c_char;
     fn fork() -> libc::pid_t;

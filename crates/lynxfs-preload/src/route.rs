@@ -87,9 +87,9 @@ pub fn route(dirfd: c_int, path: &[u8]) -> Route<'_> {
 /// Runs `f` with the caller positioned at `base`.
 pub fn with_base<R>(a: &Attached, base: &Base, f: impl FnOnce(&Caller) -> R) -> R {
     match base {
-        Base::Root => f(&a.root),
+        Base::Root => f(&a.root.read()),
         Base::Cwd => f(&a.cwd.read()),
-        Base::Dir(o) => f(&a.root.at(o.ino)),
+        Base::Dir(o) => f(&a.root.read().at(o.ino)),
     }
 }
 

@@ -54,7 +54,7 @@ fn read_config() -> Option<Config> {
 pub struct Attached {
     pub fs: &'static Fs,
     /// The caller at the pool's root (paths from there, and `at` views for dirfds).
-    pub root: Caller,
+    pub root: RwLock<Caller>,
     /// The caller at its working directory, when that is inside the pool.
     pub cwd: RwLock<Caller>,
     /// The device number `stat` reports: the mount point's own (its FUSE mount's,
@@ -91,7 +91,7 @@ fn attach() -> Option<Attached> {
             let cred = caller();
             Some(Attached {
                 fs,
-                root: fs.session(cred.clone()).mounted(),
+                root: RwLock::new(fs.session(cred.clone()).mounted()),
                 cwd: RwLock::new(fs.session(cred).mounted()),
                 dev: mount_dev(&c.at, &c.pool),
             })
@@ -102,6 +102,16 @@ fn attach() -> Option<Attached> {
             }
             None
         }
+    }
+}
+
+/// The process changed its ids (setuid and friends): later calls check with the new
+/// ones.
+pub fn ids_changed() {
+    if let Some(a) = attached_now() {
+        let c = caller();
+        a.root.write().cred = c.clone();
+        a.cwd.write().cred = c;
     }
 }
 

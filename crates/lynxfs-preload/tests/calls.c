@@ -999,6 +999,34 @@ static int child_fds(const char *a, const char *b) {
     return 0;
 }
 
+/* A process that drops root is checked with its new ids (run as root only). */
+static void ids(void) {
+    SAY("== ids\n");
+    if (geteuid() != 0) {
+        SAY("  not root: skipped on both sides\n");
+        return;
+    }
+    int fd = open("secret", O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    C(write(fd, "s", 1));
+    C(close(fd));
+    C(mkdir("shut", 0700));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        C(setgid(65534));
+        C(setuid(65534));
+        C(open("secret", O_RDONLY));
+        C(open("shut/f", O_CREAT | O_WRONLY, 0644));
+        C(unlink("secret"));
+        C(access("secret", R_OK));
+        fflush(NULL);
+        _exit(0);
+    }
+    wait_child(pid);
+    C(unlink("secret"));
+    C(rmdir("shut"));
+}
+
 int main(int argc, char **argv) {
     self = argv[0];
     if (argc == 4 && !strcmp(argv[1], "fds"))
@@ -1028,6 +1056,7 @@ int main(int argc, char **argv) {
     processes();
     memory_and_copies();
     misc();
+    ids();
     SAY("== end\n");
     return 0;
 }

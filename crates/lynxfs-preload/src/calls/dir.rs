@@ -23,7 +23,7 @@ fn fill(a: &Attached, o: &Open, buf: &mut [u8]) -> lynxfs::Result<usize> {
     }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
     let max = (buf.len() / (HEAD + 5)).clamp(1, 512);
-    let entries = a.fs.ns().readdir(o.ino, cookie, max, &a.root.cred)?;
+    let entries = a.fs.ns().readdir(o.ino, cookie, max, &a.root.read().cred)?;
     let mut at = 0;
     let mut next = cookie;
     for e in entries {

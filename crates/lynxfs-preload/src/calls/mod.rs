@@ -9,6 +9,7 @@
 
 pub mod dir;
 pub mod fd;
+pub mod ids;
 pub mod io;
 pub mod locks;
 pub mod names;

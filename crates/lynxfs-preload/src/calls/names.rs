@@ -149,7 +149,7 @@ unsafe fn two_paths(
             };
             let r = from_root(a, &ob, orel)
                 .and_then(|o| Ok((o, from_root(a, &nb, nrel)?)))
-                .and_then(|(o, n)| pool(&a.root, &o, &n));
+                .and_then(|(o, n)| pool(&a.root.read(), &o, &n));
             match r {
                 Ok(()) => 0,
                 Err(lynxfs::Error::Outside(_)) => {
@@ -408,7 +408,7 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
                 mode: Some(mode),
                 ..Default::default()
             };
-            a.fs.ns().setattr(o.ino, &s, &a.root.cred).map(|_| 0)
+            a.fs.ns().setattr(o.ino, &s, &a.root.read().cred).map(|_| 0)
         },
         // SAFETY: the C library's fchmod with the caller's arguments.
         || unsafe { real::fchmod(fd, mode) },
@@ -475,7 +475,7 @@ pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -
                 gid: id(gid),
                 ..Default::default()
             };
-            a.fs.ns().setattr(o.ino, &s, &a.root.cred).map(|_| 0)
+            a.fs.ns().setattr(o.ino, &s, &a.root.read().cred).map(|_| 0)
         },
         // SAFETY: the C library's fchown with the caller's arguments.
         || unsafe { real::fchown(fd, uid, gid) },
@@ -534,7 +534,7 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
         // SAFETY: the caller's times.
         |a, o| {
             a.fs.ns()
-                .setattr(o.ino, &unsafe { times(t) }?, &a.root.cred)
+                .setattr(o.ino, &unsafe { times(t) }?, &a.root.read().cred)
                 .map(|_| 0)
         },
         // SAFETY: the C library's futimens with the caller's arguments.

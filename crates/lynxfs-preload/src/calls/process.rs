@@ -451,7 +451,7 @@ pub fn detach() {
         let leave = std::thread::Builder::new().spawn(move || {
             let _inside = crate::guard::Inside::enter();
             // The working directory's hold is an open reference too: let it go.
-            let root = a.root.at(lynxfs::format::ROOT_INO);
+            let root = a.root.read().at(lynxfs::format::ROOT_INO);
             *a.cwd.write() = root;
             a.fs.close()
         });

@@ -364,7 +364,7 @@ pub unsafe extern "C" fn fstatfs64(fd: c_int, st: *mut libc::statfs64) -> c_int 
     on_fd(
         fd,
         // SAFETY: the caller's buffer.
-        |a, _| unsafe { put(st, statfs64_of(&a.root.statfs())) }.map(|()| 0),
+        |a, _| unsafe { put(st, statfs64_of(&a.root.read().statfs())) }.map(|()| 0),
         // SAFETY: the C library's fstatfs with the caller's arguments.
         || unsafe { real::fstatfs64(fd, st) },
     )
@@ -403,7 +403,7 @@ pub unsafe extern "C" fn fstatvfs64(fd: c_int, st: *mut libc::statvfs64) -> c_in
     on_fd(
         fd,
         // SAFETY: the caller's buffer.
-        |a, _| unsafe { put(st, statvfs64_of(&a.root.statfs())) }.map(|()| 0),
+        |a, _| unsafe { put(st, statvfs64_of(&a.root.read().statfs())) }.map(|()| 0),
         // SAFETY: the C library's fstatvfs with the caller's arguments.
         || unsafe { real::fstatvfs64(fd, st) },
     )

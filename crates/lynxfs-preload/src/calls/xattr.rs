@@ -99,7 +99,9 @@ pub unsafe extern "C" fn fgetxattr(
         fd,
         |a: &Attached, o| {
             answer(
-                &a.fs.ns().getxattr(o.ino, name_of(name)?, &a.root.cred)?,
+                &a.fs
+                    .ns()
+                    .getxattr(o.ino, name_of(name)?, &a.root.read().cred)?,
                 v,
                 n,
             )
@@ -178,7 +180,7 @@ pub unsafe extern "C" fn fsetxattr(
             // SAFETY: the caller's value of `n` bytes.
             let value = unsafe { buf(v, n) }?;
             a.fs.ns()
-                .setxattr(o.ino, name_of(name)?, value, flags, &a.root.cred)
+                .setxattr(o.ino, name_of(name)?, value, flags, &a.root.read().cred)
                 .map(|()| 0)
         },
         // SAFETY: the C library's fsetxattr with the caller's arguments.
@@ -225,7 +227,7 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, out: *mut c_char, n: size_t) -> s
         fd,
         |a: &Attached, o| {
             answer(
-                &list(a.fs.ns().listxattr(o.ino, &a.root.cred)?),
+                &list(a.fs.ns().listxattr(o.ino, &a.root.read().cred)?),
                 out.cast(),
                 n,
             )
@@ -277,7 +279,7 @@ pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
         fd,
         |a: &Attached, o| {
             a.fs.ns()
-                .removexattr(o.ino, name_of(name)?, &a.root.cred)
+                .removexattr(o.ino, name_of(name)?, &a.root.read().cred)
                 .map(|()| 0)
         },
         // SAFETY: the C library's fremovexattr with the caller's arguments.
