@@ -42,6 +42,11 @@ pub struct PreloadLaunch {
 /// A fresh pool (the size and inodes of [`LibTarget::create_default`]) answering for an
 /// empty temporary directory D; both are removed when the target is dropped.
 pub struct PreloadTarget {
+    /// The pool kept attached for the target's life, as a mount's daemon keeps it:
+    /// the shared runtime state (the index of loaded directories among it) outlives
+    /// each preloaded program, instead of being built again by every one. Dropped
+    /// before the pool file goes.
+    _keeper: lynxfs::Fs,
     launch: PreloadLaunch,
     /// D, canonical (the preload compares paths with it byte by byte).
     dir: PathBuf,
@@ -68,7 +73,10 @@ impl PreloadTarget {
             .tempdir()
             .context("making the preload target's directory")?;
         let dir = guard.path().canonicalize()?;
+        let keeper =
+            lynxfs::Fs::open(&pool.0).with_context(|| format!("attaching {}", pool.0.display()))?;
         Ok(Self {
+            _keeper: keeper,
             launch,
             dir,
             _dir_guard: guard,
@@ -96,11 +104,9 @@ impl PreloadTarget {
         c
     }
 
-    /// Evicts the pool's DRAM index (shared by every attached process), attaching for
-    /// the moment it takes.
+    /// Evicts the pool's DRAM index (shared by every attached process).
     pub(crate) fn drop_index(&self) -> io::Result<()> {
-        let lib = LibTarget::attach(self.pool())?;
-        lib.fs().ns().drop_index();
+        self._keeper.ns().drop_index();
         Ok(())
     }
 

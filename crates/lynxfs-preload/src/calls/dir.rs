@@ -84,7 +84,8 @@ fn ours(d: *mut DIR) -> bool {
 fn stream_for(fd: c_int) -> *mut DIR {
     let s = Box::new(Stream {
         fd,
-        buf: vec![0; 32 << 10],
+        // Small: zeroing it is paid per opendir (find and du open every directory).
+        buf: vec![0; 8 << 10],
         at: 0,
         len: 0,
         // SAFETY: plain data: all-zero is valid.
