@@ -59,12 +59,13 @@ pub unsafe extern "C" fn getdents64(fd: c_int, b: *mut c_void, n: size_t) -> ssi
     )
 }
 
-/// A directory stream of the pool: a `DIR *` only this library hands out.
+/// A directory stream of the pool: a `DIR *` only this library hands out. It reads
+/// the engine's entries directly (no getdents records in between), a batch at a time,
+/// from the position of its fd's description.
 struct Stream {
     fd: c_int,
-    buf: Vec<u8>,
+    batch: Vec<lynxfs::DirEntry>,
     at: usize,
-    len: usize,
     /// The record readdir returned last (valid until the next call).
     entry: dirent64,
     /// The position after the entry returned last (telldir).
@@ -84,10 +85,8 @@ fn ours(d: *mut DIR) -> bool {
 fn stream_for(fd: c_int) -> *mut DIR {
     let s = Box::new(Stream {
         fd,
-        // Small: zeroing it is paid per opendir (find and du open every directory).
-        buf: vec![0; 8 << 10],
+        batch: Vec::new(),
         at: 0,
-        len: 0,
         // SAFETY: plain data: all-zero is valid.
         entry: unsafe { std::mem::zeroed() },
         tell: 0,
@@ -133,30 +132,54 @@ pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut dirent64 {
     }
     // SAFETY: `d` is a Stream this library made and has not freed.
     let s = unsafe { &mut *d.cast::<Stream>() };
-    if s.at >= s.len {
-        // SAFETY: our own buffer.
-        let n = unsafe { getdents64(s.fd, s.buf.as_mut_ptr().cast(), s.buf.len()) };
-        if n <= 0 {
-            // End of the directory leaves errno alone; an error has set it.
-            return std::ptr::null_mut();
+    if s.at >= s.batch.len() {
+        let got = match (fds::get(s.fd), state::attached_now()) {
+            (Some(o), Some(a)) => {
+                let _inside = crate::guard::Inside::enter();
+                crate::guard::on_live_thread(|| next_batch(a, &o))
+            }
+            _ => Err(err(libc::EBADF)),
+        };
+        match got {
+            Ok(b) if !b.is_empty() => {
+                s.batch = b;
+                s.at = 0;
+            }
+            // The end of the directory leaves errno alone.
+            Ok(_) => return std::ptr::null_mut(),
+            Err(e) => {
+                set_errno(e.errno());
+                return std::ptr::null_mut();
+            }
         }
-        s.at = 0;
-        s.len = n as usize;
     }
-    let r = &s.buf[s.at..s.len];
-    let reclen = u16::from_ne_bytes([r[16], r[17]]) as usize;
-    let name = &r[HEAD..reclen];
-    let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
-    s.entry.d_ino = u64::from_ne_bytes(r[0..8].try_into().expect("8 bytes"));
-    s.entry.d_off = i64::from_ne_bytes(r[8..16].try_into().expect("8 bytes"));
-    s.entry.d_type = r[18];
+    let e = &s.batch[s.at];
+    s.entry.d_ino = e.ino;
+    s.entry.d_off = e.next as i64;
+    s.entry.d_type = e.dtype;
     s.entry.d_reclen = std::mem::size_of::<dirent64>() as u16;
-    for (d, &c) in s.entry.d_name.iter_mut().zip(name.iter().chain(&[0])) {
+    let n = e.name.len().min(s.entry.d_name.len() - 1);
+    for (d, &c) in s.entry.d_name.iter_mut().zip(&e.name[..n]) {
         *d = c as c_char;
     }
+    s.entry.d_name[n] = 0;
     s.tell = s.entry.d_off;
-    s.at += reclen;
+    s.at += 1;
     &mut s.entry
+}
+
+/// The next entries of directory `o` from its description's position, which moves
+/// past them.
+fn next_batch(a: &Attached, o: &Open) -> lynxfs::Result<Vec<lynxfs::DirEntry>> {
+    if !o.is_dir {
+        return Err(err(libc::ENOTDIR));
+    }
+    let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
+    let b = a.fs.ns().readdir(o.ino, cookie, 256, &a.root.read().cred)?;
+    if let Some(last) = b.last() {
+        a.fs.seek(o.handle, last.next as i64, libc::SEEK_SET)?;
+    }
+    Ok(b)
 }
 
 #[no_mangle]
@@ -225,7 +248,7 @@ fn reposition(d: *mut DIR, loc: i64) {
     // SAFETY: the caller checked the stream is ours.
     let s = unsafe { &mut *d.cast::<Stream>() };
     s.at = 0;
-    s.len = 0;
+    s.batch.clear();
     s.tell = loc;
     // SAFETY: the replaced lseek on the stream's own fd.
     unsafe { super::io::lseek64(s.fd, loc, libc::SEEK_SET) };
