@@ -7,13 +7,13 @@
 //! liblynxfs_preload.so and lynxfs once, with its own profile, into its own target
 //! directory. Every run is a process group killed (failing the test) past its limit.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::process::{Command, Output};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+#[path = "../../lynxfs/tests/common/built.rs"]
+mod built;
 /// The engine tests' watchdog, which aborts a test that hangs anywhere.
 #[path = "../../lynxfs/tests/common/mod.rs"]
 mod common;
@@ -26,96 +26,25 @@ const TEST_LIMIT: Duration = Duration::from_secs(600);
 /// One run at a time: each makes a 4 GiB pool in /dev/shm.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// target/<profile>/: the test binary is in its deps/.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    deps.parent().expect("profile directory").to_path_buf()
-}
-
 /// The lynxfs executable, built (with the preload library next to it) once per test
 /// binary; a failed build fails every test, saying why.
 fn lynxfs() -> &'static Path {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
-        .get_or_init(build)
+        .get_or_init(|| {
+            built::build(
+                env!("CARGO_MANIFEST_DIR"),
+                &["lynxfs-preload", "lynxfs-cli"],
+                &["lynxfs", "liblynxfs_preload.so"],
+            )
+            .map(|d| d.join("lynxfs"))
+        })
         .as_ref()
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn build() -> Result<PathBuf, String> {
-    let dir = target_dir();
-    let profile = match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev".to_string(),
-        Some(p) => p.to_string(),
-        None => return Err(format!("no profile in {}", dir.display())),
-    };
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "--locked"])
-        .args([
-            "-p",
-            "lynxfs-preload",
-            "-p",
-            "lynxfs-cli",
-            "--profile",
-            &profile,
-        ])
-        .env(
-            "CARGO_TARGET_DIR",
-            dir.parent().ok_or("no target directory")?,
-        )
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    let out = run_bounded(cmd, "cargo build");
-    if !out.status.success() {
-        return Err(format!(
-            "cargo build -p lynxfs-preload -p lynxfs-cli: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    for p in [dir.join("lynxfs"), dir.join("liblynxfs_preload.so")] {
-        if !p.exists() {
-            return Err(format!("the build made no {}", p.display()));
-        }
-    }
-    Ok(dir.join("lynxfs"))
-}
-
-/// Runs `cmd` in a process group of its own with its output captured; kills the whole
-/// group and fails the test if it outlives [`LIMIT`].
 fn run_bounded(mut cmd: Command, what: &str) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: spawn {cmd:?}: {e}"));
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        let _ = (out.read_to_end(&mut o), err.read_to_end(&mut e));
-        let _ = tx.send((o, e));
-    });
-    let Ok((stdout, stderr)) = rx.recv_timeout(LIMIT) else {
-        kill_group(&child);
-        let _ = child.wait();
-        panic!("{what}: still running after {LIMIT:?}: killed");
-    };
-    let status = child.wait().expect("wait for the child");
-    Output {
-        status,
-        stdout,
-        stderr,
-    }
-}
-
-/// SIGKILL to every process of `child`'s group (it leads one).
-fn kill_group(child: &Child) {
-    let pgid = child.id() as libc::pid_t;
-    // SAFETY: kill takes plain integers; the group is the child's own, made for it.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    built::run_bounded(&mut cmd, what, LIMIT)
 }
 
 /// Runs `lynxfs bench SUITE --target preload ARGS --out OUT` with its temporary files

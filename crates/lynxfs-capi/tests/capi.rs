@@ -4,26 +4,19 @@
 //! /dev/shm; the pools are then read back through the Rust API. Every process runs
 //! under a time limit that kills it and fails the test rather than hang.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use engine::pmem::PmemBackend;
 use engine::{Cred, Fs, MkfsOptions, Pool};
 
+#[path = "../../lynxfs/tests/common/built.rs"]
+mod built;
+
 /// How long one compiler or C program may run.
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// target/<profile>/, which holds liblynxfs.so: the test binary is in its deps/.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    deps.parent()
-        .expect("target profile directory")
-        .to_path_buf()
-}
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -31,30 +24,7 @@ fn manifest_dir() -> &'static Path {
 
 /// Runs `cmd`, killing it and failing the test when it outlives [`LIMIT`].
 fn run(cmd: &mut Command) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        let _ = (out.read_to_end(&mut o), err.read_to_end(&mut e));
-        let _ = tx.send((o, e));
-    });
-    let Ok((stdout, stderr)) = rx.recv_timeout(LIMIT) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("{cmd:?} still running after {LIMIT:?}: killed");
-    };
-    let status = child.wait().expect("wait for the child");
-    Output {
-        status,
-        stdout,
-        stderr,
-    }
+    built::run_bounded(cmd, &format!("{cmd:?}"), LIMIT)
 }
 
 /// target/<profile>/liblynxfs.so, built (once per test binary) by cargo with this
@@ -65,38 +35,11 @@ fn library_dir() -> PathBuf {
 }
 
 fn build_library() -> Result<PathBuf, String> {
-    let dir = target_dir();
-    let profile = match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev".to_string(),
-        Some(p) => p.to_string(),
-        None => return Err(format!("no profile in {}", dir.display())),
-    };
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = run(Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "--locked",
-            "-p",
-            "lynxfs-capi",
-            "--profile",
-        ])
-        .arg(&profile)
-        .env(
-            "CARGO_TARGET_DIR",
-            dir.parent().ok_or("no target directory")?,
-        )
-        .current_dir(manifest_dir()));
-    if !out.status.success() {
-        return Err(format!(
-            "cargo build -p lynxfs-capi: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    if !dir.join("liblynxfs.so").exists() {
-        return Err(format!("{} has no liblynxfs.so", dir.display()));
-    }
-    Ok(dir)
+    built::build(
+        env!("CARGO_MANIFEST_DIR"),
+        &["lynxfs-capi"],
+        &["liblynxfs.so"],
+    )
 }
 
 /// Compiles the C file `src` (relative to the crate) into `dir`, linked with

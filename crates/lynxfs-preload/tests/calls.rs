@@ -19,20 +19,13 @@ use std::time::Duration;
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
 
+#[path = "../../lynxfs/tests/common/built.rs"]
+mod built;
 #[path = "../../lynxfs/tests/common/mod.rs"]
 mod common;
 
 /// How long the whole test may run (the builds included).
 const TEST_LIMIT: Duration = Duration::from_secs(400);
-
-/// target/<profile>/ (the test binary is in its deps/).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("profile directory")
-        .to_path_buf()
-}
 
 /// Runs `cmd`, failing the test with its stderr when it fails.
 fn run_ok(cmd: &mut Command, what: &str) -> Output {
@@ -51,20 +44,12 @@ fn run_ok(cmd: &mut Command, what: &str) -> Output {
 
 /// Builds lynxfs and liblynxfs_preload.so (cargo test builds no cdylib) and calls.c.
 fn build(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let profile = match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev".to_string(),
-        Some(p) => p.to_string(),
-        None => panic!("no profile in {}", dir.display()),
-    };
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run_ok(
-        Command::new(cargo)
-            .args(["build", "--quiet", "--locked", "-p", "lynxfs-preload"])
-            .args(["-p", "lynxfs-cli", "--profile", &profile])
-            .env("CARGO_TARGET_DIR", dir.parent().expect("target directory"))
-            .current_dir(env!("CARGO_MANIFEST_DIR")),
-        "cargo build",
-    );
+    built::build(
+        env!("CARGO_MANIFEST_DIR"),
+        &["lynxfs-preload", "lynxfs-cli"],
+        &["lynxfs", "liblynxfs_preload.so"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let calls = dir.join("calls-c");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/calls.c");
     run_ok(
@@ -96,7 +81,7 @@ fn nest(parent: &Path) -> PathBuf {
 #[test]
 fn every_replaced_call_answers_as_the_kernel_does() {
     let _w = common::watchdog("calls", TEST_LIMIT);
-    let (lynxfs, preload, calls) = build(&target_dir());
+    let (lynxfs, preload, calls) = build(&built::target_dir());
     let pool = PathBuf::from(format!("/dev/shm/lynxfs-calls-{}.pool", std::process::id()));
     let mut o = MkfsOptions::new(128 << 20);
     o.lanes = 2;

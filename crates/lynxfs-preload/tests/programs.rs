@@ -13,21 +13,23 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::process::{Child, Command, Output};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fs, MkfsOptions, Pool};
 
+#[path = "../../lynxfs/tests/common/built.rs"]
+mod built;
 /// The engine tests' helpers: the watchdog that aborts a test that hangs (in engine
 /// calls, which no process limit covers).
 #[path = "../../lynxfs/tests/common/mod.rs"]
 mod common;
+
+use built::{kill_group, spawn_group};
 
 /// How long one program (a whole script) may run.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -35,13 +37,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 const TEST_LIMIT: Duration = Duration::from_secs(400);
 
 // ---- building what the tests run ----
-
-/// target/<profile>/: the test binary is in its deps/.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    deps.parent().expect("profile directory").to_path_buf()
-}
 
 /// The lynxfs executable and the preload library of the sources under test.
 struct Built {
@@ -53,51 +48,19 @@ struct Built {
 fn built() -> &'static Built {
     static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
     BUILT
-        .get_or_init(build)
+        .get_or_init(|| {
+            let dir = built::build(
+                env!("CARGO_MANIFEST_DIR"),
+                &["lynxfs-preload", "lynxfs-cli"],
+                &["lynxfs", "liblynxfs_preload.so"],
+            )?;
+            Ok(Built {
+                lynxfs: dir.join("lynxfs"),
+                preload: dir.join("liblynxfs_preload.so"),
+            })
+        })
         .as_ref()
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn build() -> Result<Built, String> {
-    let dir = target_dir();
-    let profile = match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev".to_string(),
-        Some(p) => p.to_string(),
-        None => return Err(format!("no profile in {}", dir.display())),
-    };
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "--locked"])
-        .args([
-            "-p",
-            "lynxfs-preload",
-            "-p",
-            "lynxfs-cli",
-            "--profile",
-            &profile,
-        ])
-        .env(
-            "CARGO_TARGET_DIR",
-            dir.parent().ok_or("no target directory")?,
-        )
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    let out = run_bounded(cmd, "cargo build");
-    if !out.status.success() {
-        return Err(format!(
-            "cargo build -p lynxfs-preload -p lynxfs-cli: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let built = Built {
-        lynxfs: dir.join("lynxfs"),
-        preload: dir.join("liblynxfs_preload.so"),
-    };
-    for p in [&built.lynxfs, &built.preload] {
-        if !p.exists() {
-            return Err(format!("the build made no {}", p.display()));
-        }
-    }
-    Ok(built)
 }
 
 /// Fails the test when a tool the workload needs is not installed.
@@ -112,48 +75,12 @@ fn need(tool: &str, package: &str) {
 
 // ---- running processes within a limit ----
 
-/// Runs `cmd` in a process group of its own with its output captured; kills the whole
-/// group and fails the test if it outlives [`LIMIT`].
 fn run_bounded(mut cmd: Command, what: &str) -> Output {
-    let child = spawn_group(&mut cmd, what);
-    finish_within(child, what)
+    built::run_bounded(&mut cmd, what, LIMIT)
 }
 
-fn spawn_group(cmd: &mut Command, what: &str) -> Child {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: spawn {cmd:?}: {e}"))
-}
-
-fn finish_within(mut child: Child, what: &str) -> Output {
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        let _ = (out.read_to_end(&mut o), err.read_to_end(&mut e));
-        let _ = tx.send((o, e));
-    });
-    let Ok((stdout, stderr)) = rx.recv_timeout(LIMIT) else {
-        kill_group(&child);
-        let _ = child.wait();
-        panic!("{what}: still running after {LIMIT:?}: killed");
-    };
-    let status = child.wait().expect("wait for the child");
-    Output {
-        status,
-        stdout,
-        stderr,
-    }
-}
-
-/// SIGKILL to every process of `child`'s group (it leads one: [`spawn_group`]).
-fn kill_group(child: &Child) {
-    let pgid = child.id() as libc::pid_t;
-    // SAFETY: kill takes plain integers; the group is the child's own, made for it.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+fn finish_within(child: Child, what: &str) -> Output {
+    built::finish_within(child, what, LIMIT)
 }
 
 fn text(b: &[u8]) -> String {
