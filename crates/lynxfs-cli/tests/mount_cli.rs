@@ -588,3 +588,31 @@ fn mounting_onto_a_missing_directory_says_so() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
 }
+
+/// `umount DIR` (umount(8), not `lynxfs umount`) returns once the kernel has
+/// unmounted, before the daemon has closed the pool: a `mount` right after it waits
+/// for that instead of failing with "in use"; a pool still mounted is refused at once.
+#[test]
+fn a_mount_right_after_umount_waits_for_the_daemon_to_let_go() {
+    let _w = bound("a_mount_right_after_umount_waits_for_the_daemon_to_let_go");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    for round in 0..3 {
+        let o = run(&[p("mount"), &pool, &mnt]);
+        assert!(o.status.success(), "mount {round}: {}", stderr(&o));
+        let twice = run(&[p("mount"), &pool, other.path()]);
+        assert!(!twice.status.success(), "a second mount of a mounted pool");
+        assert!(stderr(&twice).contains("in use"), "{}", stderr(&twice));
+        let u = Command::new("umount").arg(&mnt).output().unwrap();
+        assert!(u.status.success(), "umount(8): {}", stderr(&u));
+    }
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(
+        o.status.success(),
+        "mount after the last umount: {}",
+        stderr(&o)
+    );
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "lynxfs umount: {}", stderr(&o));
+}

@@ -264,6 +264,39 @@ impl<B: Backend> Serve for Serving<B> {
     }
 }
 
+/// How long a mount waits for the daemon of the pool's previous mount to let go of it.
+const UNMOUNT_WAIT: Duration = Duration::from_secs(10);
+
+/// Claims the pool's mount, waiting while the pool's previous mount is gone from the
+/// mount table but its daemon still holds the pool: `umount DIR` returns as soon as
+/// the kernel has unmounted, before the daemon has saved the allocators and closed the
+/// pool, so a `mount` right after it would otherwise find the pool in use. A pool
+/// still mounted somewhere is refused at once (one mount per pool).
+fn claim_mount_after_unmount<B: Backend>(pool: &Pool<B>, pool_path: &Path) -> lynxfs::Result<()> {
+    let deadline = std::time::Instant::now() + UNMOUNT_WAIT;
+    loop {
+        match pool.claim_mount() {
+            Err(lynxfs::Error::Locked { .. })
+                if std::time::Instant::now() < deadline && !mounted_anywhere(pool_path) =>
+            {
+                thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Whether the mount table has a LynxFS mount of `pool`.
+fn mounted_anywhere(pool: &Path) -> bool {
+    let Ok(pool) = pool.canonicalize() else {
+        return false;
+    };
+    crate::mountinfo::mounts().iter().any(|m| {
+        m.fstype.starts_with("fuse.lynxfs")
+            && Path::new(&m.source).canonicalize().is_ok_and(|s| s == pool)
+    })
+}
+
 fn session<B: Backend>(
     pool_path: &Path,
     mountpoint: &Path,
@@ -278,7 +311,7 @@ fn session<B: Backend>(
     };
     // The pool first: a missing, foreign or busy pool is reported before mounting.
     let pool = Pool::open_with_progress(pool_path, access, backend, progress)?;
-    pool.claim_mount()?;
+    claim_mount_after_unmount(&pool, pool_path)?;
     let fs = Arc::new(Fs::new(pool));
     let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     if o.daemon_permissions {
