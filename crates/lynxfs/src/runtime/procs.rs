@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 /// Bytes of the header page at the start of the region (identity and state words).
 pub const HEADER_BYTES: usize = 4096;
 /// Processes that may be attached at once.
-pub const MAX_PROCS: u32 = 32;
+pub const MAX_PROCS: u32 = 128;
 /// Entries of each process's open table: distinct inodes one process may hold open or
 /// held. A FUSE daemon holds every inode the kernel caches (a tree walk of a large
 /// source tree reaches 100,000 and more), hence a million; the tables are sparse, so
