@@ -1027,6 +1027,63 @@ static void ids(void) {
     C(rmdir("shut"));
 }
 
+static int only_r(const struct dirent *e) { return e->d_name[0] == 'r'; }
+
+/* realpath and scandir: glibc's own work with internal calls. */
+static void resolving(void) {
+    SAY("== realpath, scandir\n");
+    char here[PATH_MAX], buf[PATH_MAX];
+    if (!getcwd(here, sizeof here))
+        return;
+    C(mkdir("rp", 0755));
+    C(mkdir("rp/sub", 0755));
+    int fd = open("rp/sub/file", O_CREAT | O_WRONLY, 0644);
+    C(close(fd));
+    C(symlink("sub/file", "rp/rel"));
+    C(symlink("..", "rp/sub/up"));
+    C(link("rp/sub/file", "rp/hard"));
+    const char *paths[] = {"rp/rel", "rp/sub/up/rel", "./rp//sub/../hard", "rp/sub/", "rp/missing",
+                           "rp/sub/file/", "rp/sub/up/../rp/rel"};
+    for (unsigned i = 0; i < sizeof paths / sizeof *paths; i++) {
+        errno = 0;
+        char *r = realpath(paths[i], buf);
+        if (r && !strncmp(r, here, strlen(here)))
+            SAY("  realpath(%s) = .%s\n", paths[i], r + strlen(here));
+        else
+            SAY("  realpath(%s) = %s %s\n", paths[i], r ? r : "NULL", r ? "" : strerrorname_np(errno));
+    }
+    char *m = realpath("rp/rel", NULL);
+    SAY("  realpath(rp/rel, NULL) allocated: %s\n", m && !strcmp(m + strlen(here), "/rp/sub/file") ? "yes" : "no");
+    free(m);
+    struct dirent **list;
+    int n = scandir("rp", &list, only_r, alphasort);
+    SAY("  scandir(rp, only r*) = %d:", n);
+    for (int i = 0; i < n; i++) {
+        SAY(" %s", list[i]->d_name);
+        free(list[i]);
+    }
+    SAY("\n");
+    if (n >= 0)
+        free(list);
+    n = scandir("rp/sub", &list, NULL, alphasort);
+    SAY("  scandir(rp/sub) = %d:", n);
+    for (int i = 0; i < n; i++) {
+        SAY(" %s", list[i]->d_name);
+        free(list[i]);
+    }
+    SAY("\n");
+    if (n >= 0)
+        free(list);
+    errno = 0;
+    C(scandir("rp/none", &list, NULL, alphasort));
+    C(unlink("rp/hard"));
+    C(unlink("rp/rel"));
+    C(unlink("rp/sub/up"));
+    C(unlink("rp/sub/file"));
+    C(rmdir("rp/sub"));
+    C(rmdir("rp"));
+}
+
 int main(int argc, char **argv) {
     self = argv[0];
     if (argc == 4 && !strcmp(argv[1], "fds"))
@@ -1057,6 +1114,7 @@ int main(int argc, char **argv) {
     memory_and_copies();
     misc();
     ids();
+    resolving();
     SAY("== end\n");
     return 0;
 }

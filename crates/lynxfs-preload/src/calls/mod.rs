@@ -15,6 +15,7 @@ pub mod locks;
 pub mod names;
 pub mod open;
 pub mod process;
+pub mod scan;
 pub mod stat;
 pub mod stdio;
 pub mod temp;
