@@ -125,6 +125,8 @@ real! {
     fn mkostemps64(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int;
     fn mkdtemp(template: *mut c_char) -> *mut c_char;
     fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char;
+    fn system(cmd: *const c_char) -> c_int;
+    fn popen(cmd: *const c_char, mode: *const c_char) -> *mut FILE;
     fn fork() -> libc::pid_t;
     fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     fn posix_spawn(pid: *mut libc::pid_t, path: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;

@@ -1027,6 +1027,30 @@ static void ids(void) {
     C(rmdir("shut"));
 }
 
+/* system and popen: glibc spawns the shell internally; a pool fd it inherits keeps
+ * sharing the caller's position, and the caller's description outlives the shell. */
+static void shells(void) {
+    SAY("== system, popen\n");
+    int fd = open("sys.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    C(write(fd, "a", 1));
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "printf b >&%d", fd);
+    fflush(NULL);
+    C(system(cmd));
+    C(write(fd, "c", 1));
+    C(lseek(fd, 0, SEEK_CUR));
+    SAY("  sys.txt: %s\n", contents("sys.txt"));
+    FILE *p = popen("cat sys.txt", "r");
+    char line[32] = {0};
+    if (p && fgets(line, sizeof line, p))
+        SAY("  popen read: %s\n", line);
+    C(p ? pclose(p) : -1);
+    C(write(fd, "d", 1));
+    C(close(fd));
+    SAY("  sys.txt: %s\n", contents("sys.txt"));
+    C(unlink("sys.txt"));
+}
+
 static int only_r(const struct dirent *e) { return e->d_name[0] == 'r'; }
 
 /* realpath and scandir: glibc's own work with internal calls. */
@@ -1115,6 +1139,7 @@ int main(int argc, char **argv) {
     misc();
     ids();
     resolving();
+    shells();
     SAY("== end\n");
     return 0;
 }

@@ -384,17 +384,7 @@ unsafe fn spawn(
     search: bool,
 ) -> c_int {
     let _inside = crate::guard::Inside::enter();
-    let a = state::attached_now();
-    let mut claimed = Vec::new();
-    if let Some(a) = a {
-        share_all(a);
-        let (keep, _) = passed_on(a);
-        for key in keep {
-            if a.fs.claim(key).is_ok() {
-                claimed.push(key);
-            }
-        }
-    }
+    let claimed = claim_for_child();
     let copy = if search { None } else { runnable_copy(path) };
     let target = copy.as_ref().map_or(path, |c| c.as_ptr());
     // A spawned program is a new process: no previous image of it to take over.
@@ -409,13 +399,67 @@ unsafe fn spawn(
         }
     };
     if r != 0 {
-        if let Some(a) = a {
-            for key in claimed {
-                let _ = a.fs.release(key);
-            }
-        }
+        release_all(&claimed);
     }
     r
+}
+
+/// Before starting a new program in a child: every description with an fd the child
+/// inherits is shared (its eventfd keyed) and claimed once more, the claim the new
+/// program takes over when it adopts the description.
+fn claim_for_child() -> Vec<u64> {
+    let Some(a) = state::attached_now() else {
+        return Vec::new();
+    };
+    share_all(a);
+    let (keep, _) = passed_on(a);
+    keep.into_iter()
+        .filter(|&key| a.fs.claim(key).is_ok())
+        .collect()
+}
+
+/// Gives back claims made for a child that did not start.
+fn release_all(keys: &[u64]) {
+    if let Some(a) = state::attached_now() {
+        for &key in keys {
+            let _ = a.fs.release(key);
+        }
+    }
+}
+
+/// system: glibc starts the shell with its internal posix_spawn, so the claims the
+/// shell takes over are made here (and given back when no shell was started).
+#[no_mangle]
+pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
+    let claimed = {
+        let _inside = crate::guard::Inside::enter();
+        if cmd.is_null() {
+            Vec::new()
+        } else {
+            claim_for_child()
+        }
+    };
+    // SAFETY: the C library's system with the caller's command.
+    let r = unsafe { real::system(cmd) };
+    if r == -1 {
+        release_all(&claimed);
+    }
+    r
+}
+
+/// popen: as system, for a shell that runs alongside.
+#[no_mangle]
+pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let claimed = {
+        let _inside = crate::guard::Inside::enter();
+        claim_for_child()
+    };
+    // SAFETY: the C library's popen with the caller's arguments.
+    let f = unsafe { real::popen(cmd, mode) };
+    if f.is_null() {
+        release_all(&claimed);
+    }
+    f
 }
 
 /// vfork is fork here: the child must become an attached process of its own before
