@@ -84,7 +84,8 @@ ssize_t lynxfs_write(lynxfs_t *fs, int fd, const void *buf, size_t count);
 /* pread(2)/pwrite(2): at `offset`, the position unchanged. */
 ssize_t lynxfs_pread(lynxfs_t *fs, int fd, void *buf, size_t count, off_t offset);
 ssize_t lynxfs_pwrite(lynxfs_t *fs, int fd, const void *buf, size_t count, off_t offset);
-/* lseek(2) with SEEK_SET, SEEK_CUR or SEEK_END: the new position or -errno. */
+/* lseek(2) with SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA or SEEK_HOLE: the new position
+ * or -errno. */
 off_t lynxfs_lseek(lynxfs_t *fs, int fd, off_t offset, int whence);
 
 int lynxfs_fstat(lynxfs_t *fs, int fd, struct stat *st);

@@ -41,8 +41,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
@@ -1342,5 +1342,23 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             self.privs_dropped(ino.0);
         }
         reply_empty(r, reply);
+    }
+
+    /// The kernel asks only for SEEK_DATA and SEEK_HOLE (it moves positions itself):
+    /// answered from the file's block map, so cp and tar see the holes.
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.fs.seek(fh.0, offset, whence) {
+            // At most the largest file size, far below i64::MAX.
+            Ok(at) => reply.offset(at as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 }

@@ -7,8 +7,6 @@
 //! comparison (each is still run, so a crash in one fails the test):
 //! - open(O_PATH | O_NOFOLLOW) of a symlink: the kernel opens the link itself; the
 //!   preload fails with ELOOP (no O_PATH fds of the pool).
-//! - lseek SEEK_DATA/SEEK_HOLE: the engine reports no holes inside a file (all of
-//!   it is data, the hole at its end), which POSIX allows; tmpfs reports its holes.
 //! - fchown(fd, -1, -1) as root: the kernel clears set-user-ID and set-group-ID
 //!   (group-executable) on a regular file even when no id changes; the engine does not.
 

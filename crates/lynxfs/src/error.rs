@@ -123,6 +123,7 @@ pub mod errno {
     pub const EIO: Error = Error::Errno(libc::EIO);
     pub const ENODEV: Error = Error::Errno(libc::ENODEV);
     pub const ESTALE: Error = Error::Errno(libc::ESTALE);
+    pub const ENXIO: Error = Error::Errno(libc::ENXIO);
     /// Internal: the shared runtime is under repair and the operation must be retried
     /// (never returned to a caller: the API retries).
     pub const ERESTART: Error = Error::Errno(libc::ERESTART);

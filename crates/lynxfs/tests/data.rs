@@ -148,3 +148,93 @@ fn fallocate_that_grows_the_file_shows_zeros_past_the_old_end() {
     assert!(buf.iter().all(|&b| b == 0), "stale bytes exposed");
     fs.close_fd(fd).unwrap();
 }
+
+/// Where lseek(SEEK_DATA or SEEK_HOLE) from `off` lands, or its errno.
+fn seek_to(fs: &lynxfs::Fs, fd: lynxfs::Fd, off: i64, whence: i32) -> Result<u64, i32> {
+    fs.seek(fd, off, whence).map_err(|e| e.errno())
+}
+
+#[test]
+fn seek_data_and_seek_hole_find_the_holes_of_a_sparse_file() {
+    const B: u64 = 4096;
+    let fs = fs(8 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/sparse", CREAT, 0o644).unwrap();
+    // Blocks 0 and 1 written apart (one run), block 3 partly, block 8 past the end;
+    // then the size grows to 12 blocks: holes at 2, 4..8 and 9..12.
+    fs.pwrite(fd, &[1u8; B as usize], 0).unwrap();
+    fs.pwrite(fd, &[2u8; B as usize], B).unwrap();
+    fs.pwrite(fd, &[3u8; 100], 3 * B + 10).unwrap();
+    fs.pwrite(fd, &[4u8; 50], 8 * B).unwrap();
+    fs.ftruncate(fd, 12 * B).unwrap();
+    let (data, hole) = (libc::SEEK_DATA, libc::SEEK_HOLE);
+    let off = |b: u64| (b * B) as i64;
+    assert_eq!(seek_to(&fs, fd, 0, data), Ok(0));
+    assert_eq!(seek_to(&fs, fd, 100, data), Ok(100));
+    assert_eq!(seek_to(&fs, fd, 0, hole), Ok(2 * B), "a run of two extents");
+    assert_eq!(seek_to(&fs, fd, off(2), hole), Ok(2 * B));
+    assert_eq!(seek_to(&fs, fd, off(2) + 7, data), Ok(3 * B));
+    assert_eq!(
+        seek_to(&fs, fd, off(3), hole),
+        Ok(4 * B),
+        "a partly written block is data"
+    );
+    assert_eq!(seek_to(&fs, fd, off(4), data), Ok(8 * B));
+    assert_eq!(seek_to(&fs, fd, off(8) + 60, hole), Ok(9 * B));
+    assert_eq!(
+        seek_to(&fs, fd, off(9), data),
+        Err(libc::ENXIO),
+        "only holes follow"
+    );
+    assert_eq!(seek_to(&fs, fd, off(12) - 1, hole), Ok(12 * B - 1));
+    assert_eq!(
+        seek_to(&fs, fd, off(12), data),
+        Err(libc::ENXIO),
+        "at the end"
+    );
+    assert_eq!(
+        seek_to(&fs, fd, off(12), hole),
+        Err(libc::ENXIO),
+        "at the end"
+    );
+    assert_eq!(
+        seek_to(&fs, fd, off(20), hole),
+        Err(libc::ENXIO),
+        "past the end"
+    );
+    assert_eq!(seek_to(&fs, fd, -1, data), Err(libc::ENXIO), "negative");
+    // The position moved to the answer, and a failed seek left it there.
+    assert_eq!(seek_to(&fs, fd, off(4), data), Ok(8 * B));
+    assert_eq!(seek_to(&fs, fd, off(12), data), Err(libc::ENXIO));
+    assert_eq!(fs.seek(fd, 0, libc::SEEK_CUR).unwrap(), 8 * B);
+
+    // A punched block becomes a hole; blocks allocated past the size are not data;
+    // blocks allocated within it are.
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    fs.fallocate(fd, punch, 0, B).unwrap();
+    assert_eq!(seek_to(&fs, fd, 0, hole), Ok(0));
+    assert_eq!(seek_to(&fs, fd, 0, data), Ok(B));
+    fs.fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 12 * B, 2 * B)
+        .unwrap();
+    assert_eq!(seek_to(&fs, fd, off(9), data), Err(libc::ENXIO));
+    assert_eq!(seek_to(&fs, fd, off(9), hole), Ok(9 * B));
+    fs.fallocate(fd, 0, 10 * B, B).unwrap();
+    assert_eq!(seek_to(&fs, fd, off(9), data), Ok(10 * B));
+    assert_eq!(seek_to(&fs, fd, off(10), hole), Ok(11 * B));
+    fs.close_fd(fd).unwrap();
+}
+
+#[test]
+fn a_file_without_holes_has_its_only_hole_at_the_end() {
+    let fs = fs(8 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/full", CREAT, 0o644).unwrap();
+    fs.pwrite(fd, &[7u8; 5000], 0).unwrap();
+    assert_eq!(seek_to(&fs, fd, 10, libc::SEEK_HOLE), Ok(5000));
+    assert_eq!(seek_to(&fs, fd, 4999, libc::SEEK_DATA), Ok(4999));
+    let empty = s.open("/empty", CREAT, 0o644).unwrap();
+    assert_eq!(seek_to(&fs, empty, 0, libc::SEEK_DATA), Err(libc::ENXIO));
+    assert_eq!(seek_to(&fs, empty, 0, libc::SEEK_HOLE), Err(libc::ENXIO));
+    fs.close_fd(fd).unwrap();
+    fs.close_fd(empty).unwrap();
+}

@@ -359,7 +359,8 @@ impl<B: Backend> Fs<B> {
         })
     }
 
-    /// lseek with SEEK_SET, SEEK_CUR or SEEK_END.
+    /// lseek with SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA or SEEK_HOLE (from the
+    /// file's block map: see [`crate::data::seek_data_hole`]).
     pub fn seek(&self, fd: Fd, off: i64, whence: i32) -> Result<u64> {
         self.op(|| {
             let f = self.file(fd)?;
@@ -368,6 +369,10 @@ impl<B: Backend> Fs<B> {
                     libc::SEEK_SET => 0,
                     libc::SEEK_CUR => pos as i64,
                     libc::SEEK_END => self.ns.getattr(f.ino)?.size as i64,
+                    libc::SEEK_DATA | libc::SEEK_HOLE => {
+                        let new = self.data_or_hole(&f, off, whence == libc::SEEK_HOLE)?;
+                        return Ok((new, new));
+                    }
                     _ => return Err(errno::EINVAL),
                 };
                 let new = base
@@ -377,6 +382,17 @@ impl<B: Backend> Fs<B> {
                 Ok((new, new))
             })
         })
+    }
+
+    /// Where SEEK_DATA (or SEEK_HOLE) from `off` lands in `f`'s file; a negative
+    /// offset is ENXIO, as in Linux.
+    fn data_or_hole(&self, f: &OpenFile, off: i64, hole: bool) -> Result<u64> {
+        let off = u64::try_from(off).map_err(|_| errno::ENXIO)?;
+        if self.ns.mode(f.ino) & libc::S_IFMT != libc::S_IFREG {
+            return Err(errno::EINVAL);
+        }
+        let _r = self.ns.cachelets.get(f.ino).read(self.ns.watch())?;
+        crate::data::seek_data_hole(&self.ns.pool, f.ino, off, hole, &self.map_of(f))
     }
 
     pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {

@@ -7,6 +7,6 @@ pub mod xattr;
 
 pub use map::{LocalMap, MapCache};
 pub use rw::{
-    blocks_used, dir_pages, fallocate, free_all, read_at, read_cached, truncate, write_at,
-    write_fresh, FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, MAX_FILE,
+    blocks_used, dir_pages, fallocate, free_all, read_at, read_cached, seek_data_hole, truncate,
+    write_at, write_fresh, FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, MAX_FILE,
 };

@@ -70,6 +70,59 @@ pub fn read_cached<B: Backend>(
     Ok(n)
 }
 
+/// lseek's SEEK_DATA (`hole` false) or SEEK_HOLE (`hole` true) from `off`, as Linux
+/// defines them, at block granularity (a block with a mapped extent is data, even if
+/// only partly written; the end of the file is a hole): ENXIO at or past the end of
+/// the file, or for SEEK_DATA when only holes follow. The caller holds the file's lock
+/// shared.
+pub fn seek_data_hole<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    off: u64,
+    hole: bool,
+    cache: &MapCache<'_>,
+) -> Result<u64> {
+    let size = size_of(pool, ino);
+    if off >= size {
+        return Err(errno::ENXIO);
+    }
+    let m = cache.get(pool, ino)?;
+    if hole {
+        // Extents past the size (fallocate with KEEP_SIZE) are not the file's data.
+        return Ok(next_hole(&m.extents, off).min(size));
+    }
+    next_data(&m.extents, off)
+        .filter(|&at| at < size)
+        .ok_or(errno::ENXIO)
+}
+
+/// The first byte at or after `off` in a mapped block (None: only holes follow).
+fn next_data(ext: &[Extent], off: u64) -> Option<u64> {
+    let lblk = off / BLOCK;
+    let e = ext.get(ext.partition_point(|e| e.end() <= lblk))?;
+    Some((e.lblk as u64 * BLOCK).max(off))
+}
+
+/// The first byte at or after `off` in an unmapped block (the end of the file may come
+/// first: the caller caps it).
+fn next_hole(ext: &[Extent], off: u64) -> u64 {
+    let lblk = off / BLOCK;
+    let mut i = ext.partition_point(|e| e.end() <= lblk);
+    match ext.get(i) {
+        Some(e) if e.lblk as u64 <= lblk => {
+            // Walk the run of extents that follow each other without a gap.
+            let mut end = e.end();
+            i += 1;
+            while let Some(n) = ext.get(i).filter(|n| n.lblk as u64 == end) {
+                end = n.end();
+                i += 1;
+            }
+            end * BLOCK
+        }
+        _ => off,
+    }
+}
+
 /// Write `data` at `off`, atomically and durably; returns `data.len()`. The caller
 /// holds the file's lock alone.
 pub fn write_at<B: Backend>(
