@@ -285,7 +285,11 @@ fn a_directory_removed_by_another_process_stays_usable_through_the_mount() {
     assert_eq!(outcome(r.into()), Err(libc::ENOENT), "mkdir in it");
     // SAFETY: as above.
     let dot = unsafe { libc::openat(fd, c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
-    assert!(outcome(dot.into()).is_ok(), "open . in it: {:?}", outcome(dot.into()));
+    assert!(
+        outcome(dot.into()).is_ok(),
+        "open . in it: {:?}",
+        outcome(dot.into())
+    );
     // SAFETY: a descriptor just opened, closed once.
     unsafe { libc::close(dot) };
     drop(d);

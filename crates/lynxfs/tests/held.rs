@@ -213,7 +213,9 @@ fn an_open_removed_directory_answers_fstat_lists_nothing_and_refuses_new_names()
     s.rmdir("/d").unwrap();
     s.rename("/t", "/e", 0).unwrap();
     for (fd, ino) in [(d_fd, d), (e_fd, e)] {
-        let st = fs.fstat(fd).expect("a removed open directory answers fstat");
+        let st = fs
+            .fstat(fd)
+            .expect("a removed open directory answers fstat");
         assert_eq!((st.ino, st.nlink), (ino, 0));
         assert_eq!(st.mode & libc::S_IFMT, libc::S_IFDIR);
         assert_eq!(fs.ns().getattr(ino).unwrap().nlink, 0);
@@ -227,7 +229,9 @@ fn an_open_removed_directory_answers_fstat_lists_nothing_and_refuses_new_names()
         assert_eq!(errno(at.rmdir(".")), libc::EINVAL);
         assert_eq!(at.stat(".").unwrap().nlink, 0, "\".\" names the directory");
         let mut inside = fs.session(Cred::root());
-        inside.fchdir(ino).expect("fchdir into a removed open directory");
+        inside
+            .fchdir(ino)
+            .expect("fchdir into a removed open directory");
         inside.chdir(".").expect("chdir . in a removed directory");
         assert_eq!(inside.stat(".").unwrap().ino, ino);
         assert!(inside.readdir(".").unwrap().is_empty());
@@ -236,12 +240,19 @@ fn an_open_removed_directory_answers_fstat_lists_nothing_and_refuses_new_names()
         assert_eq!(errno(at.link("/f", "x")), libc::ENOENT);
         assert_eq!(errno(at.rename("/f", "x", 0)), libc::ENOENT);
         assert_eq!(errno(at.rename("/g", "x", 0)), libc::ENOENT);
-        assert!(s.stat("/f").is_ok() && s.stat("/g").is_ok(), "nothing moved");
+        assert!(
+            s.stat("/f").is_ok() && s.stat("/g").is_ok(),
+            "nothing moved"
+        );
     }
     fs.close_fd(d_fd).unwrap();
     fs.close_fd(e_fd).unwrap();
     for ino in [d, e] {
-        assert_eq!(errno(fs.ns().getattr(ino)), libc::ENOENT, "freed at last close");
+        assert_eq!(
+            errno(fs.ns().getattr(ino)),
+            libc::ENOENT,
+            "freed at last close"
+        );
     }
     let report = lynxfs::fsck::check(fs.pool());
     assert!(report.is_clean(), "{report:?}");
