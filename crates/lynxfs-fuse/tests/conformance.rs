@@ -714,7 +714,7 @@ fn script(c: &mut Ctx) {
 /// tmpfs: fstat answers with no links, listing gives nothing, nothing can be looked
 /// up or made in them, and they can be opened again through ".". `base` is a
 /// directory the caller may write in.
-pub fn removed_open_dirs(c: &mut Ctx, base: &str) {
+fn removed_open_dirs(c: &mut Ctx, base: &str) {
     use libc::*;
     let at = |n: &str| format!("{base}/{n}");
     let f = c.open("create rdf", &at("rdf"), O_CREAT | O_WRONLY, 0o644);
