@@ -544,6 +544,12 @@ impl<B: Backend> LynxFuse<B> {
         offset: u64,
         mut add: impl FnMut(&lynxfs::DirEntry) -> bool,
     ) -> Res<()> {
+        if self.ns().is_removed_dir(ino.0) {
+            // What the kernel answers itself (IS_DEADDIR) for a directory it removed,
+            // also when another attacher removed it: getdents says ENOENT, which
+            // readdir(3) takes as the end.
+            return Err(Errno::ENOENT);
+        }
         let mut off = offset;
         loop {
             let batch = self.as_caller(req, |c| self.ns().readdir(ino.0, off, READDIR_BATCH, c))?;
@@ -1069,9 +1075,11 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             // with handle 0 from now on (no OPENDIR, no RELEASEDIR).
             return reply.error(Errno::ENOSYS);
         }
-        // Listing needs read permission, checked at open as for any directory.
+        // Listing needs read permission, checked at open as for any directory. A
+        // removed directory still held opens too (`openat(fd, ".")` or `ls` in a
+        // removed working directory), as on tmpfs; it lists nothing.
         let r = self.as_caller(req, |c| {
-            self.ns().dir(ino.0)?;
+            self.ns().directory(ino.0)?;
             self.check_perm(ino.0, c, perm::R)
         });
         match r {

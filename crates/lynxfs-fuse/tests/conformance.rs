@@ -710,6 +710,7 @@ fn script(c: &mut Ctx) {
     c.pread("read unlinked after truncate", fd, 20, 0);
     c.close(fd);
     c.stat("stat doomed gone", "t/doomed");
+    removed_open_dirs(c, "t");
 
     // ---- mmap ----
     let fd = c.open("open for mmap", "t/m", O_CREAT | O_RDWR, 0o644);
@@ -759,6 +760,84 @@ fn script(c: &mut Ctx) {
     // Last, as it leaves a whiteout device behind on tmpfs.
     std::fs::write(c.root.join("t/w1"), b"w").unwrap();
     c.rename2("whiteout", "t/w1", "t/w2", RENAME_WHITEOUT);
+}
+
+/// Directories removed while open (rmdir, and a rename over them) stay usable as on
+/// tmpfs: fstat answers with no links, listing gives nothing, nothing can be looked
+/// up or made in them, and they can be opened again through ".". `base` is a
+/// directory the caller may write in.
+fn removed_open_dirs(c: &mut Ctx, base: &str) {
+    use libc::*;
+    let at = |n: &str| format!("{base}/{n}");
+    let f = c.open("create rdf", &at("rdf"), O_CREAT | O_WRONLY, 0o644);
+    c.close(f);
+    c.mkdir("mkdir rd", &at("rd"), 0o755);
+    let rd = c.open("open rd", &at("rd"), O_RDONLY | O_DIRECTORY, 0);
+    c.path1("rmdir rd", &at("rd"), |p| unsafe { rmdir(p) });
+    c.removed_dir_steps("rmdir'd", rd, &at("rdf"));
+    c.close(rd);
+    c.mkdir("mkdir rv", &at("rv"), 0o755);
+    c.mkdir("mkdir rn", &at("rn"), 0o755);
+    let rv = c.open("open rv", &at("rv"), O_RDONLY | O_DIRECTORY, 0);
+    c.rename2("rename rn over rv", &at("rn"), &at("rv"), 0);
+    c.removed_dir_steps("renamed over", rv, &at("rdf"));
+    c.close(rv);
+    c.readdir("list after removed dirs", &at("rv"));
+    c.stat("rdf stays", &at("rdf"));
+}
+
+impl Ctx {
+    /// What a removed directory open as `fd` answers; `file` is a file to try to
+    /// link and move into it.
+    fn removed_dir_steps(&mut self, what: &str, fd: i32, file: &str) {
+        use libc::*;
+        let name = c"x";
+        self.fstat(&format!("fstat {what}"), fd);
+        let mut buf = [0u8; 4096];
+        // SAFETY: buf is a valid buffer of buf.len() bytes for getdents64 to fill.
+        let r = unsafe { syscall(SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        self.ret(&format!("getdents {what}"), r, false);
+        // SAFETY: a valid descriptor and a valid C string.
+        let f = unsafe { openat(fd, name.as_ptr(), O_CREAT | O_RDWR, 0o644) };
+        self.ret(&format!("openat creat {what}"), i64::from(f), true);
+        if f >= 0 {
+            self.fds.push(f);
+        }
+        // SAFETY: as openat.
+        let r = unsafe { mkdirat(fd, name.as_ptr(), 0o755) };
+        self.call(&format!("mkdirat {what}"), r);
+        // SAFETY: as openat.
+        let r = unsafe { symlinkat(c"t".as_ptr(), fd, name.as_ptr()) };
+        self.call(&format!("symlinkat {what}"), r);
+        let f = self.path(file);
+        // SAFETY: valid descriptors and C strings.
+        let r = unsafe { linkat(AT_FDCWD, f.as_ptr(), fd, name.as_ptr(), 0) };
+        self.call(&format!("linkat into {what}"), r);
+        // SAFETY: as linkat.
+        let r = unsafe { renameat(AT_FDCWD, f.as_ptr(), fd, name.as_ptr()) };
+        self.call(&format!("renameat into {what}"), r);
+        // SAFETY: as openat; a zeroed stat is a valid out-buffer.
+        let r = unsafe {
+            let mut st: stat = std::mem::zeroed();
+            fstatat(fd, name.as_ptr(), &mut st, 0)
+        };
+        self.call(&format!("fstatat {what}"), r);
+        // SAFETY: as openat.
+        let r = unsafe { unlinkat(fd, c".".as_ptr(), AT_REMOVEDIR) };
+        self.call(&format!("rmdir dot {what}"), r);
+        // SAFETY: as openat.
+        let dot = unsafe { openat(fd, c".".as_ptr(), O_RDONLY | O_DIRECTORY) };
+        self.ret(&format!("open dot {what}"), i64::from(dot), true);
+        if dot >= 0 {
+            self.fds.push(dot);
+        }
+        // Also when the open failed (EBADF), so both runs take the same steps.
+        self.fstat(&format!("fstat dot {what}"), dot);
+        // SAFETY: as getdents64 above.
+        let r = unsafe { syscall(SYS_getdents64, dot, buf.as_mut_ptr(), buf.len()) };
+        self.ret(&format!("getdents dot {what}"), r, false);
+        self.close(dot);
+    }
 }
 
 fn xattrs(c: &mut Ctx) {

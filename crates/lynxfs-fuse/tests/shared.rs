@@ -236,6 +236,68 @@ fn cached_misses_and_kept_pages_go_when_another_process_changes_the_pool() {
     m.unmount().expect("unmount");
 }
 
+/// What a raw system call on `fd` gave: its value, or the errno.
+fn outcome(r: i64) -> Result<i64, i32> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(r)
+    }
+}
+
+/// A directory open through the mount and removed by another process stays usable as
+/// on tmpfs: fstat answers (no links), listing says ENOENT (as Linux's getdents does
+/// for a removed directory; readdir(3) takes it as the end), nothing can be made in
+/// it, and it opens again through "." (on a `daemon_permissions` mount the daemon is
+/// asked for that open).
+#[test]
+fn a_directory_removed_by_another_process_stays_usable_through_the_mount() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let _w = watchdog(
+        "a_directory_removed_by_another_process_stays_usable_through_the_mount",
+        Duration::from_secs(120),
+    );
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let opts = MountOptions::parse("daemon_permissions").unwrap();
+    let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
+    let root = m.mountpoint().to_path_buf();
+    fs::create_dir(root.join("d")).unwrap();
+    let d = fs::File::open(root.join("d")).unwrap();
+    let mut lib = Library::start(&pool);
+    lib.step("rmdir d");
+    shows("removed d", || d.metadata().is_ok_and(|m| m.nlink() == 0));
+    assert!(d.metadata().unwrap().is_dir());
+    let fd = d.as_raw_fd();
+    let mut buf = [0u8; 4096];
+    // SAFETY: buf is a valid buffer of buf.len() bytes for getdents64 to fill.
+    let r = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+    assert_eq!(outcome(r), Err(libc::ENOENT), "listing a removed directory");
+    // SAFETY: a valid descriptor and C string.
+    let r = unsafe { libc::openat(fd, c"x".as_ptr(), libc::O_CREAT | libc::O_RDWR, 0o644) };
+    assert_eq!(outcome(r.into()), Err(libc::ENOENT), "creating in it");
+    // SAFETY: as above.
+    let r = unsafe { libc::mkdirat(fd, c"x".as_ptr(), 0o755) };
+    assert_eq!(outcome(r.into()), Err(libc::ENOENT), "mkdir in it");
+    // SAFETY: as above.
+    let dot = unsafe { libc::openat(fd, c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+    assert!(
+        outcome(dot.into()).is_ok(),
+        "open . in it: {:?}",
+        outcome(dot.into())
+    );
+    // SAFETY: a descriptor just opened, closed once.
+    unsafe { libc::close(dot) };
+    drop(d);
+    lib.step("detach");
+    drop(lib);
+    m.unmount().expect("unmount");
+}
+
 /// The library process (run by the test above with [`POOL_ENV`] set): attaches to
 /// the pool and makes each change it is told to, one line at a time.
 #[test]

@@ -680,6 +680,61 @@ static void cwds(void) {
     free(dyn);
 }
 
+/* What a removed directory still open as `fd` answers. */
+static void removed_dir_steps(int fd) {
+    struct stat st;
+    C(fstat(fd, &st));
+    SAY("  nlink %ld dir %d\n", (long)st.st_nlink, S_ISDIR(st.st_mode));
+    char buf[4096];
+    C(getdents64(fd, buf, sizeof buf));
+    FD(openat(fd, "x", O_CREAT | O_RDWR, 0644));
+    C(mkdirat(fd, "x", 0755));
+    C(symlinkat("t", fd, "x"));
+    C(fstatat(fd, "x", &st, 0));
+    C(unlinkat(fd, ".", AT_REMOVEDIR));
+    DIR *d = P(fdopendir(FD(openat(fd, ".", O_RDONLY | O_DIRECTORY))));
+    if (d) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        SAY("  readdir: %s, errno %d\n", e ? e->d_name : "(end)", errno);
+        C(closedir(d));
+    }
+}
+
+/* Directories removed while open (rmdir, a rename over them) stay usable. */
+static void removed_dirs(void) {
+    SAY("== removed dirs\n");
+    char start[PATH_MAX];
+    if (!getcwd(start, sizeof start))
+        SAY("getcwd: %s\n", ename(errno));
+    C(mkdir("rd", 0755));
+    int rd = FD(open("rd", O_RDONLY | O_DIRECTORY));
+    C(rmdir("rd"));
+    removed_dir_steps(rd);
+    C(mkdir("rv", 0755));
+    C(mkdir("rn", 0755));
+    int rv = FD(open("rv", O_RDONLY | O_DIRECTORY));
+    C(rename("rn", "rv"));
+    removed_dir_steps(rv);
+    C(close(rv));
+    /* A removed working directory. */
+    C(fchdir(rd));
+    struct stat st;
+    C(stat(".", &st));
+    SAY("  cwd nlink %ld\n", (long)st.st_nlink);
+    C(chdir("."));
+    FD(open("y", O_CREAT | O_RDWR, 0644));
+    DIR *d = P(opendir("."));
+    if (d) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        SAY("  readdir cwd: %s, errno %d\n", e ? e->d_name : "(end)", errno);
+        C(closedir(d));
+    }
+    C(chdir(start));
+    C(close(rd));
+}
+
 static void fds_and_locks(void) {
     SAY("== fds\n");
     int fd = open("dups", O_CREAT | O_RDWR | O_TRUNC, 0644);
@@ -1135,6 +1190,7 @@ int main(int argc, char **argv) {
     xattrs();
     dirs();
     cwds();
+    removed_dirs();
     fds_and_locks();
     stdio_calls();
     processes();

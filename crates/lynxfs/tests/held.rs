@@ -192,3 +192,68 @@ fn a_removed_working_directory_keeps_its_number_until_the_session_leaves_it() {
     let report = lynxfs::fsck::check(fs.pool());
     assert!(report.is_clean(), "{report:?}");
 }
+
+/// An open directory that is removed (rmdir, or a rename over it) stays usable as on
+/// tmpfs: its attributes answer (nlink 0), it lists nothing (not even "." and ".."),
+/// and nothing can be looked up or made in it; it is freed at the last close.
+#[test]
+fn an_open_removed_directory_answers_fstat_lists_nothing_and_refuses_new_names() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    s.mkdir("/e", 0o755).unwrap();
+    s.mkdir("/t", 0o755).unwrap();
+    fs.close_fd(s.open("/f", CREAT, 0o644).unwrap()).unwrap();
+    s.mkdir("/g", 0o755).unwrap();
+    let dir = libc::O_RDONLY | libc::O_DIRECTORY;
+    let d_fd = s.open("/d", dir, 0).unwrap();
+    let e_fd = s.open("/e", dir, 0).unwrap();
+    let d = fs.fd_ino(d_fd).unwrap();
+    let e = fs.fd_ino(e_fd).unwrap();
+    s.rmdir("/d").unwrap();
+    s.rename("/t", "/e", 0).unwrap();
+    for (fd, ino) in [(d_fd, d), (e_fd, e)] {
+        let st = fs
+            .fstat(fd)
+            .expect("a removed open directory answers fstat");
+        assert_eq!((st.ino, st.nlink), (ino, 0));
+        assert_eq!(st.mode & libc::S_IFMT, libc::S_IFDIR);
+        assert_eq!(fs.ns().getattr(ino).unwrap().nlink, 0);
+        let listed = fs.ns().readdir(ino, 0, 64, &Cred::root()).unwrap();
+        assert!(listed.is_empty(), "a removed directory lists {listed:?}");
+        let at = s.at(ino);
+        assert_eq!(errno(at.open("x", CREAT, 0o644)), libc::ENOENT);
+        assert_eq!(errno(at.mkdir("x", 0o755)), libc::ENOENT);
+        assert_eq!(errno(at.symlink("t", "x")), libc::ENOENT);
+        assert_eq!(errno(at.stat("x")), libc::ENOENT);
+        assert_eq!(errno(at.rmdir(".")), libc::EINVAL);
+        assert_eq!(at.stat(".").unwrap().nlink, 0, "\".\" names the directory");
+        let mut inside = fs.session(Cred::root());
+        inside
+            .fchdir(ino)
+            .expect("fchdir into a removed open directory");
+        inside.chdir(".").expect("chdir . in a removed directory");
+        assert_eq!(inside.stat(".").unwrap().ino, ino);
+        assert!(inside.readdir(".").unwrap().is_empty());
+        assert_eq!(errno(inside.mkdir("x", 0o755)), libc::ENOENT);
+        assert_eq!(errno(at.mknod("x", libc::S_IFIFO | 0o644, 0)), libc::ENOENT);
+        assert_eq!(errno(at.link("/f", "x")), libc::ENOENT);
+        assert_eq!(errno(at.rename("/f", "x", 0)), libc::ENOENT);
+        assert_eq!(errno(at.rename("/g", "x", 0)), libc::ENOENT);
+        assert!(
+            s.stat("/f").is_ok() && s.stat("/g").is_ok(),
+            "nothing moved"
+        );
+    }
+    fs.close_fd(d_fd).unwrap();
+    fs.close_fd(e_fd).unwrap();
+    for ino in [d, e] {
+        assert_eq!(
+            errno(fs.ns().getattr(ino)),
+            libc::ENOENT,
+            "freed at last close"
+        );
+    }
+    let report = lynxfs::fsck::check(fs.pool());
+    assert!(report.is_clean(), "{report:?}");
+}

@@ -197,6 +197,7 @@ fn owner_script(c: &mut Ctx, settle: Duration) {
     }
     handles_outlive_chmod(c);
     ownership(c);
+    crate::removed_open_dirs(c, "o");
     for &(name, mode) in DIR_MODES {
         make_dir(c, name, mode);
     }

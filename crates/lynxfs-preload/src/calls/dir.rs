@@ -21,6 +21,11 @@ fn fill(a: &Attached, o: &Open, buf: &mut [u8]) -> lynxfs::Result<usize> {
     if !o.is_dir {
         return Err(err(libc::ENOTDIR));
     }
+    if a.fs.ns().is_removed_dir(o.ino) {
+        // Linux's getdents says ENOENT for a removed directory (IS_DEADDIR), which
+        // readdir(3) takes as the end; the engine lists nothing there.
+        return Err(err(libc::ENOENT));
+    }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
     let max = (buf.len() / (HEAD + 5)).clamp(1, 512);
     let entries = a.fs.ns().readdir(o.ino, cookie, max, &a.root.read().cred)?;

@@ -522,10 +522,11 @@ impl<'a, B: Backend> Session<'a, B> {
         self.cwd
     }
 
-    /// fchdir: work in directory `dir` (held, as [`Session::chdir`] holds).
+    /// fchdir: work in directory `dir` (held, as [`Session::chdir`] holds), which may
+    /// be a removed directory still open.
     pub fn fchdir(&mut self, dir: u64) -> Result<()> {
         let held = self.hold(dir)?;
-        self.ns().dir(dir)?;
+        self.ns().directory(dir)?;
         self.ns().may(dir, &self.cred, perm::X)?;
         self.cwd = dir;
         self.cwd_hold = Some(held);
@@ -550,9 +551,11 @@ impl<'a, B: Backend> Session<'a, B> {
         Ok(w)
     }
 
+    /// chdir: work in directory `p` (held). A removed directory still held may be
+    /// entered, as Linux allows `chdir(".")` in one.
     pub fn chdir(&mut self, p: impl AsRef<[u8]>) -> Result<()> {
         let held = self.resolve_held(p.as_ref(), true)?;
-        self.ns().dir(held.ino)?;
+        self.ns().directory(held.ino)?;
         self.ns().may(held.ino, &self.cred, perm::X)?;
         self.cwd = held.ino;
         self.cwd_hold = Some(held);

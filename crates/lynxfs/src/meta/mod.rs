@@ -259,6 +259,23 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
+    /// `ino` is a directory, live or removed but still held (open, a working
+    /// directory, a FUSE node): what may be opened, entered and listed, as Linux lets
+    /// a removed directory be (ENOTDIR for anything else, ENOENT when freed).
+    pub fn directory(&self, ino: u64) -> Result<()> {
+        self.live(ino)?;
+        if is_dir(self.mode(ino)) {
+            Ok(())
+        } else {
+            Err(errno::ENOTDIR)
+        }
+    }
+
+    /// `ino` is a directory whose name went while it was held (Linux's S_DEAD).
+    pub fn is_removed_dir(&self, ino: u64) -> bool {
+        self.directory(ino).is_ok() && self.load(ino, inode::NLINK) == 0
+    }
+
     /// The directory `ino`, read into the index if this is its first use.
     pub fn dir(&self, ino: u64) -> Result<Dir<'_>> {
         self.op(|| {

@@ -22,8 +22,14 @@ pub struct DirEntry {
 
 impl<B: Backend> Namespace<B> {
     /// Up to `max` entries of `dir` from `offset` on (0 starts with "." and "..").
+    /// A removed directory still held lists nothing, not even "." and "..", as on
+    /// Linux (whose getdents says ENOENT there, which readdir(3) takes as the end).
     pub fn readdir(&self, dir: u64, offset: u64, max: usize, cred: &Cred) -> Result<Vec<DirEntry>> {
         self.op(|| {
+            if self.is_removed_dir(dir) {
+                self.may(dir, cred, perm::R)?;
+                return Ok(Vec::new());
+            }
             let d = self.dir(dir)?;
             self.may(dir, cred, perm::R)?;
             let mut out = Vec::new();
