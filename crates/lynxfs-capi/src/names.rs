@@ -90,8 +90,15 @@ pub unsafe extern "C" fn lynxfs_renameat2(
 ) -> c_int {
     call(|| {
         let h = lynx(fs)?;
-        let from = h.at_path(fromdir, path(from)?)?;
-        let to = h.at_path(todir, path(to)?)?;
+        let (from, to) = (path(from)?, path(to)?);
+        if fromdir == todir {
+            // One starting directory for both: the session positioned there.
+            return h
+                .session_at(fromdir, |s| Ok(s.rename(from, to, flags)?))
+                .map(|()| 0);
+        }
+        let from = h.at_path(fromdir, from)?;
+        let to = h.at_path(todir, to)?;
         h.session(|s| Ok(s.rename(&*from, &*to, flags)?))
             .map(|()| 0)
     })

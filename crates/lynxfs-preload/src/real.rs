@@ -65,7 +65,6 @@ real! {
     fn pwritev64v2(fd: c_int, iov: *const iovec, n: c_int, off: off64_t, flags: c_int) -> ssize_t;
     fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t;
     fn stat64(path: *const c_char, st: *mut libc::stat64) -> c_int;
-    fn lstat64(path: *const c_char, st: *mut libc::stat64) -> c_int;
     fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int;
     fn fstatat64(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) -> c_int;
     fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, st: *mut libc::statx) -> c_int;
@@ -95,7 +94,6 @@ real! {
     fn dup2(fd: c_int, new: c_int) -> c_int;
     fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int;
     fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int;
-    fn opendir(path: *const c_char) -> *mut DIR;
     fn fdopendir(fd: c_int) -> *mut DIR;
     fn readdir64(d: *mut DIR) -> *mut dirent64;
     fn closedir(d: *mut DIR) -> c_int;
@@ -127,7 +125,6 @@ real! {
     fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char;
     fn system(cmd: *const c_char) -> c_int;
     fn popen(cmd: *const c_char, mode: *const c_char) -> *mut FILE;
-    fn fork() -> libc::pid_t;
     fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     fn posix_spawn(pid: *mut libc::pid_t, path: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut libc::pid_t, path: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;

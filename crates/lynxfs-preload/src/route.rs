@@ -25,6 +25,17 @@ pub enum Base {
     Dir(Arc<Open>),
 }
 
+impl Base {
+    /// Whether two paths from these bases start in the same directory.
+    pub fn same(&self, other: &Base) -> bool {
+        match (self, other) {
+            (Base::Root, Base::Root) | (Base::Cwd, Base::Cwd) => true,
+            (Base::Dir(a), Base::Dir(b)) => a.ino == b.ino,
+            _ => false,
+        }
+    }
+}
+
 pub enum Route<'p> {
     Kernel,
     Pool(Base, &'p [u8]),

@@ -5,7 +5,7 @@
 use std::ffi::CStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use lynxfs::pmem::PmemBackend;
@@ -68,7 +68,7 @@ static ATTACHED: OnceLock<Option<Attached>> = OnceLock::new();
 static CWD_IN_POOL: AtomicBool = AtomicBool::new(false);
 static UMASK: AtomicU32 = AtomicU32::new(0o022);
 /// Whether the attach failed (reported once).
-static REPORTED: AtomicU64 = AtomicU64::new(0);
+static REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// The attached pool, attaching now if this is the first call that needs it. `None`
 /// if there is no pool configured or it cannot be attached (said once on stderr).
@@ -97,7 +97,7 @@ fn attach() -> Option<Attached> {
             })
         }
         Err(e) => {
-            if REPORTED.fetch_add(1, Ordering::Relaxed) == 0 {
+            if !REPORTED.swap(true, Ordering::Relaxed) {
                 crate::say(&format!("{e}"));
             }
             None

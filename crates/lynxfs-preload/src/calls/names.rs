@@ -6,7 +6,7 @@ use lynxfs::{SetAttr, TimeSet};
 use super::{buf_mut, err, on_fd};
 use crate::conv;
 use crate::real;
-use crate::route::{self, at_path, set_errno, Base, Route};
+use crate::route::{self, at_path, set_errno, with_base, Base, Route};
 use crate::state::{self, Caller};
 
 #[no_mangle]
@@ -147,9 +147,14 @@ unsafe fn two_paths(
                 set_errno(libc::EIO);
                 return -1;
             };
-            let r = from_root(a, &ob, orel)
-                .and_then(|o| Ok((o, from_root(a, &nb, nrel)?)))
-                .and_then(|(o, n)| pool(&a.root.read(), &o, &n));
+            let r = if ob.same(&nb) {
+                // One starting directory for both: no need to spell either out.
+                with_base(a, &ob, |s| pool(s, orel, nrel))
+            } else {
+                from_root(a, &ob, orel)
+                    .and_then(|o| Ok((o, from_root(a, &nb, nrel)?)))
+                    .and_then(|(o, n)| pool(&a.root.read(), &o, &n))
+            };
             match r {
                 Ok(()) => 0,
                 Err(lynxfs::Error::Outside(_)) => {

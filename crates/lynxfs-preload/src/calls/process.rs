@@ -179,9 +179,24 @@ pub fn remember_env() {
     ours_env();
 }
 
-/// A program file in the pool, copied into a memory file the kernel can run:
-/// "/proc/self/fd/N" (left open, so an interpreter of a script can read it).
-fn runnable_copy(path: *const c_char) -> Option<CString> {
+/// A program's copy in a memory file the kernel can run, by its path
+/// "/proc/self/fd/N". The fd is inherited by the new program (an interpreter of a
+/// script reads it there) and closed here when dropped: after a spawn, or when an
+/// exec failed.
+struct Runnable {
+    fd: c_int,
+    path: CString,
+}
+
+impl Drop for Runnable {
+    fn drop(&mut self) {
+        // SAFETY: the memory file's fd, owned by this value.
+        unsafe { real::close(self.fd) };
+    }
+}
+
+/// A program file in the pool, copied into a memory file (see [`Runnable`]).
+fn runnable_copy(path: *const c_char) -> Option<Runnable> {
     // SAFETY: execve's path, null or a C string.
     let p = unsafe { state::cpath(path) }?;
     let Route::Pool(base, rel) = route::route(libc::AT_FDCWD, p) else {
@@ -208,6 +223,10 @@ fn runnable_copy(path: *const c_char) -> Option<CString> {
     if m < 0 {
         return None;
     }
+    let copy = Runnable {
+        fd: m,
+        path: CString::new(format!("/proc/self/fd/{m}")).expect("digits hold no NUL"),
+    };
     let mut done = 0;
     while done < bytes.len() {
         // SAFETY: writing our own buffer to our own memfd.
@@ -217,7 +236,7 @@ fn runnable_copy(path: *const c_char) -> Option<CString> {
         }
         done += n as usize;
     }
-    CString::new(format!("/proc/self/fd/{m}")).ok()
+    Some(copy)
 }
 
 #[no_mangle]
@@ -239,7 +258,7 @@ pub unsafe extern "C" fn execve(
         }
     }
     let copy = runnable_copy(path);
-    let target = copy.as_ref().map_or(path, |c| c.as_ptr());
+    let target = copy.as_ref().map_or(path, |c| c.path.as_ptr());
     let (_keep, env) = environment(envp, a.is_some());
     // SAFETY: the C library's execve with the caller's argv and a valid environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
@@ -386,7 +405,7 @@ unsafe fn spawn(
     let _inside = crate::guard::Inside::enter();
     let claimed = claim_for_child();
     let copy = if search { None } else { runnable_copy(path) };
-    let target = copy.as_ref().map_or(path, |c| c.as_ptr());
+    let target = copy.as_ref().map_or(path, |c| c.path.as_ptr());
     // A spawned program is a new process: no previous image of it to take over.
     let (_keep, env) = environment(envp.cast(), false);
     let env = env.as_ptr().cast::<*mut c_char>();

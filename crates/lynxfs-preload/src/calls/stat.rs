@@ -337,8 +337,16 @@ fn statvfs64_of(s: &lynxfs::StatFs) -> libc::statvfs64 {
     f
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn statfs64(path: *const c_char, st: *mut libc::statfs64) -> c_int {
+/// statfs or statvfs of a path: the pool's figures in the caller's shape `T`.
+///
+/// # Safety
+/// `path` is null or a valid C string; `st` null or valid for a write of a `T`.
+unsafe fn path_info<T>(
+    path: *const c_char,
+    st: *mut T,
+    shape: fn(&lynxfs::StatFs) -> T,
+    kernel: unsafe fn(*const c_char, *mut T) -> c_int,
+) -> c_int {
     // SAFETY: the caller's arguments.
     unsafe {
         at_path(
@@ -346,11 +354,36 @@ pub unsafe extern "C" fn statfs64(path: *const c_char, st: *mut libc::statfs64) 
             path,
             |s, p| {
                 s.resolve(p, true)?;
-                put(st, statfs64_of(&s.statfs())).map(|()| 0)
+                put(st, shape(&s.statfs())).map(|()| 0)
             },
-            |_, p| real::statfs64(p, st),
+            |_, p| kernel(p, st),
         )
     }
+}
+
+/// fstatfs or fstatvfs: as [`path_info`], for an fd.
+///
+/// # Safety
+/// `st` is null or valid for a write of a `T`.
+unsafe fn fd_info<T>(
+    fd: c_int,
+    st: *mut T,
+    shape: fn(&lynxfs::StatFs) -> T,
+    kernel: unsafe fn(c_int, *mut T) -> c_int,
+) -> c_int {
+    on_fd(
+        fd,
+        // SAFETY: the caller's buffer.
+        |a, _| unsafe { put(st, shape(&a.root.read().statfs())) }.map(|()| 0),
+        // SAFETY: the C library's call with the caller's arguments.
+        || unsafe { kernel(fd, st) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statfs64(path: *const c_char, st: *mut libc::statfs64) -> c_int {
+    // SAFETY: forwarded as received.
+    unsafe { path_info(path, st, statfs64_of, real::statfs64) }
 }
 
 #[no_mangle]
@@ -361,13 +394,8 @@ pub unsafe extern "C" fn statfs(path: *const c_char, st: *mut libc::statfs64) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn fstatfs64(fd: c_int, st: *mut libc::statfs64) -> c_int {
-    on_fd(
-        fd,
-        // SAFETY: the caller's buffer.
-        |a, _| unsafe { put(st, statfs64_of(&a.root.read().statfs())) }.map(|()| 0),
-        // SAFETY: the C library's fstatfs with the caller's arguments.
-        || unsafe { real::fstatfs64(fd, st) },
-    )
+    // SAFETY: forwarded as received.
+    unsafe { fd_info(fd, st, statfs64_of, real::fstatfs64) }
 }
 
 #[no_mangle]
@@ -378,18 +406,8 @@ pub unsafe extern "C" fn fstatfs(fd: c_int, st: *mut libc::statfs64) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn statvfs64(path: *const c_char, st: *mut libc::statvfs64) -> c_int {
-    // SAFETY: the caller's arguments.
-    unsafe {
-        at_path(
-            libc::AT_FDCWD,
-            path,
-            |s, p| {
-                s.resolve(p, true)?;
-                put(st, statvfs64_of(&s.statfs())).map(|()| 0)
-            },
-            |_, p| real::statvfs64(p, st),
-        )
-    }
+    // SAFETY: forwarded as received.
+    unsafe { path_info(path, st, statvfs64_of, real::statvfs64) }
 }
 
 #[no_mangle]
@@ -400,13 +418,8 @@ pub unsafe extern "C" fn statvfs(path: *const c_char, st: *mut libc::statvfs64) 
 
 #[no_mangle]
 pub unsafe extern "C" fn fstatvfs64(fd: c_int, st: *mut libc::statvfs64) -> c_int {
-    on_fd(
-        fd,
-        // SAFETY: the caller's buffer.
-        |a, _| unsafe { put(st, statvfs64_of(&a.root.read().statfs())) }.map(|()| 0),
-        // SAFETY: the C library's fstatvfs with the caller's arguments.
-        || unsafe { real::fstatvfs64(fd, st) },
-    )
+    // SAFETY: forwarded as received.
+    unsafe { fd_info(fd, st, statvfs64_of, real::fstatvfs64) }
 }
 
 #[no_mangle]
