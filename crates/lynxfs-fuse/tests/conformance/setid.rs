@@ -87,14 +87,28 @@ struct Seen {
     truncated: String,
 }
 
+/// Copies /usr/bin/id to `path` in a child (`cp`): a program this process opened for
+/// writing could not be run while any child another test thread forks meanwhile still
+/// holds the descriptor (ETXTBSY until that child's exec closes it).
+fn copy_program(path: &Path) {
+    let mut cp = std::process::Command::new("cp");
+    cp.arg("/usr/bin/id").arg(path);
+    let done = spawn::run(cp, Duration::from_secs(30));
+    assert!(
+        done.success,
+        "cp /usr/bin/id {}: {}",
+        path.display(),
+        done.output
+    );
+}
+
 fn exercise(exe: &Path, test: &str, dir: &Path) -> Seen {
-    let id = std::fs::read("/usr/bin/id").expect("/usr/bin/id");
     let t = dir.join("t");
     std::fs::create_dir(&t).unwrap();
     std::fs::set_permissions(&t, std::fs::Permissions::from_mode(0o777)).unwrap();
     let (suid, sgid, trunc) = (t.join("suid-id"), t.join("sgid-id"), t.join("trunc"));
     for (path, mode) in [(&suid, 0o4777), (&sgid, 0o2777), (&trunc, 0o6777)] {
-        std::fs::write(path, &id).unwrap();
+        copy_program(path);
         spawn::chown(path, 0, 0);
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
