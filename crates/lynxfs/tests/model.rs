@@ -761,3 +761,209 @@ fn two_threads_on_disjoint_names_match_the_model() {
         }
     }
 }
+
+/// Directories under /t the tree race names (some may not exist at a given moment).
+const TREE_DIRS: [&str; 7] = ["/t", "/t/a", "/t/b", "/t/c", "/t/a/b", "/t/b/c", "/t/c/a"];
+/// Names the tree race moves around: directories and files, so that they collide.
+const TREE_NAMES: [&str; 6] = ["a", "b", "c", "f", "g", "h"];
+
+/// Random renames of every kind (plain, NOREPLACE, EXCHANGE) of files and directories
+/// between the directories of /t: files within a directory, across directories, and
+/// directories into one another (so some would make cycles).
+fn tree_race(fs: &LFs, seed: u64, iters: usize) {
+    let mut r = Rng(seed | 1);
+    let mut t = FsRef(fs);
+    for _ in 0..iters {
+        let a = format!("{}/{}", r.pick(&TREE_DIRS), r.pick(&TREE_NAMES));
+        let b = format!("{}/{}", r.pick(&TREE_DIRS), r.pick(&TREE_NAMES));
+        let flags = *r.pick(&[0, 0, libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE]);
+        if let Err(e) = t.rename(&a, &b, flags) {
+            assert!(
+                [
+                    libc::ENOENT,
+                    libc::EEXIST,
+                    libc::ENOTDIR,
+                    libc::EISDIR,
+                    libc::ENOTEMPTY,
+                    libc::EINVAL,
+                    libc::EBUSY
+                ]
+                .contains(&e),
+                "rename {a} -> {b} (flags {flags}): unexpected errno {e}"
+            );
+        }
+    }
+}
+
+/// Walk the whole tree from the root: no directory twice (no cycle, nothing reachable
+/// two ways), link counts right (files have one name each here, a directory 2 + its
+/// subdirectories), and every inode in use reachable (nothing cut off by a rename).
+fn check_tree(fs: &LFs) {
+    let s = fs.session(Cred::root());
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![b"/".to_vec()];
+    while let Some(dir) = stack.pop() {
+        let st = s.lstat(&dir).unwrap();
+        assert!(
+            seen.insert(st.ino),
+            "{}: reached twice",
+            String::from_utf8_lossy(&dir)
+        );
+        let mut subdirs = 0;
+        for d in s.readdir(&dir).unwrap() {
+            if d.name == b"." || d.name == b".." {
+                continue;
+            }
+            let mut p = dir.clone();
+            if p != b"/" {
+                p.push(b'/');
+            }
+            p.extend_from_slice(&d.name);
+            let cst = s.lstat(&p).unwrap();
+            assert_eq!(
+                cst.ino,
+                d.ino,
+                "{}: readdir and lstat",
+                String::from_utf8_lossy(&p)
+            );
+            if kind_of(cst.mode) == Kind::Dir {
+                subdirs += 1;
+                stack.push(p);
+            } else {
+                assert_eq!(cst.nlink, 1, "{}: nlink", String::from_utf8_lossy(&p));
+                assert!(
+                    seen.insert(cst.ino),
+                    "{}: a second name",
+                    String::from_utf8_lossy(&p)
+                );
+            }
+        }
+        assert_eq!(
+            st.nlink,
+            2 + subdirs,
+            "{}: nlink",
+            String::from_utf8_lossy(&dir)
+        );
+    }
+    let f = s.statfs();
+    assert_eq!(
+        f.files - f.files_free,
+        seen.len() as u64,
+        "inodes in use against inodes reachable from the root"
+    );
+}
+
+#[test]
+fn racing_renames_across_a_tree_keep_it_a_tree() {
+    let (rounds, iters) = if long() { (30, 20_000) } else { (6, 3_000) };
+    let mut fs = new_fs();
+    {
+        let s = fs.session(Cred::root());
+        s.mkdir("/t", 0o755).unwrap();
+        for d in ["/t/a", "/t/b", "/t/c", "/t/a/b"] {
+            s.mkdir(d, 0o755).unwrap();
+        }
+        for f in ["/t/f", "/t/g", "/t/a/h", "/t/b/f", "/t/a/b/g"] {
+            let fd = s.open(f, libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+            fs.close_fd(fd).unwrap();
+        }
+    }
+    for round in 0..rounds {
+        std::thread::scope(|sc| {
+            for k in 0..3u64 {
+                let fs = &fs;
+                sc.spawn(move || tree_race(fs, round * 3 + k + 101, iters));
+            }
+        });
+        check_tree(&fs);
+        let state = snapshot(&mut FsRef(&fs)).unwrap();
+        let free = free_counts(&fs);
+        let crash = round % 2 == 1;
+        fs = reopen(fs, crash).unwrap();
+        check_tree(&fs);
+        let state2 = snapshot(&mut FsRef(&fs)).unwrap();
+        assert!(
+            state == state2,
+            "round {round}: state after remount (crash {crash}):\n{}",
+            diff(&state, &state2)
+        );
+        assert_eq!(
+            free,
+            free_counts(&fs),
+            "round {round}: free counts (crash {crash})"
+        );
+    }
+}
+
+/// Threads each renaming a file of their own onto one shared name: the name is always
+/// there or being replaced, so every such rename succeeds (none may see the other's
+/// rename half done and report EEXIST or ENOENT).
+#[test]
+fn renames_onto_one_name_from_several_threads_all_succeed() {
+    let iters = if long() { 20_000 } else { 3_000 };
+    let fs = new_fs();
+    fs.session(Cred::root()).mkdir("/d", 0o755).unwrap();
+    std::thread::scope(|sc| {
+        for k in 0..3 {
+            let fs = &fs;
+            sc.spawn(move || {
+                let s = fs.session(Cred::root());
+                let own = format!("/d/own{k}");
+                for i in 0..iters {
+                    let fd = s.open(&own, libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+                    fs.close_fd(fd).unwrap();
+                    let r = s.rename(&own, "/d/shared", 0);
+                    assert!(
+                        r.is_ok(),
+                        "thread {k}, step {i}: rename onto /d/shared: {r:?}"
+                    );
+                }
+            });
+        }
+    });
+    let s = fs.session(Cred::root());
+    let names: Vec<_> = s
+        .readdir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    assert!(names.contains(&b"shared".to_vec()), "{names:?}");
+    assert_eq!(names.len(), 3, "only ., .. and shared are left: {names:?}");
+}
+
+/// Two directories moved into each other at the same moment (p into q while q into
+/// p): at most one move may succeed, or both would hang off each other, cut off from
+/// the root (the ancestor check of each must see the other's move).
+#[test]
+fn two_directories_moved_into_each_other_at_once_never_make_a_cycle() {
+    let iters = if long() { 20_000 } else { 2_000 };
+    let fs = new_fs();
+    let s = fs.session(Cred::root());
+    for d in ["/t", "/t/p", "/t/q"] {
+        s.mkdir(d, 0o755).unwrap();
+    }
+    let start = std::sync::Barrier::new(2);
+    for i in 0..iters {
+        let (a, b) = std::thread::scope(|sc| {
+            let mv = |from: &'static str, to: &'static str| {
+                let (fs, start) = (&fs, &start);
+                sc.spawn(move || {
+                    let s = fs.session(Cred::root());
+                    start.wait();
+                    s.rename(from, to, 0)
+                })
+            };
+            let (a, b) = (mv("/t/p", "/t/q/p"), mv("/t/q", "/t/p/q"));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert!(a.is_err() || b.is_err(), "step {i}: both moves succeeded");
+        if a.is_ok() {
+            s.rename("/t/q/p", "/t/p", 0).unwrap();
+        }
+        if b.is_ok() {
+            s.rename("/t/p/q", "/t/q", 0).unwrap();
+        }
+    }
+    check_tree(&fs);
+}

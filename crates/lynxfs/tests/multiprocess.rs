@@ -818,7 +818,7 @@ fn a_process_killed_idle_is_repaired_without_anyone_waiting_on_it() {
 /// The tree every lock scenario starts from.
 fn lock_tree(fs: &LFs) {
     let s = fs.session(Cred::root());
-    for d in ["/g", "/h", "/L", "/e", "/c"] {
+    for d in ["/g", "/h", "/L", "/e", "/c", "/g/d0", "/g/d1"] {
         s.mkdir(d, 0o755).unwrap();
     }
     for i in 0..4 {
@@ -931,8 +931,14 @@ fn killed_holding_a_directory_gate_alone() {
 #[test]
 fn killed_holding_the_rename_lock() {
     let _dog = watchdog("killed_holding_the_rename_lock");
-    let series = ["!rename /g/g1 /g/r1", "rename /g/r1 /g/g1", "stat /g/g0"];
-    killed_holding("rename.lock", "rename /g/g0 /g/r0", &series);
+    // Only renames moving a directory to another parent take the rename lock.
+    let series = [
+        "rename /g/g1 /g/r1",
+        "!rename /g/d1 /h/d1",
+        "rename /h/d1 /g/d1",
+        "stat /g/g0",
+    ];
+    killed_holding("rename.lock", "rename /g/d0 /h/d0", &series);
 }
 
 #[test]
@@ -959,7 +965,8 @@ fn killed_between_a_creates_first_write_and_its_commit() {
 #[test]
 fn killed_between_a_renames_first_write_and_its_commit() {
     let _dog = watchdog("killed_between_a_renames_first_write_and_its_commit");
-    let series = ["!rename /g/g3 /g/r3", "stat /g/g2", "stat /g/r3"];
+    // B's rename of the name A has claimed waits (planning again) until the repair.
+    let series = ["rename /g/g3 /g/r3", "!rename /g/g2 /g/r2", "stat /g/r2"];
     killed_holding("rename.before_commit", "rename /g/g2 /g/r2", &series);
 }
 
@@ -976,6 +983,8 @@ fn open_files_of_the_living_survive_a_repair() {
         s.mkdir("/o", 0o755).unwrap();
         make_file(fs, "/o/y", 10, 1);
         make_file(fs, "/o/z", 10, 2);
+        s.mkdir("/o/dy", 0o755).unwrap();
+        s.mkdir("/o/dz", 0o755).unwrap();
         let free = files_free(fs);
         make_file(fs, "/o/f", 9000, 4);
         free
@@ -988,9 +997,10 @@ fn open_files_of_the_living_survive_a_repair() {
     }
     let fd = b.ok("open /o/f")[0].clone();
     a.ok("unlink /o/f");
-    a.send("rename /o/z /o/z2");
+    // Directories moving to another parent: those take the rename lock.
+    a.send("rename /o/dz /dz");
     assert_eq!(a.expect("stopped"), vec!["rename.lock".to_string()]);
-    c.send("rename /o/y /o/y2");
+    c.send("rename /o/dy /dy");
     assert!(
         c.next(Duration::from_millis(300)).is_none(),
         "C did not wait"
@@ -1005,6 +1015,6 @@ fn open_files_of_the_living_survive_a_repair() {
     st.check(|fs| {
         assert_eq!(files_free(fs), free, "the unlinked file was freed");
         let s = fs.session(Cred::root());
-        assert!(s.stat("/o/y2").is_ok() && s.stat("/o/z").is_ok());
+        assert!(s.stat("/dy").is_ok() && s.stat("/o/dz").is_ok());
     });
 }

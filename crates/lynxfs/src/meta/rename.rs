@@ -16,7 +16,7 @@ use crate::pmem::Backend;
 use crate::runtime::testing::stop_here;
 use crate::time::now_ns;
 
-use super::index::{Claim, Entry};
+use super::index::{Claim, Entry, State};
 use super::perm::{self, Cred};
 use super::{check_name, is_dir, Namespace};
 
@@ -42,6 +42,36 @@ impl RenameFlags {
 
 /// Internal: the names changed under a rename between its checks and its claims.
 const RETRY: crate::Error = crate::Error::Errno(libc::EAGAIN);
+/// Internal: the plan moves a directory to another parent: plan again under the
+/// namespace-wide rename lock.
+const NEEDS_SERIAL: crate::Error = crate::Error::Errno(libc::EDEADLK);
+
+/// Pauses between attempts of a rename that met another operation on its names, longer
+/// each time and different per thread, so two renames of crossing names (a -> b while
+/// b -> a) do not keep undoing each other.
+#[derive(Default)]
+struct Backoff {
+    attempts: u32,
+}
+
+impl Backoff {
+    fn pause(&mut self) {
+        self.attempts += 1;
+        if self.attempts <= 2 {
+            std::thread::yield_now();
+            return;
+        }
+        let spread = thread_jitter() % 8 + 1;
+        let micros = (1u64 << self.attempts.min(8)) * spread;
+        std::thread::sleep(std::time::Duration::from_micros(micros));
+    }
+}
+
+/// A small number that differs between threads (from the address of a thread-local).
+fn thread_jitter() -> u64 {
+    thread_local!(static MARK: u8 = const { 0 });
+    MARK.with(|m| (m as *const u8 as u64) >> 6)
+}
 
 /// The new dentries (not yet valid) and, once claimed, their index slots.
 struct New {
@@ -66,14 +96,25 @@ impl<B: Backend> Namespace<B> {
         flags: RenameFlags,
         cred: &Cred,
     ) -> Result<()> {
-        self.op(|| loop {
-            match self.rename_once(sp, sn, dp, dn, flags, cred) {
-                Err(e) if e.errno() == RETRY.errno() => continue,
-                r => return r,
+        self.op(|| {
+            // Only a directory changing parent takes the namespace-wide lock; every
+            // other rename learns that from its plan and runs beside the others.
+            let mut serial = false;
+            let mut backoff = Backoff::default();
+            loop {
+                match self.rename_once(sp, sn, dp, dn, flags, cred, serial) {
+                    Err(e) if e.errno() == NEEDS_SERIAL.errno() => serial = true,
+                    Err(e) if e.errno() == RETRY.errno() => {
+                        self.watch().check()?;
+                        backoff.pause();
+                    }
+                    r => return r,
+                }
             }
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn rename_once(
         &self,
         sp: u64,
@@ -82,6 +123,7 @@ impl<B: Backend> Namespace<B> {
         dn: &[u8],
         flags: RenameFlags,
         cred: &Cred,
+        serial: bool,
     ) -> Result<()> {
         if flags.noreplace && flags.exchange {
             return Err(errno::EINVAL);
@@ -97,8 +139,14 @@ impl<B: Backend> Namespace<B> {
         for p in [sp, dp] {
             self.may(p, cred, perm::W | perm::X)?;
         }
-        let _serial = self.locks.rename(self.watch())?;
-        stop_here("rename.lock");
+        let _serial = match serial {
+            true => {
+                let held = self.locks.rename(self.watch())?;
+                stop_here("rename.lock");
+                Some(held)
+            }
+            false => None,
+        };
         // Both parents entered (once if they are one), before any name is looked at.
         let sdir = self.enter(sp)?;
         let ddir_own = if dp == sp {
@@ -108,7 +156,7 @@ impl<B: Backend> Namespace<B> {
         };
         let ddir: &super::Dir<'_> = ddir_own.as_deref().unwrap_or(&sdir);
         let sdir: &super::Dir<'_> = &sdir;
-        let plan = self.plan(sp, sn, dp, dn, flags, cred)?;
+        let plan = self.plan(sp, sn, dp, dn, flags, cred, serial)?;
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
             return Ok(()); // two names of one file: POSIX says do nothing
         }
@@ -130,12 +178,13 @@ impl<B: Backend> Namespace<B> {
             dst: new_dst,
             src: new_src,
         };
-        // Claim the names. The rename lock keeps other renames out; creates and
-        // unlinks take names by CAS, so a lost race here just reports the usual error.
+        // Claim the names by CAS. A name another operation is moving, removing or
+        // creating right now makes this rename plan again (see `claim_names`), so two
+        // renames of crossing names never report a name missing that was there.
         // Whole entries: a freed dentry or inode number may come straight back (the
         // free lists are stacks) for another file of another type.
         let (want_src, want_dst) = (plan.src, plan.dst);
-        let (plan, news) = self.claim_names(plan, news, sp, sn, dp, dn, sdir, ddir)?;
+        let (plan, news) = self.claim_names(plan, news, flags, sp, sn, dp, dn, sdir, ddir)?;
         let undo = |err| {
             self.unclaim_names(&plan, &news, sdir, ddir);
             err
@@ -184,6 +233,7 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// Look at both names and check every rule before anything is claimed.
+    #[allow(clippy::too_many_arguments)]
     fn plan(
         &self,
         sp: u64,
@@ -192,6 +242,7 @@ impl<B: Backend> Namespace<B> {
         dn: &[u8],
         flags: RenameFlags,
         cred: &Cred,
+        serial: bool,
     ) -> Result<Plan> {
         let src = self.lookup_entry(sp, sn).ok_or(errno::ENOENT)?;
         let dst = self.lookup_entry(dp, dn);
@@ -203,6 +254,13 @@ impl<B: Backend> Namespace<B> {
         }
         let src_dir = is_dir(self.mode(src.ino));
         let dst_dir = dst.is_some_and(|d| is_dir(self.mode(d.ino)));
+        // A directory moving to another parent is the only rename that can make a
+        // cycle: it checks ancestry on a tree no other such rename changes meanwhile.
+        // (Its claims later confirm the entries are the ones planned with.)
+        let moves_dir = sp != dp && (src_dir || (flags.exchange && dst_dir));
+        if moves_dir && !serial {
+            return Err(NEEDS_SERIAL);
+        }
         // The ancestor checks come before the type checks, as in do_renameat2: the
         // source above the target's parent, or the target above the source's.
         if src_dir && self.is_within(dp, src.ino) {
@@ -273,6 +331,7 @@ impl<B: Backend> Namespace<B> {
         &self,
         plan: Plan,
         mut news: New,
+        flags: RenameFlags,
         sp: u64,
         sn: &[u8],
         dp: u64,
@@ -289,15 +348,19 @@ impl<B: Backend> Namespace<B> {
         };
         let Some(src) = self.claim_entry(sp, sn) else {
             discard(&news);
-            return Err(errno::ENOENT);
+            return Err(self
+                .in_transit(sp, sn)
+                .then_some(RETRY)
+                .unwrap_or(errno::ENOENT));
         };
         let dst = match plan.dst {
             Some(_) => match self.claim_entry(dp, dn) {
                 Some(d) => Some(d),
                 None => {
+                    // The target went or is going: plan again (without it, if gone).
                     self.unclaim(src);
                     discard(&news);
-                    return Err(errno::ENOENT);
+                    return Err(RETRY);
                 }
             },
             None => None,
@@ -314,7 +377,10 @@ impl<B: Backend> Namespace<B> {
                 self.watch(),
             )? {
             Claim::Claimed(pos) => Ok(pos),
-            Claim::Taken(_) => Err(errno::EEXIST),
+            // The name appeared after the plan (a create, a link or another rename):
+            // replace it, as if this rename had come after, unless told not to.
+            Claim::Taken(e) if flags.noreplace && e.state == State::Ready => Err(errno::EEXIST),
+            Claim::Taken(_) => Err(RETRY),
         };
         let fail = |err, news: &New, dst_pos: Option<u64>| {
             if let Some(pos) = dst_pos {
@@ -442,6 +508,14 @@ impl<B: Backend> Namespace<B> {
             self.retire_dentry(ddir, d);
         }
         Ok(())
+    }
+
+    /// Is (parent, name) in the index in a state other than Ready: being created,
+    /// removed or renamed by another operation right now?
+    fn in_transit(&self, parent: u64, name: &[u8]) -> bool {
+        self.index
+            .find(&self.pool.pm, parent, name)
+            .is_some_and(|e| e.state != State::Ready)
     }
 
     /// A dentry that was written but never committed: give back its slot and id.
