@@ -348,10 +348,12 @@ impl<B: Backend> Namespace<B> {
         };
         let Some(src) = self.claim_entry(sp, sn) else {
             discard(&news);
-            return Err(self
-                .in_transit(sp, sn)
-                .then_some(RETRY)
-                .unwrap_or(errno::ENOENT));
+            // Being moved or removed right now: plan again once that is settled.
+            return Err(if self.in_transit(sp, sn) {
+                RETRY
+            } else {
+                errno::ENOENT
+            });
         };
         let dst = match plan.dst {
             Some(_) => match self.claim_entry(dp, dn) {
