@@ -50,7 +50,7 @@ use lynxfs::pmem::Backend;
 use lynxfs::runtime::notices::{Change, Watcher};
 use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet};
 
-use crate::usage::{LiveUsage, USAGE_XATTR};
+use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
 
 /// How many directory entries to ask the engine for at a time while filling one
 /// readdir reply (the reply holds about 4 KiB, some 100 short names).
@@ -70,6 +70,9 @@ pub struct LynxFuse<B: Backend> {
     kernel_kills_privs: bool,
     /// Notices to the kernel (set once the session exists; see [`LynxFuse::notices`]).
     notices: Arc<OnceLock<Notifier>>,
+    /// The FUSE transport serving this mount (set once the session exists; see
+    /// [`LynxFuse::transport`]), reported in the usage attribute.
+    transport: Arc<OnceLock<Transport>>,
     /// Offer the kernel POSIX ACLs (FUSE_POSIX_ACL), which also makes it check
     /// permissions itself; off for `daemon_permissions` mounts.
     kernel_acls: bool,
@@ -348,6 +351,7 @@ impl<B: Backend> LynxFuse<B> {
             protected_hardlinks,
             kernel_kills_privs: true,
             notices: Arc::new(OnceLock::new()),
+            transport: Arc::new(OnceLock::new()),
             kernel_acls: true,
             forwarder: Arc::new(Mutex::new(None)),
             writeback: false,
@@ -425,6 +429,11 @@ impl<B: Backend> LynxFuse<B> {
     /// the adapter can tell the kernel about changes it did not ask for.
     pub fn notices(&self) -> Arc<OnceLock<Notifier>> {
         self.notices.clone()
+    }
+
+    /// Where the mount records the transport the session agreed with the kernel.
+    pub fn transport(&self) -> Arc<OnceLock<Transport>> {
+        self.transport.clone()
     }
 
     /// The privilege bits a write by this handle may clear in `ino`'s mode.
@@ -1236,7 +1245,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name_bytes(name);
         if ino.0 == lynxfs::format::ROOT_INO && name == USAGE_XATTR.as_bytes() {
-            let text = LiveUsage::of(self.ns()).encode();
+            let text = LiveUsage::of(self.ns(), self.transport.get().copied()).encode();
             return reply_xattr(Ok(text.into_bytes()), size, reply);
         }
         let r = self.as_caller(req, |c| self.ns().getxattr(ino.0, name, c));

@@ -101,6 +101,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+// LynxFS: FUSE over io_uring (Linux only, as this fork is).
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]
