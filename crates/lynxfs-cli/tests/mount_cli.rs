@@ -740,12 +740,20 @@ fn io_uring_on_with_the_parameter_off_fails_for_a_user_and_root_switches_it_on()
     // Root mounts only pools it owns.
     std::os::unix::fs::chown(&pool, Some(0), Some(0)).unwrap();
     let o = run(&[p("mount"), p("-o"), p("io_uring=on"), &pool, &mnt]);
-    assert!(o.status.success(), "root's io_uring=on mount: {}", stderr(&o));
+    assert!(
+        o.status.success(),
+        "root's io_uring=on mount: {}",
+        stderr(&o)
+    );
     let switched = std::fs::read_to_string(ENABLE_URING).unwrap();
     let text = info(&mnt);
     let o2 = run(&[p("umount"), &mnt]);
     assert!(o2.status.success(), "umount: {}", stderr(&o2));
     assert_eq!(switched.trim(), "Y");
-    assert!(stderr(&o).contains("switched FUSE over io_uring on"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("switched FUSE over io_uring on"),
+        "{}",
+        stderr(&o)
+    );
     assert!(text.contains("FUSE transport:   io_uring\n"), "{text}");
 }

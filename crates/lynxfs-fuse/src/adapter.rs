@@ -40,9 +40,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, IoUringState, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
@@ -70,9 +70,9 @@ pub struct LynxFuse<B: Backend> {
     kernel_kills_privs: bool,
     /// Notices to the kernel (set once the session exists; see [`LynxFuse::notices`]).
     notices: Arc<OnceLock<Notifier>>,
-    /// The FUSE transport serving this mount (set once the session exists; see
+    /// Whether io_uring serves this mount (set once the session exists; see
     /// [`LynxFuse::transport`]), reported in the usage attribute.
-    transport: Arc<OnceLock<Transport>>,
+    transport: Arc<OnceLock<IoUringState>>,
     /// Offer the kernel POSIX ACLs (FUSE_POSIX_ACL), which also makes it check
     /// permissions itself; off for `daemon_permissions` mounts.
     kernel_acls: bool,
@@ -229,6 +229,15 @@ impl<B: Backend> Invalidate<B> {
 
 /// A notice the kernel refused, unless about something it does not cache (ENOENT)
 /// or after the mount went (ENOTCONN, ENODEV).
+/// The transport a session's io_uring state says.
+fn transport_of(state: &IoUringState) -> Transport {
+    if state.active() {
+        Transport::IoUring
+    } else {
+        Transport::DevFuse
+    }
+}
+
 fn report(r: std::io::Result<()>, what: impl FnOnce() -> String) {
     if let Err(e) = r {
         if !matches!(
@@ -431,8 +440,8 @@ impl<B: Backend> LynxFuse<B> {
         self.notices.clone()
     }
 
-    /// Where the mount records the transport the session agreed with the kernel.
-    pub fn transport(&self) -> Arc<OnceLock<Transport>> {
+    /// Where the mount puts the session's io_uring state, which says the transport.
+    pub fn transport(&self) -> Arc<OnceLock<IoUringState>> {
         self.transport.clone()
     }
 
@@ -1245,7 +1254,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name_bytes(name);
         if ino.0 == lynxfs::format::ROOT_INO && name == USAGE_XATTR.as_bytes() {
-            let text = LiveUsage::of(self.ns(), self.transport.get().copied()).encode();
+            let text = LiveUsage::of(self.ns(), self.transport.get().map(transport_of)).encode();
             return reply_xattr(Ok(text.into_bytes()), size, reply);
         }
         let r = self.as_caller(req, |c| self.ns().getxattr(ino.0, name, c));

@@ -20,7 +20,6 @@ use nix::sys::signal::{SigSet, Signal};
 
 use crate::adapter::LynxFuse;
 use crate::kmount::{self, OwnMount, Unmounted};
-use crate::usage::Transport;
 
 /// Which durability backend to open the pool with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -393,11 +392,7 @@ fn session<B: Backend>(
         Ok((s, mount)) => {
             // Set once, here, before any request is served.
             let _ = notices.set(s.notifier());
-            let _ = transport.set(if s.io_uring() {
-                Transport::IoUring
-            } else {
-                Transport::DevFuse
-            });
+            let _ = transport.set(s.io_uring_state());
             let device = match mount.device_fd().try_clone_to_owned() {
                 Ok(d) => d,
                 Err(e) => {

@@ -1166,10 +1166,19 @@ pub fn check_transport(options: &str, mnt: &Path) {
             buf.len(),
         )
     };
-    assert!(n > 0, "the usage attribute of {}: {}", mnt.display(), errno_str());
+    assert!(
+        n > 0,
+        "the usage attribute of {}: {}",
+        mnt.display(),
+        errno_str()
+    );
     let text = String::from_utf8_lossy(&buf[..n as usize]);
     let live = LiveUsage::decode(&text).expect("usage figures");
-    assert_eq!(live.transport, Some(want), "[{options}] the daemon's transport");
+    assert_eq!(
+        live.transport,
+        Some(want),
+        "[{options}] the daemon's transport"
+    );
 }
 
 /// Compares two runs step by step; fails on any difference not in [`ALLOWED`].

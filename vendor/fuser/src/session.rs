@@ -145,6 +145,25 @@ pub struct Session<FS: Filesystem> {
     /// LynxFS: the payload buffer size of io_uring entries, when INIT agreed on
     /// FUSE over io_uring (`Config::io_uring` asked and the kernel offered it).
     uring_payload: Option<usize>,
+    /// LynxFS: whether the io_uring queues serve (see [`IoUringState`]).
+    uring_state: IoUringState,
+}
+
+/// LynxFS: whether a session's requests come over io_uring: set when INIT agrees on
+/// it, cleared if a queue fails to register (the kernel then falls back to
+/// `/dev/fuse`). Clones share the state.
+#[derive(Debug, Clone, Default)]
+pub struct IoUringState(Arc<AtomicBool>);
+
+impl IoUringState {
+    /// True while the kernel's requests come over io_uring.
+    pub fn active(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set(&self, on: bool) {
+        self.0.store(on, Ordering::Release);
+    }
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -193,6 +212,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config: options.clone(),
             uring_payload: None,
+            uring_state: IoUringState::default(),
         };
 
         session.handshake()?;
@@ -222,6 +242,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config,
             uring_payload: None,
+            uring_state: IoUringState::default(),
         };
 
         session.handshake()?;
@@ -261,6 +282,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: _,
             config,
             uring_payload,
+            uring_state,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -331,8 +353,9 @@ impl<FS: Filesystem> Session<FS> {
                 };
                 let ch = uring_channel.clone();
                 let stop = stop_queues.clone();
+                let state = uring_state.clone();
                 queues.push(thread::Builder::new().name(thread_name).spawn(move || {
-                    crate::uring::serve_queue(cpu, ch, payload_len, stop, event_loop)
+                    crate::uring::serve_queue(cpu, ch, payload_len, stop, state, event_loop)
                 })?);
             }
         }
@@ -479,6 +502,7 @@ impl<FS: Filesystem> Session<FS> {
                     config.max_write,
                     config.max_pages(),
                 ));
+                self.uring_state.set(true);
             }
 
             // Remember the ABI version supported by kernel and mark the session initialized.
@@ -550,6 +574,11 @@ impl<FS: Filesystem> Session<FS> {
     /// kernel's per-CPU queues (see [`Config::io_uring`]).
     pub fn io_uring(&self) -> bool {
         self.uring_payload.is_some()
+    }
+
+    /// LynxFS: whether requests come over io_uring now (see [`IoUringState`]).
+    pub fn io_uring_state(&self) -> IoUringState {
+        self.uring_state.clone()
     }
 }
 

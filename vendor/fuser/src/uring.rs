@@ -46,6 +46,7 @@ use crate::ll::fuse_abi as abi;
 use crate::reply::ReplyEmpty;
 use crate::request::ReplyRoute;
 use crate::request::RequestWithSender;
+use crate::session::IoUringState;
 use crate::session::SessionEventLoop;
 
 /// `FUSE_URING_IN_OUT_HEADER_SZ`: room for the in-header (request) or out-header (reply).
@@ -438,6 +439,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     ch: Channel,
     payload_len: usize,
     stop: Arc<AtomicBool>,
+    state: IoUringState,
     event_loop: SessionEventLoop<FS>,
 ) -> io::Result<()> {
     if let Err(e) = pin_to_cpu(qid) {
@@ -450,6 +452,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     }
     queue.arm_wake()?;
     let mut live = queue.entries.len();
+    let mut served = false;
     let mut buf: Vec<u64> = Vec::new();
     let mut ready: Vec<(u64, i32)> = Vec::with_capacity(QUEUE_DEPTH + 1);
     while live > 0 && !stop.load(Ordering::Acquire) {
@@ -475,15 +478,18 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                     "io_uring queue {qid} entry {idx}: {}",
                     io::Error::from_raw_os_error(-res)
                 );
-                if live == queue.entries.len() && res != -libc::ENOTCONN {
+                if !served && res != -libc::ENOTCONN {
+                    // Refused before serving: the kernel falls back to /dev/fuse.
                     warn!(
                         "io_uring queue {qid}: {}",
                         io::Error::from_raw_os_error(-res)
                     );
+                    state.set(false);
                 }
                 live -= 1;
                 continue;
             }
+            served = true;
             serve_entry(&queue, idx, &mut buf, &event_loop);
         }
     }
