@@ -628,6 +628,14 @@ mod tests {
         assert_eq!(o.attr_timeout, DEFAULT_TIMEOUT);
         assert!(!o.writeback);
         assert!(MountOptions::parse("writeback").unwrap().writeback);
+        assert_eq!(o.io_uring, IoUringMode::Auto);
+        for (opt, mode) in [
+            ("io_uring=on", IoUringMode::On),
+            ("io_uring=off", IoUringMode::Off),
+            ("io_uring=auto", IoUringMode::Auto),
+        ] {
+            assert_eq!(MountOptions::parse(opt).unwrap().io_uring, mode);
+        }
         let o = MountOptions::parse(
             "entry_timeout=0,attr_timeout=0.5,allow_other,default_permissions,threads=4,ro,backend=msync,nosuid,defaults",
         )
@@ -649,6 +657,8 @@ mod tests {
             ("entry_timeout=nan", "between"),
             ("entry_timeout", "needs a value"),
             ("backend=disk", "pmem or msync"),
+            ("io_uring=yes", "on, off or auto"),
+            ("io_uring", "needs a value"),
             ("frobnicate", "unknown mount option"),
             ("daemon_permissions,allow_other", "cannot go with"),
             ("default_permissions,daemon_permissions", "cannot go with"),
