@@ -78,13 +78,24 @@ impl FuseTarget {
 
     /// The options of the `fuse-nocache` target: the kernel's entry and attribute
     /// caches off (and so its negative entries), as for [`FuseNullTarget`], so every
-    /// lookup and stat reaches the daemon: the `fuse` target before issue 14.
+    /// lookup and stat reaches the daemon, over the classic `/dev/fuse` transport as
+    /// [`FuseNullTarget`]: the `fuse` target before issue 14.
     pub const NOCACHE_OPTIONS: &'static str =
-        "entry_timeout=0,attr_timeout=0,threads=2,backend=pmem";
+        "entry_timeout=0,attr_timeout=0,threads=2,backend=pmem,io_uring=off";
 
     /// [`Self::mount`] with [`Self::NOCACHE_OPTIONS`].
     pub fn mount_nocache() -> anyhow::Result<Self> {
         Self::mount_labelled(Self::NOCACHE_OPTIONS, "fuse-nocache")
+    }
+
+    /// The options of the `fuse-dev` target: [`Self::OPTIONS`] (the kernel's caches
+    /// on) over the classic `/dev/fuse` transport, beside `fuse`, which uses io_uring
+    /// when the kernel offers it.
+    pub const DEV_OPTIONS: &'static str = "backend=pmem,io_uring=off";
+
+    /// [`Self::mount`] with [`Self::DEV_OPTIONS`].
+    pub fn mount_dev() -> anyhow::Result<Self> {
+        Self::mount_labelled(Self::DEV_OPTIONS, "fuse-dev")
     }
 
     /// [`Self::mount`] with other mount options (`-o` syntax).

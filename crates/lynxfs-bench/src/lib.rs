@@ -284,7 +284,8 @@ fn measure(
 /// `/dev/shm`), `ext4` (a loop-mounted ext4 image in `/dev/shm`), `fuse-null` (the
 /// FUSE floor), `fuse` (a fresh LynxFS pool in `/dev/shm` mounted through FUSE with
 /// [`FuseTarget::OPTIONS`]: `lynxfs mount`'s defaults), `fuse-nocache` (the same with
-/// [`FuseTarget::NOCACHE_OPTIONS`]: kernel name and attribute caches off) or `dir=PATH` (an existing
+/// [`FuseTarget::NOCACHE_OPTIONS`]: kernel name and attribute caches off, /dev/fuse), `fuse-dev`
+/// ([`FuseTarget::DEV_OPTIONS`]: the defaults over /dev/fuse, not io_uring) or `dir=PATH` (an existing
 /// directory, labelled with its path).
 pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
     let target: Box<dyn Target> = match spec {
@@ -293,6 +294,9 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
         "fuse" => Box::new(FuseTarget::mount().context("mounting a LynxFS pool through FUSE")?),
         "fuse-nocache" => {
             Box::new(FuseTarget::mount_nocache().context("mounting a LynxFS pool through FUSE")?)
+        }
+        "fuse-dev" => {
+            Box::new(FuseTarget::mount_dev().context("mounting a LynxFS pool through FUSE")?)
         }
         "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
         PRELOAD_NAME => bail!(
@@ -308,7 +312,7 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse, fuse-nocache, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
             }
         },
     };

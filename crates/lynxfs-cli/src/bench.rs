@@ -19,8 +19,9 @@ pub struct BenchArgs {
     /// A file system to measure, repeatable; the first is the one the ratio columns
     /// compare with the others. lib (LynxFS in process, pool in /dev/shm), tmpfs, shm,
     /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, `lynxfs mount`'s
-    /// default options), fuse-nocache (the same, kernel name and attribute caches off)
-    /// or dir=PATH; preload: unmodified programs through liblynxfs_preload.so on a
+    /// default options: io_uring when the kernel offers it), fuse-dev (the same over
+    /// the classic /dev/fuse transport), fuse-nocache (kernel name and attribute caches
+    /// off, /dev/fuse) or dir=PATH; preload: unmodified programs through liblynxfs_preload.so on a
     /// fresh pool (as `lynxfs run`; its column comes first). Default: lib and
     /// tmpfs (none for recovery and ablation, which make their own pools).
     #[arg(long = "target", value_name = "T")]

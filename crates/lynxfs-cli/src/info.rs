@@ -266,6 +266,9 @@ fn print_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<()> {
         "daemon memory:    {:.1} MiB resident (anonymous)",
         mib(live.rss_anon)
     );
+    if let Some(t) = live.transport {
+        println!("FUSE transport:   {}", t.name());
+    }
     // A read-only mount works on a private copy: nothing is attached then.
     if let Some(view) = attached_view(pool, kind)? {
         print_shared(&view);

@@ -98,7 +98,13 @@ enum Cmd {
     /// (implies default_permissions), default_permissions, daemon_permissions,
     /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec, noatime,
     /// writeback (the kernel's writeback cache, off by default: faster small writes,
-    /// but writes are then durable only at fsync or close, not when write returns).
+    /// but writes are then durable only at fsync or close, not when write returns),
+    /// io_uring=on|off|auto (default auto): FUSE requests over io_uring, one queue per
+    /// CPU, served on the CPU that made them (Linux 6.14+, with
+    /// /sys/module/fuse/parameters/enable_uring = Y); auto uses it when the kernel
+    /// offers it, on requires it (if the parameter is N, root's mount switches it on
+    /// and says so; anyone else gets an error), off keeps the classic /dev/fuse loop.
+    /// `lynxfs info MOUNTPOINT` says which one the daemon uses.
     Mount {
         /// Stay in the foreground (serve until unmounted, SIGINT or SIGTERM).
         #[arg(short = 'f')]

@@ -616,3 +616,144 @@ fn a_mount_right_after_umount_waits_for_the_daemon_to_let_go() {
     let o = run(&[p("umount"), &mnt]);
     assert!(o.status.success(), "lynxfs umount: {}", stderr(&o));
 }
+
+/// Tests that need FUSE over io_uring hold this shared; the one that switches the
+/// module parameter off holds it alone.
+static URING_PARAM: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The number of `pid`'s threads named `prefix*` and their context switches.
+fn threads_named(pid: u32, prefix: &str) -> (usize, u64) {
+    let mut count = 0;
+    let mut switches = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        let name = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        count += 1;
+        let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+        switches += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    (count, switches)
+}
+
+/// The CPUs the kernel makes FUSE queues for.
+fn possible_cpus() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    text.trim()
+        .split(',')
+        .map(|part| match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// `io_uring=on` serves over the kernel's per-CPU queues (one pinned thread each, and
+/// the requests go there), `io_uring=off` over /dev/fuse; `lynxfs info` says which;
+/// either way umount returns promptly and the daemon exits.
+#[test]
+fn io_uring_and_dev_fuse_mounts_say_their_transport_and_unmount_promptly() {
+    let _w = bound("io_uring_and_dev_fuse_mounts_say_their_transport_and_unmount_promptly");
+    let _param = URING_PARAM.read().unwrap_or_else(|e| e.into_inner());
+    for (mode, transport) in [("on", "io_uring"), ("off", "/dev/fuse")] {
+        let (_dir, pool, mnt) = pool_and_mountpoint();
+        let mnt = mnt.path().canonicalize().unwrap();
+        let opt = format!("io_uring={mode}");
+        let o = run(&[p("mount"), p("-o"), p(&opt), &pool, &mnt]);
+        assert!(o.status.success(), "mount -o {opt}: {}", stderr(&o));
+        let daemons = daemons_of(&pool);
+        assert_eq!(daemons.len(), 1, "one daemon: {daemons:?}");
+        let (_, before) = threads_named(daemons[0], "fuser-uring");
+        for i in 0..100 {
+            let f = mnt.join(format!("f{i}"));
+            std::fs::write(&f, b"x").unwrap();
+            assert_eq!(std::fs::read(&f).unwrap(), b"x");
+            std::fs::remove_file(&f).unwrap();
+        }
+        let (queues, after) = threads_named(daemons[0], "fuser-uring");
+        let text = info(&mnt);
+        assert!(
+            text.contains(&format!("FUSE transport:   {transport}\n")),
+            "[{opt}] {text}"
+        );
+        if mode == "on" {
+            assert_eq!(queues, possible_cpus(), "one queue thread per possible CPU");
+            assert!(
+                after >= before + 100,
+                "the queues served the requests: {before} -> {after} switches"
+            );
+        } else {
+            assert_eq!(queues, 0, "no io_uring queues with {opt}");
+        }
+        let o = output_within(Command::new("umount").arg(&mnt), COMMAND_LIMIT);
+        assert!(o.status.success(), "umount: {}", stderr(&o));
+        wait_until("the daemon's exit", Duration::from_secs(30), || {
+            exited(daemons[0])
+        });
+        assert!(
+            info_state(&pool).ends_with(" clean, not mounted"),
+            "[{opt}] {}",
+            info_state(&pool)
+        );
+    }
+}
+
+/// Restores the `enable_uring` parameter when dropped.
+struct ParamRestore(String);
+
+impl Drop for ParamRestore {
+    fn drop(&mut self) {
+        let _ = std::fs::write(ENABLE_URING, &self.0);
+    }
+}
+
+/// With the module parameter off, `io_uring=on` fails for a user with an error
+/// naming the parameter, and root's mount switches it on and says so.
+#[test]
+fn io_uring_on_with_the_parameter_off_fails_for_a_user_and_root_switches_it_on() {
+    let _w = bound("io_uring_on_with_the_parameter_off_fails_for_a_user_and_root_switches_it_on");
+    let _param = URING_PARAM.write().unwrap_or_else(|e| e.into_inner());
+    let was = std::fs::read_to_string(ENABLE_URING)
+        .unwrap_or_else(|e| panic!("{ENABLE_URING}: {e} (a kernel without FUSE over io_uring?)"));
+    let _restore = ParamRestore(was.trim().to_string());
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for path in [&pool, &mnt] {
+        std::os::unix::fs::chown(path, Some(1000), Some(1000)).unwrap();
+    }
+    std::fs::write(ENABLE_URING, "N").unwrap();
+    let o = run_as_user(&[p("mount"), p("-o"), p("io_uring=on"), &pool, &mnt]);
+    assert!(!o.status.success(), "a user's io_uring=on mount succeeded");
+    assert!(stderr(&o).contains(ENABLE_URING), "{}", stderr(&o));
+    assert!(!mounted(&mnt), "left a mount behind");
+    assert_eq!(std::fs::read_to_string(ENABLE_URING).unwrap().trim(), "N");
+
+    // Root mounts only pools it owns.
+    std::os::unix::fs::chown(&pool, Some(0), Some(0)).unwrap();
+    let o = run(&[p("mount"), p("-o"), p("io_uring=on"), &pool, &mnt]);
+    assert!(
+        o.status.success(),
+        "root's io_uring=on mount: {}",
+        stderr(&o)
+    );
+    let switched = std::fs::read_to_string(ENABLE_URING).unwrap();
+    let text = info(&mnt);
+    let o2 = run(&[p("umount"), &mnt]);
+    assert!(o2.status.success(), "umount: {}", stderr(&o2));
+    assert_eq!(switched.trim(), "Y");
+    assert!(
+        stderr(&o).contains("switched FUSE over io_uring on"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(text.contains("FUSE transport:   io_uring\n"), "{text}");
+}

@@ -40,9 +40,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, IoUringState, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
@@ -50,7 +50,7 @@ use lynxfs::pmem::Backend;
 use lynxfs::runtime::notices::{Change, Watcher};
 use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet};
 
-use crate::usage::{LiveUsage, USAGE_XATTR};
+use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
 
 /// How many directory entries to ask the engine for at a time while filling one
 /// readdir reply (the reply holds about 4 KiB, some 100 short names).
@@ -70,6 +70,9 @@ pub struct LynxFuse<B: Backend> {
     kernel_kills_privs: bool,
     /// Notices to the kernel (set once the session exists; see [`LynxFuse::notices`]).
     notices: Arc<OnceLock<Notifier>>,
+    /// Whether io_uring serves this mount (set once the session exists; see
+    /// [`LynxFuse::transport`]), reported in the usage attribute.
+    transport: Arc<OnceLock<IoUringState>>,
     /// Offer the kernel POSIX ACLs (FUSE_POSIX_ACL), which also makes it check
     /// permissions itself; off for `daemon_permissions` mounts.
     kernel_acls: bool,
@@ -226,6 +229,15 @@ impl<B: Backend> Invalidate<B> {
 
 /// A notice the kernel refused, unless about something it does not cache (ENOENT)
 /// or after the mount went (ENOTCONN, ENODEV).
+/// The transport a session's io_uring state says.
+fn transport_of(state: &IoUringState) -> Transport {
+    if state.active() {
+        Transport::IoUring
+    } else {
+        Transport::DevFuse
+    }
+}
+
 fn report(r: std::io::Result<()>, what: impl FnOnce() -> String) {
     if let Err(e) = r {
         if !matches!(
@@ -348,6 +360,7 @@ impl<B: Backend> LynxFuse<B> {
             protected_hardlinks,
             kernel_kills_privs: true,
             notices: Arc::new(OnceLock::new()),
+            transport: Arc::new(OnceLock::new()),
             kernel_acls: true,
             forwarder: Arc::new(Mutex::new(None)),
             writeback: false,
@@ -425,6 +438,11 @@ impl<B: Backend> LynxFuse<B> {
     /// the adapter can tell the kernel about changes it did not ask for.
     pub fn notices(&self) -> Arc<OnceLock<Notifier>> {
         self.notices.clone()
+    }
+
+    /// Where the mount puts the session's io_uring state, which says the transport.
+    pub fn transport(&self) -> Arc<OnceLock<IoUringState>> {
+        self.transport.clone()
     }
 
     /// The privilege bits a write by this handle may clear in `ino`'s mode.
@@ -1236,7 +1254,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name_bytes(name);
         if ino.0 == lynxfs::format::ROOT_INO && name == USAGE_XATTR.as_bytes() {
-            let text = LiveUsage::of(self.ns()).encode();
+            let text = LiveUsage::of(self.ns(), self.transport.get().map(transport_of)).encode();
             return reply_xattr(Ok(text.into_bytes()), size, reply);
         }
         let r = self.as_caller(req, |c| self.ns().getxattr(ino.0, name, c));

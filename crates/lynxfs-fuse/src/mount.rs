@@ -69,8 +69,50 @@ pub struct MountOptions {
     /// The kernel's writeback cache (`writeback`): small writes are gathered in the
     /// kernel's pages and sent later, so a write is durable only at fsync or close.
     pub writeback: bool,
+    /// FUSE over io_uring (`io_uring=on|off|auto`); see [`IoUringMode`].
+    pub io_uring: IoUringMode,
     /// Other kernel mount flags passed along (nosuid, nodev, noexec, noatime, ...).
     pub extra: Vec<MountOption>,
+}
+
+/// Whether the kernel's FUSE requests come over io_uring (one queue per CPU, served
+/// on the CPU that made the request) or the classic `/dev/fuse` loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoUringMode {
+    /// io_uring when the kernel offers it (the `fuse` module's `enable_uring`
+    /// parameter is on and INIT offers the flag); `/dev/fuse` otherwise.
+    Auto,
+    /// io_uring or no mount. If `enable_uring` is off, root switches it on (and says
+    /// so on stderr); anyone else gets an error naming the parameter.
+    On,
+    /// The classic `/dev/fuse` loop.
+    Off,
+}
+
+/// The `fuse` module parameter that lets FUSE connections use io_uring.
+pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Whether the kernel lets FUSE use io_uring now (`enable_uring` is `Y`).
+pub fn uring_enabled() -> bool {
+    std::fs::read_to_string(ENABLE_URING).is_ok_and(|v| v.trim() == "Y")
+}
+
+/// For `io_uring=on`: makes sure `enable_uring` is on, switching it on as root.
+fn require_uring_enabled() -> anyhow::Result<()> {
+    if uring_enabled() {
+        return Ok(());
+    }
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "io_uring=on: FUSE over io_uring is switched off ({ENABLE_URING} is not Y); \
+             root can switch it on (echo Y > {ENABLE_URING}), or mount with io_uring=auto"
+        );
+    }
+    std::fs::write(ENABLE_URING, "Y").with_context(|| {
+        format!("io_uring=on: switching FUSE over io_uring on ({ENABLE_URING}); does this kernel have it (6.14+)?")
+    })?;
+    eprintln!("lynxfs: io_uring=on: switched FUSE over io_uring on ({ENABLE_URING} = Y)");
+    Ok(())
 }
 
 /// The default entry and attribute timeouts: long, because the kernel's cached names,
@@ -91,6 +133,7 @@ impl Default for MountOptions {
             read_only: false,
             backend: None,
             writeback: false,
+            io_uring: IoUringMode::Auto,
             extra: Vec::new(),
         }
     }
@@ -146,6 +189,14 @@ impl MountOptions {
                 "default_permissions" => self.default_permissions = true,
                 "daemon_permissions" => self.daemon_permissions = true,
                 "writeback" => self.writeback = true,
+                "io_uring" => {
+                    self.io_uring = match need()? {
+                        "on" => IoUringMode::On,
+                        "off" => IoUringMode::Off,
+                        "auto" => IoUringMode::Auto,
+                        other => bail!("io_uring={other}: must be on, off or auto"),
+                    }
+                }
                 "ro" => self.read_only = true,
                 "rw" => self.read_only = false,
                 "nosuid" => self.extra.push(MountOption::NoSuid),
@@ -166,7 +217,7 @@ impl MountOptions {
                 _ => bail!(
                     "unknown mount option {opt:?} (known: entry_timeout=, attr_timeout=, \
                      threads=, backend=pmem|msync, allow_other, default_permissions, \
-                     daemon_permissions, writeback, ro, rw, \
+                     daemon_permissions, writeback, io_uring=on|off|auto, ro, rw, \
                      nosuid, nodev, noexec, noatime, sync, dirsync)"
                 ),
             }
@@ -220,6 +271,7 @@ impl MountOptions {
         }
         config.n_threads = Some(self.threads.max(1));
         config.clone_fd = self.threads > 1;
+        config.io_uring = self.io_uring != IoUringMode::Off;
         config
     }
 }
@@ -321,11 +373,26 @@ fn session<B: Backend>(
         fuse = fuse.with_writeback();
     }
     let notices = fuse.notices();
+    let transport = fuse.transport();
     let forward = fuse.forward();
-    match kmount::session(fuse, mountpoint, &o.config(pool_path)) {
+    let started = if o.io_uring == IoUringMode::On {
+        require_uring_enabled()
+            .and_then(|()| kmount::session(fuse, mountpoint, &o.config(pool_path)))
+            .and_then(|(s, mount)| {
+                if s.io_uring() {
+                    return Ok((s, mount));
+                }
+                let _ = mount.unmount();
+                bail!("io_uring=on: the kernel did not offer FUSE over io_uring at INIT")
+            })
+    } else {
+        kmount::session(fuse, mountpoint, &o.config(pool_path))
+    };
+    match started {
         Ok((s, mount)) => {
             // Set once, here, before any request is served.
             let _ = notices.set(s.notifier());
+            let _ = transport.set(s.io_uring_state());
             let device = match mount.device_fd().try_clone_to_owned() {
                 Ok(d) => d,
                 Err(e) => {
@@ -561,6 +628,14 @@ mod tests {
         assert_eq!(o.attr_timeout, DEFAULT_TIMEOUT);
         assert!(!o.writeback);
         assert!(MountOptions::parse("writeback").unwrap().writeback);
+        assert_eq!(o.io_uring, IoUringMode::Auto);
+        for (opt, mode) in [
+            ("io_uring=on", IoUringMode::On),
+            ("io_uring=off", IoUringMode::Off),
+            ("io_uring=auto", IoUringMode::Auto),
+        ] {
+            assert_eq!(MountOptions::parse(opt).unwrap().io_uring, mode);
+        }
         let o = MountOptions::parse(
             "entry_timeout=0,attr_timeout=0.5,allow_other,default_permissions,threads=4,ro,backend=msync,nosuid,defaults",
         )
@@ -582,6 +657,8 @@ mod tests {
             ("entry_timeout=nan", "between"),
             ("entry_timeout", "needs a value"),
             ("backend=disk", "pmem or msync"),
+            ("io_uring=yes", "on, off or auto"),
+            ("io_uring", "needs a value"),
             ("frobnicate", "unknown mount option"),
             ("daemon_permissions,allow_other", "cannot go with"),
             ("default_permissions,daemon_permissions", "cannot go with"),

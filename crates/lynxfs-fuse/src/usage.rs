@@ -9,13 +9,45 @@ use lynxfs::meta::Usage;
 /// The attribute the mount's root answers.
 pub const USAGE_XATTR: &str = "lynxfs.usage";
 
-/// What the daemon reports: the namespace's usage and the daemon's own memory.
+/// How the kernel's FUSE requests reach the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// The classic `/dev/fuse` read/write loop.
+    DevFuse,
+    /// FUSE over io_uring: one queue per CPU (the `/dev/fuse` loop still carries
+    /// FORGET and INTERRUPT).
+    IoUring,
+}
+
+impl Transport {
+    /// The name `lynxfs info` prints and the usage attribute carries.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::DevFuse => "/dev/fuse",
+            Transport::IoUring => "io_uring",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Transport> {
+        [Transport::DevFuse, Transport::IoUring]
+            .into_iter()
+            .find(|t| t.name() == name)
+    }
+}
+
+/// What the daemon reports: the namespace's usage, the daemon's own memory and the
+/// transport it serves.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveUsage {
     pub usage: Usage,
     /// The daemon's resident anonymous memory (`RssAnon`), bytes.
     pub rss_anon: u64,
+    /// The FUSE transport the daemon serves; `None` from a daemon that does not say.
+    pub transport: Option<Transport>,
 }
+
+/// The line naming the transport (after the numeric fields).
+const TRANSPORT: &str = "transport";
 
 /// The fields in order, with how to reach each in a [`LiveUsage`].
 #[allow(clippy::type_complexity)]
@@ -36,29 +68,40 @@ const FIELDS: &[(&str, fn(&mut LiveUsage) -> &mut u64)] = &[
 
 impl LiveUsage {
     /// The calling process's figures (the daemon answering the attribute).
-    pub fn of<B: lynxfs::pmem::Backend>(ns: &lynxfs::meta::Namespace<B>) -> LiveUsage {
+    pub fn of<B: lynxfs::pmem::Backend>(
+        ns: &lynxfs::meta::Namespace<B>,
+        transport: Option<Transport>,
+    ) -> LiveUsage {
         LiveUsage {
             usage: ns.usage(),
             rss_anon: rss_anon().unwrap_or(0),
+            transport,
         }
     }
 
     pub fn encode(&self) -> String {
         let mut me = self.clone();
-        FIELDS
+        let mut text: String = FIELDS
             .iter()
             .map(|(k, f)| format!("{k} {}\n", f(&mut me)))
-            .collect()
+            .collect();
+        if let Some(t) = self.transport {
+            text += &format!("{TRANSPORT} {}\n", t.name());
+        }
+        text
     }
 
-    /// Parses [`LiveUsage::encode`]'s text: every field this version knows must be
-    /// there; fields it does not know (from a newer daemon) are skipped.
+    /// Parses [`LiveUsage::encode`]'s text: every numeric field this version knows must
+    /// be there (the transport may be missing); fields it does not know (from a newer
+    /// daemon) are skipped.
     pub fn decode(text: &str) -> Option<LiveUsage> {
         let mut out = LiveUsage::default();
         let mut seen = 0;
         for line in text.lines() {
             let (k, v) = line.split_once(' ')?;
-            if let Some((_, f)) = FIELDS.iter().find(|(name, _)| *name == k) {
+            if k == TRANSPORT {
+                out.transport = Some(Transport::from_name(v)?);
+            } else if let Some((_, f)) = FIELDS.iter().find(|(name, _)| *name == k) {
                 *f(&mut out) = v.parse().ok()?;
                 seen += 1;
             }
@@ -86,8 +129,14 @@ mod tests {
             *f(&mut u) = 1000 + i as u64;
         }
         let text = u.encode();
-        assert_eq!(LiveUsage::decode(&text), Some(u));
+        assert_eq!(LiveUsage::decode(&text), Some(u.clone()));
         assert!(text.contains("index_bytes 1008\n"));
+        for t in [Transport::DevFuse, Transport::IoUring] {
+            u.transport = Some(t);
+            let text = u.encode();
+            assert!(text.contains(&format!("transport {}\n", t.name())));
+            assert_eq!(LiveUsage::decode(&text), Some(u.clone()));
+        }
     }
 
     #[test]
@@ -97,6 +146,10 @@ mod tests {
         assert_eq!(LiveUsage::decode(&partial), None);
         assert_eq!(LiveUsage::decode("hello world\n"), None);
         let newer = format!("{text}some_future_field 7\n");
+        assert_eq!(
+            LiveUsage::decode(&format!("{text}transport carrier-pigeon\n")),
+            None
+        );
         assert_eq!(LiveUsage::decode(&newer), Some(LiveUsage::default()));
         assert_eq!(LiveUsage::decode("blocks_total x\n"), None);
     }

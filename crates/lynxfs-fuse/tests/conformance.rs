@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
+use lynxfs_fuse::usage::{LiveUsage, Transport, USAGE_XATTR};
 
 #[path = "conformance/owner.rs"]
 mod owner;
@@ -1135,11 +1136,49 @@ fn compare(options: &str) {
     let pool = make_pool(pool_dir.path());
     let opts = MountOptions::parse(options).expect("options");
     let mount = mount_background(&pool, mnt.path(), &opts).expect("mounting the pool");
+    check_transport(options, mnt.path());
 
     let want = run_all(shm.path());
     let got = run_all(mnt.path());
     mount.unmount().expect("unmount");
     check_same(options, &want, &got);
+}
+
+/// Fails unless the daemon serving `mnt` uses the transport `options` ask for
+/// (`io_uring=on`: io_uring; `io_uring=off`: /dev/fuse; otherwise anything).
+pub fn check_transport(options: &str, mnt: &Path) {
+    let want = if options.split(',').any(|o| o == "io_uring=on") {
+        Transport::IoUring
+    } else if options.split(',').any(|o| o == "io_uring=off") {
+        Transport::DevFuse
+    } else {
+        return;
+    };
+    let path = CString::new(mnt.as_os_str().as_bytes()).unwrap();
+    let name = CString::new(USAGE_XATTR).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated path and name; `buf` is writable for its length.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    assert!(
+        n > 0,
+        "the usage attribute of {}: {}",
+        mnt.display(),
+        errno_str()
+    );
+    let text = String::from_utf8_lossy(&buf[..n as usize]);
+    let live = LiveUsage::decode(&text).expect("usage figures");
+    assert_eq!(
+        live.transport,
+        Some(want),
+        "[{options}] the daemon's transport"
+    );
 }
 
 /// Compares two runs step by step; fails on any difference not in [`ALLOWED`].
@@ -1173,12 +1212,22 @@ fn check_same(config: &str, want: &[(String, String)], got: &[(String, String)])
 
 #[test]
 fn matches_tmpfs_with_caches_off() {
-    compare("entry_timeout=0,attr_timeout=0,allow_other");
+    compare("entry_timeout=0,attr_timeout=0,allow_other,io_uring=on");
+}
+
+#[test]
+fn matches_tmpfs_with_caches_off_over_dev_fuse() {
+    compare("entry_timeout=0,attr_timeout=0,allow_other,io_uring=off");
 }
 
 #[test]
 fn matches_tmpfs_with_default_caches() {
-    compare("allow_other");
+    compare("allow_other,io_uring=on");
+}
+
+#[test]
+fn matches_tmpfs_with_default_caches_over_dev_fuse() {
+    compare("allow_other,io_uring=off");
 }
 
 #[test]
@@ -1258,7 +1307,25 @@ fn racing_callers_with_caches_off() {
     const NAME: &str = "racing_callers_with_caches_off";
     match spawn::role_for(NAME) {
         Some(args) => race::child(&args),
-        None => race::parent(NAME, "entry_timeout=0,attr_timeout=0,threads=4", false),
+        None => race::parent(
+            NAME,
+            "entry_timeout=0,attr_timeout=0,threads=4,io_uring=on",
+            false,
+        ),
+    }
+}
+
+/// As above over the classic /dev/fuse transport.
+#[test]
+fn racing_callers_with_caches_off_over_dev_fuse() {
+    const NAME: &str = "racing_callers_with_caches_off_over_dev_fuse";
+    match spawn::role_for(NAME) {
+        Some(args) => race::child(&args),
+        None => race::parent(
+            NAME,
+            "entry_timeout=0,attr_timeout=0,threads=4,io_uring=off",
+            false,
+        ),
     }
 }
 

@@ -75,6 +75,7 @@ pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
 pub use crate::session::BackgroundSession;
+pub use crate::session::IoUringState;
 use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
@@ -101,6 +102,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+// LynxFS: FUSE over io_uring (Linux only, as this fork is).
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

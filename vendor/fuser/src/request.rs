@@ -29,18 +29,34 @@ use crate::reply::ReplySender;
 use crate::session::SessionACL;
 use crate::session::SessionEventLoop;
 
+/// LynxFS: where a request's reply goes: `/dev/fuse`, or the io_uring entry it came on.
+#[derive(Debug, Clone)]
+pub(crate) enum ReplyRoute {
+    Channel(ChannelSender),
+    Uring(crate::uring::UringSender),
+}
+
+impl ReplyRoute {
+    fn sender(&self) -> ReplySender {
+        match self {
+            ReplyRoute::Channel(ch) => ReplySender::Channel(ch.clone()),
+            ReplyRoute::Uring(entry) => ReplySender::Uring(entry.clone()),
+        }
+    }
+}
+
 /// Request data structure
 #[derive(Debug)]
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
-    ch: ChannelSender,
+    ch: ReplyRoute,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
 
 impl<'a> RequestWithSender<'a> {
     /// Create a new request from the given data
-    pub(crate) fn new(ch: ChannelSender, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
+    pub(crate) fn new(ch: ReplyRoute, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
         let request = match ll::AnyRequest::try_from(data) {
             Ok(request) => request,
             Err(err) => {
@@ -302,11 +318,7 @@ impl<'a> RequestWithSender<'a> {
                     self.request.nodeid(),
                     x.file_handle(),
                     x.offset(),
-                    ReplyDirectory::new(
-                        self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
-                        x.size() as usize,
-                    ),
+                    ReplyDirectory::new(self.request.unique(), self.ch.sender(), x.size() as usize),
                 );
             }
             ll::Operation::ReleaseDir(x) => {
@@ -479,7 +491,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.ch.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +564,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.ch.sender())
     }
 
     /// Returns a Request reference for this request

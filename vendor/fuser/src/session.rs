@@ -13,6 +13,8 @@ use std::os::fd::BorrowedFd;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::thread::{self};
 
@@ -47,6 +49,7 @@ use crate::read_buf::FuseReadBuf;
 use crate::reply::Reply;
 use crate::reply::ReplyRaw;
 use crate::reply::ReplySender;
+use crate::request::ReplyRoute;
 use crate::request::RequestWithSender;
 
 /// The max size of write requests from the kernel. The absolute minimum is 4k,
@@ -139,6 +142,28 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// LynxFS: the payload buffer size of io_uring entries, when INIT agreed on
+    /// FUSE over io_uring (`Config::io_uring` asked and the kernel offered it).
+    uring_payload: Option<usize>,
+    /// LynxFS: whether the io_uring queues serve (see [`IoUringState`]).
+    uring_state: IoUringState,
+}
+
+/// LynxFS: whether a session's requests come over io_uring: set when INIT agrees on
+/// it, cleared if a queue fails to register (the kernel then falls back to
+/// `/dev/fuse`). Clones share the state.
+#[derive(Debug, Clone, Default)]
+pub struct IoUringState(Arc<AtomicBool>);
+
+impl IoUringState {
+    /// True while the kernel's requests come over io_uring.
+    pub fn active(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set(&self, on: bool) {
+        self.0.store(on, Ordering::Release);
+    }
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +211,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring_payload: None,
+            uring_state: IoUringState::default(),
         };
 
         session.handshake()?;
@@ -214,6 +241,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring_payload: None,
+            uring_state: IoUringState::default(),
         };
 
         session.handshake()?;
@@ -252,6 +281,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring_payload,
+            uring_state,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -268,6 +299,7 @@ impl<FS: Filesystem> Session<FS> {
         };
 
         let mut filesystem = Arc::new(filesystem);
+        let uring_channel = ch.clone();
 
         let mut channels = Vec::with_capacity(n_threads);
 
@@ -306,6 +338,29 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        // LynxFS: the io_uring queues, beside the /dev/fuse threads.
+        let stop_queues = Arc::new(AtomicBool::new(false));
+        let mut queues = Vec::new();
+        if let Some(payload_len) = uring_payload {
+            for cpu in crate::uring::possible_cpus()? {
+                let thread_name = format!("fuser-uring-{cpu}");
+                let event_loop = SessionEventLoop {
+                    thread_name: thread_name.clone(),
+                    filesystem: filesystem.clone(),
+                    ch: uring_channel.clone(),
+                    allowed,
+                    session_owner,
+                };
+                let ch = uring_channel.clone();
+                let stop = stop_queues.clone();
+                let state = uring_state.clone();
+                queues.push(thread::Builder::new().name(thread_name).spawn(move || {
+                    crate::uring::serve_queue(cpu, ch, payload_len, stop, state, event_loop)
+                })?);
+            }
+        }
+        drop(uring_channel);
+
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
             let res = match thread.join() {
@@ -318,6 +373,17 @@ impl<FS: Filesystem> Session<FS> {
                 if reply.is_ok() {
                     reply = Err(e);
                 }
+            }
+        }
+
+        // The queues end when the kernel tears the ring down; the flag ends them if the
+        // /dev/fuse threads ended first (DESTROY), so `destroy` below is not held up.
+        stop_queues.store(true, Ordering::Release);
+        for queue in queues {
+            match queue.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => error!("io_uring queue: {e}"),
+                Err(_) => return Err(io::Error::other("io_uring queue thread panicked")),
             }
         }
 
@@ -429,6 +495,16 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // LynxFS: FUSE over io_uring when asked for and offered.
+            if self.config.io_uring && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) {
+                config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                self.uring_payload = Some(crate::uring::payload_size(
+                    config.max_write,
+                    config.max_pages(),
+                ));
+                self.uring_state.set(true);
+            }
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -493,6 +569,17 @@ impl<FS: Filesystem> Session<FS> {
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.ch.sender())
     }
+
+    /// LynxFS: whether INIT agreed on FUSE over io_uring, so that `run` serves the
+    /// kernel's per-CPU queues (see [`Config::io_uring`]).
+    pub fn io_uring(&self) -> bool {
+        self.uring_payload.is_some()
+    }
+
+    /// LynxFS: whether requests come over io_uring now (see [`IoUringState`]).
+    pub fn io_uring_state(&self) -> IoUringState {
+        self.uring_state.clone()
+    }
 }
 
 #[derive(Debug)]
@@ -530,7 +617,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(
+                    ReplyRoute::Channel(self.ch.sender()),
+                    &buf[..size],
+                ) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

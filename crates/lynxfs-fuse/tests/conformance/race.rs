@@ -281,6 +281,7 @@ pub fn parent(test: &str, options: &str, strict: bool) {
     let pool = crate::make_pool(pool_dir.path());
     let opts = MountOptions::parse(options).expect("options");
     let mount = mount_background(&pool, mnt.path(), &opts).expect("mounting the pool");
+    crate::check_transport(options, mnt.path());
     let on_tmpfs = race_in(&exe.path, test, shm.path(), true);
     let on_lynxfs = race_in(&exe.path, test, mnt.path(), strict);
     mount.unmount().expect("unmount");

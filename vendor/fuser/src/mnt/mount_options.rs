@@ -18,6 +18,10 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// LynxFS: ask for FUSE over io_uring (Linux 6.14+, with the `fuse` module's
+    /// `enable_uring` parameter on). Used when the kernel offers it at INIT; the
+    /// classic `/dev/fuse` loop serves otherwise (see [`crate::Session::io_uring`]).
+    pub io_uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
