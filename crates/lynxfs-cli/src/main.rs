@@ -55,6 +55,11 @@ enum Cmd {
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// Data mode: atomic (a write is all or nothing after a crash) or inplace
+        /// (overwrites go in place: faster, a torn one may mix old and new bytes);
+        /// `-o data=` overrides it per mount (docs/CONSISTENCY.md).
+        #[arg(long, default_value = "atomic")]
+        data: lynxfs::DataMode,
         /// Owner of the root directory, as numeric UID:GID (default: yours), like
         /// mke2fs's root_owner.
         #[arg(long, value_name = "UID:GID", value_parser = mkfs::parse_owner)]
@@ -178,6 +183,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             inodes,
             force,
             backend,
+            data,
             root_owner,
             pool,
         } => {
@@ -188,6 +194,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 inodes,
                 force,
                 backend,
+                data,
                 root_owner,
             })?;
             Ok(ExitCode::SUCCESS)

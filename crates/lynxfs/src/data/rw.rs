@@ -1,10 +1,11 @@
 //! read, write, truncate and fallocate, straight between the caller's buffer and the
 //! pool (no page cache: this is DAX).
 //!
-//! A write is atomic and durable when it returns: every block it changes that a reader
-//! could see is written to a fresh block (copy-on-write); bytes past the end of the
-//! file, which no reader can see yet, are written in place. One commit publishes the
-//! new map and size together (docs/CONSISTENCY.md, "write"). Callers hold the file's
+//! A write is durable when it returns. In the atomic data mode it is also atomic: every
+//! block it changes that a reader could see is written to a fresh block
+//! (copy-on-write); bytes past the end of the file, which no reader can see yet, are
+//! written in place. In the inplace mode every allocated block is written in place.
+//! One commit publishes the new map and size together (docs/CONSISTENCY.md, "write"). Callers hold the file's
 //! lock (the cachelet's): shared to read, alone to change.
 
 use crate::error::{errno, Result};
@@ -15,6 +16,7 @@ use crate::pool::Pool;
 use crate::time::now_ns;
 
 use super::map::{self, MapCache};
+use super::DataMode;
 
 /// The largest file: file block numbers are 32-bit.
 pub const MAX_FILE: u64 = (u32::MAX as u64) * BLOCK;
@@ -144,13 +146,15 @@ pub fn write_at<B: Backend>(
     let m = cache.get(pool, ino)?;
     let first = off / BLOCK;
     let last = (end - 1) / BLOCK;
-    // Which blocks need a fresh copy: any a reader could see, and every hole.
+    let overwrite_in_place = pool.data_mode() == DataMode::Inplace;
+    // Which blocks need a fresh copy: every hole, and (in the atomic mode) any block a
+    // reader could see.
     let mut targets: Vec<(u64, Option<u64>, bool)> =
         Vec::with_capacity((last - first + 1) as usize);
     for lb in first..=last {
         let old = lookup(&m.extents, lb);
         let ws = off.max(lb * BLOCK);
-        let in_place = old.is_some() && ws >= size;
+        let in_place = old.is_some() && (ws >= size || overwrite_in_place);
         targets.push((lb, old, !in_place));
     }
     let fresh = targets.iter().filter(|t| t.2).count() as u64;

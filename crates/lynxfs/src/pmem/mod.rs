@@ -173,6 +173,8 @@ impl<B: Backend> Batch<'_, B> {
     #[inline]
     pub fn write(&mut self, off: u64, bytes: &[u8]) -> &mut Self {
         let p = self.pm.ptr(off, bytes.len());
+        // Before the flushes: a recording backend logs the store, then its flushes.
+        self.pm.backend.stored(off, bytes);
         if bytes.len() >= flush::STREAM_MIN && self.pm.backend.streams() {
             let (head, lines) = flush::line_split(p, bytes.len());
             let (a, rest) = bytes.split_at(head);
@@ -188,7 +190,6 @@ impl<B: Backend> Batch<'_, B> {
         } else {
             self.cached(p, off, bytes);
         }
-        self.pm.backend.stored(off, bytes);
         self.open = true;
         self
     }
