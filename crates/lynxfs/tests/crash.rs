@@ -204,6 +204,23 @@ fn writes_in_inplace_mode() {
     finish("writes, inplace data mode", &stats);
 }
 
+/// Block-pointer swaps (the atomic mode's cheap overwrite) one after another on one
+/// file, then a write that rewrites its map: each later step works from the map the
+/// swap left (the cached copy must have followed the swap).
+#[test]
+fn block_pointer_swaps_in_sequence() {
+    let ops = all_ops();
+    let steps = [
+        (find(&ops, "write-swap-tree"), 0),
+        (find(&ops, "write-swap-tree"), 1),
+        (find(&ops, "write-in-tree"), 2),
+        (find(&ops, "write-swap-inline"), 3),
+        (find(&ops, "write-grow-tree"), 4),
+    ];
+    let stats = run_workload("swaps", &steps, 1, &Config::from_env());
+    finish("block pointer swaps in sequence", &stats);
+}
+
 /// The operations whose protocol the data mode changes, and their neighbours.
 const INPLACE_OPS: &[&str] = &[
     "write-append",
@@ -214,6 +231,8 @@ const INPLACE_OPS: &[&str] = &[
     "write-multiblock",
     "write-grow-tree",
     "write-in-tree",
+    "write-swap-inline",
+    "write-swap-tree",
     "truncate-up",
     "truncate-down",
     "fallocate",

@@ -9,6 +9,7 @@
 //! lock (the cachelet's): shared to read, alone to change.
 
 use crate::error::{errno, Result};
+use crate::format::extents::NODE_HEADER;
 use crate::format::inode::{self, Extent, MapWord};
 use crate::format::{extents, BLOCK};
 use crate::pmem::Backend;
@@ -147,6 +148,11 @@ pub fn write_at<B: Backend>(
     let first = off / BLOCK;
     let last = (end - 1) / BLOCK;
     let overwrite_in_place = pool.data_mode() == DataMode::Inplace;
+    if !overwrite_in_place && first == last && end <= size {
+        if let Some(ptr) = single_block_pointer(pool, ino, &m, first) {
+            return repoint_block(pool, ino, lane, off, data, ptr, m, cache);
+        }
+    }
     // Which blocks need a fresh copy: every hole, and (in the atomic mode) any block a
     // reader could see.
     let mut targets: Vec<(u64, Option<u64>, bool)> =
@@ -206,6 +212,69 @@ pub fn write_at<B: Backend>(
         }
     };
     commit_staged(pool, ino, lane, staged, new_size, &freed, cache)?;
+    Ok(data.len())
+}
+
+/// Where the pool keeps the block pointer of file block `lb`, when `lb` is an extent of
+/// its own in the inode's live map area or in a leaf the map knows: `(extent index,
+/// pool offset of its 8-byte pblk word)`.
+fn single_block_pointer<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    m: &map::Map,
+    lb: u64,
+) -> Option<(usize, u64)> {
+    let i = extents::find(&m.extents, lb)?;
+    if m.extents[i].len != 1 {
+        return None;
+    }
+    let entry = match m.word.kind {
+        0 => pool.layout.inode_addr(ino) + m.word.area_off() + i as u64 * inode::EXTENT_LEN,
+        _ => {
+            let leaf = m
+                .leaves
+                .get(m.leaves.partition_point(|l| l.start <= i).checked_sub(1)?)?;
+            (i < leaf.start + leaf.count)
+                .then(|| leaf.node + NODE_HEADER + (i - leaf.start) as u64 * inode::EXTENT_LEN)?
+        }
+    };
+    Some((i, entry + 8))
+}
+
+/// The atomic mode's cheap overwrite of one block that is an extent of its own: the
+/// new contents go to a fresh block, then one 8-byte store of the extent's block
+/// pointer (the commit point) swaps it in; no map area or leaf is copied.
+#[allow(clippy::too_many_arguments)] // write_at's state, handed on whole
+fn repoint_block<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    off: u64,
+    data: &[u8],
+    (i, ptr): (usize, u64),
+    m: std::sync::Arc<map::Map>,
+    cache: &MapCache<'_>,
+) -> Result<usize> {
+    let old = m.extents[i].pblk;
+    let nb = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?[0].0;
+    let mut b = pool.pm.batch();
+    if data.len() as u64 == BLOCK {
+        b.write(pool.layout.block_addr(nb), data);
+    } else {
+        let mut blk = vec![0u8; BLOCK as usize];
+        pool.pm.read(pool.layout.block_addr(old), &mut blk);
+        let at = (off % BLOCK) as usize;
+        blk[at..at + data.len()].copy_from_slice(data);
+        b.write(pool.layout.block_addr(nb), &blk);
+    }
+    let at = pool.layout.inode_addr(ino);
+    let now = now_ns();
+    b.write_u64(at + inode::MTIME, now)
+        .write_u64(at + inode::CTIME, now);
+    let ready = b.persist();
+    drop(pool.pm.commit_u64(ptr, nb, ready));
+    pool.alloc.blocks.free(old, 1);
+    cache.repoint(m, i, nb);
     Ok(data.len())
 }
 
