@@ -103,7 +103,8 @@ enum Cmd {
     /// (implies default_permissions), default_permissions, daemon_permissions,
     /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec, noatime,
     /// writeback (the kernel's writeback cache, off by default: faster small writes,
-    /// but writes are then durable only at fsync or close, not when write returns).
+    /// but writes are then durable only at fsync or close, not when write returns),
+    /// data=atomic|inplace (this mount's data mode; default: the pool's, see mkfs).
     Mount {
         /// Stay in the foreground (serve until unmounted, SIGINT or SIGTERM).
         #[arg(short = 'f')]

@@ -130,7 +130,9 @@ pub fn line_split(addr: *const u8, len: usize) -> (usize, usize) {
 #[inline]
 pub unsafe fn stream_lines(dst: *mut u8, src: &[u8]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-    debug_assert!(dst as usize % CACHE_LINE == 0 && src.len() % CACHE_LINE == 0);
+    debug_assert!(
+        (dst as usize).is_multiple_of(CACHE_LINE) && src.len().is_multiple_of(CACHE_LINE)
+    );
     if avx_detected() {
         // SAFETY: CPUID reported AVX; the caller's contract is this function's.
         return unsafe { stream_lines_avx(dst, src) };
