@@ -280,7 +280,7 @@ fn measure(
 }
 
 /// Opens a target from a command-line spec: `lib` (LynxFS in process on a fresh pool
-/// in `/dev/shm`), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
+/// in `/dev/shm`), `lib-inplace` (the same, the pool in the inplace data mode), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
 /// `/dev/shm`), `ext4` (a loop-mounted ext4 image in `/dev/shm`), `fuse-null` (the
 /// FUSE floor), `fuse` (a fresh LynxFS pool in `/dev/shm` mounted through FUSE with
 /// [`FuseTarget::OPTIONS`]: `lynxfs mount`'s defaults), `fuse-nocache` (the same with
@@ -290,6 +290,11 @@ fn measure(
 pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
     let target: Box<dyn Target> = match spec {
         "lib" => Box::new(LibTarget::create_default().context("setting up a LynxFS pool")?),
+        "lib-inplace" => Box::new(
+            LibTarget::create_in(lynxfs::DataMode::Inplace)
+                .context("setting up a LynxFS pool")?
+                .with_label(format!("{LIB_NAME}-inplace")),
+        ),
         "fuse-null" => Box::new(FuseNullTarget::mount().context("setting up fuse-null")?),
         "fuse" => Box::new(FuseTarget::mount().context("mounting a LynxFS pool through FUSE")?),
         "fuse-nocache" => {

@@ -53,8 +53,14 @@ impl LibTarget {
 
     /// [`Self::create`] with [`Self::DEFAULT_SIZE`] and [`Self::DEFAULT_INODES`].
     pub fn create_default() -> io::Result<Self> {
+        Self::create_in(lynxfs::DataMode::Atomic)
+    }
+
+    /// [`Self::create_default`] with the pool made in data mode `data`.
+    pub fn create_in(data: lynxfs::DataMode) -> io::Result<Self> {
         let mut opts = MkfsOptions::new(Self::DEFAULT_SIZE);
         opts.inodes = Some(Self::DEFAULT_INODES);
+        opts.data = data;
         Self::create(&opts)
     }
 

@@ -17,7 +17,7 @@ pub struct BenchArgs {
     /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities or ablation.
     pub suite: String,
     /// A file system to measure, repeatable; the first is the one the ratio columns
-    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), tmpfs, shm,
+    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), lib-inplace (its pool in the inplace data mode), tmpfs, shm,
     /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, `lynxfs mount`'s
     /// default options: io_uring when the kernel offers it), fuse-dev (the same over
     /// the classic /dev/fuse transport), fuse-nocache (kernel name and attribute caches

@@ -70,6 +70,7 @@ fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
         mib(sb.geo.pool_size)
     );
     println!("lanes:            {}", sb.geo.lanes);
+    println!("data mode:        {}", pool.data_mode());
     println!(
         "mapping:          {}",
         if dax {

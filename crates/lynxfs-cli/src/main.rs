@@ -55,6 +55,11 @@ enum Cmd {
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// Data mode: atomic (a write is all or nothing after a crash) or inplace
+        /// (overwrites go in place: faster, a torn one may mix old and new bytes);
+        /// `-o data=` overrides it per mount (docs/CONSISTENCY.md).
+        #[arg(long, default_value = "atomic")]
+        data: lynxfs::DataMode,
         /// Owner of the root directory, as numeric UID:GID (default: yours), like
         /// mke2fs's root_owner.
         #[arg(long, value_name = "UID:GID", value_parser = mkfs::parse_owner)]
@@ -105,6 +110,7 @@ enum Cmd {
     /// offers it, on requires it (if the parameter is N, root's mount switches it on
     /// and says so; anyone else gets an error), off keeps the classic /dev/fuse loop.
     /// `lynxfs info MOUNTPOINT` says which one the daemon uses.
+    /// data=atomic|inplace (this mount's data mode; default: the pool's, see mkfs).
     Mount {
         /// Stay in the foreground (serve until unmounted, SIGINT or SIGTERM).
         #[arg(short = 'f')]
@@ -184,6 +190,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             inodes,
             force,
             backend,
+            data,
             root_owner,
             pool,
         } => {
@@ -194,6 +201,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 inodes,
                 force,
                 backend,
+                data,
                 root_owner,
             })?;
             Ok(ExitCode::SUCCESS)

@@ -17,6 +17,8 @@ pub struct Request<'a> {
     pub inodes: Option<u64>,
     pub force: bool,
     pub backend: Option<BackendKind>,
+    /// The pool's default data mode.
+    pub data: lynxfs::DataMode,
     /// Owner of the root directory; default: the caller.
     pub root_owner: Option<(u32, u32)>,
 }
@@ -40,6 +42,7 @@ pub fn run(r: &Request<'_>) -> Result<()> {
     }
     opts.inodes = r.inodes;
     opts.force = r.force;
+    opts.data = r.data;
     if let Some(owner) = r.root_owner {
         opts.root_owner = owner;
     }

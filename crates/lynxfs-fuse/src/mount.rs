@@ -73,6 +73,8 @@ pub struct MountOptions {
     pub io_uring: IoUringMode,
     /// Other kernel mount flags passed along (nosuid, nodev, noexec, noatime, ...).
     pub extra: Vec<MountOption>,
+    /// `data=atomic|inplace`: this mount's data mode; `None` keeps the pool's.
+    pub data: Option<lynxfs::DataMode>,
 }
 
 /// Whether the kernel's FUSE requests come over io_uring (one queue per CPU, served
@@ -135,6 +137,7 @@ impl Default for MountOptions {
             writeback: false,
             io_uring: IoUringMode::Auto,
             extra: Vec::new(),
+            data: None,
         }
     }
 }
@@ -185,6 +188,7 @@ impl MountOptions {
                         other => bail!("backend={other}: must be pmem or msync"),
                     })
                 }
+                "data" => self.data = Some(need()?.parse()?),
                 "allow_other" => self.allow_other = true,
                 "default_permissions" => self.default_permissions = true,
                 "daemon_permissions" => self.daemon_permissions = true,
@@ -364,6 +368,9 @@ fn session<B: Backend>(
     // The pool first: a missing, foreign or busy pool is reported before mounting.
     let pool = Pool::open_with_progress(pool_path, access, backend, progress)?;
     claim_mount_after_unmount(&pool, pool_path)?;
+    if let Some(mode) = o.data {
+        pool.set_data_mode(mode);
+    }
     let fs = Arc::new(Fs::new(pool));
     let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     if o.daemon_permissions {
@@ -659,6 +666,7 @@ mod tests {
             ("backend=disk", "pmem or msync"),
             ("io_uring=yes", "on, off or auto"),
             ("io_uring", "needs a value"),
+            ("data=fast", "atomic or inplace"),
             ("frobnicate", "unknown mount option"),
             ("daemon_permissions,allow_other", "cannot go with"),
             ("default_permissions,daemon_permissions", "cannot go with"),
@@ -674,5 +682,14 @@ mod tests {
         assert!(o.daemon_permissions);
         assert_eq!(o.entry_timeout, Duration::ZERO);
         assert_eq!(o.attr_timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn data_mode_is_a_mount_option() {
+        assert_eq!(MountOptions::parse("rw").unwrap().data, None);
+        let o = MountOptions::parse("data=inplace").unwrap();
+        assert_eq!(o.data, Some(lynxfs::DataMode::Inplace));
+        let o = MountOptions::parse("data=atomic").unwrap();
+        assert_eq!(o.data, Some(lynxfs::DataMode::Atomic));
     }
 }

@@ -21,6 +21,7 @@ pub mod runtime;
 pub mod time;
 
 pub use api::{Fd, Fs, Session};
+pub use data::DataMode;
 pub use error::{Error, Result};
 pub use meta::{Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
 pub use pool::{Access, MkfsOptions, Pool};

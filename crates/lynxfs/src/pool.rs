@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 
 use crate::alloc::{Allocators, UsedSets};
+use crate::data::DataMode;
 use crate::error::{Error, Result};
-use crate::format::superblock::{SbProblem, SB_LEN};
+use crate::format::superblock::{SbProblem, COMPAT_DATA_INPLACE, SB_LEN};
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::{Backend, Mapping, Pm};
@@ -37,6 +38,8 @@ pub struct MkfsOptions {
     pub force: bool,
     /// Owner (uid, gid) of the root directory; default: the caller's effective ids.
     pub root_owner: (u32, u32),
+    /// The pool's default data mode (a mount may override it).
+    pub data: DataMode,
 }
 
 impl MkfsOptions {
@@ -47,6 +50,7 @@ impl MkfsOptions {
             inodes: None,
             force: false,
             root_owner: (file::caller_uid(), file::caller_gid()),
+            data: DataMode::Atomic,
         }
     }
     fn geometry(&self) -> Result<Layout> {
@@ -114,6 +118,8 @@ pub struct Pool<B: Backend> {
     alloc_span: Span,
     /// The journals' lane locks and sequence numbers (a repair resets them).
     journal_span: Span,
+    /// This process's data mode: the pool's, unless the mount chose another.
+    data_mode: AtomicBool,
 }
 
 impl<B: Backend> Pool<B> {
@@ -148,7 +154,7 @@ impl<B: Backend> Pool<B> {
         };
         let staged = file::Staged::create(path, opts.size)?;
         let pm = Pm::new(Mapping::map_file(staged.file(), len, path)?, backend);
-        format(&pm, layout, opts.root_owner);
+        format(&pm, layout, opts.root_owner, opts.data);
         drop(pm);
         // `replace` (the old file, locked) is held until the new pool has taken its place.
         staged.commit(replace.is_some())
@@ -170,7 +176,7 @@ impl<B: Backend> Pool<B> {
     pub fn create_in_memory(opts: &MkfsOptions, backend: B) -> Result<Pool<B>> {
         let layout = opts.geometry()?;
         let pm = Pm::new(Mapping::anonymous(opts.size as usize)?, backend);
-        format(&pm, layout, opts.root_owner);
+        format(&pm, layout, opts.root_owner, opts.data);
         let path = Path::new("<memory>");
         let sb = pick_superblock(path, pm.len(), |off, buf| pm.read(off, buf))?;
         Self::start(pm, sb, path, None, Access::ReadWrite, &Quiet)
@@ -343,7 +349,9 @@ impl<B: Backend> Pool<B> {
             a.publish()?;
         }
         let epoch = sb.epoch;
+        let inplace = sb.compat & COMPAT_DATA_INPLACE != 0;
         Ok(Pool {
+            data_mode: AtomicBool::new(inplace),
             alloc,
             runtime,
             runtime_layout,
@@ -371,6 +379,22 @@ impl<B: Backend> Pool<B> {
     }
     pub fn superblock(&self) -> Superblock {
         self.sb.lock().clone()
+    }
+
+    /// How this process's writes treat allocated blocks (docs/CONSISTENCY.md, "write").
+    #[inline]
+    pub fn data_mode(&self) -> DataMode {
+        if self.data_mode.load(Ordering::Relaxed) {
+            DataMode::Inplace
+        } else {
+            DataMode::Atomic
+        }
+    }
+
+    /// Override the pool's data mode for this process's writes (a mount's `data=`).
+    pub fn set_data_mode(&self, mode: DataMode) {
+        self.data_mode
+            .store(mode == DataMode::Inplace, Ordering::Relaxed);
     }
 
     /// Mark the pool mounted by this process; `Locked` if another process has it
@@ -503,13 +527,13 @@ fn mkfs_device<B: Backend>(
     }
     let pm = Pm::new(Mapping::map_file(dev, opts.size as usize, path)?, backend);
     zero_metadata(&pm, &layout, progress);
-    format(&pm, layout, opts.root_owner);
+    format(&pm, layout, opts.root_owner, opts.data);
     Ok(())
 }
 
 /// Write a new, empty pool: the root directory (owned by `root_owner`), the saved
 /// allocator state, and the superblocks last.
-fn format<B: Backend>(pm: &Pm<B>, layout: Layout, (uid, gid): (u32, u32)) {
+fn format<B: Backend>(pm: &Pm<B>, layout: Layout, (uid, gid): (u32, u32), data: DataMode) {
     let now = now_ns();
     let root = inode::InodeImage {
         ino: ROOT_INO,
@@ -529,6 +553,9 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout, (uid, gid): (u32, u32)) {
     let _ = b.persist();
     save_state(pm, &layout, &UsedSets::empty(&layout));
     let mut sb = Superblock::new(layout, uuid(), now);
+    if data == DataMode::Inplace {
+        sb.compat |= COMPAT_DATA_INPLACE;
+    }
     write_superblock(pm, &sb);
     sb.generation += 1;
     write_superblock(pm, &sb);
@@ -760,7 +787,7 @@ mod tests {
         let pm = Pm::new(Mapping::anonymous(8 << 20).unwrap(), rec.clone());
         zero_metadata(&pm, &layout, &Quiet);
         let zeroing = rec.take();
-        format(&pm, layout, (0, 0));
+        format(&pm, layout, (0, 0), DataMode::Atomic);
         let formatting = rec.take();
 
         let first_fence = zeroing.iter().position(|e| matches!(e, Event::Fence));

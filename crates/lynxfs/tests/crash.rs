@@ -183,6 +183,67 @@ fn two_threads_two_lanes() {
     finish("two threads, two lanes", &stats);
 }
 
+/// The operations that write file data, alone and in a few pairs, on a pool in the
+/// inplace data mode, judged by its promise: each byte old or new, the size and the
+/// rest of the metadata those of one state.
+#[test]
+fn writes_in_inplace_mode() {
+    let cfg = Config {
+        data: lynxfs::DataMode::Inplace,
+        ..Config::from_env()
+    };
+    let ops = all_ops();
+    let mut stats = Stats::default();
+    for op in ops.iter().filter(|o| INPLACE_OPS.contains(&o.name)) {
+        stats.merge(run_workload(op.name, &[(*op, 0)], 0, &cfg));
+    }
+    for [a, b] in INPLACE_PAIRS {
+        let steps = [(find(&ops, a), 0), (find(&ops, b), 1)];
+        stats.merge(run_workload(&format!("{a} then {b}"), &steps, 1, &cfg));
+    }
+    finish("writes, inplace data mode", &stats);
+}
+
+/// Block-pointer swaps (the atomic mode's cheap overwrite) one after another on one
+/// file, then a write that rewrites its map: each later step works from the map the
+/// swap left (the cached copy must have followed the swap).
+#[test]
+fn block_pointer_swaps_in_sequence() {
+    let ops = all_ops();
+    let steps = [
+        (find(&ops, "write-swap-tree"), 0),
+        (find(&ops, "write-swap-tree"), 1),
+        (find(&ops, "write-in-tree"), 2),
+        (find(&ops, "write-swap-inline"), 3),
+        (find(&ops, "write-grow-tree"), 4),
+    ];
+    let stats = run_workload("swaps", &steps, 1, &Config::from_env());
+    finish("block pointer swaps in sequence", &stats);
+}
+
+/// The operations whose protocol the data mode changes, and their neighbours.
+const INPLACE_OPS: &[&str] = &[
+    "write-append",
+    "write-append-block",
+    "write-overwrite",
+    "write-unaligned",
+    "write-past-eof",
+    "write-multiblock",
+    "write-grow-tree",
+    "write-in-tree",
+    "write-swap-inline",
+    "write-swap-tree",
+    "truncate-up",
+    "truncate-down",
+    "fallocate",
+];
+
+const INPLACE_PAIRS: &[[&str; 2]] = &[
+    ["write-overwrite", "write-unaligned"],
+    ["truncate-down", "write-multiblock"],
+    ["write-append", "write-overwrite"],
+];
+
 /// Pairs that touch one directory, one inode's link count, two journals, or nothing
 /// in common.
 const THREAD_PAIRS: &[[&str; 2]] = &[
@@ -354,6 +415,52 @@ fn checker_catches_a_non_atomic_step() {
     let st = run_workload("torn", &[(torn, 0)], 0, &Config::from_env());
     assert!(st.total_violations > 0, "the torn step went unnoticed");
     assert!(st.violations[0].what.contains("not the one after"));
+}
+
+/// An overwrite made in place is torn by a crash: judged by the atomic mode's promise
+/// (before or after), the checker must object.
+#[test]
+fn checker_catches_an_in_place_overwrite_in_atomic_mode() {
+    let in_place = Op {
+        name: "overwrite-in-place",
+        run: |c, _| {
+            c.fs.pool().set_data_mode(lynxfs::DataMode::Inplace);
+            let fd = c.s().open("/f", libc::O_WRONLY, 0)?;
+            let r = c.fs.pwrite(fd, &ops::pattern(4096, 7), 4096).map(drop);
+            c.fs.close_fd(fd)?;
+            r
+        },
+        times: false,
+    };
+    let st = run_workload("in place", &[(in_place, 0)], 0, &Config::from_env());
+    assert!(st.total_violations > 0, "the torn overwrite went unnoticed");
+    assert!(st.violations[0].what.contains("not the one after"));
+}
+
+/// The inplace promise still has teeth: bytes that were never in the file before or
+/// after the call (a first write the call then overwrites) are a violation.
+#[test]
+fn checker_catches_a_byte_neither_old_nor_new_in_inplace_mode() {
+    let twice = Op {
+        name: "write-twice",
+        run: |c, _| {
+            let fd = c.s().open("/f", libc::O_WRONLY, 0)?;
+            c.fs.pwrite(fd, &ops::pattern(4096, 99), 4096)?;
+            let r = c.fs.pwrite(fd, &ops::pattern(4096, 7), 4096).map(drop);
+            c.fs.close_fd(fd)?;
+            r
+        },
+        times: false,
+    };
+    let cfg = Config {
+        data: lynxfs::DataMode::Inplace,
+        ..Config::from_env()
+    };
+    let st = run_workload("twice", &[(twice, 0)], 0, &cfg);
+    assert!(
+        st.total_violations > 0,
+        "bytes of neither state went unnoticed"
+    );
 }
 
 /// A change left flushed but not fenced when the call returns breaks synchronous

@@ -29,7 +29,7 @@ use std::ffi::CString;
 use std::os::unix::fs::PermissionsExt;
 
 use lynxfs::pmem::PmemBackend;
-use lynxfs::{Cred, Fs, MkfsOptions, Pool};
+use lynxfs::{Cred, DataMode, Fs, MkfsOptions, Pool};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -38,8 +38,14 @@ use target::{apply, diff, e, kind_of, kind_of_dtype, snapshot, FsRef, LFs, Op, O
 pub use target::{Kind, St, Target, R};
 
 fn new_fs() -> LFs {
+    new_fs_in(DataMode::Atomic)
+}
+
+/// A fresh pool in data mode `data`.
+fn new_fs_in(data: DataMode) -> LFs {
     let mut o = MkfsOptions::new(16 << 20);
     o.lanes = 2;
+    o.data = data;
     Fs::in_memory(&o, PmemBackend::default()).expect("in-memory pool")
 }
 
@@ -65,6 +71,11 @@ struct Lynx {
 impl Lynx {
     fn new() -> Lynx {
         Lynx { fs: Some(new_fs()) }
+    }
+    fn new_in(data: DataMode) -> Lynx {
+        Lynx {
+            fs: Some(new_fs_in(data)),
+        }
     }
     fn r(&self) -> FsRef<'_> {
         FsRef(self.fs.as_ref().expect("mounted"))
@@ -531,6 +542,20 @@ fn lynxfs_matches_model() {
     runner(cases)
         .run(&ops(p), |ops| {
             let mut t = Lynx::new();
+            run(&ops, &mut t, 1).map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+/// The inplace data mode changes how overwrites reach the pool, not what they do: the
+/// same model, with remounts (clean and crashed) among the operations.
+#[test]
+fn lynxfs_in_inplace_mode_matches_model() {
+    let p = Profile { escapes: true };
+    let cases = if long() { 2000 } else { 100 };
+    runner(cases)
+        .run(&ops(p), |ops| {
+            let mut t = Lynx::new_in(DataMode::Inplace);
             run(&ops, &mut t, 1).map_err(TestCaseError::fail)
         })
         .unwrap();

@@ -724,3 +724,32 @@ fn a_fault_outside_pool_mappings_still_kills_by_signal() {
     assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}: {err}");
     assert!(!err.contains("the storage under the pool"), "{err}");
 }
+
+/// The data mode chosen at mkfs is the pool's (a compat bit of the superblock), kept
+/// across opens; an override is this open's alone; a pool made without it is atomic.
+#[test]
+fn data_mode_is_kept_by_the_pool_and_overridden_per_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pool_path(&dir);
+    Pool::mkfs(&p, &opts(8 << 20), PmemBackend::default()).unwrap();
+    let pool = open(&p).unwrap();
+    assert_eq!(pool.data_mode(), lynxfs::DataMode::Atomic);
+    assert_eq!(pool.superblock().compat, 0, "older pools carry no bit");
+    drop(pool);
+    let q = dir.path().join("inplace");
+    let mut o = opts(8 << 20);
+    o.data = lynxfs::DataMode::Inplace;
+    Pool::mkfs(&q, &o, PmemBackend::default()).unwrap();
+    let pool = open(&q).unwrap();
+    assert_eq!(pool.data_mode(), lynxfs::DataMode::Inplace);
+    pool.set_data_mode(lynxfs::DataMode::Atomic);
+    assert_eq!(pool.data_mode(), lynxfs::DataMode::Atomic);
+    pool.close().unwrap();
+    drop(pool);
+    let pool = open(&q).unwrap();
+    assert_eq!(
+        pool.data_mode(),
+        lynxfs::DataMode::Inplace,
+        "the override was not saved"
+    );
+}

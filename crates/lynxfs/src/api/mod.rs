@@ -57,11 +57,17 @@ pub struct Fs<B: Backend = PmemBackend> {
 impl Fs<PmemBackend> {
     /// Open a pool file with the pmem backend.
     pub fn open(path: &Path) -> Result<Self> {
-        Ok(Fs::new(Pool::open(
-            path,
-            Access::ReadWrite,
-            PmemBackend::default(),
-        )?))
+        Self::open_with_data(path, None)
+    }
+
+    /// [`Fs::open`], writing in data mode `data` instead of the pool's own (`None`:
+    /// the pool's), as a mount's `-o data=` does.
+    pub fn open_with_data(path: &Path, data: Option<crate::DataMode>) -> Result<Self> {
+        let pool = Pool::open(path, Access::ReadWrite, PmemBackend::default())?;
+        if let Some(mode) = data {
+            pool.set_data_mode(mode);
+        }
+        Ok(Fs::new(pool))
     }
 }
 

@@ -126,6 +126,18 @@ impl<'a> MapCache<'a> {
         }
     }
 
+    /// Extent `i` of `m` (the current map) now points at block `pblk`. The copy is
+    /// dropped first, so that `m` is usually the only reference and is changed in
+    /// place rather than copied.
+    pub fn repoint(&self, m: std::sync::Arc<Map>, i: usize, pblk: u64) {
+        if let Some(local) = self.local {
+            local.0.lock().take();
+        }
+        let mut m = std::sync::Arc::unwrap_or_clone(m);
+        m.extents[i].pblk = pblk;
+        self.put(m);
+    }
+
     /// The map changed (or may have): every copy is stale.
     pub fn clear(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);

@@ -1,13 +1,15 @@
 //! read, write, truncate and fallocate, straight between the caller's buffer and the
 //! pool (no page cache: this is DAX).
 //!
-//! A write is atomic and durable when it returns: every block it changes that a reader
-//! could see is written to a fresh block (copy-on-write); bytes past the end of the
-//! file, which no reader can see yet, are written in place. One commit publishes the
-//! new map and size together (docs/CONSISTENCY.md, "write"). Callers hold the file's
+//! A write is durable when it returns. In the atomic data mode it is also atomic: every
+//! block it changes that a reader could see is written to a fresh block
+//! (copy-on-write); bytes past the end of the file, which no reader can see yet, are
+//! written in place. In the inplace mode every allocated block is written in place.
+//! One commit publishes the new map and size together (docs/CONSISTENCY.md, "write"). Callers hold the file's
 //! lock (the cachelet's): shared to read, alone to change.
 
 use crate::error::{errno, Result};
+use crate::format::extents::NODE_HEADER;
 use crate::format::inode::{self, Extent, MapWord};
 use crate::format::{extents, BLOCK};
 use crate::pmem::Backend;
@@ -15,6 +17,7 @@ use crate::pool::Pool;
 use crate::time::now_ns;
 
 use super::map::{self, MapCache};
+use super::DataMode;
 
 /// The largest file: file block numbers are 32-bit.
 pub const MAX_FILE: u64 = (u32::MAX as u64) * BLOCK;
@@ -144,13 +147,20 @@ pub fn write_at<B: Backend>(
     let m = cache.get(pool, ino)?;
     let first = off / BLOCK;
     let last = (end - 1) / BLOCK;
-    // Which blocks need a fresh copy: any a reader could see, and every hole.
+    let overwrite_in_place = pool.data_mode() == DataMode::Inplace;
+    if !overwrite_in_place && first == last && end <= size {
+        if let Some(ptr) = single_block_pointer(pool, ino, &m, first) {
+            return repoint_block(pool, ino, lane, off, data, ptr, m, cache);
+        }
+    }
+    // Which blocks need a fresh copy: every hole, and (in the atomic mode) any block a
+    // reader could see.
     let mut targets: Vec<(u64, Option<u64>, bool)> =
         Vec::with_capacity((last - first + 1) as usize);
     for lb in first..=last {
         let old = lookup(&m.extents, lb);
         let ws = off.max(lb * BLOCK);
-        let in_place = old.is_some() && ws >= size;
+        let in_place = old.is_some() && (ws >= size || overwrite_in_place);
         targets.push((lb, old, !in_place));
     }
     let fresh = targets.iter().filter(|t| t.2).count() as u64;
@@ -202,6 +212,69 @@ pub fn write_at<B: Backend>(
         }
     };
     commit_staged(pool, ino, lane, staged, new_size, &freed, cache)?;
+    Ok(data.len())
+}
+
+/// Where the pool keeps the block pointer of file block `lb`, when `lb` is an extent of
+/// its own in the inode's live map area or in a leaf the map knows: `(extent index,
+/// pool offset of its 8-byte pblk word)`.
+fn single_block_pointer<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    m: &map::Map,
+    lb: u64,
+) -> Option<(usize, u64)> {
+    let i = extents::find(&m.extents, lb)?;
+    if m.extents[i].len != 1 {
+        return None;
+    }
+    let entry = match m.word.kind {
+        0 => pool.layout.inode_addr(ino) + m.word.area_off() + i as u64 * inode::EXTENT_LEN,
+        _ => {
+            let leaf = m
+                .leaves
+                .get(m.leaves.partition_point(|l| l.start <= i).checked_sub(1)?)?;
+            (i < leaf.start + leaf.count)
+                .then(|| leaf.node + NODE_HEADER + (i - leaf.start) as u64 * inode::EXTENT_LEN)?
+        }
+    };
+    Some((i, entry + 8))
+}
+
+/// The atomic mode's cheap overwrite of one block that is an extent of its own: the
+/// new contents go to a fresh block, then one 8-byte store of the extent's block
+/// pointer (the commit point) swaps it in; no map area or leaf is copied.
+#[allow(clippy::too_many_arguments)] // write_at's state, handed on whole
+fn repoint_block<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    off: u64,
+    data: &[u8],
+    (i, ptr): (usize, u64),
+    m: std::sync::Arc<map::Map>,
+    cache: &MapCache<'_>,
+) -> Result<usize> {
+    let old = m.extents[i].pblk;
+    let nb = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?[0].0;
+    let mut b = pool.pm.batch();
+    if data.len() as u64 == BLOCK {
+        b.write(pool.layout.block_addr(nb), data);
+    } else {
+        let mut blk = vec![0u8; BLOCK as usize];
+        pool.pm.read(pool.layout.block_addr(old), &mut blk);
+        let at = (off % BLOCK) as usize;
+        blk[at..at + data.len()].copy_from_slice(data);
+        b.write(pool.layout.block_addr(nb), &blk);
+    }
+    let at = pool.layout.inode_addr(ino);
+    let now = now_ns();
+    b.write_u64(at + inode::MTIME, now)
+        .write_u64(at + inode::CTIME, now);
+    let ready = b.persist();
+    drop(pool.pm.commit_u64(ptr, nb, ready));
+    pool.alloc.blocks.free(old, 1);
+    cache.repoint(m, i, nb);
     Ok(data.len())
 }
 

@@ -10,6 +10,9 @@ pub const VERSION: u32 = 1;
 /// ro_compat bit refuses the pool (any open, read-only included, for now).
 pub const INCOMPAT_KNOWN: u32 = 0;
 pub const RO_COMPAT_KNOWN: u32 = 0;
+/// Compat bit: the pool's default data mode is `inplace` (docs/CONSISTENCY.md). A build
+/// that does not know it writes in the `atomic` mode, whose promise is the stronger.
+pub const COMPAT_DATA_INPLACE: u32 = 1;
 pub const SB_LEN: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,6 +19,12 @@ pub trait Backend: Send + Sync + 'static {
     fn flush(&self, addr: *const u8, off: u64, len: usize);
     /// Wait until every earlier flush of this thread is durable.
     fn fence(&self);
+    /// Whether long copies may use non-temporal stores, which the fence makes durable
+    /// with no flush (true only where `fence` is an `sfence`).
+    #[inline]
+    fn streams(&self) -> bool {
+        false
+    }
     /// A short name for `lynxfs info`.
     fn name(&self) -> String;
 }
@@ -45,6 +51,10 @@ impl Backend for PmemBackend {
     #[inline]
     fn fence(&self) {
         flush::sfence();
+    }
+    #[inline]
+    fn streams(&self) -> bool {
+        cfg!(target_arch = "x86_64")
     }
     fn name(&self) -> String {
         format!("pmem ({} + sfence)", self.instr.name())

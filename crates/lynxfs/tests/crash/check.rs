@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use lynxfs::format::Layout;
 use lynxfs::pmem::{Event, RecordingBackend, Tagged};
-use lynxfs::{Fs, MkfsOptions};
+use lynxfs::{DataMode, Fs, MkfsOptions};
 
 use super::ops::{setup, Ctx, Op};
 use super::replay::{choices, Choice, InFlight, Replay, Rng, DURABLE, MID};
@@ -22,6 +22,10 @@ pub struct Config {
     /// Crash images per workload whose recovery is itself crashed (at every fence of
     /// recovery, with up to `2^6` in-flight choices each, else 24 sampled).
     pub recrash_images: usize,
+    /// The pool's data mode, and so the promise a write in flight is judged by:
+    /// atomic, the state before or after; inplace, also any mix of their bytes with
+    /// the metadata of one of them (`State::torn_between`).
+    pub data: DataMode,
 }
 
 impl Config {
@@ -33,6 +37,7 @@ impl Config {
             samples: if long { 2000 } else { 1000 },
             seed: 0x1f5_c0de,
             recrash_images: if long { usize::MAX } else { 6 },
+            data: DataMode::Atomic,
         }
     }
 }
@@ -224,9 +229,15 @@ fn describe_choice(l: &Layout, fl: &[InFlight], c: &[Choice]) -> String {
 
 /// A fresh in-memory pool with `lanes` lanes holding nothing, with its recorder.
 pub fn fresh_pool(lanes: u32) -> (Fs<RecordingBackend>, RecordingBackend) {
+    fresh_pool_in(lanes, DataMode::Atomic)
+}
+
+/// [`fresh_pool`] made with data mode `data`.
+pub fn fresh_pool_in(lanes: u32, data: DataMode) -> (Fs<RecordingBackend>, RecordingBackend) {
     let rec = RecordingBackend::new();
     let mut o = MkfsOptions::new(POOL);
     o.lanes = lanes;
+    o.data = data;
     let fs = Fs::in_memory(&o, rec.clone()).expect("in-memory pool");
     (fs, rec)
 }
@@ -343,6 +354,12 @@ impl<'c> Judge<'c> {
                     };
                     if window.iter().any(|&w| st.same(&self.states[w], self.times)) {
                         continue;
+                    }
+                    if let ([a, b], DataMode::Inplace) = (window, self.cfg.data) {
+                        let (a, b) = (&self.states[*a], &self.states[*b]);
+                        if st.torn_between(a, b, self.times) {
+                            continue;
+                        }
                     }
                     window
                         .iter()
@@ -506,7 +523,7 @@ impl<'c> Judge<'c> {
 /// Crash points of the steps before `from` are not judged (a sequence's first step
 /// from the same start is the single-operation workload, already checked).
 pub fn run_workload(name: &str, steps: &[(Op, usize)], from: usize, cfg: &Config) -> Stats {
-    let (fs, rec) = fresh_pool(1);
+    let (fs, rec) = fresh_pool_in(1, cfg.data);
     let layout = fs.pool().layout;
     let c = Ctx::new(&fs);
     setup(&c);

@@ -280,6 +280,18 @@ pub fn all_ops() -> Vec<Op> {
                     .map(drop)
             })
         }),
+        // One block that is an extent of its own: the atomic mode swaps its block
+        // pointer (in the inode's map area here, in a tree leaf below).
+        op("write-swap-inline", |c, _| {
+            with_fd(c, "/big", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(B as usize, 14), 2 * B).map(drop)
+            })
+        }),
+        op("write-swap-tree", |c, _| {
+            with_fd(c, "/tree", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(300, 15), 4 * B + 100).map(drop)
+            })
+        }),
         op("open-trunc", |c, _| {
             with_fd(c, "/d1/f1", libc::O_WRONLY | libc::O_TRUNC, |_| Ok(()))
         }),

@@ -53,6 +53,31 @@ impl State {
             })
     }
 
+    /// What the inplace data mode allows while a write is in flight from `a` to `b`:
+    /// the same nodes, each with the metadata (times too, if `times`) of `a` or of
+    /// `b`, and data as long as that one's, every byte of which is the byte `a` or `b`
+    /// has there.
+    pub fn torn_between(&self, a: &State, b: &State, times: bool) -> bool {
+        let n = self.nodes.len();
+        n == a.nodes.len()
+            && n == b.nodes.len()
+            && (0..n).all(|i| {
+                let (x, na, nb) = (&self.nodes[i], &a.nodes[i], &b.nodes[i]);
+                let meta = |n: &Node| Node {
+                    data: Vec::new(),
+                    atime: if times { n.atime } else { 0 },
+                    mtime: if times { n.mtime } else { 0 },
+                    ..n.clone()
+                };
+                let of = |m: &Node| meta(x) == meta(m) && x.data.len() == m.data.len();
+                (of(na) || of(nb))
+                    && x.data
+                        .iter()
+                        .enumerate()
+                        .all(|(j, &v)| na.data.get(j) == Some(&v) || nb.data.get(j) == Some(&v))
+            })
+    }
+
     /// The same state with each inode number replaced by the position (in path order)
     /// of the first name of that inode: which names share an inode stays, which
     /// number the allocator handed out goes (with two threads it depends on the order).
