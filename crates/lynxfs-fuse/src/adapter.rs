@@ -42,13 +42,13 @@ use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
 use lynxfs::pmem::Backend;
 use lynxfs::runtime::notices::{Change, Watcher};
-use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet};
+use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet, Timestamp};
 
 use crate::usage::{LiveUsage, USAGE_XATTR};
 
@@ -252,21 +252,11 @@ pub fn errno(e: &lynxfs::Error) -> Errno {
 
 type Res<T> = Result<T, Errno>;
 
-fn to_time(ns: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_nanos(ns)
-}
-
-/// A time to set, in nanoseconds since the epoch; times before 1970 are refused
-/// (the pool stores unsigned nanoseconds).
-fn time_set(t: TimeOrNow) -> Res<TimeSet> {
+/// A time to set: now, or an instant anywhere in the range Linux allows.
+fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
-        TimeOrNow::Now => Ok(TimeSet::Now),
-        TimeOrNow::SpecificTime(t) => {
-            let d = t.duration_since(UNIX_EPOCH).map_err(|_| Errno::EINVAL)?;
-            u64::try_from(d.as_nanos())
-                .map(TimeSet::At)
-                .map_err(|_| Errno::EOVERFLOW)
-        }
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(Timestamp::from_system_time(t)),
     }
 }
 
@@ -288,10 +278,10 @@ pub fn file_attr(st: &Stat) -> FileAttr {
         ino: INodeNo(st.ino),
         size: st.size,
         blocks: st.blocks,
-        atime: to_time(st.atime),
-        mtime: to_time(st.mtime),
-        ctime: to_time(st.ctime),
-        crtime: to_time(st.btime),
+        atime: st.atime.to_system_time(),
+        mtime: st.mtime.to_system_time(),
+        ctime: st.ctime.to_system_time(),
+        crtime: st.btime.to_system_time(),
         kind: kind_of(st.mode),
         perm: (st.mode & 0o7777) as u16,
         nlink: u32::try_from(st.nlink).unwrap_or(u32::MAX),
@@ -566,6 +556,19 @@ impl<B: Backend> LynxFuse<B> {
         }
     }
 
+    /// The attributes of `ino`, through its open file `fh` when the kernel names one
+    /// (it stays readable after its last name goes).
+    fn stat_via(&self, ino: INodeNo, fh: Option<FileHandle>) -> Res<Stat> {
+        match fh {
+            Some(fh) => self
+                .fs
+                .fstat(fh.0)
+                .or_else(|_| self.ns().getattr(ino.0))
+                .map_err(|e| errno(&e)),
+            None => self.stat(ino.0),
+        }
+    }
+
     fn reply_attr(&self, r: Res<Stat>, reply: ReplyAttr) {
         match r {
             Ok(st) => reply.attr(&self.attr_ttl, &file_attr(&st)),
@@ -794,15 +797,24 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = match fh {
-            Some(fh) => self
-                .fs
-                .fstat(fh.0)
-                .or_else(|_| self.ns().getattr(ino.0))
-                .map_err(|e| errno(&e)),
-            None => self.stat(ino.0),
-        };
-        self.reply_attr(r, reply);
+        self.reply_attr(self.stat_via(ino, fh), reply);
+    }
+
+    /// What getattr answers, with the birth time (statx's mask and flags change
+    /// nothing: every field is at hand, and the pool has no cache to sync).
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: ReplyStatx,
+    ) {
+        match self.stat_via(ino, fh) {
+            Ok(st) => reply.statx(&self.attr_ttl, &file_attr(&st)),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn setattr(
@@ -823,17 +835,14 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let r = (|| {
-            let a = SetAttr {
-                mode,
-                uid,
-                gid,
-                atime: atime.map(time_set).transpose()?,
-                mtime: mtime.map(time_set).transpose()?,
-            };
-            self.setattr_inner(req, ino.0, &a, size, fh)
-        })();
-        self.reply_attr(r, reply);
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        self.reply_attr(self.setattr_inner(req, ino.0, &a, size, fh), reply);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {

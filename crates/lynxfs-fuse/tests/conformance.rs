@@ -27,6 +27,8 @@ mod race;
 mod setid;
 #[path = "conformance/spawn.rs"]
 mod spawn;
+#[path = "conformance/times.rs"]
+mod times;
 
 /// Differences that are right, by step label, with the reason.
 const ALLOWED: &[(&str, &str)] = &[
@@ -650,6 +652,8 @@ fn script(c: &mut Ctx) {
         );
         c.rec("times after omit/now", s);
     }
+
+    times::script(c);
 
     // ---- statfs ----
     {
