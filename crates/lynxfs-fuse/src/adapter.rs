@@ -62,9 +62,6 @@ pub struct LynxFuse<B: Backend> {
     entry_ttl: Duration,
     attr_ttl: Duration,
     read_only: bool,
-    /// `fs.protected_hardlinks` was on at mount: the kernel applies it only through
-    /// its own permission checks, which FUSE skips without `default_permissions`.
-    protected_hardlinks: bool,
     /// The kernel did not accept FUSE_HANDLE_KILLPRIV, so it clears S_ISUID/S_ISGID
     /// after a write itself, with a mode-only setattr sent as the writer.
     kernel_kills_privs: bool,
@@ -328,14 +325,11 @@ fn masked<B: Backend>(ns: &lynxfs::api::Namespace<B>, parent: u64, mode: u32, um
 
 impl<B: Backend> LynxFuse<B> {
     pub fn new(fs: Arc<Fs<B>>, entry_ttl: Duration, attr_ttl: Duration, read_only: bool) -> Self {
-        let protected_hardlinks = std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
-            .is_ok_and(|v| v.trim() == "1");
         LynxFuse {
             fs,
             entry_ttl,
             attr_ttl,
             read_only,
-            protected_hardlinks,
             kernel_kills_privs: true,
             notices: Arc::new(OnceLock::new()),
             kernel_acls: true,
@@ -670,7 +664,7 @@ impl<B: Backend> LynxFuse<B> {
     /// not set-group-ID and group-executable, and readable and writable by them.
     fn may_link(&self, ino: u64, cred: &Cred) -> lynxfs::Result<()> {
         let st = self.ns().getattr(ino)?;
-        if !self.protected_hardlinks || cred.is_root() || cred.uid == st.uid {
+        if cred.is_root() || cred.uid == st.uid || !protected_hardlinks() {
             return Ok(());
         }
         let safe = st.mode & libc::S_IFMT == libc::S_IFREG
@@ -687,6 +681,13 @@ impl<B: Backend> LynxFuse<B> {
     fn check_perm(&self, ino: u64, cred: &Cred, want: u32) -> lynxfs::Result<()> {
         self.ns().may(ino, cred, want)
     }
+}
+
+/// Whether `fs.protected_hardlinks` is on now: read at each link, as the kernel does
+/// (it applies the rule only through its own permission checks, which FUSE skips
+/// without `default_permissions`), so a change of the sysctl counts at once.
+fn protected_hardlinks() -> bool {
+    std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").is_ok_and(|v| v.trim() == "1")
 }
 
 fn reply_empty(r: Res<()>, reply: ReplyEmpty) {
