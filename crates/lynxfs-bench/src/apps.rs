@@ -424,7 +424,10 @@ fn extract(lib: &LibTarget, tar: &Path) -> io::Result<()> {
             .to_string();
         let h = e.header();
         let mode = h.mode()? & 0o7777;
-        let mtime = TimeSet::At(h.mtime()?.saturating_mul(1_000_000_000));
+        let mtime = TimeSet::At(lynxfs::Timestamp {
+            sec: i64::try_from(h.mtime()?).unwrap_or(i64::MAX),
+            nsec: 0,
+        });
         let kind = h.entry_type();
         if kind.is_dir() {
             match s.mkdir(&p, mode) {

@@ -1,19 +1,17 @@
 //! The engine's records as C's: `struct stat`, `struct statvfs`, and
 //! `struct timespec` times to set.
 
-use engine::{Stat, StatFs, TimeSet};
+use engine::{Stat, StatFs, TimeSet, Timestamp};
 
 use crate::edge::{Errno, R};
-
-const NS: u64 = 1_000_000_000;
 
 fn signed(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Seconds and nanoseconds of a time in nanoseconds since the epoch.
-fn split_ns(t: u64) -> (i64, i64) {
-    (signed(t / NS), signed(t % NS))
+/// Seconds and nanoseconds of a time, as `struct timespec` holds them.
+fn split(t: Timestamp) -> (i64, i64) {
+    (t.sec, i64::from(t.nsec))
 }
 
 /// `struct stat` of `s`. The device number is left 0: a pool is no kernel device.
@@ -29,9 +27,9 @@ pub fn stat(s: &Stat) -> libc::stat {
     st.st_size = signed(s.size);
     st.st_blksize = i64::from(s.blksize);
     st.st_blocks = signed(s.blocks);
-    (st.st_atime, st.st_atime_nsec) = split_ns(s.atime);
-    (st.st_mtime, st.st_mtime_nsec) = split_ns(s.mtime);
-    (st.st_ctime, st.st_ctime_nsec) = split_ns(s.ctime);
+    (st.st_atime, st.st_atime_nsec) = split(s.atime);
+    (st.st_mtime, st.st_mtime_nsec) = split(s.mtime);
+    (st.st_ctime, st.st_ctime_nsec) = split(s.ctime);
     st
 }
 
@@ -51,22 +49,14 @@ pub fn statvfs(s: &StatFs) -> libc::statvfs {
     v
 }
 
-/// One time of utimensat(2): `UTIME_NOW`, `UTIME_OMIT` (None) or an instant, which
-/// must not be before the epoch.
+/// One time of utimensat(2): `UTIME_NOW`, `UTIME_OMIT` (None) or an instant, any
+/// second Linux allows; EINVAL for nanoseconds out of range.
 pub fn time_set(t: &libc::timespec) -> R<Option<TimeSet>> {
     match t.tv_nsec {
-        libc::UTIME_NOW => return Ok(Some(TimeSet::Now)),
-        libc::UTIME_OMIT => return Ok(None),
-        _ => {}
+        libc::UTIME_NOW => Ok(Some(TimeSet::Now)),
+        libc::UTIME_OMIT => Ok(None),
+        ns => Timestamp::new(t.tv_sec, ns)
+            .map(|t| Some(TimeSet::At(t)))
+            .ok_or(Errno(libc::EINVAL)),
     }
-    let secs = u64::try_from(t.tv_sec).map_err(|_| Errno(libc::EINVAL))?;
-    let nsec = u64::try_from(t.tv_nsec)
-        .ok()
-        .filter(|&n| n < NS)
-        .ok_or(Errno(libc::EINVAL))?;
-    let ns = secs
-        .checked_mul(NS)
-        .and_then(|s| s.checked_add(nsec))
-        .ok_or(Errno(libc::EOVERFLOW))?;
-    Ok(Some(TimeSet::At(ns)))
 }

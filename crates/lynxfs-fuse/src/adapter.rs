@@ -42,13 +42,13 @@ use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, IoUringState, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
 use lynxfs::pmem::Backend;
 use lynxfs::runtime::notices::{Change, Watcher};
-use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet};
+use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet, Timestamp};
 
 use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
 
@@ -62,9 +62,6 @@ pub struct LynxFuse<B: Backend> {
     entry_ttl: Duration,
     attr_ttl: Duration,
     read_only: bool,
-    /// `fs.protected_hardlinks` was on at mount: the kernel applies it only through
-    /// its own permission checks, which FUSE skips without `default_permissions`.
-    protected_hardlinks: bool,
     /// The kernel did not accept FUSE_HANDLE_KILLPRIV, so it clears S_ISUID/S_ISGID
     /// after a write itself, with a mode-only setattr sent as the writer.
     kernel_kills_privs: bool,
@@ -264,21 +261,11 @@ pub fn errno(e: &lynxfs::Error) -> Errno {
 
 type Res<T> = Result<T, Errno>;
 
-fn to_time(ns: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_nanos(ns)
-}
-
-/// A time to set, in nanoseconds since the epoch; times before 1970 are refused
-/// (the pool stores unsigned nanoseconds).
-fn time_set(t: TimeOrNow) -> Res<TimeSet> {
+/// A time to set: now, or an instant anywhere in the range Linux allows.
+fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
-        TimeOrNow::Now => Ok(TimeSet::Now),
-        TimeOrNow::SpecificTime(t) => {
-            let d = t.duration_since(UNIX_EPOCH).map_err(|_| Errno::EINVAL)?;
-            u64::try_from(d.as_nanos())
-                .map(TimeSet::At)
-                .map_err(|_| Errno::EOVERFLOW)
-        }
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(Timestamp::from_system_time(t)),
     }
 }
 
@@ -300,10 +287,10 @@ pub fn file_attr(st: &Stat) -> FileAttr {
         ino: INodeNo(st.ino),
         size: st.size,
         blocks: st.blocks,
-        atime: to_time(st.atime),
-        mtime: to_time(st.mtime),
-        ctime: to_time(st.ctime),
-        crtime: to_time(st.btime),
+        atime: st.atime.to_system_time(),
+        mtime: st.mtime.to_system_time(),
+        ctime: st.ctime.to_system_time(),
+        crtime: st.btime.to_system_time(),
         kind: kind_of(st.mode),
         perm: (st.mode & 0o7777) as u16,
         nlink: u32::try_from(st.nlink).unwrap_or(u32::MAX),
@@ -350,14 +337,11 @@ fn masked<B: Backend>(ns: &lynxfs::api::Namespace<B>, parent: u64, mode: u32, um
 
 impl<B: Backend> LynxFuse<B> {
     pub fn new(fs: Arc<Fs<B>>, entry_ttl: Duration, attr_ttl: Duration, read_only: bool) -> Self {
-        let protected_hardlinks = std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
-            .is_ok_and(|v| v.trim() == "1");
         LynxFuse {
             fs,
             entry_ttl,
             attr_ttl,
             read_only,
-            protected_hardlinks,
             kernel_kills_privs: true,
             notices: Arc::new(OnceLock::new()),
             transport: Arc::new(OnceLock::new()),
@@ -584,6 +568,19 @@ impl<B: Backend> LynxFuse<B> {
         }
     }
 
+    /// The attributes of `ino`, through its open file `fh` when the kernel names one
+    /// (it stays readable after its last name goes).
+    fn stat_via(&self, ino: INodeNo, fh: Option<FileHandle>) -> Res<Stat> {
+        match fh {
+            Some(fh) => self
+                .fs
+                .fstat(fh.0)
+                .or_else(|_| self.ns().getattr(ino.0))
+                .map_err(|e| errno(&e)),
+            None => self.stat(ino.0),
+        }
+    }
+
     fn reply_attr(&self, r: Res<Stat>, reply: ReplyAttr) {
         match r {
             Ok(st) => reply.attr(&self.attr_ttl, &file_attr(&st)),
@@ -685,7 +682,7 @@ impl<B: Backend> LynxFuse<B> {
     /// not set-group-ID and group-executable, and readable and writable by them.
     fn may_link(&self, ino: u64, cred: &Cred) -> lynxfs::Result<()> {
         let st = self.ns().getattr(ino)?;
-        if !self.protected_hardlinks || cred.is_root() || cred.uid == st.uid {
+        if cred.is_root() || cred.uid == st.uid || !protected_hardlinks() {
             return Ok(());
         }
         let safe = st.mode & libc::S_IFMT == libc::S_IFREG
@@ -702,6 +699,13 @@ impl<B: Backend> LynxFuse<B> {
     fn check_perm(&self, ino: u64, cred: &Cred, want: u32) -> lynxfs::Result<()> {
         self.ns().may(ino, cred, want)
     }
+}
+
+/// Whether `fs.protected_hardlinks` is on now: read at each link, as the kernel does
+/// (it applies the rule only through its own permission checks, which FUSE skips
+/// without `default_permissions`), so a change of the sysctl counts at once.
+fn protected_hardlinks() -> bool {
+    std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").is_ok_and(|v| v.trim() == "1")
 }
 
 fn reply_empty(r: Res<()>, reply: ReplyEmpty) {
@@ -812,15 +816,24 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = match fh {
-            Some(fh) => self
-                .fs
-                .fstat(fh.0)
-                .or_else(|_| self.ns().getattr(ino.0))
-                .map_err(|e| errno(&e)),
-            None => self.stat(ino.0),
-        };
-        self.reply_attr(r, reply);
+        self.reply_attr(self.stat_via(ino, fh), reply);
+    }
+
+    /// What getattr answers, with the birth time (statx's mask and flags change
+    /// nothing: every field is at hand, and the pool has no cache to sync).
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: ReplyStatx,
+    ) {
+        match self.stat_via(ino, fh) {
+            Ok(st) => reply.statx(&self.attr_ttl, &file_attr(&st)),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn setattr(
@@ -841,17 +854,14 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let r = (|| {
-            let a = SetAttr {
-                mode,
-                uid,
-                gid,
-                atime: atime.map(time_set).transpose()?,
-                mtime: mtime.map(time_set).transpose()?,
-            };
-            self.setattr_inner(req, ino.0, &a, size, fh)
-        })();
-        self.reply_attr(r, reply);
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        self.reply_attr(self.setattr_inner(req, ino.0, &a, size, fh), reply);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {

@@ -28,6 +28,8 @@ mod race;
 mod setid;
 #[path = "conformance/spawn.rs"]
 mod spawn;
+#[path = "conformance/times.rs"]
+mod times;
 
 /// Differences that are right, by step label, with the reason.
 const ALLOWED: &[(&str, &str)] = &[
@@ -651,6 +653,8 @@ fn script(c: &mut Ctx) {
         );
         c.rec("times after omit/now", s);
     }
+
+    times::script(c);
 
     // ---- statfs ----
     {

@@ -1,9 +1,9 @@
 //! The engine's answers in the C library's shapes.
 
-use lynxfs::Stat;
+use lynxfs::{Stat, Timestamp};
 
-fn split_ns(t: u64) -> (i64, i64) {
-    ((t / 1_000_000_000) as i64, (t % 1_000_000_000) as i64)
+fn split(t: Timestamp) -> (i64, i64) {
+    (t.sec, i64::from(t.nsec))
 }
 
 /// `struct stat` (the same layout as `stat64` on 64-bit Linux).
@@ -20,18 +20,17 @@ pub fn stat64(s: &Stat, dev: u64) -> libc::stat64 {
     st.st_size = s.size as i64;
     st.st_blksize = s.blksize as i64;
     st.st_blocks = s.blocks as i64;
-    (st.st_atime, st.st_atime_nsec) = split_ns(s.atime);
-    (st.st_mtime, st.st_mtime_nsec) = split_ns(s.mtime);
-    (st.st_ctime, st.st_ctime_nsec) = split_ns(s.ctime);
+    (st.st_atime, st.st_atime_nsec) = split(s.atime);
+    (st.st_mtime, st.st_mtime_nsec) = split(s.mtime);
+    (st.st_ctime, st.st_ctime_nsec) = split(s.ctime);
     st
 }
 
-fn stamp(t: u64) -> libc::statx_timestamp {
-    let (sec, nsec) = split_ns(t);
+fn stamp(t: Timestamp) -> libc::statx_timestamp {
     // SAFETY: plain data: all-zero is valid.
     let mut ts: libc::statx_timestamp = unsafe { std::mem::zeroed() };
-    ts.tv_sec = sec;
-    ts.tv_nsec = nsec as u32;
+    ts.tv_sec = t.sec;
+    ts.tv_nsec = t.nsec;
     ts
 }
 
@@ -60,19 +59,13 @@ pub fn statx(s: &Stat, dev: u64) -> libc::statx {
 }
 
 /// One of utimensat's times as the engine's setting; EINVAL for a nanosecond field
-/// out of range or a time before 1970 (the pool keeps unsigned nanoseconds).
+/// out of range (every second Linux allows is kept).
 pub fn time_set(t: &libc::timespec) -> lynxfs::Result<Option<lynxfs::TimeSet>> {
-    let bad = lynxfs::Error::Errno(libc::EINVAL);
     match t.tv_nsec {
         libc::UTIME_OMIT => Ok(None),
         libc::UTIME_NOW => Ok(Some(lynxfs::TimeSet::Now)),
-        ns if (0..1_000_000_000).contains(&ns) => {
-            let s = u64::try_from(t.tv_sec).map_err(|_| bad)?;
-            let at = s
-                .checked_mul(1_000_000_000)
-                .ok_or(lynxfs::Error::Errno(libc::EOVERFLOW))?;
-            Ok(Some(lynxfs::TimeSet::At(at + ns as u64)))
-        }
-        _ => Err(bad),
+        ns => Timestamp::new(t.tv_sec, ns)
+            .map(|t| Some(lynxfs::TimeSet::At(t)))
+            .ok_or(lynxfs::Error::Errno(libc::EINVAL)),
     }
 }

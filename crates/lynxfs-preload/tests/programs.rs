@@ -238,7 +238,9 @@ fn pool_tree(pool: &Path, keep_mtime: &[&str]) -> Tree {
                 ino: st.ino,
                 nlink: st.nlink,
             };
-            found.insert(rel, (f, st.mtime));
+            // Nanoseconds, as disk_tree counts them (the script's times are after 1970).
+            let mtime = st.mtime.as_ns().expect("an mtime after 1970");
+            found.insert(rel, (f, mtime));
         }
     }
     drop(s);

@@ -26,3 +26,4 @@ pub use error::{Error, Result};
 pub use meta::{Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
 pub use pool::{Access, MkfsOptions, Pool};
 pub use progress::{Progress, Quiet};
+pub use time::Timestamp;

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{errno, fs};
-use lynxfs::{Cred, TimeSet};
+use lynxfs::{Cred, TimeSet, Timestamp};
 
 const RW: i32 = libc::O_RDWR;
 const CREAT: i32 = libc::O_CREAT | libc::O_RDWR;
@@ -159,7 +159,7 @@ fn permissions_like_linux() {
     );
     u.unlink("/pub/mine").unwrap();
     assert_eq!(
-        errno(v.utimens("/pub", Some(TimeSet::At(5)), None)),
+        errno(v.utimens("/pub", Some(TimeSet::At(Timestamp::from_ns(5))), None)),
         libc::EPERM
     );
 }
@@ -376,4 +376,35 @@ fn closing_the_pool_frees_files_unlinked_while_open() {
     assert_eq!(fs.pool().alloc.blocks.free_count(), free);
     let rep = lynxfs::fsck::check(fs.pool());
     assert!(rep.is_clean(), "{:?}", rep.problems);
+}
+
+#[test]
+fn times_keep_every_instant_linux_allows() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.create("/t", 0o644).unwrap();
+    let at = |sec, nsec| Timestamp::new(sec, nsec).unwrap();
+    for (a, m) in [
+        (at(-315_619_200, 0), at(-1, 500_000_000)),
+        (at(i64::from(i32::MIN), 1), at(18_446_744_074, 9)),
+        (at(i64::MIN, 0), at(i64::MAX, 999_999_999)),
+        (at(1_700_000_000, 3), at(-5, 0)),
+    ] {
+        s.utimens("/t", Some(TimeSet::At(a)), Some(TimeSet::At(m)))
+            .unwrap();
+        let st = s.stat("/t").unwrap();
+        assert_eq!((st.atime, st.mtime), (a, m));
+    }
+    // Only one of the two changes: the other keeps its extended value.
+    s.utimens("/t", None, Some(TimeSet::At(at(7, 7)))).unwrap();
+    assert_eq!(s.stat("/t").unwrap().atime, at(1_700_000_000, 3));
+    s.utimens("/t", Some(TimeSet::At(at(-9, 9))), None).unwrap();
+    assert_eq!(s.stat("/t").unwrap().mtime, at(7, 7));
+    // A write stores the clock's mtime: an old extended one is gone.
+    s.utimens("/t", None, Some(TimeSet::At(at(-9, 9)))).unwrap();
+    fs.pwrite(fd, b"x", 0).unwrap();
+    let st = s.stat("/t").unwrap();
+    assert!(st.mtime > at(1_700_000_000, 0), "{:?}", st.mtime);
+    assert_eq!(st.atime, at(-9, 9));
+    fs.close_fd(fd).unwrap();
 }

@@ -71,6 +71,8 @@ pub use crate::reply::ReplyLseek;
 pub use crate::reply::ReplyOpen;
 pub use crate::reply::ReplyPoll;
 pub use crate::reply::ReplyStatfs;
+#[cfg(target_os = "linux")]
+pub use crate::reply::ReplyStatx; // LynxFS (LYNXFS-CHANGES.md)
 pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
@@ -438,6 +440,23 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Get file attributes.
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         warn!("[Not Implemented] getattr(ino: {ino:#x?}, fh: {fh:#x?})");
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// LynxFS (LYNXFS-CHANGES.md): statx(2) (FUSE_STATX), sent for the fields
+    /// getattr lacks (the birth time); `flags` and `mask` are statx's. ENOSYS makes
+    /// the kernel fall back to getattr for good.
+    #[cfg(target_os = "linux")]
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!("[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:#x?}, flags: {flags:#x}, mask: {mask:#x})");
         reply.error(Errno::ENOSYS);
     }
 

@@ -311,6 +311,36 @@ impl ReplyAttr {
     }
 }
 
+/// LynxFS (LYNXFS-CHANGES.md): the answer to statx: every basic field and the
+/// birth time (`FileAttr::crtime`).
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+pub struct ReplyStatx {
+    reply: ReplyRaw,
+}
+
+#[cfg(target_os = "linux")]
+impl Reply for ReplyStatx {
+    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyStatx {
+        ReplyStatx {
+            reply: Reply::new(unique, sender),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl ReplyStatx {
+    /// Reply with `attr`, valid for `ttl`.
+    pub fn statx(self, ttl: &Duration, attr: &FileAttr) {
+        self.reply.send_ll(&ll::ResponseStruct::new_statx(ttl, attr));
+    }
+
+    /// Reply to a request with the given error code
+    pub fn error(self, err: Errno) {
+        self.reply.error(err);
+    }
+}
+
 ///
 /// XTimes Reply
 ///

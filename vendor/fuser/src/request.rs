@@ -154,6 +154,17 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            #[cfg(target_os = "linux")]
+            ll::Operation::Statx(x) => {
+                filesystem.statx(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.file_handle(),
+                    x.flags(),
+                    x.mask(),
+                    self.reply(),
+                );
+            }
             ll::Operation::SetAttr(x) => {
                 filesystem.setattr(
                     self.request_header(),

@@ -38,13 +38,18 @@ pub(crate) fn time_from_system_time(system_time: &SystemTime) -> (i64, u32) {
 ///
 /// This handles negative seconds (times before the Unix epoch).
 pub(crate) fn system_time_from_time(secs: i64, nsecs: u32) -> SystemTime {
-    if secs >= 0 {
-        SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nsecs)
+    // LynxFS: a timespec's nanoseconds count forward from its (possibly negative)
+    // second, and i64::MIN has no positive counterpart (see LYNXFS-CHANGES.md).
+    let whole = Duration::from_secs(secs.unsigned_abs());
+    let second = if secs >= 0 {
+        UNIX_EPOCH.checked_add(whole)
     } else {
-        // TODO: overflow
-        // TODO: 1_000_000_000 - nsec
-        SystemTime::UNIX_EPOCH - Duration::new((-secs) as u64, nsecs)
-    }
+        UNIX_EPOCH.checked_sub(whole)
+    };
+    let second = second.unwrap_or(UNIX_EPOCH);
+    second
+        .checked_add(Duration::from_nanos(u64::from(nsecs)))
+        .unwrap_or(second)
 }
 
 #[cfg(test)]

@@ -556,7 +556,8 @@ unsafe fn from_timevals(tv: *const libc::timeval) -> Option<[libc::timespec; 2]>
     let tv = unsafe { tv.as_ref().map(|t| [*t, *(tv.add(1))]) }?;
     Some(tv.map(|t| libc::timespec {
         tv_sec: t.tv_sec,
-        tv_nsec: t.tv_usec * 1000,
+        // Saturated: a microsecond count out of range is EINVAL, not an overflow.
+        tv_nsec: t.tv_usec.saturating_mul(1000),
     }))
 }
 

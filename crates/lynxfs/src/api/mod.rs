@@ -19,7 +19,7 @@ use crate::meta::{
 };
 use crate::pmem::{Backend, PmemBackend};
 use crate::pool::{Access, MkfsOptions, Pool};
-use crate::time::now_ns;
+use crate::time::{now_ns, Timestamp};
 
 pub use crate::runtime::DescKey;
 pub use meta::Namespace;
@@ -276,17 +276,13 @@ impl<B: Backend> Fs<B> {
     /// relatime: update atime only when it is not newer than mtime or ctime, or is a
     /// day old.
     fn touch_atime(&self, ino: u64) {
-        let at = self.ns.pool.layout.inode_addr(ino);
-        let pm = &self.ns.pool.pm;
-        let (a, m, c) = (
-            pm.load_u64(at + inode::ATIME),
-            pm.load_u64(at + inode::MTIME),
-            pm.load_u64(at + inode::CTIME),
-        );
+        let [a, m, c, _] = self.ns.times(ino);
         let now = now_ns();
-        if a <= m || a <= c || now.saturating_sub(a) >= 24 * 3600 * 1_000_000_000 {
-            let mut b = pm.batch();
-            b.write_u64(at + inode::ATIME, now);
+        let day_old = Timestamp::from_ns(now).sec.saturating_sub(a.sec) >= 24 * 3600;
+        if a <= m || a <= c || day_old {
+            // The clock's time is plain: the word alone says it (format::inode::time_word).
+            let mut b = self.ns.pool.pm.batch();
+            b.write_u64(self.ns.pool.layout.inode_addr(ino) + inode::ATIME, now);
             let _ = b.persist();
         }
     }

@@ -9,12 +9,12 @@
 use crate::error::{errno, Result};
 use crate::format::{inode, BLOCK};
 use crate::pmem::Backend;
-use crate::time::now_ns;
+use crate::time::{now_ns, Timestamp};
 
 use super::perm::{self, Cred};
 use super::Namespace;
 
-/// What stat reports. Times are nanoseconds since the Unix epoch.
+/// What stat reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stat {
     pub ino: u64,
@@ -25,10 +25,10 @@ pub struct Stat {
     pub size: u64,
     /// 512-byte units allocated.
     pub blocks: u64,
-    pub atime: u64,
-    pub mtime: u64,
-    pub ctime: u64,
-    pub btime: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub btime: Timestamp,
     pub rdev: u64,
     pub generation: u64,
     pub blksize: u32,
@@ -38,7 +38,7 @@ pub struct Stat {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeSet {
     Now,
-    At(u64),
+    At(Timestamp),
 }
 
 /// What setattr changes; `None` leaves a field alone. Size changes go through the
@@ -66,6 +66,7 @@ impl<B: Backend> Namespace<B> {
     pub fn getattr(&self, ino: u64) -> Result<Stat> {
         self.live(ino)?;
         let (uid, gid) = inode::owner_split(self.load(ino, inode::OWNER));
+        let [atime, mtime, ctime, btime] = self.times(ino);
         Ok(Stat {
             ino,
             mode: self.mode(ino),
@@ -74,14 +75,36 @@ impl<B: Backend> Namespace<B> {
             gid,
             size: self.load(ino, inode::SIZE),
             blocks: crate::data::blocks_used(&self.pool, ino) * (BLOCK / 512),
-            atime: self.load(ino, inode::ATIME),
-            mtime: self.load(ino, inode::MTIME),
-            ctime: self.load(ino, inode::CTIME),
-            btime: self.load(ino, inode::BTIME),
+            atime,
+            mtime,
+            ctime,
+            btime,
             rdev: self.load(ino, inode::RDEV),
             generation: self.load(ino, inode::GENERATION),
             blksize: BLOCK as u32,
         })
+    }
+
+    /// atime, mtime, ctime and btime of `ino`. An extended atime or mtime spans two
+    /// words that setattr changes together: it is read under the inode lock.
+    pub(crate) fn times(&self, ino: u64) -> [Timestamp; 4] {
+        let words = || {
+            let (a, m) = inode::time_hi_split(self.load(ino, inode::TIME_HI));
+            [
+                inode::time_of(self.load(ino, inode::ATIME), a),
+                inode::time_of(self.load(ino, inode::MTIME), m),
+                inode::time_of(self.load(ino, inode::CTIME), 0),
+                inode::time_of(self.load(ino, inode::BTIME), 0),
+            ]
+        };
+        let extended = [inode::ATIME, inode::MTIME]
+            .iter()
+            .any(|&f| inode::time_may_extend(self.load(ino, f)));
+        match extended.then(|| self.ilock(ino)) {
+            Some(Ok(_g)) => words(),
+            // No lock (the runtime is under repair): the words as they are.
+            Some(Err(_)) | None => words(),
+        }
     }
 
     /// chmod, chown and utimens, with Linux's permission rules.
@@ -101,6 +124,7 @@ impl<B: Backend> Namespace<B> {
             let now = now_ns();
             let mut words: Vec<(u64, u64)> = Vec::new();
             let mut mode = o.mode;
+            let mut time_hi = self.load(ino, inode::TIME_HI);
             if let Some(m) = a.mode {
                 perm::owner_or_root(cred, o)?;
                 mode = (o.mode & libc::S_IFMT) | (m & 0o7777);
@@ -134,20 +158,27 @@ impl<B: Backend> Namespace<B> {
                 let gid = a.gid.unwrap_or(o.gid);
                 words.push((at + inode::OWNER, inode::owner_word(uid, gid)));
             }
+            let old_hi = time_hi;
             for (t, field) in [(a.atime, inode::ATIME), (a.mtime, inode::MTIME)] {
                 let Some(t) = t else { continue };
-                match t {
+                let v = match t {
                     TimeSet::Now => {
                         if perm::owner_or_root(cred, o).is_err() {
                             self.may(ino, cred, perm::W).map_err(|_| errno::EACCES)?;
                         }
-                        words.push((at + field, now));
+                        Timestamp::from_ns(now)
                     }
                     TimeSet::At(v) => {
                         perm::owner_or_root(cred, o)?;
-                        words.push((at + field, v));
+                        v
                     }
-                }
+                };
+                let (word, high) = inode::time_word(v);
+                words.push((at + field, word));
+                time_hi = inode::time_hi_with(time_hi, field == inode::MTIME, high);
+            }
+            if time_hi != old_hi {
+                words.push((at + inode::TIME_HI, time_hi));
             }
             if mode != o.mode {
                 words.push((at + inode::MODE, mode as u64));

@@ -7,7 +7,7 @@
 //! DirectFS finds an inode's cachelet through a pointer word in the inode, stamped with
 //! the mount epoch. In a region sized from the pool's inode count the record of inode
 //! `i` is simply the `i`-th: no pointer to keep, no stamp, no allocation, no reference
-//! count (the inode's `nv_pointer` word is unused since; docs/FORMAT.md). Attributes
+//! count (the inode's old `nv_pointer` word now holds times, docs/FORMAT.md). Attributes
 //! are still read from the inode itself (its address follows from its number).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

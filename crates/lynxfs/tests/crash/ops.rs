@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use lynxfs::meta::acl::{GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
 use lynxfs::pmem::RecordingBackend;
-use lynxfs::{Cred, Fd, Fs, Session, TimeSet};
+use lynxfs::{Cred, Fd, Fs, Session, TimeSet, Timestamp};
 
 pub type TestFs = Fs<RecordingBackend>;
 
@@ -229,8 +229,25 @@ pub fn all_ops() -> Vec<Op> {
             ..op("utimens", |c, _| {
                 c.s().utimens(
                     "/f",
-                    Some(TimeSet::At(1_000_000_000)),
-                    Some(TimeSet::At(2_000_000_000)),
+                    Some(TimeSet::At(Timestamp::from_ns(1_000_000_000))),
+                    Some(TimeSet::At(Timestamp::from_ns(2_000_000_000))),
+                )
+            })
+        },
+        Op {
+            times: true,
+            // Times outside 1970..2554 span a time word and the inode's high-half word.
+            ..op("utimens-extended", |c, _| {
+                c.s().utimens(
+                    "/f",
+                    Some(TimeSet::At(Timestamp {
+                        sec: -315_619_200,
+                        nsec: 7,
+                    })),
+                    Some(TimeSet::At(Timestamp {
+                        sec: i64::MAX,
+                        nsec: 0,
+                    })),
                 )
             })
         },

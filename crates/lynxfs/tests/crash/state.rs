@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use lynxfs::format::{dirlog, extents, inode, ROOT_INO};
 use lynxfs::pmem::{Backend, RecordingBackend, Tagged};
-use lynxfs::{Cred, Fs, Pool};
+use lynxfs::{Cred, Fs, Pool, Timestamp};
 
 /// One name (or the root) and what it shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,8 +22,8 @@ pub struct Node {
     /// File bytes, or a symlink's target; empty for anything else.
     pub data: Vec<u8>,
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
-    pub atime: u64,
-    pub mtime: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
 }
 
 /// Every node, in path order (root first).
@@ -42,8 +42,8 @@ impl State {
         self.nodes.len() == other.nodes.len()
             && self.nodes.iter().zip(&other.nodes).all(|(a, b)| {
                 let strip = |n: &Node| Node {
-                    atime: 0,
-                    mtime: 0,
+                    atime: Timestamp::default(),
+                    mtime: Timestamp::default(),
                     data: Vec::new(),
                     ..n.clone()
                 };

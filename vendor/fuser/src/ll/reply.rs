@@ -120,6 +120,46 @@ impl ResponseStruct<abi::fuse_attr_out> {
     }
 }
 
+// LynxFS (LYNXFS-CHANGES.md): FUSE_STATX's answer.
+#[cfg(target_os = "linux")]
+impl ResponseStruct<abi::fuse_statx_out> {
+    pub(crate) fn new_statx(ttl: &Duration, attr: &crate::FileAttr) -> Self {
+        let time = |t: &std::time::SystemTime| {
+            let (tv_sec, tv_nsec) = time_from_system_time(t);
+            abi::fuse_sx_time {
+                tv_sec,
+                tv_nsec,
+                reserved: 0,
+            }
+        };
+        let a = fuse_attr_from_attr(attr);
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask: libc::STATX_BASIC_STATS | libc::STATX_BTIME,
+                blksize: a.blksize,
+                nlink: a.nlink,
+                uid: a.uid,
+                gid: a.gid,
+                mode: a.mode as u16,
+                ino: a.ino,
+                size: a.size,
+                blocks: a.blocks,
+                atime: time(&attr.atime),
+                btime: time(&attr.crtime),
+                ctime: time(&attr.ctime),
+                mtime: time(&attr.mtime),
+                rdev_major: libc::major(libc::dev_t::from(a.rdev)),
+                rdev_minor: libc::minor(libc::dev_t::from(a.rdev)),
+                ..Default::default()
+            },
+        })
+    }
+}
+
 #[cfg(target_os = "macos")]
 impl ResponseStruct<abi::fuse_getxtimes_out> {
     pub(crate) fn new_xtimes(bkuptime: SystemTime, crtime: SystemTime) -> Self {

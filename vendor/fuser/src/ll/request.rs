@@ -341,6 +341,33 @@ mod op {
         }
     }
 
+    /// LynxFS (LYNXFS-CHANGES.md): get file attributes, the birth time included.
+    #[cfg(target_os = "linux")]
+    #[derive(Debug)]
+    pub(crate) struct Statx<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_statx_in,
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Statx<'_> {
+        pub(crate) fn file_handle(&self) -> Option<FileHandle> {
+            let flags = GetattrFlags::from_bits_retain(self.arg.getattr_flags);
+            flags
+                .contains(GetattrFlags::FUSE_GETATTR_FH)
+                .then_some(FileHandle(self.arg.fh))
+        }
+        /// statx(2)'s `AT_STATX_*` flags.
+        pub(crate) fn flags(&self) -> u32 {
+            self.arg.sx_flags
+        }
+        /// The `STATX_*` fields the caller asked for.
+        pub(crate) fn mask(&self) -> u32 {
+            self.arg.sx_mask
+        }
+    }
+
     /// Set file attributes.
     #[derive(Debug)]
     pub(crate) struct SetAttr<'a> {
@@ -1651,6 +1678,11 @@ mod op {
 
                 arg: data.fetch()?,
             }),
+            #[cfg(target_os = "linux")]
+            fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
+                header,
+                arg: data.fetch()?,
+            }),
             fuse_opcode::FUSE_SETATTR => Operation::SetAttr(SetAttr {
                 header,
                 arg: data.fetch()?,
@@ -1885,6 +1917,8 @@ pub(crate) enum Operation<'a> {
     Lookup(Lookup<'a>),
     Forget(Forget<'a>),
     GetAttr(GetAttr<'a>),
+    #[cfg(target_os = "linux")]
+    Statx(Statx<'a>),
     SetAttr(SetAttr<'a>),
     ReadLink(#[expect(dead_code)] ReadLink<'a>),
     SymLink(SymLink<'a>),
@@ -1944,6 +1978,8 @@ impl fmt::Display for Operation<'_> {
             Operation::Lookup(x) => write!(f, "LOOKUP name {:?}", x.name()),
             Operation::Forget(x) => write!(f, "FORGET nlookup {}", x.nlookup()),
             Operation::GetAttr(_) => write!(f, "GETATTR"),
+            #[cfg(target_os = "linux")]
+            Operation::Statx(x) => write!(f, "STATX mask {:#x}", x.mask()),
             Operation::SetAttr(x) => x.fmt(f),
             Operation::ReadLink(_) => write!(f, "READLINK"),
             Operation::SymLink(x) => {
