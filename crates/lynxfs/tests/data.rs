@@ -238,3 +238,44 @@ fn a_file_without_holes_has_its_only_hole_at_the_end() {
     fs.close_fd(fd).unwrap();
     fs.close_fd(empty).unwrap();
 }
+
+/// An attribute set larger than one block: a thousand small attributes and values at
+/// Linux's 64 KiB limit fit, read back, pass fsck, and give every block
+/// back when removed or when the file goes.
+#[test]
+fn a_thousand_attributes_and_64k_values_fit_and_return_their_blocks() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/f", CREAT, 0o644).unwrap();
+    fs.close_fd(fd).unwrap();
+    let free0 = fs.pool().alloc.blocks.free_count();
+    for i in 0..1000 {
+        s.setxattr("/f", format!("user.a{i:04}"), format!("v{i}").as_bytes(), 0)
+            .unwrap_or_else(|e| panic!("attribute {i}: {e}"));
+    }
+    let big: Vec<u8> = (0..65536u32).map(|i| (i % 253) as u8).collect();
+    s.setxattr("/f", "user.big", &big, 0).unwrap();
+    s.setxattr("/f", "trusted.big", &big[1..], 0).unwrap();
+    assert_eq!(
+        errno(s.setxattr("/f", "user.huge", &[0; 65537], 0)),
+        libc::E2BIG
+    );
+    assert_eq!(s.listxattr("/f").unwrap().len(), 1002);
+    assert_eq!(s.getxattr("/f", "user.a0999").unwrap(), b"v999");
+    assert_eq!(s.getxattr("/f", "user.big").unwrap(), big);
+    assert_eq!(s.getxattr("/f", "trusted.big").unwrap(), &big[1..]);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+    for i in 0..1000 {
+        s.removexattr("/f", format!("user.a{i:04}")).unwrap();
+    }
+    s.removexattr("/f", "user.big").unwrap();
+    assert_eq!(s.getxattr("/f", "trusted.big").unwrap(), &big[1..]);
+    s.removexattr("/f", "trusted.big").unwrap();
+    assert_eq!(fs.pool().alloc.blocks.free_count(), free0);
+    s.setxattr("/f", "user.big", &big, 0).unwrap();
+    s.unlink("/f").unwrap();
+    assert_eq!(fs.pool().alloc.blocks.free_count(), free0);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+}
