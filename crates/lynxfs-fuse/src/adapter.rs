@@ -39,10 +39,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, IoctlFlags, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags, LockOwner, Notifier, OpenFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
@@ -1073,6 +1074,38 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         }
         match r {
             // A FUSE write is at most max_write (far below 4 GiB) long.
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// copy_file_range: one request copies the whole range inside the engine (the
+    /// kernel's fallback reads and writes it through the daemon a page run at a time).
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let privs = self.privs(ino_out.0);
+        // The answer is a u32 count: at most 2 GiB per request (the kernel asks again).
+        let len = len.min(1 << 31);
+        let r = self.writable().and_then(|()| {
+            self.fs
+                .copy_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
+                .map_err(|e| errno(&e))
+        });
+        if privs != 0 && self.privs(ino_out.0) != privs {
+            self.privs_dropped(ino_out.0);
+        }
+        match r {
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(e),
         }

@@ -708,6 +708,7 @@ fn script(c: &mut Ctx) {
     removed_open_dirs(c, "t");
     tmpfiles(c);
     inode_flags(c);
+    copy_ranges(c);
 
     // ---- mmap ----
     let fd = c.open("open for mmap", "t/m", O_CREAT | O_RDWR, 0o644);
@@ -921,6 +922,64 @@ fn xattrs(c: &mut Ctx) {
     let r = unsafe { lsetxattr(s.as_ptr(), n.as_ptr(), v.as_ptr().cast(), 1, 0) };
     c.call("user xattr on symlink", r);
     many_xattrs(c);
+}
+
+/// copy_file_range(2): a range of several MiB in one call, one cut short by the
+/// source's end, and the errors (overlap within one file, an O_APPEND destination,
+/// a read-only destination).
+fn copy_ranges(c: &mut Ctx) {
+    use libc::*;
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(c.root.join("t/cr_src"), &data).unwrap();
+    let src = c.open("copy open src", "t/cr_src", O_RDWR, 0);
+    let dst = c.open("copy open dst", "t/cr_dst", O_CREAT | O_RDWR, 0o644);
+    let copy = |fi: i32, oi: i64, fo: i32, oo: i64, len: usize| {
+        let (mut oi, mut oo) = (oi, oo);
+        // SAFETY: valid descriptors and offset pointers.
+        unsafe { copy_file_range(fi, &mut oi, fo, &mut oo, len, 0) as i64 }
+    };
+    // A short count is allowed; what matters is what lands.
+    let mut done = 0;
+    while done < 4_500_000 {
+        let n = copy(src, 100 + done, dst, 7 + done, 4_500_000 - done as usize);
+        if n <= 0 {
+            break;
+        }
+        done += n;
+    }
+    c.rec("copy 4.5 MB", format!("{done}"));
+    let r = copy(src, 4_999_000, dst, 0, 10_000);
+    c.ret("copy past the end", r, false);
+    let r = copy(src, 0, src, 1000, 5000);
+    c.ret("copy overlapping", r, false);
+    let r = copy(src, 0, src, 4_000_000, 5000);
+    c.ret("copy within one file", r, false);
+    let app = c.open(
+        "copy open append",
+        "t/cr_app",
+        O_CREAT | O_WRONLY | O_APPEND,
+        0o644,
+    );
+    let r = copy(src, 0, app, 0, 10);
+    c.ret("copy to O_APPEND", r, false);
+    let ro = c.open("copy open read-only", "t/cr_src", O_RDONLY, 0);
+    let r = copy(src, 0, ro, 0, 10);
+    c.ret("copy to read-only", r, false);
+    for fd in [src, dst, app, ro] {
+        c.close(fd);
+    }
+    let sum = |name: &str| {
+        let b = std::fs::read(c.root.join(name)).unwrap();
+        let s: u64 = b
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (i as u64 + 1) * x as u64)
+            .sum();
+        format!("{} bytes, sum {s}", b.len())
+    };
+    let (a, b) = (sum("t/cr_dst"), sum("t/cr_src"));
+    c.rec("copy result dst", a);
+    c.rec("copy result src", b);
 }
 
 /// `FS_IOC_GETFLAGS`/`SETFLAGS` on the file or directory `name`: the flags, or the

@@ -279,3 +279,37 @@ fn a_thousand_attributes_and_64k_values_fit_and_return_their_blocks() {
     let rep = lynxfs::fsck::check(fs.pool());
     assert!(rep.is_clean(), "{:?}", rep.problems);
 }
+
+/// copy_range copies a range longer than its 1 MiB chunk in one call, stops at the
+/// source's end, and refuses what copy_file_range(2) refuses.
+#[test]
+fn copy_range_copies_across_chunks_and_refuses_overlaps() {
+    let fs = fs(32 << 20);
+    let s = fs.session(Cred::root());
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
+    let src = s.open("/src", CREAT, 0o644).unwrap();
+    fs.write(src, &data).unwrap();
+    let dst = s.open("/dst", CREAT, 0o644).unwrap();
+    assert_eq!(
+        fs.copy_range(src, 10, dst, 5, 2_500_000).unwrap(),
+        2_500_000
+    );
+    // Cut short by the source's end: 1,000 bytes, appended after the first range.
+    assert_eq!(
+        fs.copy_range(src, 2_999_000, dst, 2_500_005, 5000).unwrap(),
+        1000
+    );
+    let mut back = vec![0u8; 2_501_005];
+    assert_eq!(fs.pread(dst, &mut back, 0).unwrap(), 2_501_005);
+    assert!(back[..5] == [0; 5], "the hole before the copy");
+    assert!(back[5..2_500_005] == data[10..2_500_010], "the long copy");
+    assert!(back[2_500_005..] == data[2_999_000..], "the short copy");
+    assert_eq!(errno(fs.copy_range(src, 0, src, 100, 1000)), libc::EINVAL);
+    let app = s.open("/app", CREAT | libc::O_APPEND, 0o644).unwrap();
+    assert_eq!(errno(fs.copy_range(src, 0, app, 0, 10)), libc::EBADF);
+    let ro = s.open("/src", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(errno(fs.copy_range(src, 0, ro, 0, 10)), libc::EBADF);
+    for fd in [src, dst, app, ro] {
+        fs.close_fd(fd).unwrap();
+    }
+}

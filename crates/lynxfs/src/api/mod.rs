@@ -339,6 +339,51 @@ impl<B: Backend> Fs<B> {
         Ok((at, n))
     }
 
+    /// copy_file_range(2) between two handles at explicit offsets, in 1 MiB chunks
+    /// inside the engine (one call, however long the range): the bytes copied, fewer
+    /// than `len` only at the source's end. Ranges of one file may not overlap
+    /// (EINVAL), the source must be readable and the destination writable without
+    /// O_APPEND (EBADF), as in Linux.
+    pub fn copy_range(
+        &self,
+        fd_in: Fd,
+        off_in: u64,
+        fd_out: Fd,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        const CHUNK: u64 = 1 << 20;
+        self.op(|| {
+            let (src, dst) = (self.file(fd_in)?, self.file(fd_out)?);
+            if access(&src) == libc::O_WRONLY
+                || access(&dst) == libc::O_RDONLY
+                || self.flags_of(&dst)? & libc::O_APPEND != 0
+            {
+                return Err(errno::EBADF);
+            }
+            let overlap =
+                off_in < off_out.saturating_add(len) && off_out < off_in.saturating_add(len);
+            if src.ino == dst.ino && overlap {
+                return Err(errno::EINVAL);
+            }
+            let mut buf = vec![0u8; len.min(CHUNK) as usize];
+            let mut done = 0u64;
+            while done < len {
+                let want = (len - done).min(CHUNK) as usize;
+                let n = self.read_locked(&src, &mut buf[..want], off_in + done)?;
+                if n == 0 {
+                    break;
+                }
+                let (_, w) = self.write_locked(&dst, &buf[..n], off_out + done)?;
+                done += w as u64;
+                if w < n {
+                    break;
+                }
+            }
+            Ok(done)
+        })
+    }
+
     /// Writing to a file clears its set-user-ID bit (and set-group-ID if group
     /// executable), as Linux does for writers without CAP_FSETID (not root).
     fn clear_suid(&self, ino: u64) {
