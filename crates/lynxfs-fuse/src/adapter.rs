@@ -39,10 +39,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, IoUringState, LockOwner, Notifier, OpenFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, IoUringState, IoctlFlags, LockOwner, Notifier,
+    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
@@ -328,6 +329,50 @@ fn name_bytes(name: &OsStr) -> &[u8] {
     name.as_bytes()
 }
 
+/// Inode flags (`FS_*_FL`) and their `FS_XFLAG_*` twins.
+const XFLAGS: [(u32, u32); 4] = [
+    (lynxfs::meta::flags::IMMUTABLE, 0x8),
+    (lynxfs::meta::flags::APPEND, 0x10),
+    (lynxfs::meta::flags::NOATIME, 0x40),
+    (lynxfs::meta::flags::NODUMP, 0x80),
+];
+
+fn xflags_of(flags: u32) -> u32 {
+    XFLAGS
+        .iter()
+        .filter(|(f, _)| flags & f != 0)
+        .map(|(_, x)| x)
+        .sum()
+}
+
+/// The flags for `xflags`; EOPNOTSUPP for an xflag LynxFS does not keep.
+fn flags_of_xflags(xflags: u32) -> Res<u32> {
+    let known: u32 = XFLAGS.iter().map(|(_, x)| x).sum();
+    if xflags & !known != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(XFLAGS
+        .iter()
+        .filter(|(_, x)| xflags & x != 0)
+        .map(|(f, _)| f)
+        .sum())
+}
+
+/// A `struct fsxattr` (28 bytes) holding only `xflags`.
+fn fsxattr(xflags: u32) -> [u8; 28] {
+    let mut b = [0u8; 28];
+    b[..4].copy_from_slice(&xflags.to_ne_bytes());
+    b
+}
+
+/// The native-endian u32 at byte `at` of an ioctl's input.
+fn u32_at(data: &[u8], at: usize) -> Res<u32> {
+    data.get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_ne_bytes)
+        .ok_or(Errno::EINVAL)
+}
+
 /// Applies the umask the kernel passed unless `parent`'s default ACL replaces it
 /// (with FUSE_DONT_MASK the kernel leaves it to us; without, it has already applied
 /// it and doing it again changes nothing).
@@ -374,6 +419,13 @@ impl<B: Backend> LynxFuse<B> {
         } else {
             flags
         }
+    }
+
+    /// FS_IOC_SETFLAGS as the caller; the ioctl's answer (no data).
+    fn set_flags(&self, req: &Request, ino: u64, flags: u32) -> Res<Vec<u8>> {
+        self.writable()?;
+        self.as_caller(req, |c| self.ns().set_inode_flags(ino, flags, c))?;
+        Ok(Vec::new())
     }
 
     /// Opens the engine handle for an OPEN as the caller. A write-only open that the
@@ -1055,6 +1107,38 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         }
     }
 
+    /// copy_file_range: one request copies the whole range inside the engine (the
+    /// kernel's fallback reads and writes it through the daemon a page run at a time).
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let privs = self.privs(ino_out.0);
+        // The answer is a u32 count: at most 2 GiB per request (the kernel asks again).
+        let len = len.min(1 << 31);
+        let r = self.writable().and_then(|()| {
+            self.fs
+                .copy_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
+                .map_err(|e| errno(&e))
+        });
+        if privs != 0 && self.privs(ino_out.0) != privs {
+            self.privs_dropped(ino_out.0);
+        }
+        match r {
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn flush(
         &self,
         _req: &Request,
@@ -1340,6 +1424,83 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                     let _ = self.fs.close_fd(fd);
                     Err(Errno::ENOENT)
                 }
+                Err(e) => {
+                    let _ = self.fs.close_fd(fd);
+                    Err(errno(&e))
+                }
+            }
+        })();
+        match r {
+            Ok((st, fd)) => reply.created(
+                &self.entry_ttl,
+                &file_attr(&st),
+                Generation(st.generation),
+                FileHandle(fd),
+                Self::open_flags(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Inode flags (`chattr`/`lsattr`: the kernel sends FS_IOC_GETFLAGS/SETFLAGS with a
+    /// 4-byte value, having checked CAP_LINUX_IMMUTABLE and ownership itself; the
+    /// engine checks again). Other ioctls: ENOTTY.
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        const GETFLAGS: u32 = libc::FS_IOC_GETFLAGS as u32;
+        const SETFLAGS: u32 = libc::FS_IOC_SETFLAGS as u32;
+        // _IOR('X', 31, struct fsxattr) and _IOW('X', 32, struct fsxattr).
+        const FSGETXATTR: u32 = 0x801c_581f;
+        const FSSETXATTR: u32 = 0x401c_5820;
+        let flags = self.ns().inode_flags(ino.0);
+        let out = |bytes: &[u8]| bytes[..(out_size as usize).min(bytes.len())].to_vec();
+        let r = match cmd {
+            GETFLAGS => Ok(out(&flags.to_ne_bytes())),
+            // The kernel reads the old flags this way before a SETFLAGS.
+            FSGETXATTR => Ok(out(&fsxattr(xflags_of(flags)))),
+            SETFLAGS => u32_at(in_data, 0).and_then(|f| self.set_flags(req, ino.0, f)),
+            FSSETXATTR => u32_at(in_data, 0)
+                .and_then(flags_of_xflags)
+                .and_then(|f| self.set_flags(req, ino.0, f)),
+            _ => Err(Errno::from_i32(libc::ENOTTY)),
+        };
+        match r {
+            Ok(data) => reply.ioctl(0, &data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// `O_TMPFILE`: an unnamed file, linkable by `linkat` unless opened `O_EXCL`
+    /// (the kernel enforces that too).
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = (|| {
+            self.writable()?;
+            let mode = masked(self.ns(), parent.0, mode, umask);
+            let flags = self.engine_flags(flags);
+            let fd = self.as_caller(req, |c| self.fs.open_tmpfile(parent.0, mode, flags, c))?;
+            let held = self
+                .fs
+                .fstat(fd)
+                .and_then(|st| self.fs.hold(st.ino).map(|()| st));
+            match held {
+                Ok(st) => Ok((st, fd)),
                 Err(e) => {
                     let _ = self.fs.close_fd(fd);
                     Err(errno(&e))

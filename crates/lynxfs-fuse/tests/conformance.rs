@@ -40,11 +40,6 @@ const ALLOWED: &[(&str, &str)] = &[
          allows: a file system may report any range of a file as data",
     ),
     (
-        "whiteout",
-        "RENAME_WHITEOUT exists for overlayfs; LynxFS does not make whiteout devices and \
-         refuses the flag with EINVAL, as most file systems do",
-    ),
-    (
         "user setxattr trusted",
         "the test thread changes only its file-system identity (setfsuid), so it keeps \
          CAP_SYS_ADMIN, which tmpfs honours for trusted.*; the FUSE daemon sees uid 1000 \
@@ -716,6 +711,9 @@ fn script(c: &mut Ctx) {
     c.close(fd);
     c.stat("stat doomed gone", "t/doomed");
     removed_open_dirs(c, "t");
+    tmpfiles(c);
+    inode_flags(c);
+    copy_ranges(c);
 
     // ---- mmap ----
     let fd = c.open("open for mmap", "t/m", O_CREAT | O_RDWR, 0o644);
@@ -762,9 +760,22 @@ fn script(c: &mut Ctx) {
         access(p, F_OK)
     });
 
-    // Last, as it leaves a whiteout device behind on tmpfs.
+    // Last, as it leaves whiteout devices behind.
     std::fs::write(c.root.join("t/w1"), b"w").unwrap();
     c.rename2("whiteout", "t/w1", "t/w2", RENAME_WHITEOUT);
+    c.stat("stat whiteout", "t/w1");
+    c.stat("stat whiteout moved", "t/w2");
+    std::fs::write(c.root.join("t/w3"), b"w3").unwrap();
+    c.rename2("whiteout over a file", "t/w3", "t/w2", RENAME_WHITEOUT);
+    c.content("read whiteout target", "t/w2");
+    c.stat("stat whiteout 2", "t/w3");
+    c.rename2(
+        "whiteout with exchange",
+        "t/w3",
+        "t/w2",
+        RENAME_WHITEOUT | RENAME_EXCHANGE,
+    );
+    c.readdir("readdir whiteouts", "t");
 }
 
 /// Directories removed while open (rmdir, and a rename over them) stay usable as on
@@ -915,6 +926,319 @@ fn xattrs(c: &mut Ctx) {
     // SAFETY: valid path, name, value.
     let r = unsafe { lsetxattr(s.as_ptr(), n.as_ptr(), v.as_ptr().cast(), 1, 0) };
     c.call("user xattr on symlink", r);
+    many_xattrs(c);
+}
+
+/// copy_file_range(2): a range of several MiB in one call, one cut short by the
+/// source's end, and the errors (overlap within one file, an O_APPEND destination,
+/// a read-only destination).
+fn copy_ranges(c: &mut Ctx) {
+    use libc::*;
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(c.root.join("t/cr_src"), &data).unwrap();
+    let src = c.open("copy open src", "t/cr_src", O_RDWR, 0);
+    let dst = c.open("copy open dst", "t/cr_dst", O_CREAT | O_RDWR, 0o644);
+    let copy = |fi: i32, oi: i64, fo: i32, oo: i64, len: usize| {
+        let (mut oi, mut oo) = (oi, oo);
+        // SAFETY: valid descriptors and offset pointers.
+        unsafe { copy_file_range(fi, &mut oi, fo, &mut oo, len, 0) as i64 }
+    };
+    // A short count is allowed; what matters is what lands.
+    let mut done = 0;
+    while done < 4_500_000 {
+        let n = copy(src, 100 + done, dst, 7 + done, 4_500_000 - done as usize);
+        if n <= 0 {
+            break;
+        }
+        done += n;
+    }
+    c.rec("copy 4.5 MB", format!("{done}"));
+    let r = copy(src, 4_999_000, dst, 0, 10_000);
+    c.ret("copy past the end", r, false);
+    let r = copy(src, 0, src, 1000, 5000);
+    c.ret("copy overlapping", r, false);
+    let r = copy(src, 0, src, 4_000_000, 5000);
+    c.ret("copy within one file", r, false);
+    let app = c.open(
+        "copy open append",
+        "t/cr_app",
+        O_CREAT | O_WRONLY | O_APPEND,
+        0o644,
+    );
+    let r = copy(src, 0, app, 0, 10);
+    c.ret("copy to O_APPEND", r, false);
+    let ro = c.open("copy open read-only", "t/cr_src", O_RDONLY, 0);
+    let r = copy(src, 0, ro, 0, 10);
+    c.ret("copy to read-only", r, false);
+    for fd in [src, dst, app, ro] {
+        c.close(fd);
+    }
+    let sum = |name: &str| {
+        let b = std::fs::read(c.root.join(name)).unwrap();
+        let s: u64 = b
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (i as u64 + 1) * x as u64)
+            .sum();
+        format!("{} bytes, sum {s}", b.len())
+    };
+    let (a, b) = (sum("t/cr_dst"), sum("t/cr_src"));
+    c.rec("copy result dst", a);
+    c.rec("copy result src", b);
+}
+
+/// `FS_IOC_GETFLAGS`/`SETFLAGS` on the file or directory `name`: the flags, or the
+/// error, as a step's outcome.
+fn ioctl_flags(c: &mut Ctx, name: &str, set: Option<u32>) -> String {
+    use libc::*;
+    let p = c.path(name);
+    // SAFETY: a valid C string.
+    let fd = unsafe { open(p.as_ptr(), O_RDONLY | O_NONBLOCK) };
+    if fd < 0 {
+        return errno_str();
+    }
+    let mut flags: c_int = set.unwrap_or(0) as c_int;
+    let req = if set.is_some() {
+        FS_IOC_SETFLAGS
+    } else {
+        FS_IOC_GETFLAGS
+    };
+    // SAFETY: both requests read or write one int at the pointer.
+    let r = unsafe { ioctl(fd, req, &mut flags as *mut c_int) };
+    let out = if r < 0 {
+        errno_str()
+    } else {
+        format!("Ok({flags:#x})")
+    };
+    // SAFETY: closing the descriptor opened above.
+    unsafe { close(fd) };
+    out
+}
+
+/// chattr's flags and their enforcement: immutable refuses every change,
+/// append-only all but appends (and, for a directory, all but new names).
+fn inode_flags(c: &mut Ctx) {
+    use libc::*;
+    const I: u32 = 0x10;
+    const A: u32 = 0x20;
+    const D: u32 = 0x40;
+    const NOATIME: u32 = 0x80;
+    for d in ["t/fl", "t/fl/di", "t/fl/da"] {
+        c.mkdir("flags prep", d, 0o755);
+    }
+    for f in ["t/fl/fi", "t/fl/fa", "t/fl/fd", "t/fl/di/x", "t/fl/da/y"] {
+        std::fs::write(c.root.join(f), b"data").unwrap();
+    }
+    let r = ioctl_flags(c, "t/fl/fi", None);
+    c.rec("getflags plain", r);
+    for (name, f) in [
+        ("t/fl/fi", I),
+        ("t/fl/fa", A),
+        ("t/fl/di", I),
+        ("t/fl/da", A),
+    ] {
+        let r = ioctl_flags(c, name, Some(f));
+        c.rec(&format!("setflags {name}"), r);
+    }
+    let r = ioctl_flags(c, "t/fl/fd", Some(D | NOATIME));
+    c.rec("setflags d A", r);
+    for name in ["t/fl/fi", "t/fl/fa", "t/fl/fd", "t/fl/di"] {
+        let r = ioctl_flags(c, name, None);
+        c.rec(&format!("getflags {name}"), r);
+    }
+    let r = ioctl_flags(c, "t/fl/fd", Some(0x4));
+    c.rec("setflags unsupported", r);
+    for (what, name) in [("immutable", "t/fl/fi"), ("append-only", "t/fl/fa")] {
+        let fd = c.open(&format!("{what} open write"), name, O_WRONLY, 0);
+        c.close(fd);
+        let fd = c.open(&format!("{what} open append"), name, O_WRONLY | O_APPEND, 0);
+        c.write(&format!("{what} append"), fd, b"+more");
+        c.close(fd);
+        let fd = c.open(
+            &format!("{what} open trunc"),
+            name,
+            O_WRONLY | O_APPEND | O_TRUNC,
+            0,
+        );
+        c.close(fd);
+        let fd = c.open(&format!("{what} open read"), name, O_RDONLY, 0);
+        c.close(fd);
+        c.path1(&format!("{what} truncate"), name, |p| unsafe {
+            truncate(p, 1)
+        });
+        c.path1(&format!("{what} chmod"), name, |p| unsafe {
+            chmod(p, 0o600)
+        });
+        c.path1(&format!("{what} chown"), name, |p| unsafe {
+            chown(p, 1, 1)
+        });
+        c.path1(&format!("{what} utimes now"), name, |p| unsafe {
+            utimes(p, std::ptr::null())
+        });
+        let times = [timeval {
+            tv_sec: 1,
+            tv_usec: 0,
+        }; 2];
+        c.path1(&format!("{what} utimes set"), name, |p| unsafe {
+            utimes(p, times.as_ptr())
+        });
+        c.path1(&format!("{what} setxattr"), name, |p| unsafe {
+            setxattr(p, c"user.x".as_ptr(), b"v".as_ptr().cast(), 1, 0)
+        });
+        c.path2(&format!("{what} link"), name, "t/fl/linked", link);
+        c.path2(&format!("{what} rename"), name, "t/fl/moved", rename);
+        c.path1(&format!("{what} unlink"), name, |p| unsafe { unlink(p) });
+        c.content(&format!("{what} content"), name);
+    }
+    let fd = c.open(
+        "immutable dir create",
+        "t/fl/di/new",
+        O_CREAT | O_WRONLY,
+        0o644,
+    );
+    c.close(fd);
+    c.mkdir("immutable dir mkdir", "t/fl/di/sub", 0o755);
+    c.path1("immutable dir unlink", "t/fl/di/x", |p| unsafe {
+        unlink(p)
+    });
+    c.path2("immutable dir rename", "t/fl/di/x", "t/fl/di/x2", rename);
+    let fd = c.open(
+        "immutable dir write inside",
+        "t/fl/di/x",
+        O_WRONLY | O_APPEND,
+        0,
+    );
+    c.close(fd);
+    let fd = c.open(
+        "append dir create",
+        "t/fl/da/new",
+        O_CREAT | O_WRONLY,
+        0o644,
+    );
+    c.close(fd);
+    c.path1("append dir unlink", "t/fl/da/y", |p| unsafe { unlink(p) });
+    c.path2("append dir rename out", "t/fl/da/y", "t/fl/y", rename);
+    // Cleared again, so the tree can be removed.
+    for name in ["t/fl/fi", "t/fl/fa", "t/fl/fd", "t/fl/di", "t/fl/da"] {
+        let r = ioctl_flags(c, name, Some(0));
+        c.rec(&format!("clear flags {name}"), r);
+    }
+}
+
+/// `O_TMPFILE`: an unnamed file, then named by `linkat` through /proc/self/fd (what
+/// programs do without CAP_DAC_READ_SEARCH); `O_EXCL` keeps it unnamed for good.
+fn tmpfiles(c: &mut Ctx) {
+    use libc::*;
+    c.mkdir("tmpfile dir", "t/tmp", 0o755);
+    let fd = c.open("open tmpfile", "t/tmp", O_TMPFILE | O_RDWR, 0o640);
+    c.write("write tmpfile", fd, b"unnamed data");
+    c.fstat("fstat tmpfile", fd);
+    c.readdir("readdir with tmpfile", "t/tmp");
+    let link = |c: &mut Ctx, fd: i32, name: &str| {
+        let from = CString::new(format!("/proc/self/fd/{fd}")).unwrap();
+        let to = c.path(name);
+        // SAFETY: valid C strings.
+        unsafe {
+            linkat(
+                AT_FDCWD,
+                from.as_ptr(),
+                AT_FDCWD,
+                to.as_ptr(),
+                AT_SYMLINK_FOLLOW,
+            )
+        }
+    };
+    let r = link(c, fd, "t/tmp/named");
+    c.call("linkat tmpfile", r);
+    c.fstat("fstat tmpfile linked", fd);
+    c.content("read linked tmpfile", "t/tmp/named");
+    let r = link(c, fd, "t/tmp/named2");
+    c.call("linkat tmpfile again", r);
+    c.close(fd);
+    c.stat("stat linked tmpfile", "t/tmp/named");
+    let fd = c.open(
+        "open tmpfile excl",
+        "t/tmp",
+        O_TMPFILE | O_EXCL | O_WRONLY,
+        0o600,
+    );
+    c.write("write tmpfile excl", fd, b"gone");
+    let r = link(c, fd, "t/tmp/never");
+    c.call("linkat tmpfile excl", r);
+    c.close(fd);
+    c.open(
+        "open tmpfile read-only",
+        "t/tmp",
+        O_TMPFILE | O_RDONLY,
+        0o600,
+    );
+    c.readdir("readdir after tmpfiles", "t/tmp");
+}
+
+/// More attributes than one 4 KiB block holds, and values at Linux's 64 KiB limit
+/// (trusted.*, which tmpfs does not count against its user.* quota).
+fn many_xattrs(c: &mut Ctx) {
+    use libc::*;
+    let f = c.path("t/x2");
+    let set = |name: &str, v: &[u8]| {
+        let n = CString::new(name).unwrap();
+        // SAFETY: valid path, name and value buffer.
+        unsafe { setxattr(f.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) }
+    };
+    let get = |name: &str| {
+        let n = CString::new(name).unwrap();
+        let mut buf = vec![0u8; 65536];
+        // SAFETY: buf holds 65536 bytes.
+        let r = unsafe { getxattr(f.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        match r {
+            r if r < 0 => errno_str(),
+            r => format!(
+                "Ok({r} bytes, sum {})",
+                buf[..r as usize].iter().map(|&b| b as u64).sum::<u64>()
+            ),
+        }
+    };
+    let list_len = || {
+        // SAFETY: a null buffer with size 0 asks for the size.
+        let r = unsafe { listxattr(f.as_ptr(), std::ptr::null_mut(), 0) };
+        r as i64
+    };
+    let first_failure = (0..1200)
+        .map(|i| {
+            (
+                i,
+                set(
+                    &format!("trusted.many{i:04}"),
+                    format!("value {i}").as_bytes(),
+                ),
+            )
+        })
+        .find(|&(_, r)| r < 0)
+        .map(|(i, _)| format!("attribute {i}: {}", errno_str()));
+    c.rec("xattr 1200 small", format!("{first_failure:?}"));
+    c.ret("listxattr 1200", list_len(), false);
+    c.rec("getxattr 0", get("trusted.many0000"));
+    c.rec("getxattr 1199", get("trusted.many1199"));
+    let big: Vec<u8> = (0..65536u32).map(|i| (i * 7 % 251) as u8).collect();
+    let r = set("trusted.big", &big);
+    c.call("xattr 64 KiB", r);
+    c.rec("getxattr 64 KiB", get("trusted.big"));
+    let r = set("trusted.big2", &big[..65535]);
+    c.call("xattr second 64 KiB", r);
+    c.rec("getxattr second 64 KiB", get("trusted.big2"));
+    let removed = (0..1200)
+        .step_by(2)
+        .filter(|i| {
+            let n = CString::new(format!("trusted.many{i:04}")).unwrap();
+            // SAFETY: valid path and name.
+            unsafe { removexattr(f.as_ptr(), n.as_ptr()) == 0 }
+        })
+        .count();
+    c.rec("removexattr 600", format!("{removed}"));
+    c.ret("listxattr after removes", list_len(), false);
+    c.rec("getxattr removed one", get("trusted.many0000"));
+    c.rec("getxattr kept one", get("trusted.many1199"));
+    c.rec("getxattr 64 KiB kept", get("trusted.big"));
 }
 
 /// What uid 1000 (groups 1000, 1001) may and may not do. Root prepares the files.

@@ -28,7 +28,7 @@ use std::collections::HashSet;
 
 use crate::alloc::{bit, Allocators, UsedSets};
 use crate::format::superblock::{Superblock, SB_LEN};
-use crate::format::{dentry, dirlog, extents, inode, journal, Layout, BLOCK, ROOT_INO};
+use crate::format::{dentry, dirlog, extents, inode, journal, Layout, ROOT_INO};
 use crate::log::{recover, RecoveryReport};
 use crate::pmem::{Backend, Pm};
 use crate::pool::Pool;
@@ -357,7 +357,9 @@ impl<'a, B: Backend> Walker<'a, B> {
     fn walk(&mut self) {
         let root_ok =
             self.word(ROOT_INO, inode::INO) == ROOT_INO && is_dir(self.word(ROOT_INO, inode::MODE));
-        if !root_ok || self.word(ROOT_INO, inode::MODE) >> 32 != 0 {
+        let unknown_flags =
+            (self.word(ROOT_INO, inode::MODE) >> 32) as u32 & !crate::meta::flags::SUPPORTED;
+        if !root_ok || unknown_flags != 0 {
             self.problem(format!(
                 "the root inode is damaged (number word {:#x}, mode {:#o})",
                 self.word(ROOT_INO, inode::INO),
@@ -448,29 +450,32 @@ impl<'a, B: Backend> Walker<'a, B> {
             }
         }
         let x = self.pm.load_u64(off + inode::XATTR);
-        if x != 0 {
-            let why = match self.l.block_of(x) {
-                None => Some(format!("xattr pointer {x:#x} is not a data block")),
-                Some(b) if bit(&self.blocks, b) => Some(format!(
+        if x == 0 {
+            return;
+        }
+        let set = crate::data::xattr::read_set(self.pm, self.l, x).and_then(|set| {
+            match set.blocks.iter().find(|&&b| bit(&self.blocks, b)) {
+                Some(&b) => Err(format!(
                     "xattr block {b} is also used by inode {}",
                     self.owner.get(&b).copied().unwrap_or(0)
                 )),
-                Some(_) => xattr_block_bad(self.pm, x),
-            };
-            match why {
-                Some(why) => {
-                    self.problem(format!("inode {ino}: {why}"));
-                    if self.fix {
-                        self.set(
-                            off + inode::XATTR,
-                            0,
-                            format!("inode {ino}: bad xattr block dropped"),
-                        );
-                    }
+                None => Ok(set),
+            }
+        });
+        match set {
+            Err(why) => {
+                self.problem(format!("inode {ino}: {why}"));
+                if self.fix {
+                    self.set(
+                        off + inode::XATTR,
+                        0,
+                        format!("inode {ino}: bad xattr block dropped"),
+                    );
                 }
-                None => {
-                    let b = self.l.block_of(x).expect("checked");
-                    self.take_block(ino, b, "the xattr block");
+            }
+            Ok(set) => {
+                for b in set.blocks {
+                    self.take_block(ino, b, "an xattr block");
                 }
             }
         }
@@ -740,27 +745,4 @@ fn compare_used(v: &View<'_>, used: &UsedSets) -> Vec<String> {
         }
     }
     out
-}
-
-/// Why the xattr block at `addr` cannot be parsed, if it cannot.
-fn xattr_block_bad<B: Backend>(pm: &Pm<B>, addr: u64) -> Option<String> {
-    let raw = pm.read_vec(addr, BLOCK as usize);
-    let used = u64::from_le_bytes(raw[..8].try_into().expect("8")) as usize;
-    if used > raw.len() - 8 {
-        return Some(format!("xattr block at {addr:#x} claims {used} bytes"));
-    }
-    let end = 8 + used;
-    let mut p = 8;
-    while p < end {
-        if p + 3 > end {
-            return Some(format!("xattr block at {addr:#x} has a torn entry"));
-        }
-        let nl = raw[p] as usize;
-        let vl = u16::from_le_bytes([raw[p + 1], raw[p + 2]]) as usize;
-        if nl == 0 || p + 3 + nl + vl > end {
-            return Some(format!("xattr block at {addr:#x} has a bad entry"));
-        }
-        p += 3 + nl + vl;
-    }
-    None
 }

@@ -287,4 +287,78 @@ fn a_block_overwrite_in_a_tree_copies_no_leaf() {
         assert!(got.iter().all(|&b| b == want), "block {i}");
     }
     fs.close_fd(fd).unwrap();
+
+/// An attribute set larger than one block: a thousand small attributes and values at
+/// Linux's 64 KiB limit fit, read back, pass fsck, and give every block
+/// back when removed or when the file goes.
+#[test]
+fn a_thousand_attributes_and_64k_values_fit_and_return_their_blocks() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/f", CREAT, 0o644).unwrap();
+    fs.close_fd(fd).unwrap();
+    let free0 = fs.pool().alloc.blocks.free_count();
+    for i in 0..1000 {
+        s.setxattr("/f", format!("user.a{i:04}"), format!("v{i}").as_bytes(), 0)
+            .unwrap_or_else(|e| panic!("attribute {i}: {e}"));
+    }
+    let big: Vec<u8> = (0..65536u32).map(|i| (i % 253) as u8).collect();
+    s.setxattr("/f", "user.big", &big, 0).unwrap();
+    s.setxattr("/f", "trusted.big", &big[1..], 0).unwrap();
+    assert_eq!(
+        errno(s.setxattr("/f", "user.huge", &[0; 65537], 0)),
+        libc::E2BIG
+    );
+    assert_eq!(s.listxattr("/f").unwrap().len(), 1002);
+    assert_eq!(s.getxattr("/f", "user.a0999").unwrap(), b"v999");
+    assert_eq!(s.getxattr("/f", "user.big").unwrap(), big);
+    assert_eq!(s.getxattr("/f", "trusted.big").unwrap(), &big[1..]);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+    for i in 0..1000 {
+        s.removexattr("/f", format!("user.a{i:04}")).unwrap();
+    }
+    s.removexattr("/f", "user.big").unwrap();
+    assert_eq!(s.getxattr("/f", "trusted.big").unwrap(), &big[1..]);
+    s.removexattr("/f", "trusted.big").unwrap();
+    assert_eq!(fs.pool().alloc.blocks.free_count(), free0);
+    s.setxattr("/f", "user.big", &big, 0).unwrap();
+    s.unlink("/f").unwrap();
+    assert_eq!(fs.pool().alloc.blocks.free_count(), free0);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+}
+
+/// copy_range copies a range longer than its 1 MiB chunk in one call, stops at the
+/// source's end, and refuses what copy_file_range(2) refuses.
+#[test]
+fn copy_range_copies_across_chunks_and_refuses_overlaps() {
+    let fs = fs(32 << 20);
+    let s = fs.session(Cred::root());
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
+    let src = s.open("/src", CREAT, 0o644).unwrap();
+    fs.write(src, &data).unwrap();
+    let dst = s.open("/dst", CREAT, 0o644).unwrap();
+    assert_eq!(
+        fs.copy_range(src, 10, dst, 5, 2_500_000).unwrap(),
+        2_500_000
+    );
+    // Cut short by the source's end: 1,000 bytes, appended after the first range.
+    assert_eq!(
+        fs.copy_range(src, 2_999_000, dst, 2_500_005, 5000).unwrap(),
+        1000
+    );
+    let mut back = vec![0u8; 2_501_005];
+    assert_eq!(fs.pread(dst, &mut back, 0).unwrap(), 2_501_005);
+    assert!(back[..5] == [0; 5], "the hole before the copy");
+    assert!(back[5..2_500_005] == data[10..2_500_010], "the long copy");
+    assert!(back[2_500_005..] == data[2_999_000..], "the short copy");
+    assert_eq!(errno(fs.copy_range(src, 0, src, 100, 1000)), libc::EINVAL);
+    let app = s.open("/app", CREAT | libc::O_APPEND, 0o644).unwrap();
+    assert_eq!(errno(fs.copy_range(src, 0, app, 0, 10)), libc::EBADF);
+    let ro = s.open("/src", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(errno(fs.copy_range(src, 0, ro, 0, 10)), libc::EBADF);
+    for fd in [src, dst, app, ro] {
+        fs.close_fd(fd).unwrap();
+    }
 }

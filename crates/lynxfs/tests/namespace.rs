@@ -407,4 +407,49 @@ fn times_keep_every_instant_linux_allows() {
     assert!(st.mtime > at(1_700_000_000, 0), "{:?}", st.mtime);
     assert_eq!(st.atime, at(-9, 9));
     fs.close_fd(fd).unwrap();
+
+/// O_TMPFILE: an unnamed file, freed at its last close unless a link names it;
+/// O_EXCL makes it unlinkable; read-only is refused.
+#[test]
+fn tmpfiles_are_freed_at_close_unless_linked() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    let dir = s.stat("/d").unwrap().ino;
+    let inodes0 = fs.pool().alloc.inodes.free_count();
+    let root = Cred::root();
+    let fd = fs.open_tmpfile(dir, 0o600, RW, &root).unwrap();
+    fs.write(fd, b"scratch").unwrap();
+    let st = fs.fstat(fd).unwrap();
+    assert_eq!((st.nlink, st.size, st.mode & 0o7777), (0, 7, 0o600));
+    assert_eq!(fs.pool().alloc.inodes.free_count(), inodes0 - 1);
+    fs.close_fd(fd).unwrap();
+    assert_eq!(
+        fs.pool().alloc.inodes.free_count(),
+        inodes0,
+        "freed at close"
+    );
+
+    let fd = fs.open_tmpfile(dir, 0o644, RW, &root).unwrap();
+    fs.write(fd, b"kept").unwrap();
+    let ino = fs.fstat(fd).unwrap().ino;
+    fs.ns().link(ino, dir, b"named", &root).unwrap();
+    fs.close_fd(fd).unwrap();
+    let st = s.stat("/d/named").unwrap();
+    assert_eq!((st.ino, st.nlink, st.size), (ino, 1, 4));
+
+    let fd = fs
+        .open_tmpfile(dir, 0o600, RW | libc::O_EXCL, &root)
+        .unwrap();
+    let ino = fs.fstat(fd).unwrap().ino;
+    assert_eq!(errno(fs.ns().link(ino, dir, b"never", &root)), libc::ENOENT);
+    fs.close_fd(fd).unwrap();
+    assert_eq!(errno(s.stat("/d/never")), libc::ENOENT);
+    assert_eq!(
+        errno(fs.open_tmpfile(dir, 0o600, libc::O_RDONLY, &root)),
+        libc::EINVAL
+    );
+    assert_eq!(fs.pool().alloc.inodes.free_count(), inodes0 - 1);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
 }

@@ -543,6 +543,11 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            ll::Operation::TmpFile(x) => {
+                let (mode, umask, flags) = (x.mode(), x.umask(), x.flags());
+                let reply = self.reply();
+                filesystem.tmpfile(self.request_header(), self.request.nodeid(), mode, umask, flags, reply);
+            }
             #[cfg(target_os = "macos")]
             ll::Operation::SetVolName(x) => {
                 filesystem.setvolname(self.request_header(), x.name(), self.reply());

@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 
 use crate::error::{errno, Result};
 use crate::format::inode;
+use crate::meta::cachelet::ORPHAN;
 use crate::meta::{Cred, Stat};
 use crate::pmem::Backend;
 
@@ -182,7 +183,8 @@ impl<B: Backend> Fs<B> {
             self.ns.live(ino)?;
             let at = self.ns.pool.layout.inode_addr(ino);
             let nlink = self.ns.pool.pm.load_u64(at + inode::NLINK);
-            if nlink == 0 && c.open() == 0 {
+            // An orphan nobody has open yet is a new O_TMPFILE file being opened.
+            if nlink == 0 && c.open() == 0 && c.flags() & ORPHAN == 0 {
                 return Err(errno::ENOENT);
             }
             // This process's own count first: a repair recounts opens from those.

@@ -153,6 +153,27 @@ impl<B: Backend> Fs<B> {
 
     // ---- handles (also what the FUSE adapter uses) ----
 
+    /// A new unnamed file in directory `parent` (`O_TMPFILE`), opened with `flags`
+    /// (which must ask for writing); `O_EXCL` keeps it from ever being linked in.
+    /// It is freed when its last handle closes.
+    pub fn open_tmpfile(&self, parent: u64, mode: u32, flags: i32, cred: &Cred) -> Result<Fd> {
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(errno::EINVAL);
+        }
+        self.op(|| {
+            let linkable = flags & libc::O_EXCL == 0;
+            let ino = self.ns.tmpfile(parent, mode, cred, linkable)?;
+            let open = flags & !(libc::O_TMPFILE | libc::O_EXCL | libc::O_CREAT);
+            self.open_ino(ino, open, cred, true).inspect_err(|_| {
+                // Never opened: nothing else would free it before recovery.
+                let c = self.ns.cachelets.get(ino);
+                if let Ok(_w) = c.write(self.ns.watch()) {
+                    self.ns.free_if_orphan(ino);
+                }
+            })
+        })
+    }
+
     /// Open inode `ino` with `flags` (O_RDONLY, O_WRONLY, O_RDWR, O_APPEND, O_TRUNC).
     pub fn open_ino(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<Fd> {
         self.op(|| {
@@ -165,6 +186,7 @@ impl<B: Backend> Fs<B> {
             if !created {
                 self.ns.may(ino, cred, open_wants(flags))?;
             }
+            may_open_flagged(self.ns.inode_flags(ino), flags)?;
             self.open_ref(ino)?;
             if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
                 if let Err(e) = self.truncate_to_zero(ino) {
@@ -276,6 +298,9 @@ impl<B: Backend> Fs<B> {
     /// relatime: update atime only when it is not newer than mtime or ctime, or is a
     /// day old.
     fn touch_atime(&self, ino: u64) {
+        if self.ns.inode_flags(ino) & crate::meta::flags::NOATIME != 0 {
+            return;
+        }
         let [a, m, c, _] = self.ns.times(ino);
         let now = now_ns();
         let day_old = Timestamp::from_ns(now).sec.saturating_sub(a.sec) >= 24 * 3600;
@@ -305,17 +330,60 @@ impl<B: Backend> Fs<B> {
         let size = pool
             .pm
             .load_u64(pool.layout.inode_addr(f.ino) + inode::SIZE);
-        let at = if self.flags_of(f)? & libc::O_APPEND != 0 {
-            size
-        } else {
-            off
-        };
+        let append = self.flags_of(f)? & libc::O_APPEND != 0;
+        self.ns.may_write_data(f.ino, append)?;
+        let at = if append { size } else { off };
         let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data, &self.map_of(f))?;
         if !f.privileged {
             self.clear_suid(f.ino);
         }
         self.ns.notices.data(f.ino, at, n as u64);
         Ok((at, n))
+    }
+
+    /// copy_file_range(2) between two handles at explicit offsets, in 1 MiB chunks
+    /// inside the engine (one call, however long the range): the bytes copied, fewer
+    /// than `len` only at the source's end. Ranges of one file may not overlap
+    /// (EINVAL), the source must be readable and the destination writable without
+    /// O_APPEND (EBADF), as in Linux.
+    pub fn copy_range(
+        &self,
+        fd_in: Fd,
+        off_in: u64,
+        fd_out: Fd,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        const CHUNK: u64 = 1 << 20;
+        self.op(|| {
+            let (src, dst) = (self.file(fd_in)?, self.file(fd_out)?);
+            if access(&src) == libc::O_WRONLY
+                || access(&dst) == libc::O_RDONLY
+                || self.flags_of(&dst)? & libc::O_APPEND != 0
+            {
+                return Err(errno::EBADF);
+            }
+            let overlap =
+                off_in < off_out.saturating_add(len) && off_out < off_in.saturating_add(len);
+            if src.ino == dst.ino && overlap {
+                return Err(errno::EINVAL);
+            }
+            let mut buf = vec![0u8; len.min(CHUNK) as usize];
+            let mut done = 0u64;
+            while done < len {
+                let want = (len - done).min(CHUNK) as usize;
+                let n = self.read_locked(&src, &mut buf[..want], off_in + done)?;
+                if n == 0 {
+                    break;
+                }
+                let (_, w) = self.write_locked(&dst, &buf[..n], off_out + done)?;
+                done += w as u64;
+                if w < n {
+                    break;
+                }
+            }
+            Ok(done)
+        })
     }
 
     /// Writing to a file clears its set-user-ID bit (and set-group-ID if group
@@ -330,7 +398,7 @@ impl<B: Backend> Fs<B> {
             let mut b = self.ns.pool.pm.batch();
             b.write_u64(
                 self.ns.pool.layout.inode_addr(ino) + inode::MODE,
-                new as u64,
+                crate::meta::flags::mode_word(new, self.ns.inode_flags(ino)),
             );
             let _ = b.persist();
         }
@@ -420,6 +488,7 @@ impl<B: Backend> Fs<B> {
         if self.ns.mode(ino) & libc::S_IFMT != libc::S_IFREG {
             return Err(errno::EINVAL);
         }
+        self.ns.may_change(ino)?;
         let c = self.ns.cachelets.get(ino);
         let _w = c.write(self.ns.watch())?;
         let cache = crate::data::MapCache::new(c.map_version(), self.ns.rt.generation(), local);
@@ -449,6 +518,9 @@ impl<B: Backend> Fs<B> {
             if self.ns.mode(f.ino) & libc::S_IFMT != libc::S_IFREG {
                 return Err(errno::ENODEV);
             }
+            // Append-only files may only grow (plain allocation past the end).
+            self.ns
+                .may_write_data(f.ino, mode & !libc::FALLOC_FL_KEEP_SIZE == 0)?;
             let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
             crate::data::fallocate(
                 &self.ns.pool,
@@ -472,6 +544,18 @@ impl<B: Backend> Fs<B> {
     pub fn fstat(&self, fd: Fd) -> Result<Stat> {
         self.ns.getattr(self.file(fd)?.ino)
     }
+}
+
+/// Linux's open rules for inode flags: no writing open of an immutable file; an
+/// append-only one opens for writing only with O_APPEND, and never with O_TRUNC.
+fn may_open_flagged(iflags: u32, flags: i32) -> Result<()> {
+    use crate::meta::flags::{APPEND, IMMUTABLE};
+    let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+    let appends = flags & libc::O_APPEND != 0 && flags & libc::O_TRUNC == 0;
+    if writes && (iflags & IMMUTABLE != 0 || (iflags & APPEND != 0 && !appends)) {
+        return Err(errno::EPERM);
+    }
+    Ok(())
 }
 
 /// The access mode (O_RDONLY, O_WRONLY, O_RDWR) `f` was opened with: fixed at open.

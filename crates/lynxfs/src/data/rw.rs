@@ -586,10 +586,13 @@ pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]
     Ok(())
 }
 
-/// Blocks a file holds: data, tree nodes, xattr block, directory log pages.
+/// Blocks a file holds: data, tree nodes, xattr blocks, directory log pages.
 pub fn blocks_used<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
     let at = pool.layout.inode_addr(ino);
-    let xattr = (pool.pm.load_u64(at + inode::XATTR) != 0) as u64;
+    let xattr = match pool.pm.load_u64(at + inode::XATTR) {
+        0 => 0,
+        _ => super::xattr::blocks(pool, ino).len() as u64,
+    };
     let mode = pool.pm.load_u64(at + inode::MODE) as u32;
     let dir_pages = if mode & libc::S_IFMT == libc::S_IFDIR {
         dir_pages(pool, ino).len() as u64
@@ -635,8 +638,7 @@ pub fn free_all<B: Backend>(pool: &Pool<B>, ino: u64) {
         }
         map::free_nodes(pool, &m.nodes);
     }
-    let at = pool.layout.inode_addr(ino);
-    if let Some(b) = pool.layout.block_of(pool.pm.load_u64(at + inode::XATTR)) {
+    for b in super::xattr::blocks(pool, ino) {
         pool.alloc.blocks.free(b, 1);
     }
     for b in dir_pages(pool, ino) {

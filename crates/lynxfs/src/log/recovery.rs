@@ -477,12 +477,13 @@ impl<B: Backend> Walker<'_, '_, B> {
         }
         let x = pm.load_u64(off + inode::XATTR);
         if x != 0 {
-            match l.block_of(x) {
-                Some(b) => self.mark_block(ino, b),
-                None => self
-                    .rep
-                    .problems
-                    .push(format!("inode {ino}: bad xattr block {x:#x}")),
+            match crate::data::xattr::read_set(pm, l, x) {
+                Ok(set) => {
+                    for b in set.blocks {
+                        self.mark_block(ino, b);
+                    }
+                }
+                Err(e) => self.rep.problems.push(format!("inode {ino}: {e}")),
             }
         }
     }

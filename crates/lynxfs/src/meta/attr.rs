@@ -122,6 +122,12 @@ impl<B: Backend> Namespace<B> {
             let o = self.owner(ino);
             let at = self.iaddr(ino);
             let now = now_ns();
+            let explicit = [a.atime, a.mtime]
+                .iter()
+                .any(|t| matches!(t, Some(TimeSet::At(_))));
+            if a.mode.is_some() || a.uid.is_some() || a.gid.is_some() || explicit {
+                self.may_change(ino)?;
+            }
             let mut words: Vec<(u64, u64)> = Vec::new();
             let mut mode = o.mode;
             let mut time_hi = self.load(ino, inode::TIME_HI);
@@ -163,6 +169,9 @@ impl<B: Backend> Namespace<B> {
                 let Some(t) = t else { continue };
                 let v = match t {
                     TimeSet::Now => {
+                        if self.inode_flags(ino) & super::flags::IMMUTABLE != 0 {
+                            return Err(errno::EPERM);
+                        }
                         if perm::owner_or_root(cred, o).is_err() {
                             self.may(ino, cred, perm::W).map_err(|_| errno::EACCES)?;
                         }
@@ -181,7 +190,8 @@ impl<B: Backend> Namespace<B> {
                 words.push((at + inode::TIME_HI, time_hi));
             }
             if mode != o.mode {
-                words.push((at + inode::MODE, mode as u64));
+                let word = super::flags::mode_word(mode, self.inode_flags(ino));
+                words.push((at + inode::MODE, word));
             }
             let acl = match a.mode {
                 Some(_) => self.chmod_acl(ino, mode)?,

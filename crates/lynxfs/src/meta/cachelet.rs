@@ -22,6 +22,8 @@ pub const ORPHAN: u32 = 1;
 pub const LOADED: u32 = 2;
 /// A directory removed (rmdir or a rename over it has committed): no creates in it.
 pub const REMOVED: u32 = 4;
+/// An unnamed `O_TMPFILE` file (also [`ORPHAN`]) that a link may still name.
+pub const LINKABLE: u32 = 8;
 
 /// Bytes per record: one cache line, so files used by different CPUs share none.
 const RECORD: usize = 64;

@@ -14,6 +14,7 @@ use crate::pmem::Backend;
 use crate::runtime::testing::stop_here;
 use crate::time::now_ns;
 
+use super::cachelet::{LINKABLE, ORPHAN};
 use super::index::{self, name_hash, Claim, Entry, State};
 use super::perm::{self, Cred};
 use super::{check_name, dtype, is_dir, Dir, Namespace};
@@ -147,7 +148,6 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
     ) -> Result<()> {
         let pool = &self.pool;
-        let lane = self.lane();
         let ino = entry.ino;
         if let Some(t) = node.target {
             if t.is_empty() {
@@ -158,6 +158,36 @@ impl<B: Backend> Namespace<B> {
             }
         }
         let parent = dir.ino;
+        let mode = self.write_inode(parent, ino, node, cred, true)?;
+        let now = now_ns();
+        // The dentry and inode are written, nothing is committed yet.
+        stop_here("create.before_commit");
+        let mut b = pool.pm.batch();
+        b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
+        self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 })?;
+        let prepared = b.persist();
+        drop(pool.pm.commit_u64(
+            entry.dentry + dentry::STATE,
+            dentry::state_word(true, now),
+            prepared,
+        ));
+        dir.entries().fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Write inode `ino`'s image (flushed, not fenced): owner and group from `cred`
+    /// and `parent` (set-group-ID directories), ACLs inherited from `parent`, a
+    /// symlink's target; link count 0 unless `named`. Returns its mode.
+    pub(super) fn write_inode(
+        &self,
+        parent: u64,
+        ino: u64,
+        node: NewNode<'_>,
+        cred: &Cred,
+        named: bool,
+    ) -> Result<u32> {
+        let pool = &self.pool;
+        let lane = self.lane();
         let pown = self.owner(parent);
         let mut mode = node.mode;
         let gid = if pown.mode & libc::S_ISGID != 0 {
@@ -180,7 +210,11 @@ impl<B: Backend> Namespace<B> {
             mode,
             uid: cred.uid,
             gid,
-            nlink: if is_dir(mode) { 2 } else { 1 },
+            nlink: match (named, is_dir(mode)) {
+                (false, _) => 0,
+                (true, true) => 2,
+                (true, false) => 1,
+            },
             atime: now,
             mtime: now,
             ctime: now,
@@ -200,30 +234,48 @@ impl<B: Backend> Namespace<B> {
                 let mut b = pool.pm.batch();
                 b.write_u64(self.iaddr(ino) + inode::XATTR, blk);
                 b.flushed();
-                pool.layout.block_of(blk)
+                blk
             }
-            None => None,
+            None => 0,
         };
         if let Some(t) = node.target {
-            crate::data::write_fresh(pool, ino, lane, t).inspect_err(|_| {
-                if let Some(blk) = acl_block {
-                    pool.alloc.blocks.free(blk, 1);
-                }
-            })?;
+            crate::data::write_fresh(pool, ino, lane, t)
+                .inspect_err(|_| crate::data::xattr::free_set(pool, acl_block))?;
         }
-        // The dentry and inode are written, nothing is committed yet.
-        stop_here("create.before_commit");
-        let mut b = pool.pm.batch();
-        b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
-        self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 })?;
-        let prepared = b.persist();
-        drop(pool.pm.commit_u64(
-            entry.dentry + dentry::STATE,
-            dentry::state_word(true, now),
-            prepared,
-        ));
-        dir.entries().fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        Ok(mode)
+    }
+
+    /// An unnamed regular file in directory `parent` (`O_TMPFILE`): an orphan from
+    /// the start, freed at its last close (or by recovery: nothing names it). With
+    /// `linkable`, [`Namespace::link`] may give it a name.
+    pub fn tmpfile(&self, parent: u64, mode: u32, cred: &Cred, linkable: bool) -> Result<u64> {
+        self.op(|| {
+            let dir = self.enter(parent)?;
+            self.may(parent, cred, perm::W | perm::X)?;
+            if dir.removed() {
+                return Err(errno::ENOENT);
+            }
+            let ino = self
+                .pool
+                .alloc
+                .inodes
+                .alloc(self.lane())
+                .ok_or(errno::ENOSPC)?;
+            let node = NewNode {
+                mode: libc::S_IFREG | (mode & 0o7777),
+                rdev: 0,
+                target: None,
+            };
+            if let Err(e) = self.write_inode(parent, ino, node, cred, false) {
+                self.pool.alloc.inodes.free(ino);
+                return Err(e);
+            }
+            // Live from here (its INO word is fenced), but no name leads to it.
+            drop(self.pool.pm.batch().persist());
+            let flags = if linkable { ORPHAN | LINKABLE } else { ORPHAN };
+            self.cachelets.get(ino).set_flags(flags);
+            Ok(ino)
+        })
     }
 
     /// Write a dentry naming `ino` and claim a log slot for it, without committing:
@@ -312,6 +364,7 @@ impl<B: Backend> Namespace<B> {
         if is_dir(self.mode(ino)) {
             return Err(errno::EPERM);
         }
+        self.may_change(ino)?;
         let dir = self.enter(parent)?;
         self.may(parent, cred, perm::W | perm::X)?;
         let new = self.new_dentry(&dir, ino, name, dtype(self.mode(ino)), self.lane())?;
@@ -353,7 +406,10 @@ impl<B: Backend> Namespace<B> {
         // Re-checked under the inode lock: the last unlink may have just freed it, and
         // a create may have reused the number.
         let nlink = self.load(ino, inode::NLINK);
-        if self.live(ino).is_err() || nlink == 0 || self.load(ino, inode::GENERATION) != generation
+        let unnamed = self.cachelets.get(ino).flags() & LINKABLE != 0;
+        if self.live(ino).is_err()
+            || (nlink == 0 && !unnamed)
+            || self.load(ino, inode::GENERATION) != generation
         {
             return Err(errno::ENOENT);
         }
@@ -378,6 +434,9 @@ impl<B: Backend> Namespace<B> {
             dentry::state_word(true, now),
             prepared,
         ));
+        if unnamed {
+            self.cachelets.get(ino).clear_flags(ORPHAN | LINKABLE);
+        }
         dir.entries().fetch_add(1, Ordering::AcqRel);
         Ok(())
     }

@@ -9,6 +9,7 @@ pub mod cachelet;
 pub mod create;
 pub mod dir;
 mod evict;
+pub mod flags;
 pub mod index;
 pub mod mechanisms;
 pub mod perm;

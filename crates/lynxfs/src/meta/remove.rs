@@ -56,7 +56,9 @@ impl<B: Backend> Namespace<B> {
             self.unclaim(e);
             return Err(err);
         }
-        let checked = self.check_removable(e, pown, cred, want_dir);
+        let checked = self
+            .check_removable(e, pown, cred, want_dir)
+            .and_then(|d| self.may_delete(parent, e.ino).map(|()| d));
         let child_dir = match checked {
             Ok(d) => d,
             Err(err) => {

@@ -16,6 +16,7 @@ use crate::pmem::Backend;
 use crate::runtime::testing::stop_here;
 use crate::time::now_ns;
 
+use super::create::NewNode;
 use super::index::{Claim, Entry, State};
 use super::perm::{self, Cred};
 use super::{check_name, is_dir, Namespace};
@@ -24,18 +25,22 @@ use super::{check_name, is_dir, Namespace};
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// Leave a whiteout (a character device 0:0) at the source name, in the same
+    /// commit (overlayfs's RENAME_WHITEOUT).
+    pub whiteout: bool,
 }
 
 impl RenameFlags {
     /// From the `renameat2` flag bits.
     pub fn from_bits(bits: u32) -> Result<RenameFlags> {
-        let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+        let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
         if bits & !known != 0 {
             return Err(errno::EINVAL);
         }
         Ok(RenameFlags {
             noreplace: bits & libc::RENAME_NOREPLACE != 0,
             exchange: bits & libc::RENAME_EXCHANGE != 0,
+            whiteout: bits & libc::RENAME_WHITEOUT != 0,
         })
     }
 }
@@ -125,8 +130,12 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
         serial: bool,
     ) -> Result<()> {
-        if flags.noreplace && flags.exchange {
+        if flags.exchange && (flags.noreplace || flags.whiteout) {
             return Err(errno::EINVAL);
+        }
+        // Making a whiteout is making a device node (CAP_MKNOD).
+        if flags.whiteout && cred.uid != 0 {
+            return Err(errno::EPERM);
         }
         for n in [sn, dn] {
             if n == b"." || n == b".." {
@@ -163,13 +172,30 @@ impl<B: Backend> Namespace<B> {
         // The new dentries first (not valid): the index compares a claimed name with
         // its dentry's.
         let lane = self.lane();
-        let new_dst = self.new_dentry(ddir, plan.src.ino, dn, plan.src.dtype, lane)?;
-        let new_src = match plan.dst.filter(|_| flags.exchange) {
-            Some(d) => match self.new_dentry(sdir, d.ino, sn, d.dtype, lane) {
+        // What the source name will name: the exchanged file, or a new whiteout.
+        let (into_src, whiteout) = match (plan.dst.filter(|_| flags.exchange), flags.whiteout) {
+            (Some(d), _) => (Some((d.ino, d.dtype)), None),
+            (None, true) => {
+                let w = self.new_whiteout(sp, cred)?;
+                (Some((w, libc::DT_CHR)), Some(w))
+            }
+            (None, false) => (None, None),
+        };
+        let drop_whiteout = |err| {
+            if let Some(w) = whiteout {
+                self.free_whiteout(w);
+            }
+            err
+        };
+        let new_dst = self
+            .new_dentry(ddir, plan.src.ino, dn, plan.src.dtype, lane)
+            .map_err(drop_whiteout)?;
+        let new_src = match into_src {
+            Some((ino, dtype)) => match self.new_dentry(sdir, ino, sn, dtype, lane) {
                 Ok(e) => Some(e),
                 Err(err) => {
                     self.discard_dentry(ddir, new_dst);
-                    return Err(err);
+                    return Err(drop_whiteout(err));
                 }
             },
             None => None,
@@ -184,10 +210,12 @@ impl<B: Backend> Namespace<B> {
         // Whole entries: a freed dentry or inode number may come straight back (the
         // free lists are stacks) for another file of another type.
         let (want_src, want_dst) = (plan.src, plan.dst);
-        let (plan, news) = self.claim_names(plan, news, flags, sp, sn, dp, dn, sdir, ddir)?;
+        let (plan, news) = self
+            .claim_names(plan, news, flags, sp, sn, dp, dn, sdir, ddir)
+            .map_err(drop_whiteout)?;
         let undo = |err| {
             self.unclaim_names(&plan, &news, sdir, ddir);
-            err
+            drop_whiteout(err)
         };
         // An unlink and a create of one of the names between the plan and the claims
         // would leave the plan's checks about other files: plan again.
@@ -288,8 +316,10 @@ impl<B: Backend> Namespace<B> {
             }
         }
         perm::sticky_ok(cred, self.owner(sp), self.owner(src.ino))?;
+        self.may_delete(sp, src.ino)?;
         if let Some(d) = dst {
             perm::sticky_ok(cred, self.owner(dp), self.owner(d.ino))?;
+            self.may_delete(dp, d.ino)?;
         }
         // A directory changing parent rewrites its "..": that needs write access to it.
         if sp != dp {
@@ -450,9 +480,9 @@ impl<B: Backend> Namespace<B> {
             w.push((d.dentry + dentry::STATE, gone));
             w.push((d.slot, 0));
         }
-        if let (Some(ns), Some(d)) = (new_src, plan.dst) {
+        if let Some(ns) = new_src {
             w.push((ns.dentry + dentry::STATE, valid));
-            w.push((self.iaddr(d.ino) + inode::DENTRY, ns.dentry));
+            w.push((self.iaddr(ns.ino) + inode::DENTRY, ns.dentry));
         }
         // Link-count changes of the (at most two) parents.
         let mut delta: [(u64, i64); 2] = [(sp, 0), (dp, 0)];
@@ -501,9 +531,9 @@ impl<B: Backend> Namespace<B> {
         }
         if new_src.is_none() {
             sdir.entries().fetch_sub(1, Ordering::AcqRel);
-            if plan.dst.is_none() {
-                ddir.entries().fetch_add(1, Ordering::AcqRel);
-            }
+        }
+        if plan.dst.is_none() {
+            ddir.entries().fetch_add(1, Ordering::AcqRel);
         }
         self.retire_dentry(sdir, src);
         if let Some(d) = plan.dst {
@@ -518,6 +548,38 @@ impl<B: Backend> Namespace<B> {
         self.index
             .find(&self.pool.pm, parent, name)
             .is_some_and(|e| e.state != State::Ready)
+    }
+
+    /// A whiteout's inode (a character device 0:0 owned by `cred`), written and
+    /// flushed but named by nothing until the rename commits (recovery frees it if
+    /// the rename never does). Returns its number.
+    fn new_whiteout(&self, parent: u64, cred: &Cred) -> Result<u64> {
+        let ino = self
+            .pool
+            .alloc
+            .inodes
+            .alloc(self.lane())
+            .ok_or(errno::ENOSPC)?;
+        let node = NewNode {
+            mode: libc::S_IFCHR,
+            rdev: 0,
+            target: None,
+        };
+        match self.write_inode(parent, ino, node, cred, true) {
+            Ok(_) => Ok(ino),
+            Err(e) => {
+                self.pool.alloc.inodes.free(ino);
+                Err(e)
+            }
+        }
+    }
+
+    /// Undo [`Namespace::new_whiteout`] for a rename that did not commit.
+    fn free_whiteout(&self, ino: u64) {
+        let mut b = self.pool.pm.batch();
+        b.write_u64(self.iaddr(ino) + inode::INO, 0);
+        drop(b.persist());
+        self.pool.alloc.inodes.free(ino);
     }
 
     /// A dentry that was written but never committed: give back its slot and id.

@@ -23,6 +23,10 @@ impl<B: Backend> Namespace<B> {
     /// May `cred` access `ino` for `want` (R, W, X)? Through the access ACL when the
     /// inode has one, as Linux's `generic_permission`.
     pub fn may(&self, ino: u64, cred: &Cred, want: u32) -> Result<()> {
+        // Even root may not write to an immutable file, or in an immutable directory.
+        if want & perm::W != 0 && self.inode_flags(ino) & super::flags::IMMUTABLE != 0 {
+            return Err(errno::EPERM);
+        }
         let o = self.owner(ino);
         // Only a caller other than root and the owner, of a file whose mode has group
         // bits and which has attributes at all, can be decided by an ACL.
@@ -122,6 +126,7 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
     ) -> Result<()> {
         self.op(|| {
+            self.may_change(ino)?;
             if is_acl(name) {
                 if flags & !(xattr::CREATE | xattr::REPLACE) != 0 {
                     return Err(errno::EINVAL);
@@ -140,6 +145,7 @@ impl<B: Backend> Namespace<B> {
     /// removexattr(2); removing an ACL that is not there succeeds, as on ext4.
     pub fn removexattr(&self, ino: u64, name: &[u8], cred: &Cred) -> Result<()> {
         self.op(|| {
+            self.may_change(ino)?;
             if is_acl(name) {
                 return self.set_acl(ino, name, &[], cred);
             }
@@ -185,7 +191,8 @@ impl<B: Backend> Namespace<B> {
                     if !cred.is_root() && !cred.in_group(o.gid) {
                         mode &= !libc::S_ISGID;
                     }
-                    words.push((self.iaddr(ino) + inode::MODE, u64::from(mode)));
+                    let word = super::flags::mode_word(mode, self.inode_flags(ino));
+                    words.push((self.iaddr(ino) + inode::MODE, word));
                     acl.is_extended().then_some(acl)
                 }
                 acl => acl,

@@ -101,6 +101,7 @@ fn default_acl() -> Vec<u8> {
 /// /f (3 blocks + 500 B)  /h (50 B)  /s -> f  /x (xattr user.a)  /e2/ (empty)
 /// /big (blocks 0,2,4,6: four inline extents)  /tree (blocks 0,2,..,10: a tree)
 /// /a (50 B, extended access ACL: mode 0664)  /da/ (empty, default ACL)
+/// /xa (150 attributes: a chained attribute set)
 /// ```
 pub fn setup(c: &Ctx) {
     let s = c.s();
@@ -126,6 +127,11 @@ pub fn setup(c: &Ctx) {
     s.setxattr("/a", ACL_ACCESS, &acl_of_a(), 0).unwrap();
     s.mkdir("/da", 0o755).unwrap();
     s.setxattr("/da", ACL_DEFAULT, &default_acl(), 0).unwrap();
+    put(c, "/xa", 0, b"x").unwrap();
+    for i in 0..150 {
+        s.setxattr("/xa", format!("user.m{i:03}"), &pattern(20, i as u8), 0)
+            .unwrap();
+    }
 }
 
 /// One operation: a name and what it does (`i` tells instances in a sequence apart).
@@ -219,6 +225,26 @@ pub fn all_ops() -> Vec<Op> {
         }),
         op("rename-exchange-dir-file", |c, _| {
             rename(c, "/d1/e1", "/d2/g", libc::RENAME_EXCHANGE)
+        }),
+        // The whiteout inode is written first; the rename's journal record names it.
+        op("rename-whiteout", |c, _| {
+            rename(c, "/d1/f1", "/d2/f1w", libc::RENAME_WHITEOUT)
+        }),
+        op("rename-whiteout-over-file", |c, _| {
+            rename(c, "/d1/f1", "/d2/g", libc::RENAME_WHITEOUT)
+        }),
+        // An unnamed file, then a name for it: the link's commit point.
+        op("tmpfile-link", |c, i| {
+            let d1 = c.s().stat("/d1")?.ino;
+            let fd =
+                c.fs.open_tmpfile(d1, 0o640, libc::O_RDWR, &lynxfs::Cred::root())?;
+            let r = c.fs.write(fd, b"tmp").and_then(|_| {
+                let ino = c.fs.fstat(fd)?.ino;
+                c.fs.ns()
+                    .link(ino, d1, format!("t{i}").as_bytes(), &lynxfs::Cred::root())
+            });
+            c.fs.close_fd(fd)?;
+            r
         }),
         op("rename-dir-cross", |c, _| rename(c, "/d1/e1", "/d2/e1m", 0)),
         op("rename-dir-tree", |c, _| rename(c, "/d1", "/e2/d1m", 0)),
@@ -353,6 +379,16 @@ pub fn all_ops() -> Vec<Op> {
             c.s().setxattr("/d1", format!("user.d{i}"), b"v", 0)
         }),
         op("removexattr", |c, _| c.s().removexattr("/x", "user.a")),
+        // A chained set: its head and continuation blocks are replaced at once.
+        op("setxattr-chained", |c, i| {
+            c.s()
+                .setxattr("/xa", format!("user.c{i}"), &pattern(300, 40), 0)
+        }),
+        // A single-block set becomes chained: a value at Linux's 64 KiB limit.
+        op("setxattr-64k", |c, i| {
+            c.s()
+                .setxattr("/x", format!("user.big{i}"), &pattern(65536, 50), 0)
+        }),
         // POSIX ACLs: the attribute block and the mode change in one journal record.
         op("acl-access-extended", |c, _| {
             c.s().setxattr("/x", ACL_ACCESS, &acl_for_x(), 0)

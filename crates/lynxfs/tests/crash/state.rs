@@ -310,10 +310,9 @@ fn blocks_of<B: Backend>(pool: &Pool<B>, ino: u64) -> Result<Vec<u64>, String> {
     }
     let x = pool.pm.load_u64(at + inode::XATTR);
     if x != 0 {
-        out.push(
-            l.block_of(x)
-                .ok_or(format!("inode {ino}: bad xattr block {x:#x}"))?,
-        );
+        let set = lynxfs::data::xattr::read_set(&pool.pm, l, x)
+            .map_err(|e| format!("inode {ino}: {e}"))?;
+        out.extend(set.blocks);
     }
     let mut p = pool.pm.load_u64(at + inode::DIR_LOG);
     while p != 0 {
