@@ -69,25 +69,28 @@ fn replies_from_other_threads_are_committed_by_the_queues() {
     config.mount_options = vec![MountOption::FSName("uring-replies".into())];
     config.io_uring = true;
     let (session, mount) = kmount::session(ElsewhereFs, mnt.path(), &config).expect("mount");
-    assert!(
-        session.io_uring(),
-        "FUSE over io_uring not offered (is /sys/module/fuse/parameters/enable_uring Y?)"
-    );
+    if !session.io_uring() {
+        let _ = mount.unmount();
+        panic!("FUSE over io_uring not offered (is /sys/module/fuse/parameters/enable_uring Y?)");
+    }
     let state = session.io_uring_state();
     let bg = session.spawn().expect("serving");
     let before = queue_switches();
-    let mut misses = 0;
-    for i in 0..500 {
-        match std::fs::metadata(mnt.path().join(format!("n{i}"))) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => misses += 1,
-            other => panic!("n{i}: {other:?}"),
-        }
-    }
-    assert!(std::fs::metadata(mnt.path()).unwrap().is_dir());
+    // Collected, not asserted, until the mount is gone: a failure leaves no mount.
+    let wrong: Vec<String> = (0..500)
+        .filter_map(
+            |i| match std::fs::metadata(mnt.path().join(format!("n{i}"))) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                other => Some(format!("n{i}: {other:?}")),
+            },
+        )
+        .collect();
+    let root_is_dir = std::fs::metadata(mnt.path()).map(|m| m.is_dir());
     let queues_served = state.active();
     let after = queue_switches();
     kmount::unmount_and_join(&mount, bg).expect("unmount");
-    assert_eq!(misses, 500);
+    assert!(wrong.is_empty(), "{wrong:?}");
+    assert!(matches!(root_is_dir, Ok(true)), "{root_is_dir:?}");
     assert!(queues_served, "the io_uring queues stopped serving");
     assert!(
         after >= before + 500,
