@@ -3,7 +3,8 @@
 //!
 //! Every target gets the same file size, block sizes and random order. Each operation
 //! covers the whole file once (random ones visit every block once, in a shuffled
-//! order), so MB/s is the file size over the loop's time.
+//! order), so MB/s is the file size over the loop's time. The last row has two threads
+//! overwrite two such files at once: MB/s is both files' size over the time.
 
 use std::hint::black_box;
 use std::io;
@@ -17,6 +18,15 @@ use crate::{progress_bar, Grid, Handle, Measured, OpenFlags, Options, Target};
 
 /// The file's name in each target's root.
 const FILE: &str = "lynxfs-bench.data";
+
+/// The second thread's file in the two-thread row.
+const FILE2: &str = "lynxfs-bench.data2";
+
+/// The last row: two threads overwriting two files at once (64 KiB blocks, the whole
+/// of both files), MB/s of both together; compare with "seq write 64K".
+const TWO_THREADS: &str = "2 threads, 2 files";
+
+const TWO_THREAD_BLOCK: usize = 64 << 10;
 
 /// The largest block; the file size must be a multiple of it.
 pub(crate) const MAX_BLOCK: u64 = 1 << 20;
@@ -166,15 +176,19 @@ fn run_memcpy(mem: &mut [u8], plan: &Plan, op: &Op, buf: &mut [u8]) {
 }
 
 /// Opens every target's file, fresh and empty, for one round.
-fn open_all(targets: &[Box<dyn Target>], names: &[String]) -> anyhow::Result<Vec<Handle>> {
+fn open_all(
+    targets: &[Box<dyn Target>],
+    names: &[String],
+    file: &str,
+) -> anyhow::Result<Vec<Handle>> {
     let mut handles = Vec::with_capacity(targets.len());
     for (t, name) in targets.iter().zip(names) {
-        match t.open(Path::new(FILE), OpenFlags::CREATE_TRUNCATE) {
+        match t.open(Path::new(file), OpenFlags::CREATE_TRUNCATE) {
             Ok(h) => handles.push(h),
             Err(e) => {
                 // The open error is the one worth reporting.
-                let _ = close_all(targets, &handles);
-                return Err(e).with_context(|| format!("data: open {FILE} on {name}"));
+                let _ = close_all(targets, &handles, file);
+                return Err(e).with_context(|| format!("data: open {file} on {name}"));
             }
         }
     }
@@ -183,10 +197,10 @@ fn open_all(targets: &[Box<dyn Target>], names: &[String]) -> anyhow::Result<Vec
 
 /// Closes and removes the files of the first `handles.len()` targets, returning the
 /// first error but trying every target.
-fn close_all(targets: &[Box<dyn Target>], handles: &[Handle]) -> io::Result<()> {
+fn close_all(targets: &[Box<dyn Target>], handles: &[Handle], file: &str) -> io::Result<()> {
     let mut first = Ok(());
     for (t, &h) in targets.iter().zip(handles) {
-        let r = t.close(h).and_then(|()| t.unlink(Path::new(FILE)));
+        let r = t.close(h).and_then(|()| t.unlink(Path::new(file)));
         if first.is_ok() {
             first = r;
         }
@@ -194,15 +208,18 @@ fn close_all(targets: &[Box<dyn Target>], handles: &[Handle]) -> io::Result<()> 
     first
 }
 
-/// Refuses to start if a target already has [`FILE`]: it would be truncated.
+/// Refuses to start if a target already has [`FILE`] or [`FILE2`]: it would be
+/// truncated.
 fn check_free(targets: &[Box<dyn Target>], names: &[String]) -> anyhow::Result<()> {
     for (t, name) in targets.iter().zip(names) {
-        match t.stat(Path::new(FILE)) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Ok(_) => {
-                bail!("target {name} already has {FILE:?} in its root; use an empty directory")
+        for file in [FILE, FILE2] {
+            match t.stat(Path::new(file)) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Ok(_) => {
+                    bail!("target {name} already has {file:?} in its root; use an empty directory")
+                }
+                Err(e) => return Err(e).with_context(|| format!("target {name}: stat {file}")),
             }
-            Err(e) => return Err(e).with_context(|| format!("target {name}: stat {FILE}")),
         }
     }
     Ok(())
@@ -216,19 +233,47 @@ pub(crate) fn run(
     check_free(targets, names)?;
     let plan = Plan::new(opts.file_size, opts.seed);
     let mut mem = vec![0u8; plan.size as usize];
+    let mut mem2 = vec![0u8; plan.size as usize];
     // Touch every page now, so the memcpy column does not pay the page faults.
     mem.fill(0xa5);
+    mem2.fill(0xa5);
     let mut buf = vec![0u8; MAX_BLOCK as usize];
-    let mut grid = Grid::new(OPS.iter().map(|o| o.name).collect(), targets.len() + 1);
-    let bar = progress_bar(opts, "data", opts.rounds * OPS.len() * (targets.len() + 1));
+    let rows: Vec<&str> = OPS.iter().map(|o| o.name).chain([TWO_THREADS]).collect();
+    let bar = progress_bar(opts, "data", opts.rounds * rows.len() * (targets.len() + 1));
+    let mut grid = Grid::new(rows, targets.len() + 1);
     for _ in 0..opts.rounds {
-        let handles = open_all(targets, names)?;
+        let handles = open_all(targets, names, FILE)?;
+        let second = match open_all(targets, names, FILE2) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = close_all(targets, &handles, FILE);
+                return Err(e);
+            }
+        };
         let result = run_round(
             targets, names, &handles, &plan, &mut mem, &mut buf, &mut grid, &bar,
-        );
-        let closed = close_all(targets, &handles);
+        )
+        .and_then(|()| {
+            let files = Files {
+                first: &handles,
+                second: &second,
+            };
+            two_threads(
+                targets,
+                names,
+                files,
+                &plan,
+                [&mut mem, &mut mem2],
+                &mut grid,
+                &bar,
+            )
+        });
+        let closed = close_all(targets, &handles, FILE);
+        let closed2 = close_all(targets, &second, FILE2);
         result?;
-        closed.context("data: closing and removing the file")?;
+        closed
+            .and(closed2)
+            .context("data: closing and removing the files")?;
     }
     bar.finish_and_clear();
     let mut columns = names.to_vec();
@@ -274,6 +319,70 @@ fn run_round(
     verify(targets, names, handles, plan, buf)
 }
 
+/// Each target's handles on [`FILE`] and [`FILE2`].
+#[derive(Clone, Copy)]
+struct Files<'a> {
+    first: &'a [Handle],
+    second: &'a [Handle],
+}
+
+/// The [`TWO_THREADS`] row: on each target, [`FILE2`] is filled (untimed), then one
+/// thread overwrites [`FILE`] while another overwrites [`FILE2`]; memcpy does the same
+/// into two DRAM buffers.
+#[allow(clippy::too_many_arguments)] // the round's state, as for run_round
+fn two_threads(
+    targets: &[Box<dyn Target>],
+    names: &[String],
+    files: Files<'_>,
+    plan: &Plan,
+    [mem, mem2]: [&mut [u8]; 2],
+    grid: &mut Grid,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<()> {
+    let row = OPS.len();
+    let mb = 2.0 * plan.size as f64 / 1e6;
+    for (col, (t, name)) in targets.iter().zip(names).enumerate() {
+        let (h1, h2) = (files.first[col], files.second[col]);
+        bar.set_message(format!("{TWO_THREADS} on {name}"));
+        seq_write(t.as_ref(), h2, plan, MAX_BLOCK as usize)
+            .with_context(|| format!("data: filling {FILE2} on {name}"))?;
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            let other = s.spawn(|| seq_write(t.as_ref(), h2, plan, TWO_THREAD_BLOCK));
+            let mine = seq_write(t.as_ref(), h1, plan, TWO_THREAD_BLOCK);
+            mine.and(other.join().expect("the second writer panicked"))
+        })
+        .with_context(|| format!("data: {TWO_THREADS} on {name}"))?;
+        grid.push(row, col, mb / start.elapsed().as_secs_f64());
+        bar.inc(1);
+    }
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| memcpy_write(mem2, plan));
+        memcpy_write(mem, plan);
+    });
+    grid.push(row, targets.len(), mb / start.elapsed().as_secs_f64());
+    bar.inc(1);
+    Ok(())
+}
+
+/// The whole file written in order, `block` bytes at a time.
+fn seq_write(t: &dyn Target, h: Handle, plan: &Plan, block: usize) -> io::Result<()> {
+    let src = &plan.src[..block];
+    (0..plan.size)
+        .step_by(block)
+        .try_for_each(|off| pwrite_all(t, h, src, off))
+}
+
+/// [`seq_write`]'s bytes, in [`TWO_THREAD_BLOCK`] pieces, into `mem`.
+fn memcpy_write(mem: &mut [u8], plan: &Plan) {
+    let src = &plan.src[..TWO_THREAD_BLOCK];
+    for chunk in mem.chunks_exact_mut(TWO_THREAD_BLOCK) {
+        chunk.copy_from_slice(src);
+        black_box(&mut *chunk);
+    }
+}
+
 /// Checks the last written block's content on every target: a target that drops
 /// writes must not pass for a fast one.
 fn verify(
@@ -312,7 +421,8 @@ mod tests {
         };
         let report = crate::run_suite("data", &targets, &opts, None).unwrap();
         assert_eq!(report.columns, ["tmp", "memcpy"]);
-        assert_eq!(report.rows.len(), OPS.len());
+        assert_eq!(report.rows.len(), OPS.len() + 1);
+        assert_eq!(report.rows[OPS.len()].op, TWO_THREADS);
         for row in &report.rows {
             for v in &row.values {
                 assert!(v.is_finite() && *v > 0.0, "{}: {v}", row.op);

@@ -313,3 +313,27 @@ fn info_and_fsck_of_a_fifo_say_so_instead_of_hanging() {
         );
     }
 }
+
+/// `mkfs --data` sets the pool's data mode, which `info` reports; the default is
+/// atomic, and an unknown mode is a clear error that makes no pool.
+#[test]
+fn mkfs_data_mode_is_what_info_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, want) in [(&[][..], "atomic"), (&["--data", "inplace"][..], "inplace")] {
+        let pool = dir.path().join(want);
+        let mut all = vec!["mkfs", "--size", "8M"];
+        all.extend_from_slice(args);
+        all.push(s(&pool));
+        let o = lynxfs(&all);
+        assert!(o.status.success(), "mkfs: {}", o.stderr);
+        let o = lynxfs(&["info", s(&pool)]);
+        assert!(o.status.success(), "info: {}", o.stderr);
+        let line = o.stdout.lines().find(|l| l.starts_with("data mode:"));
+        assert_eq!(line.map(|l| l.split_whitespace().last()), Some(Some(want)));
+    }
+    let bad = dir.path().join("bad");
+    let o = lynxfs(&["mkfs", "--size", "8M", "--data", "fast", s(&bad)]);
+    assert!(!o.status.success());
+    assert!(o.stderr.contains("atomic or inplace"), "{}", o.stderr);
+    assert!(!bad.exists());
+}

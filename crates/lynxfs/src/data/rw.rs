@@ -5,8 +5,8 @@
 //! block it changes that a reader could see is written to a fresh block
 //! (copy-on-write); bytes past the end of the file, which no reader can see yet, are
 //! written in place. In the inplace mode every allocated block is written in place.
-//! One commit publishes the new map and size together (docs/CONSISTENCY.md, "write"). Callers hold the file's
-//! lock (the cachelet's): shared to read, alone to change.
+//! One commit publishes the new map and size together (docs/CONSISTENCY.md, "write").
+//! Callers hold the file's lock (the cachelet's): shared to read, alone to change.
 
 use crate::error::{errno, Result};
 use crate::format::extents::NODE_HEADER;
