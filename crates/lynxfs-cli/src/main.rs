@@ -96,8 +96,9 @@ enum Cmd {
     /// attr_timeout=S (default 60: the kernel's cached names, attributes and pages
     /// are dropped at once when another process changes the pool), allow_other
     /// (implies default_permissions), default_permissions, daemon_permissions,
-    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec, noatime,
-    /// writeback (the kernel's writeback cache, off by default: faster small writes,
+    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec,
+    /// noatime|relatime|strictatime (when reads update atime; relatime by default),
+    /// nodiratime, lazytime, writeback (the kernel's writeback cache, off by default: faster small writes,
     /// but writes are then durable only at fsync or close, not when write returns).
     Mount {
         /// Stay in the foreground (serve until unmounted, SIGINT or SIGTERM).
