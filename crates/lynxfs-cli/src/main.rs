@@ -101,9 +101,11 @@ enum Cmd {
     /// attr_timeout=S (default 60: the kernel's cached names, attributes and pages
     /// are dropped at once when another process changes the pool), allow_other
     /// (implies default_permissions), default_permissions, daemon_permissions,
-    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec, noatime,
-    /// writeback (the kernel's writeback cache, off by default: faster small writes,
-    /// but writes are then durable only at fsync or close, not when write returns),
+    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec,
+    /// noatime|relatime|strictatime (when reads update atime; relatime by default),
+    /// nodiratime, lazytime, writeback (the kernel's writeback cache, off by default:
+    /// faster small writes, but writes are then durable only at fsync or close, not
+    /// when write returns),
     /// io_uring=on|off|auto (default auto): FUSE requests over io_uring, one queue per
     /// CPU, served on the CPU that made them (Linux 6.14+, with
     /// /sys/module/fuse/parameters/enable_uring = Y); auto uses it when the kernel
@@ -158,12 +160,17 @@ enum Cmd {
 fn main() -> ExitCode {
     // Installed (linked) as /sbin/mount.lynxfs, this is the helper mount(8) runs for
     // `mount -t lynxfs POOL DIR`.
+    // mount.fuse(8) runs `lynxfs SOURCE DIR -o OPTIONS` for type fuse.lynxfs (a
+    // remount of a live mount): SOURCE, the pool's absolute path, is never a command.
     let args: Vec<_> = std::env::args_os().collect();
-    if args
+    let helper_name = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|n| n == "mount.lynxfs")
-    {
+        .is_some_and(|n| n == "mount.lynxfs");
+    let fuse_form = args
+        .get(1)
+        .is_some_and(|a| a.as_encoded_bytes().starts_with(b"/"));
+    if helper_name || fuse_form {
         return mount::helper_main(args);
     }
     let cli = Cli::parse();

@@ -240,5 +240,92 @@ fn helper(args: Vec<OsString>) -> Result<()> {
     if fake {
         return Ok(());
     }
+    if options
+        .iter()
+        .flat_map(|l| l.split(','))
+        .any(|o| o.trim() == "remount")
+    {
+        return remount(&dir, &options);
+    }
     mount(&pool, &dir, false, &options)
+}
+
+/// The kernel flags statvfs reports and remount may change, as mount(2) spells them.
+const REMOUNT_FLAGS: [(u64, libc::c_ulong); 7] = [
+    (libc::ST_RDONLY, libc::MS_RDONLY),
+    (libc::ST_NOSUID, libc::MS_NOSUID),
+    (libc::ST_NODEV, libc::MS_NODEV),
+    (libc::ST_NOEXEC, libc::MS_NOEXEC),
+    (libc::ST_NOATIME, libc::MS_NOATIME),
+    (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+    (libc::ST_RELATIME, libc::MS_RELATIME),
+];
+
+/// `mount -o remount,OPTIONS DIR`: the live mount's kernel flags with OPTIONS applied
+/// (`ro` makes the kernel refuse every change with EROFS while open files stay
+/// readable; `rw` undoes it). Options that would need a new daemon are refused.
+fn remount(dir: &Path, options: &[String]) -> Result<()> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .context("mount point has a NUL byte")?;
+    let mut flags = current_flags(&path).with_context(|| format!("{}", dir.display()))?;
+    for o in options.iter().flat_map(|l| l.split(',')).map(str::trim) {
+        apply_remount_option(&mut flags, o)?;
+    }
+    // SAFETY: path is a valid C string; NULL source, type and data are allowed for
+    // MS_REMOUNT.
+    let r = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            flags | libc::MS_REMOUNT,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("remounting {}", dir.display()));
+    }
+    Ok(())
+}
+
+/// The mount flags of the mount at `path` now.
+fn current_flags(path: &std::ffi::CStr) -> Result<libc::c_ulong> {
+    // SAFETY: a zeroed statvfs is a valid out-buffer.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is a valid C string and st a valid out-buffer.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(REMOUNT_FLAGS
+        .iter()
+        .filter(|(st_flag, _)| st.f_flag & st_flag != 0)
+        .fold(0, |f, (_, ms)| f | ms))
+}
+
+/// One remount option applied to the kernel flags.
+fn apply_remount_option(flags: &mut libc::c_ulong, o: &str) -> Result<()> {
+    let (set, clear) = match o {
+        "" | "remount" | "defaults" => (0, 0),
+        _ if o.starts_with("x-") => (0, 0),
+        "ro" => (libc::MS_RDONLY, 0),
+        "rw" => (0, libc::MS_RDONLY),
+        "nosuid" => (libc::MS_NOSUID, 0),
+        "suid" => (0, libc::MS_NOSUID),
+        "nodev" => (libc::MS_NODEV, 0),
+        "dev" => (0, libc::MS_NODEV),
+        "noexec" => (libc::MS_NOEXEC, 0),
+        "exec" => (0, libc::MS_NOEXEC),
+        "nodiratime" => (libc::MS_NODIRATIME, 0),
+        "diratime" => (0, libc::MS_NODIRATIME),
+        "lazytime" => (libc::MS_LAZYTIME, 0),
+        "nolazytime" => (0, libc::MS_LAZYTIME),
+        _ => bail!(
+            "remount: option {o:?} cannot change on a live mount (ro, rw, suid, nosuid, \
+             dev, nodev, exec, noexec, nodiratime, lazytime can; the atime mode and the \
+             daemon's options need a new mount)"
+        ),
+    };
+    *flags = (*flags | set) & !clear;
+    Ok(())
 }

@@ -756,4 +756,68 @@ fn io_uring_on_with_the_parameter_off_fails_for_a_user_and_root_switches_it_on()
         stderr(&o)
     );
     assert!(text.contains("FUSE transport:   io_uring\n"), "{text}");
+
+/// The mount's options as /proc/self/mountinfo lists them (per-mount ones).
+fn mount_options(mp: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mp = mp.to_string_lossy();
+    let line = info
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(mp.as_ref()))
+        .expect("mounted");
+    let opts = line.split(' ').nth(5).unwrap_or("");
+    opts.split(',').map(str::to_string).collect()
+}
+
+/// `mount -o remount,...` of a fuse.lynxfs mount: mount(8) runs mount.fuse(8), which
+/// runs `lynxfs POOL DIR -o remount,...` (adding `dev,suid` for root as it does).
+fn remount(pool: &Path, mnt: &Path, options: &str) -> Output {
+    output_within(
+        Command::new(BIN).arg(pool).arg(mnt).args(["-o", options]),
+        COMMAND_LIMIT,
+    )
+}
+
+#[test]
+fn remount_read_only_and_back_keeps_open_files_readable() {
+    let _w = bound("remount_read_only_and_back_keeps_open_files_readable");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path();
+    let o = run(&[p("mount"), &pool, mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    std::fs::write(mnt.join("f"), b"before").unwrap();
+    let mut open = File::open(mnt.join("f")).unwrap();
+
+    let o = remount(&pool, mnt, "remount,ro,dev,suid");
+    assert!(o.status.success(), "remount,ro: {}", stderr(&o));
+    let opts = mount_options(mnt);
+    assert!(opts.contains(&"ro".to_string()), "{opts:?}");
+    assert!(
+        !opts.contains(&"nosuid".to_string()),
+        "suid asked: {opts:?}"
+    );
+    let refused = std::fs::write(mnt.join("g"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+    let refused = std::fs::remove_file(mnt.join("f")).unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+    let mut text = String::new();
+    open.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "before", "an open file stays readable");
+
+    let o = remount(&pool, mnt, "remount,rw,nosuid,nodev");
+    assert!(o.status.success(), "remount,rw: {}", stderr(&o));
+    let opts = mount_options(mnt);
+    assert!(opts.contains(&"rw".to_string()), "{opts:?}");
+    assert!(opts.contains(&"nosuid".to_string()), "{opts:?}");
+    std::fs::write(mnt.join("g"), b"after").unwrap();
+
+    let o = remount(&pool, mnt, "remount,threads=3");
+    assert!(
+        !o.status.success(),
+        "a daemon option cannot change on a live mount"
+    );
+    assert!(stderr(&o).contains("threads=3"), "{}", stderr(&o));
+    drop(open);
+    let o = run(&[p("umount"), mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
 }

@@ -182,6 +182,9 @@ fn mount_syscall(
             MountOption::Sync => flags |= libc::MS_SYNCHRONOUS,
             MountOption::DirSync => flags |= libc::MS_DIRSYNC,
             MountOption::DefaultPermissions => data.push_str(",default_permissions"),
+            MountOption::CUSTOM(c) if atime_flag(c).is_some() => {
+                flags |= atime_flag(c).unwrap_or(0)
+            }
             MountOption::CUSTOM(_) | MountOption::AutoUnmount => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -525,6 +528,18 @@ fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(libc::EBUSY));
     }
     Err(io::Error::other(format!("fusermount3 -u: {}", msg.trim())))
+}
+
+/// The kernel flag of an atime option the daemon honours (`MountOptions::atime`);
+/// with no flag of its own (`diratime`, `nolazytime`), 0.
+fn atime_flag(option: &str) -> Option<libc::c_ulong> {
+    match option {
+        "strictatime" => Some(libc::MS_STRICTATIME),
+        "nodiratime" => Some(libc::MS_NODIRATIME),
+        "lazytime" => Some(libc::MS_LAZYTIME),
+        "diratime" | "nolazytime" => Some(0),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

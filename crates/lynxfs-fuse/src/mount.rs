@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
 use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
-use lynxfs::{Access, Fs, Pool, Progress, Quiet};
+use lynxfs::{Access, Atime, Fs, Pool, Progress, Quiet};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::adapter::LynxFuse;
@@ -71,6 +71,9 @@ pub struct MountOptions {
     pub writeback: bool,
     /// FUSE over io_uring (`io_uring=on|off|auto`); see [`IoUringMode`].
     pub io_uring: IoUringMode,
+    /// When reads update atime (`noatime`, `relatime`, `strictatime`; the kernel
+    /// leaves atime of FUSE files to the daemon).
+    pub atime: Atime,
     /// Other kernel mount flags passed along (nosuid, nodev, noexec, noatime, ...).
     pub extra: Vec<MountOption>,
     /// `data=atomic|inplace`: this mount's data mode; `None` keeps the pool's.
@@ -136,6 +139,7 @@ impl Default for MountOptions {
             backend: None,
             writeback: false,
             io_uring: IoUringMode::Auto,
+            atime: Atime::default(),
             extra: Vec::new(),
             data: None,
         }
@@ -209,20 +213,36 @@ impl MountOptions {
                 "dev" => self.extra.push(MountOption::Dev),
                 "noexec" => self.extra.push(MountOption::NoExec),
                 "exec" => self.extra.push(MountOption::Exec),
-                "noatime" => self.extra.push(MountOption::NoAtime),
-                "atime" => self.extra.push(MountOption::Atime),
+                "noatime" => {
+                    self.atime = Atime::Never;
+                    self.extra.push(MountOption::NoAtime)
+                }
+                "atime" | "relatime" => {
+                    self.atime = Atime::Relative;
+                    self.extra.push(MountOption::Atime)
+                }
+                "strictatime" => {
+                    self.atime = Atime::Strict;
+                    self.extra.push(MountOption::CUSTOM(key.to_string()))
+                }
+                // Directories' atime is never updated (readdir leaves it), and times
+                // are durable as soon as stored: both are honoured as they stand.
+                "nodiratime" | "diratime" | "lazytime" | "nolazytime" => {
+                    self.extra.push(MountOption::CUSTOM(key.to_string()))
+                }
                 "sync" => self.extra.push(MountOption::Sync),
                 "async" => self.extra.push(MountOption::Async),
                 "dirsync" => self.extra.push(MountOption::DirSync),
                 // Options mount(8) and fstab use that mean nothing to the file system.
-                "defaults" | "relatime" | "auto" | "noauto" | "user" | "nouser" | "users"
-                | "_netdev" | "nofail" => {}
+                "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev"
+                | "nofail" => {}
                 _ if val.is_some() && key.starts_with("x-") => {}
                 _ => bail!(
                     "unknown mount option {opt:?} (known: entry_timeout=, attr_timeout=, \
                      threads=, backend=pmem|msync, allow_other, default_permissions, \
-                     daemon_permissions, writeback, io_uring=on|off|auto, ro, rw, \
-                     nosuid, nodev, noexec, noatime, sync, dirsync)"
+                     daemon_permissions, writeback, io_uring=on|off|auto, data=atomic|inplace, \
+                     ro, rw, nosuid, suid, nodev, dev, noexec, exec, noatime, atime, relatime, \
+                     strictatime, nodiratime, lazytime, sync, dirsync)"
                 ),
             }
         }
@@ -372,6 +392,7 @@ fn session<B: Backend>(
         pool.set_data_mode(mode);
     }
     let fs = Arc::new(Fs::new(pool));
+    fs.set_atime(o.atime);
     let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     if o.daemon_permissions {
         fuse = fuse.without_kernel_acls();

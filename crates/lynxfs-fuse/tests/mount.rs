@@ -365,3 +365,81 @@ fn a_mount_covered_by_another_is_not_unmounted_through_it() {
     });
     assert!(!mounted(&mp));
 }
+
+/// Sets `path`'s atime (and mtime, when given) to whole seconds.
+fn set_times(path: &Path, atime: i64, mtime: Option<i64>) {
+    let at = |sec| libc::timespec {
+        tv_sec: sec,
+        tv_nsec: 0,
+    };
+    let omit = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: libc::UTIME_OMIT,
+    };
+    let times = [at(atime), mtime.map_or(omit, at)];
+    let p = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: p is a valid path, times two timespecs.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(r, 0, "utimensat: {}", std::io::Error::last_os_error());
+}
+
+fn atime_of(path: &Path) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).unwrap().atime()
+}
+
+/// Drops the kernel's cached pages of `path`, so the next read reaches the daemon.
+fn drop_pages(path: &Path) {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(path).unwrap();
+    // SAFETY: a valid fd; fadvise only drops clean cached pages.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+}
+
+/// `path`'s atime after reading it (`exec` false) or running it (true).
+fn atime_after(path: &Path, exec: bool) -> i64 {
+    drop_pages(path);
+    if exec {
+        let st = std::process::Command::new(path).status().expect("exec");
+        assert!(st.success());
+    } else {
+        fs::read(path).unwrap();
+    }
+    atime_of(path)
+}
+
+#[test]
+fn reads_and_execs_update_atime_as_the_mount_option_says() {
+    let _w = bound("reads_and_execs_update_atime_as_the_mount_option_says");
+    const OLD: i64 = 1_000; // before mtime: relatime updates
+    const FUTURE: i64 = 4_000_000_000; // after mtime, not a day old: relatime keeps
+    const NOW: i64 = 1_700_000_000;
+    for option in ["noatime", "relatime", "strictatime", "nodiratime,lazytime"] {
+        let (_dir, pool, mnt) = setup();
+        let opts = MountOptions::parse(&format!("attr_timeout=0,{option}")).unwrap();
+        let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
+        let f = mnt.path().join("prog");
+        // cp: no fd of this process is open on it when it runs (ETXTBSY).
+        let cp = std::process::Command::new("cp")
+            .arg("/bin/true")
+            .arg(&f)
+            .status();
+        assert!(cp.unwrap().success());
+        let mut seen = Vec::new();
+        for exec in [false, true] {
+            set_times(&f, OLD, Some(2_000));
+            seen.push(atime_after(&f, exec) > NOW);
+            set_times(&f, FUTURE, None);
+            seen.push(atime_after(&f, exec) != FUTURE);
+        }
+        m.unmount().expect("unmount");
+        // (updated after an old atime, updated after a recent one), read then exec.
+        let want = match option {
+            "noatime" => [false, false, false, false],
+            "strictatime" => [true, true, true, true],
+            _ => [true, false, true, false],
+        };
+        assert_eq!(seen, want, "-o {option}");
+    }
+}

@@ -506,6 +506,13 @@ static void attrs(void) {
         (long long)st.st_mtim.tv_sec);
     C(utimensat(AT_FDCWD, "l1", ts, AT_SYMLINK_NOFOLLOW));
     times_show("l1", AT_SYMLINK_NOFOLLOW);
+    /* Before 1970 and the ends of the range (issue 17). */
+    struct timespec old[2] = {{-315619200, 0}, {-1, 500000000}};
+    C(utimensat(AT_FDCWD, "m1", old, 0));
+    times_show("m1", 0);
+    struct timespec ends[2] = {{LLONG_MIN, 0}, {LLONG_MAX, 0}};
+    C(utimensat(AT_FDCWD, "m1", ends, 0));
+    times_show("m1", 0);
     struct timespec bad[2] = {{0, 1000000000}, {0, 0}};
     C(utimensat(AT_FDCWD, "m1", bad, 0));
     C(utimensat(AT_FDCWD, "missing", NULL, 0));

@@ -7,7 +7,7 @@ mod held;
 pub mod path;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -52,6 +52,33 @@ pub struct Fs<B: Backend = PmemBackend> {
     next_fd: AtomicU64,
     /// Inode numbers held from outside (the kernel's FUSE lookup counts).
     held: held::Held,
+    /// When a read updates atime: an `Atime` as u8 (a mount's option, changed by a
+    /// remount).
+    atime: AtomicU8,
+}
+
+/// When a read updates a file's atime: the atime options of mount(8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Atime {
+    /// `relatime` (Linux's default): only when atime is not after mtime or ctime, or
+    /// is a day old.
+    #[default]
+    Relative = 0,
+    /// `strictatime`: at every read.
+    Strict = 1,
+    /// `noatime`: never.
+    Never = 2,
+}
+
+impl Atime {
+    fn from_u8(v: u8) -> Atime {
+        match v {
+            1 => Atime::Strict,
+            2 => Atime::Never,
+            _ => Atime::Relative,
+        }
+    }
 }
 
 impl Fs<PmemBackend> {
@@ -99,7 +126,13 @@ impl<B: Backend> Fs<B> {
             files: papaya::HashMap::with_hasher(Default::default()),
             next_fd: AtomicU64::new(3),
             held: held::Held::default(),
+            atime: AtomicU8::new(Atime::default() as u8),
         }
+    }
+
+    /// When reads update atime from now on.
+    pub fn set_atime(&self, mode: Atime) {
+        self.atime.store(mode as u8, Ordering::Relaxed);
     }
 
     /// A fresh pool in memory (tests).
@@ -295,16 +328,16 @@ impl<B: Backend> Fs<B> {
         Ok(n)
     }
 
-    /// relatime: update atime only when it is not newer than mtime or ctime, or is a
-    /// day old.
+    /// A read's atime update, as the `Atime` mode says.
     fn touch_atime(&self, ino: u64) {
-        if self.ns.inode_flags(ino) & crate::meta::flags::NOATIME != 0 {
+        let mode = Atime::from_u8(self.atime.load(Ordering::Relaxed));
+        if mode == Atime::Never || self.ns.inode_flags(ino) & crate::meta::flags::NOATIME != 0 {
             return;
         }
         let [a, m, c, _] = self.ns.times(ino);
         let now = now_ns();
         let day_old = Timestamp::from_ns(now).sec.saturating_sub(a.sec) >= 24 * 3600;
-        if a <= m || a <= c || day_old {
+        if mode == Atime::Strict || a <= m || a <= c || day_old {
             // The clock's time is plain: the word alone says it (format::inode::time_word).
             let mut b = self.ns.pool.pm.batch();
             b.write_u64(self.ns.pool.layout.inode_addr(ino) + inode::ATIME, now);
