@@ -756,6 +756,7 @@ fn io_uring_on_with_the_parameter_off_fails_for_a_user_and_root_switches_it_on()
         stderr(&o)
     );
     assert!(text.contains("FUSE transport:   io_uring\n"), "{text}");
+}
 
 /// The mount's options as /proc/self/mountinfo lists them (per-mount ones).
 fn mount_options(mp: &Path) -> Vec<String> {

@@ -287,6 +287,7 @@ fn a_block_overwrite_in_a_tree_copies_no_leaf() {
         assert!(got.iter().all(|&b| b == want), "block {i}");
     }
     fs.close_fd(fd).unwrap();
+}
 
 /// An attribute set larger than one block: a thousand small attributes and values at
 /// Linux's 64 KiB limit fit, read back, pass fsck, and give every block

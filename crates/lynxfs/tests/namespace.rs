@@ -407,6 +407,7 @@ fn times_keep_every_instant_linux_allows() {
     assert!(st.mtime > at(1_700_000_000, 0), "{:?}", st.mtime);
     assert_eq!(st.atime, at(-9, 9));
     fs.close_fd(fd).unwrap();
+}
 
 /// O_TMPFILE: an unnamed file, freed at its last close unless a link names it;
 /// O_EXCL makes it unlinkable; read-only is refused.

@@ -65,8 +65,8 @@ impl State {
                 let (x, na, nb) = (&self.nodes[i], &a.nodes[i], &b.nodes[i]);
                 let meta = |n: &Node| Node {
                     data: Vec::new(),
-                    atime: if times { n.atime } else { 0 },
-                    mtime: if times { n.mtime } else { 0 },
+                    atime: if times { n.atime } else { Default::default() },
+                    mtime: if times { n.mtime } else { Default::default() },
                     ..n.clone()
                 };
                 let of = |m: &Node| meta(x) == meta(m) && x.data.len() == m.data.len();
