@@ -790,6 +790,9 @@ impl<B: Backend> LynxFuse<B> {
         // The engine serves any number of calls in one directory at once; without
         // this the kernel serializes lookups and listings per directory.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        // File handles (name_to_handle_at, NFS export) that outlive the kernel's
+        // caches: see `lookup` of "." and "..".
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT);
         // 1 MiB writes (FUSE_MAX_PAGES, asked for by `fuser` when offered, carries
         // the 256 pages they need; without it the kernel keeps 32 pages).
         let _ = config.set_max_write(MAX_WRITE);
@@ -856,6 +859,21 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        // With FUSE_EXPORT_SUPPORT the kernel decodes a file handle whose inode it no
+        // longer caches by looking up "." in that number (any type), and its parent by
+        // "..": inode numbers and generations are the pool's, stable across cache
+        // drops, remounts and daemon restarts.
+        match name_bytes(name) {
+            b"." => {
+                let r = self.fs.hold_by_number(parent.0).map_err(|e| errno(&e));
+                return self.reply_entry(r, reply);
+            }
+            b".." => {
+                let r = self.fs.hold_parent(parent.0).map_err(|e| errno(&e));
+                return self.reply_entry(r, reply);
+            }
+            _ => {}
+        }
         let r = self.as_caller(req, |c| self.fs.lookup_hold(parent.0, name_bytes(name), c));
         match r {
             Err(Errno::ENOENT) => self.reply_missing(reply),

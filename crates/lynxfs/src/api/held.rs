@@ -134,6 +134,32 @@ impl<B: Backend> Fs<B> {
         })
     }
 
+    /// Holds `ino` found by its number alone (a file handle: FUSE's lookup of "." in
+    /// an inode the kernel no longer caches) and returns its attributes. A file that
+    /// lost its last name is gone for a handle (ENOENT, which the kernel reports as
+    /// ESTALE), as on ext4, even while some process still has it open.
+    pub fn hold_by_number(&self, ino: u64) -> Result<Stat> {
+        self.op(|| {
+            self.hold(ino)?;
+            match self.ns.getattr(ino) {
+                Ok(st) if st.nlink > 0 => Ok(st),
+                other => {
+                    self.forget(ino, 1);
+                    Err(other.err().unwrap_or(errno::ENOENT))
+                }
+            }
+        })
+    }
+
+    /// Holds the parent of directory `dir` (FUSE's lookup of ".." in a directory the
+    /// kernel found by a file handle) and returns its attributes.
+    pub fn hold_parent(&self, dir: u64) -> Result<Stat> {
+        self.op(|| {
+            self.ns.dir(dir)?;
+            self.hold_by_number(self.ns.parent_of(dir))
+        })
+    }
+
     /// Holds `ino`, which the caller just created or linked as `name` in `parent`,
     /// and returns its attributes. If the name was removed or replaced meanwhile (by
     /// someone the caller does not serialize with), what the name leads to now is
