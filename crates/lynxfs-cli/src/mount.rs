@@ -168,8 +168,10 @@ fn unmount_path(mp: &Path) -> Result<()> {
     }
 }
 
-/// `lynxfs umount MOUNTPOINT`: unmounts, then waits until the daemon has closed the
-/// pool, so the pool (file or device) can be used again as soon as this returns.
+/// `lynxfs umount MOUNTPOINT`: unmounts, then, if that was the pool's last mount,
+/// waits until the daemon has closed the pool, so the pool (file or device) can be used
+/// again as soon as this returns. While another mount of the pool remains, the pool
+/// stays in use anyway: it returns once the kernel has unmounted.
 pub fn umount(mountpoint: &Path) -> Result<()> {
     let mp = mountpoint
         .canonicalize()
@@ -181,7 +183,7 @@ pub fn umount(mountpoint: &Path) -> Result<()> {
     };
     unmount_path(&mp)?;
     let start = Instant::now();
-    while source.exists() && !pool_released(&source) {
+    while source.exists() && !pool_released(&source) && mountpoint_of_pool(&source).is_none() {
         if start.elapsed() > CLOSE_WAIT {
             bail!(
                 "{} unmounted, but its pool {} is still held after {:?}",

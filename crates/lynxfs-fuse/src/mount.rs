@@ -5,7 +5,9 @@
 //! However the session ends (`umount`, `fusermount3 -u`, SIGTERM/SIGINT/SIGHUP in
 //! the foreground, dropping a [`LynxMount`]), the pool is closed cleanly
 //! ([`lynxfs::Fs::close`], from the adapter's `destroy`, after every worker stopped).
-//! A second mount of a pool already mounted fails with the pool's "in use" error.
+//! A pool may be mounted more than once (each daemon is one more attached process,
+//! and each forwards the others' changes to its kernel as invalidations); a mount
+//! right after `umount(8)` attaches beside the previous daemon while it detaches.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -340,39 +342,6 @@ impl<B: Backend> Serve for Serving<B> {
     }
 }
 
-/// How long a mount waits for the daemon of the pool's previous mount to let go of it.
-const UNMOUNT_WAIT: Duration = Duration::from_secs(10);
-
-/// Claims the pool's mount, waiting while the pool's previous mount is gone from the
-/// mount table but its daemon still holds the pool: `umount DIR` returns as soon as
-/// the kernel has unmounted, before the daemon has saved the allocators and closed the
-/// pool, so a `mount` right after it would otherwise find the pool in use. A pool
-/// still mounted somewhere is refused at once (one mount per pool).
-fn claim_mount_after_unmount<B: Backend>(pool: &Pool<B>, pool_path: &Path) -> lynxfs::Result<()> {
-    let deadline = std::time::Instant::now() + UNMOUNT_WAIT;
-    loop {
-        match pool.claim_mount() {
-            Err(lynxfs::Error::Locked { .. })
-                if std::time::Instant::now() < deadline && !mounted_anywhere(pool_path) =>
-            {
-                thread::sleep(Duration::from_millis(10));
-            }
-            r => return r,
-        }
-    }
-}
-
-/// Whether the mount table has a LynxFS mount of `pool`.
-fn mounted_anywhere(pool: &Path) -> bool {
-    let Ok(pool) = pool.canonicalize() else {
-        return false;
-    };
-    crate::mountinfo::mounts().iter().any(|m| {
-        m.fstype.starts_with("fuse.lynxfs")
-            && Path::new(&m.source).canonicalize().is_ok_and(|s| s == pool)
-    })
-}
-
 fn session<B: Backend>(
     pool_path: &Path,
     mountpoint: &Path,
@@ -387,7 +356,6 @@ fn session<B: Backend>(
     };
     // The pool first: a missing, foreign or busy pool is reported before mounting.
     let pool = Pool::open_with_progress(pool_path, access, backend, progress)?;
-    claim_mount_after_unmount(&pool, pool_path)?;
     if let Some(mode) = o.data {
         pool.set_data_mode(mode);
     }

@@ -397,22 +397,6 @@ impl<B: Backend> Pool<B> {
             .store(mode == DataMode::Inplace, Ordering::Relaxed);
     }
 
-    /// Mark the pool mounted by this process; `Locked` if another process has it
-    /// mounted (one mount per pool: the kernel caches of two would go stale).
-    pub fn claim_mount(&self) -> Result<()> {
-        let file = self.lock_file.lock();
-        let Some(file) = file.as_ref().filter(|_| self.access != Access::ReadOnly) else {
-            return Ok(());
-        };
-        match crate::runtime::attach::claim_mount(file) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Error::Locked {
-                path: self.path.clone(),
-            }),
-            Err(e) => Err(Error::io(&self.path, e)),
-        }
-    }
-
     /// In the child of a fork whose parent stays attached: open the pool file anew
     /// (the inherited open is the parent's, and so are the locks on it), take this
     /// process's own pool lock and join the runtime state as a process of its own.

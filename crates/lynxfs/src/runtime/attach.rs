@@ -640,16 +640,6 @@ pub fn attached_elsewhere(pool_file: &File) -> io::Result<bool> {
     ofd_held(pool_file, ATTACHMENT)
 }
 
-/// The byte a mounting process locks, so one pool has at most one mount (two kernels'
-/// caches of one pool would each need the other's invalidations).
-const MOUNTED: i64 = 2;
-
-/// Mark the pool open as `pool_file` mounted by this process (until the file is
-/// closed); false if another process has it mounted.
-pub fn claim_mount(pool_file: &File) -> io::Result<bool> {
-    ofd_lock(pool_file, MOUNTED, 1, libc::F_WRLCK, false)
-}
-
 /// The byte every read-only opener holds shared: a read-only open works on a private
 /// copy of the pool, which would go stale under an attached writer, so the two exclude
 /// each other.
