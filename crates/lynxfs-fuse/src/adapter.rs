@@ -550,6 +550,20 @@ impl<B: Backend> LynxFuse<B> {
         self.ns().getattr(ino).map_err(|e| errno(&e))
     }
 
+    /// Answers a create or tmpfile: the new file's entry and its open handle.
+    fn reply_created(&self, r: Res<(Stat, u64)>, reply: ReplyCreate) {
+        match r {
+            Ok((st, fd)) => reply.created(
+                &self.entry_ttl,
+                &file_attr(&st),
+                Generation(st.generation),
+                FileHandle(fd),
+                Self::open_flags(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn reply_entry(&self, r: Res<Stat>, reply: ReplyEntry) {
         match r {
             Ok(st) => reply.entry_with_ttls(
@@ -1448,16 +1462,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 }
             }
         })();
-        match r {
-            Ok((st, fd)) => reply.created(
-                &self.entry_ttl,
-                &file_attr(&st),
-                Generation(st.generation),
-                FileHandle(fd),
-                Self::open_flags(),
-            ),
-            Err(e) => reply.error(e),
-        }
+        self.reply_created(r, reply)
     }
 
     /// Inode flags (`chattr`/`lsattr`: the kernel sends FS_IOC_GETFLAGS/SETFLAGS with a
@@ -1525,16 +1530,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 }
             }
         })();
-        match r {
-            Ok((st, fd)) => reply.created(
-                &self.entry_ttl,
-                &file_attr(&st),
-                Generation(st.generation),
-                FileHandle(fd),
-                Self::open_flags(),
-            ),
-            Err(e) => reply.error(e),
-        }
+        self.reply_created(r, reply)
     }
 
     fn fallocate(

@@ -255,27 +255,38 @@ impl<B: Backend> Namespace<B> {
             if dir.removed() {
                 return Err(errno::ENOENT);
             }
-            let ino = self
-                .pool
-                .alloc
-                .inodes
-                .alloc(self.lane())
-                .ok_or(errno::ENOSPC)?;
             let node = NewNode {
                 mode: libc::S_IFREG | (mode & 0o7777),
                 rdev: 0,
                 target: None,
             };
-            if let Err(e) = self.write_inode(parent, ino, node, cred, false) {
-                self.pool.alloc.inodes.free(ino);
-                return Err(e);
-            }
+            let ino = self.new_unnamed_inode(parent, node, cred, false)?;
             // Live from here (its INO word is fenced), but no name leads to it.
             drop(self.pool.pm.batch().persist());
             let flags = if linkable { ORPHAN | LINKABLE } else { ORPHAN };
             self.cachelets.get(ino).set_flags(flags);
             Ok(ino)
         })
+    }
+
+    /// A new inode, written and flushed, that no name leads to yet (a tmpfile, or a
+    /// whiteout until its rename commits); its number goes back on failure.
+    pub(super) fn new_unnamed_inode(
+        &self,
+        parent: u64,
+        node: NewNode<'_>,
+        cred: &Cred,
+        named: bool,
+    ) -> Result<u64> {
+        let inodes = &self.pool.alloc.inodes;
+        let ino = inodes.alloc(self.lane()).ok_or(errno::ENOSPC)?;
+        match self.write_inode(parent, ino, node, cred, named) {
+            Ok(_) => Ok(ino),
+            Err(e) => {
+                inodes.free(ino);
+                Err(e)
+            }
+        }
     }
 
     /// Write a dentry naming `ino` and claim a log slot for it, without committing:

@@ -554,24 +554,12 @@ impl<B: Backend> Namespace<B> {
     /// flushed but named by nothing until the rename commits (recovery frees it if
     /// the rename never does). Returns its number.
     fn new_whiteout(&self, parent: u64, cred: &Cred) -> Result<u64> {
-        let ino = self
-            .pool
-            .alloc
-            .inodes
-            .alloc(self.lane())
-            .ok_or(errno::ENOSPC)?;
         let node = NewNode {
             mode: libc::S_IFCHR,
             rdev: 0,
             target: None,
         };
-        match self.write_inode(parent, ino, node, cred, true) {
-            Ok(_) => Ok(ino),
-            Err(e) => {
-                self.pool.alloc.inodes.free(ino);
-                Err(e)
-            }
-        }
+        self.new_unnamed_inode(parent, node, cred, true)
     }
 
     /// Undo [`Namespace::new_whiteout`] for a rename that did not commit.
