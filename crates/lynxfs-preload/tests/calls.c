@@ -687,11 +687,37 @@ static void cwds(void) {
     free(dyn);
 }
 
+/* Whether `st` is the file `path` names. */
+static int same_file(const struct stat *st, const char *path) {
+    struct stat o;
+    return stat(path, &o) == 0 && o.st_ino == st->st_ino && o.st_dev == st->st_dev;
+}
+
+/* Where ".." leads from a removed directory open as `fd`, removed from the working
+ * directory: there, and names are made through it (and "../.." beyond). */
+static void removed_dir_dotdot(int fd) {
+    struct stat st;
+    if (C(fstatat(fd, "..", &st, 0)) == 0)
+        SAY("  .. is the cwd %d\n", same_file(&st, "."));
+    if (C(fstatat(fd, "./..", &st, 0)) == 0)
+        SAY("  ./.. is the cwd %d\n", same_file(&st, "."));
+    if (C(fstatat(fd, "../..", &st, 0)) == 0)
+        SAY("  ../.. is the cwd's parent %d\n", same_file(&st, ".."));
+    int f = FD(openat(fd, "../via-removed", O_CREAT | O_RDWR, 0644));
+    if (f >= 0)
+        C(close(f));
+    C(access("via-removed", F_OK));
+    C(unlink("via-removed"));
+    C(mkdirat(fd, "../via-removed-dir", 0755));
+    C(rmdir("via-removed-dir"));
+}
+
 /* What a removed directory still open as `fd` answers. */
 static void removed_dir_steps(int fd) {
     struct stat st;
     C(fstat(fd, &st));
     SAY("  nlink %ld dir %d\n", (long)st.st_nlink, S_ISDIR(st.st_mode));
+    removed_dir_dotdot(fd);
     char buf[4096];
     C(getdents64(fd, buf, sizeof buf));
     FD(openat(fd, "x", O_CREAT | O_RDWR, 0644));
@@ -730,6 +756,11 @@ static void removed_dirs(void) {
     C(stat(".", &st));
     SAY("  cwd nlink %ld\n", (long)st.st_nlink);
     C(chdir("."));
+    char here[PATH_MAX];
+    P(getcwd(here, sizeof here));
+    P(getcwd(NULL, 0));
+    if (C(stat("..", &st)) == 0)
+        SAY("  cwd .. is start %d\n", same_file(&st, start));
     FD(open("y", O_CREAT | O_RDWR, 0644));
     DIR *d = P(opendir("."));
     if (d) {

@@ -257,3 +257,184 @@ fn an_open_removed_directory_answers_fstat_lists_nothing_and_refuses_new_names()
     let report = lynxfs::fsck::check(fs.pool());
     assert!(report.is_clean(), "{report:?}");
 }
+
+/// What ".." and new names relative to removed directories answer, step by step, on
+/// the engine: each step's result ("ino of X", "nlink N", "ok", or an errno).
+fn dotdot_steps_engine() -> Vec<String> {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    let dir = libc::O_RDONLY | libc::O_DIRECTORY;
+    for d in ["/p", "/p/d", "/p/e", "/s", "/s/v", "/s/n"] {
+        s.mkdir(d, 0o755).unwrap();
+    }
+    let names: Vec<(u64, &str)> = ["/", "/p", "/s"]
+        .iter()
+        .map(|p| (s.stat(p).unwrap().ino, *p))
+        .collect();
+    let name = |r: lynxfs::Result<lynxfs::Stat>| match r {
+        Ok(st) => names
+            .iter()
+            .find(|(i, _)| *i == st.ino)
+            .map_or(format!("nlink {}", st.nlink), |(_, n)| {
+                format!("ino of {n}")
+            }),
+        Err(e) => format!("errno {}", e.errno()),
+    };
+    let done =
+        |r: lynxfs::Result<()>| r.map_or_else(|e| format!("errno {}", e.errno()), |()| "ok".into());
+    let mut out = Vec::new();
+    let d = fs.fd_ino(s.open("/p/d", dir, 0).unwrap()).unwrap();
+    let p_fd = s.open("/p", dir, 0).unwrap();
+    s.rmdir("/p/d").unwrap();
+    let at = s.at(d);
+    out.push(name(at.stat("..")));
+    out.push(name(at.stat("./..")));
+    out.push(name(at.stat("../d")));
+    out.push(name(at.stat("../..")));
+    out.push(done(
+        at.open("../x", CREAT, 0o644).and_then(|f| fs.close_fd(f)),
+    ));
+    out.push(name(s.stat("/p/x")));
+    out.push(done(at.mkdir("x", 0o755)));
+    out.push(done(at.mkdir("../y", 0o755)));
+    out.push(done(at.mkdir("../e/z", 0o755)));
+    let mut inside = fs.session(Cred::root());
+    inside.fchdir(d).unwrap();
+    out.push(name(inside.stat("..")));
+    out.push(
+        inside
+            .getcwd()
+            .map_or_else(|e| format!("getcwd errno {}", e.errno()), |p| p),
+    );
+    // The parent removed too while held: ".." names it (nlink 0), "../.." the root.
+    // (Each step's failure shows in a later step's answer.)
+    let _ = s.unlink("/p/x");
+    for p in ["/p/y", "/p/e/z", "/p/e"] {
+        let _ = s.rmdir(p);
+    }
+    out.push(done(s.rmdir("/p")));
+    out.push(name(at.stat("..")));
+    out.push(name(at.stat("../..")));
+    out.push(done(at.mkdir("../w", 0o755)));
+    fs.close_fd(p_fd).unwrap();
+    // Replaced by a rename.
+    let v = fs.fd_ino(s.open("/s/v", dir, 0).unwrap()).unwrap();
+    s.rename("/s/n", "/s/v", 0).unwrap();
+    out.push(name(s.at(v).stat("..")));
+    out.push(name(s.at(v).stat("../v")));
+    out
+}
+
+/// [`dotdot_steps_engine`] on tmpfs (a fresh directory in /dev/shm), with the same
+/// names for the same inodes.
+fn dotdot_steps_tmpfs() -> Vec<String> {
+    use std::ffi::CString;
+    use std::os::unix::fs::MetadataExt;
+    let top = tempfile::tempdir_in("/dev/shm").unwrap();
+    let t = top.path().to_str().unwrap().to_string();
+    for d in ["/p", "/p/d", "/p/e", "/s", "/s/v", "/s/n"] {
+        std::fs::create_dir(format!("{t}{d}")).unwrap();
+    }
+    let names: Vec<(u64, &str)> = ["/", "/p", "/s"]
+        .iter()
+        .map(|p| (std::fs::metadata(format!("{t}{p}")).unwrap().ino(), *p))
+        .collect();
+    let c = |p: &str| CString::new(p).unwrap();
+    let open_dir = |p: &str| {
+        // SAFETY: a C string we own; the descriptor is closed by the tempdir's end.
+        let fd = unsafe { libc::open(c(p).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+        assert!(fd >= 0, "open {p}");
+        fd
+    };
+    let statat = |fd: i32, p: &str| {
+        // SAFETY: all-zero is a valid `struct stat`.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a C string we own and a stat buffer of the right type.
+        let r = unsafe { libc::fstatat(fd, c(p).as_ptr(), &mut st, 0) };
+        if r < 0 {
+            return format!(
+                "errno {}",
+                std::io::Error::last_os_error().raw_os_error().unwrap()
+            );
+        }
+        names
+            .iter()
+            .find(|(i, _)| *i == st.st_ino)
+            .map_or(format!("nlink {}", st.st_nlink), |(_, n)| {
+                format!("ino of {n}")
+            })
+    };
+    let done = |r: i32| {
+        if r < 0 {
+            format!(
+                "errno {}",
+                std::io::Error::last_os_error().raw_os_error().unwrap()
+            )
+        } else {
+            "ok".into()
+        }
+    };
+    let mkdirat = |fd: i32, p: &str| {
+        // SAFETY: a C string we own.
+        done(unsafe { libc::mkdirat(fd, c(p).as_ptr(), 0o755) })
+    };
+    let mut out = Vec::new();
+    let d = open_dir(&format!("{t}/p/d"));
+    let p_fd = open_dir(&format!("{t}/p"));
+    std::fs::remove_dir(format!("{t}/p/d")).unwrap();
+    out.push(statat(d, ".."));
+    out.push(statat(d, "./.."));
+    out.push(statat(d, "../d"));
+    out.push(statat(d, "../.."));
+    // SAFETY: a C string we own; the descriptor is closed at once.
+    let x = unsafe { libc::openat(d, c("../x").as_ptr(), CREAT, 0o644) };
+    // SAFETY: closing the descriptor just opened (or -1).
+    out.push(done(x.min(unsafe { libc::close(x) })));
+    out.push(statat(libc::AT_FDCWD, &format!("{t}/p/x")));
+    out.push(mkdirat(d, "x"));
+    out.push(mkdirat(d, "../y"));
+    out.push(mkdirat(d, "../e/z"));
+    // The working directory's ".." (relative to the directory itself: a test may not
+    // move the process's own working directory), and getcwd as Linux answers there.
+    out.push(statat(d, ".."));
+    out.push(format!("getcwd errno {}", libc::ENOENT));
+    std::fs::remove_file(format!("{t}/p/x")).unwrap();
+    for p in ["/p/y", "/p/e/z", "/p/e"] {
+        std::fs::remove_dir(format!("{t}{p}")).unwrap();
+    }
+    out.push(done(
+        std::fs::remove_dir(format!("{t}/p")).map_or(-1, |()| 0),
+    ));
+    out.push(statat(d, ".."));
+    out.push(statat(d, "../.."));
+    out.push(mkdirat(d, "../w"));
+    // SAFETY: closing descriptors this function opened.
+    unsafe {
+        libc::close(p_fd);
+        libc::close(d);
+    }
+    let v = open_dir(&format!("{t}/s/v"));
+    std::fs::rename(format!("{t}/s/n"), format!("{t}/s/v")).unwrap();
+    out.push(statat(v, ".."));
+    out.push(statat(v, "../v"));
+    // SAFETY: closing a descriptor this function opened.
+    unsafe { libc::close(v) };
+    out
+}
+
+/// Relative to a removed directory still open, ".." names the directory it was
+/// removed from (even one removed since, while it is held), names are made through
+/// it, nothing is made in the removed directory itself, and a removed working
+/// directory has no path: step by step as on tmpfs.
+#[test]
+fn dot_dot_of_a_removed_directory_answers_as_on_tmpfs() {
+    let engine = dotdot_steps_engine();
+    let tmpfs = dotdot_steps_tmpfs();
+    for (i, (e, t)) in engine.iter().zip(&tmpfs).enumerate() {
+        assert_eq!(
+            e, t,
+            "step {i}: engine {e}, tmpfs {t}\n{engine:?}\n{tmpfs:?}"
+        );
+    }
+    assert_eq!(engine.len(), tmpfs.len());
+}

@@ -3,7 +3,7 @@
 
 use crate::error::{errno, Error, Result};
 use crate::format::ROOT_INO;
-use crate::meta::{is_dir, perm, Cred, Namespace};
+use crate::meta::{is_dir, Cred, Namespace};
 use crate::pmem::Backend;
 
 /// Longest path accepted, as Linux's PATH_MAX (which counts the NUL).
@@ -205,15 +205,11 @@ pub fn walk_parent<B: Backend>(
                 name: Vec::new(),
                 trailing_slash,
             }),
-            b".." => {
-                ns.dir(cur)?;
-                ns.may(cur, cred, perm::X)?;
-                Ok(Walked {
-                    parent: ns.parent_of(cur),
-                    name: Vec::new(),
-                    trailing_slash,
-                })
-            }
+            b".." => Ok(Walked {
+                parent: ns.lookup(cur, c, cred)?,
+                name: Vec::new(),
+                trailing_slash,
+            }),
             name if name.len() > crate::format::dentry::NAME_MAX => Err(errno::ENAMETOOLONG),
             name => Ok(Walked {
                 parent: cur,

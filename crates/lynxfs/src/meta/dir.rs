@@ -45,8 +45,28 @@ impl<'a> Dir<'a> {
     pub fn removed(&self) -> bool {
         self.c.flags() & REMOVED != 0
     }
-    pub fn set_removed(&self) {
+
+    /// Its rmdir (or a rename over it) has committed, in directory `parent` of
+    /// generation `generation`: creates fail from now on, and its ".." keeps naming
+    /// that parent, as Linux's dead dentry keeps its d_parent. Called with its gate
+    /// held alone (so it is loaded and no load runs); a removed directory is empty and
+    /// never loaded again (see [`Dir::ensure_loaded`]), so its entry count and tail are
+    /// of no more use: they keep the parent until the inode is freed (`reset`).
+    pub fn set_removed(&self, parent: u64, generation: u64) {
+        self.c.entries().store(parent, Ordering::Release);
+        self.c.tail().store(generation, Ordering::Release);
         self.c.set_flags(REMOVED);
+    }
+
+    /// The parent and its generation a removed directory was removed from (see
+    /// [`Dir::set_removed`]); `None` while it is not removed.
+    pub fn old_parent(&self) -> Option<(u64, u64)> {
+        self.removed().then(|| {
+            (
+                self.c.entries().load(Ordering::Acquire),
+                self.c.tail().load(Ordering::Acquire),
+            )
+        })
     }
 
     /// Read the directory's log into the index, once; true if this call loaded it.
@@ -61,7 +81,9 @@ impl<'a> Dir<'a> {
             return Ok(false);
         }
         let _g = self.c.dir_lock(w)?;
-        if self.c.flags() & LOADED != 0 {
+        // Removed (and evicted since): nothing to load, and its entry count and tail
+        // now keep its old parent. The caller finds it dead by its link count.
+        if self.c.flags() & (LOADED | REMOVED) != 0 {
             return Ok(false);
         }
         crate::runtime::testing::stop_here("dir.load");

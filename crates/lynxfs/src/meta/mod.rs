@@ -25,7 +25,7 @@ use crate::runtime::lock::MutexGuard;
 use crate::runtime::{Runtime, Watch};
 use std::sync::Arc;
 
-use crate::error::{errno, Result};
+use crate::error::{errno, Error, Result};
 use crate::format::{dentry, inode, ROOT_INO};
 use crate::pmem::Backend;
 use crate::pool::Pool;
@@ -301,7 +301,14 @@ impl<B: Backend> Namespace<B> {
     pub fn lookup(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<u64> {
         self.op(|| {
             self.index.prefetch(parent, name);
-            let _ = self.dir(parent)?;
+            match self.dir(parent) {
+                Ok(_) => {}
+                // Off the common path: a removed directory still answers "." and "..".
+                Err(Error::Errno(libc::ENOENT)) if self.is_removed_dir(parent) => {
+                    return self.lookup_in_removed(parent, name, cred)
+                }
+                Err(e) => return Err(e),
+            }
             self.may(parent, cred, perm::X)?;
             match name {
                 b"." => return Ok(parent),
@@ -322,6 +329,31 @@ impl<B: Backend> Namespace<B> {
                 }
             }
         })
+    }
+
+    /// A lookup in a removed directory still held: "." is itself, ".." the directory
+    /// it was removed from, as on Linux; nothing else is there.
+    fn lookup_in_removed(&self, dir: u64, name: &[u8], cred: &Cred) -> Result<u64> {
+        self.may(dir, cred, perm::X)?;
+        match name {
+            b"." => Ok(dir),
+            b".." => self.old_parent(dir),
+            _ => check_name(name).and(Err(errno::ENOENT)),
+        }
+    }
+
+    /// The directory removed directory `dir` was removed from, while it lives with
+    /// the generation it had then (Linux keeps a dead directory's parent alive; here a
+    /// parent freed since, whose number may name another directory now, is ENOENT).
+    fn old_parent(&self, dir: u64) -> Result<u64> {
+        let (parent, generation) = Dir::new(self.cachelets.get(dir))
+            .old_parent()
+            .ok_or(errno::ENOENT)?;
+        self.directory(parent)?;
+        if self.load(parent, inode::GENERATION) != generation {
+            return Err(errno::ENOENT);
+        }
+        Ok(parent)
     }
 
     /// The visible index entry for (parent, name); the directory must be loaded.
@@ -351,8 +383,12 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// The absolute path of directory `dir`, by walking `..` up to the root (getcwd).
+    /// A removed directory has none: ENOENT, as Linux's getcwd says in one.
     pub fn path_of(&self, dir: u64) -> Result<Vec<u8>> {
         self.live(dir)?;
+        if self.is_removed_dir(dir) {
+            return Err(errno::ENOENT);
+        }
         let mut parts = Vec::new();
         let mut cur = dir;
         while cur != ROOT_INO {

@@ -144,7 +144,7 @@ impl<B: Backend> Namespace<B> {
                 .expect("indexed dentry"),
         );
         if let Some(d) = &child_dir {
-            d.set_removed();
+            d.set_removed(parent, self.load(parent, inode::GENERATION));
             d.drain_slots(&self.free_slots);
         }
         drop(_victim_gate);

@@ -250,7 +250,7 @@ impl<B: Backend> Namespace<B> {
         self.notices.name(sp, sn, plan.src.ino);
         self.notices.name(dp, dn, plan.dst.map_or(0, |d| d.ino));
         if let Some(v) = &victim {
-            v.set_removed();
+            v.set_removed(dp, self.load(dp, inode::GENERATION));
             v.drain_slots(&self.free_slots);
         }
         drop(_vgate);
