@@ -773,6 +773,74 @@ static void removed_dirs(void) {
     C(close(rd));
 }
 
+/* linkat of `fd` through /proc/self/fd/N, as programs name an O_TMPFILE file. */
+static long link_proc(int fd, const char *to) {
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    return linkat(AT_FDCWD, proc, AT_FDCWD, to, AT_SYMLINK_FOLLOW);
+}
+
+/* O_TMPFILE: an unnamed file, named by linkat (AT_EMPTY_PATH, or /proc/self/fd/N with
+ * AT_SYMLINK_FOLLOW), unless made with O_EXCL; what open refuses with it. */
+static void tmpfiles(void) {
+    SAY("== tmpfiles\n");
+    C(mkdir("tf", 0755));
+    int fd = FD(open("tf", O_TMPFILE | O_RDWR, 0640));
+    C(write(fd, "unnamed", 7));
+    struct stat st;
+    C(fstat(fd, &st));
+    show_stat("tmpfile", &st);
+    DIR *d = opendir("tf");
+    if (d) {
+        list_dir(d);
+        closedir(d);
+    }
+    C(linkat(fd, "", AT_FDCWD, "tf/by-empty", AT_EMPTY_PATH));
+    C(fstat(fd, &st));
+    show_stat("linked", &st);
+    SAY("  by-empty: %s\n", contents("tf/by-empty"));
+    C(linkat(fd, "", AT_FDCWD, "tf/by-empty", AT_EMPTY_PATH));
+    C(linkat(fd, "", AT_FDCWD, "tf/second", AT_EMPTY_PATH));
+    C(close(fd));
+    fd = FD(open("tf", O_TMPFILE | O_WRONLY, 0600));
+    C(link_proc(fd, "tf/by-proc"));
+    C(stat("tf/by-proc", &st));
+    show_stat("by-proc", &st);
+    C(close(fd));
+    fd = FD(open("tf/", O_TMPFILE | O_EXCL | O_RDWR, 0600));
+    C(write(fd, "excl", 4));
+    C(linkat(fd, "", AT_FDCWD, "tf/excl", AT_EMPTY_PATH));
+    C(link_proc(fd, "tf/excl"));
+    C(close(fd));
+    FD(open("tf", O_TMPFILE | O_RDONLY, 0600));
+    FD(open("tf", O_TMPFILE | O_CREAT | O_RDWR, 0600));
+    FD(open("tf/by-proc", O_TMPFILE | O_RDWR, 0600));
+    FD(open("missing", O_TMPFILE | O_RDWR, 0600));
+    /* A file whose last name went, and a directory, get no new name. */
+    fd = FD(open("tf/gone", O_CREAT | O_RDWR, 0644));
+    C(unlink("tf/gone"));
+    C(linkat(fd, "", AT_FDCWD, "tf/back", AT_EMPTY_PATH));
+    C(link_proc(fd, "tf/back"));
+    C(close(fd));
+    int dfd = FD(open("tf", O_RDONLY | O_DIRECTORY));
+    C(linkat(dfd, "", AT_FDCWD, "tf/dir-link", AT_EMPTY_PATH));
+    C(linkat(dfd, "", AT_FDCWD, "tf/dir-link", 0));
+    /* Relative to a directory descriptor. */
+    fd = FD(openat(dfd, ".", O_TMPFILE | O_RDWR, 0644));
+    C(linkat(fd, "", dfd, "at-dir", AT_EMPTY_PATH));
+    C(close(fd));
+    C(close(dfd));
+    d = opendir("tf");
+    if (d) {
+        list_dir(d);
+        closedir(d);
+    }
+    const char *made[] = {"tf/by-empty", "tf/second", "tf/by-proc", "tf/at-dir"};
+    for (size_t i = 0; i < sizeof made / sizeof *made; i++)
+        C(unlink(made[i]));
+    C(rmdir("tf"));
+}
+
 static void fds_and_locks(void) {
     SAY("== fds\n");
     int fd = open("dups", O_CREAT | O_RDWR | O_TRUNC, 0644);
@@ -1229,6 +1297,7 @@ int main(int argc, char **argv) {
     dirs();
     cwds();
     removed_dirs();
+    tmpfiles();
     fds_and_locks();
     stdio_calls();
     processes();

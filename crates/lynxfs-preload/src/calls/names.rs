@@ -1,10 +1,13 @@
 //! Calls that make, remove, rename and change named files.
 
+use std::sync::Arc;
+
 use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t};
 use lynxfs::{SetAttr, TimeSet};
 
 use super::{buf_mut, err, on_fd};
 use crate::conv;
+use crate::fds;
 use crate::real;
 use crate::route::{self, at_path, set_errno, with_base, Base, Route};
 use crate::state::{self, Caller};
@@ -220,6 +223,17 @@ pub unsafe extern "C" fn linkat(
     new: *const c_char,
     flags: c_int,
 ) -> c_int {
+    if let Some(o) = linked_fd(od, old, flags) {
+        // SAFETY: the caller's arguments.
+        return unsafe { link_open(&o, nd, new) };
+    }
+    // SAFETY: the caller's paths (NULL gives None).
+    if unsafe { state::cpath(old) } == Some(b"") {
+        // No file named (ENOENT) or EINVAL for bad flags: the kernel says which, as it
+        // would for a descriptor of its own.
+        // SAFETY: the caller's arguments.
+        return unsafe { real::linkat(od, old, nd, new, flags) };
+    }
     // SAFETY: the caller's arguments.
     unsafe {
         two_paths(
@@ -240,6 +254,50 @@ pub unsafe extern "C" fn linkat(
                 s.link(o, n)
             },
             || real::linkat(od, old, nd, new, flags),
+        )
+    }
+}
+
+/// The open file of the pool a linkat names by descriptor, if it does: `fd` with an
+/// empty path and AT_EMPTY_PATH, or the "/proc/self/fd/N" (also "/proc/PID/fd/N" of
+/// this process and "/dev/fd/N") that programs follow with AT_SYMLINK_FOLLOW to name
+/// an `O_TMPFILE` file; the kernel's magic link would lead to the library's stand-in.
+fn linked_fd(fd: c_int, old: *const c_char, flags: c_int) -> Option<Arc<fds::Open>> {
+    if crate::guard::inside() {
+        return None;
+    }
+    // SAFETY: the caller's path (NULL gives None).
+    let p = unsafe { state::cpath(old) }?;
+    if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+        return fds::get(fd);
+    }
+    if flags & libc::AT_SYMLINK_FOLLOW == 0 {
+        return None;
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = format!("/proc/{}/fd/", unsafe { libc::getpid() });
+    let n = [&b"/proc/self/fd/"[..], pid.as_bytes(), b"/dev/fd/"]
+        .iter()
+        .find_map(|pre| p.strip_prefix(*pre))?;
+    let n: c_int = std::str::from_utf8(n).ok()?.parse().ok()?;
+    fds::get(n)
+}
+
+/// linkat of open file `o` as `new` (from `nd`): EXDEV when `new` is outside the pool.
+///
+/// # Safety
+/// `new` is null or a valid C string.
+unsafe fn link_open(o: &fds::Open, nd: c_int, new: *const c_char) -> c_int {
+    // SAFETY: the caller's path.
+    unsafe {
+        at_path(
+            nd,
+            new,
+            |s, n| s.link_fd(o.handle, n).map(|()| 0),
+            |_, _| {
+                set_errno(libc::EXDEV);
+                -1
+            },
         )
     }
 }

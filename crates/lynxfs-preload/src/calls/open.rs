@@ -11,11 +11,10 @@ use crate::route::at_path;
 use crate::state::{self, Caller};
 
 /// Open `p` in the pool: an engine handle behind a reserved kernel fd.
+/// `O_TMPFILE` makes a file in the directory `p` names, as O_CREAT does a named one.
 fn pool_open(s: &Caller, p: &[u8], flags: c_int, mode: mode_t) -> lynxfs::Result<c_int> {
-    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
-        return Err(err(libc::EOPNOTSUPP));
-    }
-    let mode = if flags & libc::O_CREAT != 0 {
+    let creates = flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE;
+    let mode = if creates {
         mode & !state::umask()
     } else {
         mode

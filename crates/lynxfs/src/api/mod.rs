@@ -748,6 +748,9 @@ impl<'a, B: Backend> Session<'a, B> {
 
     /// open(2) with O_* flags; `mode` is used when O_CREAT creates the file.
     pub fn open(&self, p: impl AsRef<[u8]>, flags: i32, mode: u32) -> Result<Fd> {
+        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            return self.open_tmpfile(p.as_ref(), flags, mode);
+        }
         // An existing file is held from its lookup to its open (see `resolve_held`);
         // a file this call creates is opened at once by the creator.
         let (ino, created, _held) = if flags & libc::O_CREAT != 0 {
@@ -765,6 +768,18 @@ impl<'a, B: Backend> Session<'a, B> {
             return Err(errno::ENOTDIR);
         }
         self.fs.open_ino(ino, flags, &self.cred, created)
+    }
+
+    /// open(2) with `O_TMPFILE`: a new unnamed file in directory `p` (see
+    /// [`Fs::open_tmpfile`]). As Linux's build_open_flags, O_CREAT with it or no
+    /// write access is EINVAL, before the path is looked at.
+    fn open_tmpfile(&self, p: &[u8], flags: i32, mode: u32) -> Result<Fd> {
+        if flags & libc::O_CREAT != 0 || flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(errno::EINVAL);
+        }
+        let dir = self.resolve_held(p, true)?;
+        self.ns().directory(dir.ino)?;
+        self.fs.open_tmpfile(dir.ino, mode, flags, &self.cred)
     }
 
     fn open_create(&self, p: &[u8], flags: i32, mode: u32) -> Result<(u64, bool)> {
@@ -855,8 +870,20 @@ impl<'a, B: Backend> Session<'a, B> {
 
     pub fn link(&self, old: impl AsRef<[u8]>, new: impl AsRef<[u8]>) -> Result<()> {
         let held = self.resolve_held(old.as_ref(), false)?;
-        let ino = held.ino;
-        let w = self.parent(new.as_ref())?;
+        self.link_ino(held.ino, new.as_ref())
+    }
+
+    /// linkat(fd, "", AT_FDCWD, new, AT_EMPTY_PATH): a name for the file open as
+    /// `fd`, an `O_TMPFILE` file among them. One made with `O_EXCL`, or one whose last
+    /// name went, gets none (ENOENT), as in Linux.
+    pub fn link_fd(&self, fd: Fd, new: impl AsRef<[u8]>) -> Result<()> {
+        // The open handle keeps the inode (and its number) for the call.
+        self.link_ino(self.fs.fd_ino(fd)?, new.as_ref())
+    }
+
+    /// A new name `new` for inode `ino`, which the caller keeps alive.
+    fn link_ino(&self, ino: u64, new: &[u8]) -> Result<()> {
+        let w = self.parent(new)?;
         if w.name.is_empty() {
             return Err(errno::EEXIST);
         }
