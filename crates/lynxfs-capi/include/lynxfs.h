@@ -70,7 +70,12 @@ int lynxfs_detach(lynxfs_t *fs);
 /* ---- descriptors ---- */
 
 /* open(2): O_RDONLY/O_WRONLY/O_RDWR with O_CREAT, O_EXCL, O_TRUNC, O_APPEND,
- * O_DIRECTORY, O_NOFOLLOW. Returns a descriptor or -errno. */
+ * O_DIRECTORY, O_NOFOLLOW. Returns a descriptor or -errno. O_TMPFILE (with O_WRONLY
+ * or O_RDWR, not O_CREAT: else -EINVAL) makes an unnamed file in the directory `path`
+ * names, freed at its last close unless lynxfs_linkat names it (not if made with
+ * O_EXCL). Removed directories still open are empty and dead, as in Linux: nothing
+ * can be made in them (-ENOENT), but ".." from them leads to the directory they were
+ * removed from while it lives. */
 int lynxfs_open(lynxfs_t *fs, const char *path, int flags, mode_t mode);
 /* openat(2): a relative path starts at directory descriptor dirfd (or the
  * working directory for LYNXFS_AT_FDCWD). */
@@ -105,6 +110,14 @@ int lynxfs_rename(lynxfs_t *fs, const char *oldpath, const char *newpath);
 int lynxfs_renameat2(lynxfs_t *fs, int olddirfd, const char *oldpath, int newdirfd,
                      const char *newpath, unsigned int flags);
 int lynxfs_link(lynxfs_t *fs, const char *oldpath, const char *newpath);
+/* linkat(2): flags AT_SYMLINK_FOLLOW and AT_EMPTY_PATH; with AT_EMPTY_PATH and an
+ * empty oldpath, olddirfd is the descriptor of the file to name (an O_TMPFILE file
+ * made without O_EXCL; -ENOENT for one with O_EXCL or whose last name went). */
+int lynxfs_linkat(lynxfs_t *fs, int olddirfd, const char *oldpath, int newdirfd,
+                  const char *newpath, int flags);
+/* mkdirat(2) and fstatat(2) (flags AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH). */
+int lynxfs_mkdirat(lynxfs_t *fs, int dirfd, const char *path, mode_t mode);
+int lynxfs_fstatat(lynxfs_t *fs, int dirfd, const char *path, struct stat *st, int flags);
 int lynxfs_symlink(lynxfs_t *fs, const char *target, const char *linkpath);
 /* readlink(2): copies at most `size` bytes of the target (no NUL added) and returns
  * how many; a longer target is cut. size 0 is -EINVAL. */
@@ -120,9 +133,11 @@ int lynxfs_utimens(lynxfs_t *fs, const char *path, const struct timespec times[2
 
 /* chdir(2) for this handle's caller; relative paths start there. */
 int lynxfs_chdir(lynxfs_t *fs, const char *path);
+/* fchdir(2): work in the directory open as fd (a removed one too, as Linux allows). */
+int lynxfs_fchdir(lynxfs_t *fs, int fd);
 /* getcwd(2) as the system call: the working directory's path inside the pool,
  * NUL-terminated, in buf; returns its length with the NUL, -ERANGE if size is too
- * small. */
+ * small, -ENOENT if the directory was removed. */
 int lynxfs_getcwd(lynxfs_t *fs, char *buf, size_t size);
 /* statvfs(3) of the pool. */
 int lynxfs_statfs(lynxfs_t *fs, struct statvfs *out);
@@ -131,6 +146,10 @@ int lynxfs_statfs(lynxfs_t *fs, struct statvfs *out);
 
 /* Open the directory at `path` (it uses one descriptor); *dir gets the stream. */
 int lynxfs_opendir(lynxfs_t *fs, const char *path, lynxfs_dir_t **dir);
+/* fdopendir(3): a stream over the directory open as fd, which the stream now owns
+ * (lynxfs_closedir closes it). A removed directory lists nothing, not even "." and
+ * "..", as in Linux. */
+int lynxfs_fdopendir(lynxfs_t *fs, int fd, lynxfs_dir_t **dir);
 /* The next entry ("." and ".." included) into *ent: returns 1, or 0 at the end, or
  * -errno. */
 int lynxfs_readdir(lynxfs_t *fs, lynxfs_dir_t *dir, struct lynxfs_dirent *ent);

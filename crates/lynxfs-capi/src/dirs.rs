@@ -1,4 +1,4 @@
-//! Directory streams: opendir/readdir/closedir over the engine's readdir, a batch
+//! Directory streams: opendir/fdopendir/readdir/closedir over the engine's readdir, a batch
 //! at a time, the directory held open by a descriptor while the stream lives.
 
 use std::collections::VecDeque;
@@ -35,6 +35,15 @@ pub struct Dir {
 }
 
 impl Dir {
+    /// A stream over directory `ino`, open as descriptor `fd` (the stream's now).
+    fn new(fd: c_int, ino: u64) -> Box<Dir> {
+        Box::new(Dir {
+            fd,
+            ino,
+            state: Mutex::new((0, VecDeque::new(), false)),
+        })
+    }
+
     /// The next entry, fetching a batch when none is left.
     fn next(&self, h: &Lynx) -> R<Option<DirEntry>> {
         let mut st = self.state.lock();
@@ -83,12 +92,24 @@ pub unsafe extern "C" fn lynxfs_opendir(
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
         let fd = h.install(h.session(|s| Ok(s.open(p, flags, 0)?))?)?;
         let ino = h.fs().fd_ino(h.fd(fd)?)?;
-        let dir = Box::new(Dir {
-            fd,
-            ino,
-            state: Mutex::new((0, VecDeque::new(), false)),
-        });
-        put(out, Box::into_raw(dir)).map(|()| 0)
+        put(out, Box::into_raw(Dir::new(fd, ino))).map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `fs` is NULL or a live handle; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lynxfs_fdopendir(fs: *const Lynx, fd: c_int, out: *mut *mut Dir) -> c_int {
+    call(|| {
+        let h = lynx(fs)?;
+        if out.is_null() {
+            return Err(Errno(libc::EFAULT));
+        }
+        let ino = h.fs().fd_ino(h.fd(fd)?)?;
+        if !engine::meta::is_dir(h.fs().ns().mode(ino)) {
+            return Err(Errno(libc::ENOTDIR));
+        }
+        put(out, Box::into_raw(Dir::new(fd, ino))).map(|()| 0)
     })
 }
 

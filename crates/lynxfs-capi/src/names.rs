@@ -1,9 +1,11 @@
-//! Calls on paths: stat/lstat, mkdir, unlink, rmdir, rename/renameat2, link, symlink,
-//! readlink, truncate, chmod/chown/utimens, chdir/getcwd, statfs.
+//! Calls on paths: stat/lstat/fstatat, mkdir/mkdirat, unlink, rmdir, rename/renameat2,
+//! link/linkat, symlink, readlink, truncate, chmod/chown/utimens, chdir/fchdir/getcwd,
+//! statfs.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::edge::{buf_mut, call, offset, path, put, Errno, R};
+use crate::handle::AT_FDCWD;
 use crate::{convert, lynx, Lynx};
 
 /// Runs a call on one path of handle `fs` with the caller's session.
@@ -119,6 +121,94 @@ pub unsafe extern "C" fn lynxfs_link(
 }
 
 /// # Safety
+/// `fs` is NULL or a live handle; `old` and `new` NULL or strings.
+#[no_mangle]
+pub unsafe extern "C" fn lynxfs_linkat(
+    fs: *const Lynx,
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+    flags: c_int,
+) -> c_int {
+    call(|| {
+        let (h, old, new) = (lynx(fs)?, path(old)?, path(new)?);
+        if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) != 0 {
+            return Err(Errno(libc::EINVAL));
+        }
+        if new.is_empty() || (old.is_empty() && flags & libc::AT_EMPTY_PATH == 0) {
+            return Err(Errno(libc::ENOENT));
+        }
+        if old.is_empty() {
+            // The file open as `olddir` (an O_TMPFILE file among them); the working
+            // directory is a directory, which takes no link.
+            if olddir == AT_FDCWD {
+                return Err(Errno(libc::EPERM));
+            }
+            let efd = h.fd(olddir)?;
+            return h
+                .session_at(newdir, |s| Ok(s.link_fd(efd, new)?))
+                .map(|()| 0);
+        }
+        let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+        if olddir == newdir {
+            return h
+                .session_at(olddir, |s| Ok(s.linkat(old, new, follow)?))
+                .map(|()| 0);
+        }
+        let old = h.at_path(olddir, old)?;
+        let new = h.at_path(newdir, new)?;
+        h.session(|s| Ok(s.linkat(&*old, &*new, follow)?))
+            .map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `fs` is NULL or a live handle; `p` NULL or a string.
+#[no_mangle]
+pub unsafe extern "C" fn lynxfs_mkdirat(
+    fs: *const Lynx,
+    dirfd: c_int,
+    p: *const c_char,
+    mode: libc::mode_t,
+) -> c_int {
+    call(|| {
+        let (h, p) = (lynx(fs)?, path(p)?);
+        h.session_at(dirfd, |s| Ok(s.mkdir(p, mode)?)).map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `fs` is NULL or a live handle; `p` NULL or a string; `st` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn lynxfs_fstatat(
+    fs: *const Lynx,
+    dirfd: c_int,
+    p: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    call(|| {
+        let (h, p) = (lynx(fs)?, path(p)?);
+        if flags & !(libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH) != 0 {
+            return Err(Errno(libc::EINVAL));
+        }
+        let found = if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+            if dirfd == AT_FDCWD {
+                h.session(|s| Ok(s.stat(".")?))?
+            } else {
+                h.fs().fstat(h.fd(dirfd)?)?
+            }
+        } else if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+            h.session_at(dirfd, |s| Ok(s.lstat(p)?))?
+        } else {
+            h.session_at(dirfd, |s| Ok(s.stat(p)?))?
+        };
+        put(st, convert::stat(&found)).map(|()| 0)
+    })
+}
+
+/// # Safety
 /// `fs` is NULL or a live handle; `target` and `linkpath` NULL or strings.
 #[no_mangle]
 pub unsafe extern "C" fn lynxfs_symlink(
@@ -222,6 +312,17 @@ pub unsafe extern "C" fn lynxfs_chdir(fs: *const Lynx, p: *const c_char) -> c_in
     call(|| {
         let (h, p) = (lynx(fs)?, path(p)?);
         h.session_mut(|s| Ok(s.chdir(p)?)).map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `fs` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn lynxfs_fchdir(fs: *const Lynx, fd: c_int) -> c_int {
+    call(|| {
+        let h = lynx(fs)?;
+        let ino = h.fs().fd_ino(h.fd(fd)?)?;
+        h.session_mut(|s| Ok(s.fchdir(ino)?)).map(|()| 0)
     })
 }
 

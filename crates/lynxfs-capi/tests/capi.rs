@@ -103,6 +103,24 @@ fn check(name: &str, pool: &Path) -> String {
     stdout
 }
 
+/// Runs check `name` of checks.c on a fresh pool and a fresh tmpfs directory, where
+/// it takes the same steps through the C API and through the kernel and compares
+/// each answer.
+fn check_against_tmpfs(name: &str) {
+    let pool = TestPool::new(name, 16 << 20);
+    let tmpfs = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("tests/checks.c", dir.path());
+    let out = run(Command::new(exe).arg(name).arg(&pool.0).arg(tmpfs.path()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&format!("ok {name}")),
+        "check {name}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The names in directory `dir` of the pool, sorted, "." and ".." left out.
 fn names(fs: &Fs, dir: &str) -> Vec<String> {
     let s = fs.session(Cred::root());
@@ -232,4 +250,19 @@ fn threads_share_a_handle() {
     let fs = Fs::open(&pool.0).unwrap();
     assert_eq!(names(&fs, "/t").len(), 4 * 200);
     fs.close().unwrap();
+}
+
+/// Open directories removed (rmdir, a rename over them) answer as on tmpfs: fstat
+/// (nlink 0), an empty listing, -ENOENT for what is made in them, ".." their old
+/// parent, a removed working directory without a path.
+#[test]
+fn removed_directories_answer_as_on_tmpfs() {
+    check_against_tmpfs("removed");
+}
+
+/// O_TMPFILE files and lynxfs_linkat (AT_EMPTY_PATH; O_EXCL ones stay unnamed), and
+/// what open refuses with O_TMPFILE, as on tmpfs.
+#[test]
+fn tmpfiles_answer_as_on_tmpfs() {
+    check_against_tmpfs("tmpfiles");
 }

@@ -4,12 +4,15 @@
  * and exits 1.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "lynxfs.h"
 
@@ -217,12 +220,183 @@ static void threads(lynxfs_t *fs) {
     expect("closedir", lynxfs_closedir(fs, dir), 0);
 }
 
+/* ---- the same steps through the C API and through the kernel on tmpfs ---- */
+
+/* A kernel call's result as the C API gives its own: the value, or -errno. */
+static long kern(long r) { return r < 0 ? -errno : r; }
+/* A descriptor as 0 (the two sides number theirs apart), or the error. */
+static long fdok(long r) { return r >= 0 ? 0 : r; }
+/* Notes a failure unless the C API answered `lynx` where the kernel answered `kernel`. */
+static void same(const char *what, long lynx, long kernel) {
+    if (lynx != kernel) {
+        fprintf(stderr, "checks: %s: lynxfs %ld, tmpfs %ld\n", what, lynx, kernel);
+        failed = 1;
+    }
+}
+
+/* The entries a stream lists ("." and ".." included). */
+static long lynx_count(lynxfs_t *fs, lynxfs_dir_t *d) {
+    struct lynxfs_dirent e;
+    long n = 0;
+    int r;
+    while ((r = lynxfs_readdir(fs, d, &e)) == 1)
+        n++;
+    return r < 0 ? r : n;
+}
+static long kernel_count(DIR *d) {
+    long n = 0;
+    errno = 0;
+    while (readdir(d))
+        n++;
+    return errno ? -errno : n;
+}
+
+/* Whether `ino` is the inode of `path` on each side. */
+static long lynx_is(lynxfs_t *fs, const struct stat *st, const char *path) {
+    struct stat o;
+    return lynxfs_stat(fs, path, &o) == 0 && o.st_ino == st->st_ino;
+}
+static long kernel_is(int kt, const struct stat *st, const char *path) {
+    struct stat o;
+    return fstatat(kt, path, &o, 0) == 0 && o.st_ino == st->st_ino;
+}
+
+/* An open directory removed (rmdir, a rename over it): fstat (nlink 0), an empty
+ * listing, nothing made in it, ".." its old parent, and a removed working directory
+ * without a path. The pool's root and tmpfs directory `kt` start alike. */
+static void removed_dirs(lynxfs_t *fs, int kt) {
+    struct stat ls, ks;
+    const char *dirs[] = {"p", "p/d", "s", "s/v", "s/n"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
+        same(dirs[i], lynxfs_mkdir(fs, dirs[i], 0755), kern(mkdirat(kt, dirs[i], 0755)));
+    int ld = lynxfs_open(fs, "p/d", O_RDONLY | O_DIRECTORY, 0);
+    int kd = openat(kt, "p/d", O_RDONLY | O_DIRECTORY);
+    same("open p/d", fdok(ld), fdok(kern(kd)));
+    same("rmdir p/d", lynxfs_rmdir(fs, "p/d"), kern(unlinkat(kt, "p/d", AT_REMOVEDIR)));
+    same("fstat", lynxfs_fstat(fs, ld, &ls), kern(fstat(kd, &ks)));
+    same("nlink", (long)ls.st_nlink, (long)ks.st_nlink);
+    same("fstatat ..", lynxfs_fstatat(fs, ld, "..", &ls, 0), kern(fstatat(kd, "..", &ks, 0)));
+    same(".. is p", lynx_is(fs, &ls, "p"), kernel_is(kt, &ks, "p"));
+    same("fstatat ../..", lynxfs_fstatat(fs, ld, "../..", &ls, 0),
+         kern(fstatat(kd, "../..", &ks, 0)));
+    same("../.. is the top", lynx_is(fs, &ls, "."), kernel_is(kt, &ks, "."));
+    same("fstatat empty path", lynxfs_fstatat(fs, ld, "", &ls, AT_EMPTY_PATH),
+         kern(fstatat(kd, "", &ks, AT_EMPTY_PATH)));
+    same("openat x", fdok(lynxfs_openat(fs, ld, "x", O_CREAT | O_RDWR, 0644)),
+         fdok(kern(openat(kd, "x", O_CREAT | O_RDWR, 0644))));
+    same("mkdirat x", lynxfs_mkdirat(fs, ld, "x", 0755), kern(mkdirat(kd, "x", 0755)));
+    same("tmpfile in it", fdok(lynxfs_openat(fs, ld, ".", O_TMPFILE | O_RDWR, 0600)),
+         fdok(kern(openat(kd, ".", O_TMPFILE | O_RDWR, 0600))));
+    same("fstatat x", lynxfs_fstatat(fs, ld, "x", &ls, 0), kern(fstatat(kd, "x", &ks, 0)));
+    same("mkdirat ../m", lynxfs_mkdirat(fs, ld, "../m", 0755), kern(mkdirat(kd, "../m", 0755)));
+    same("stat p/m", lynxfs_stat(fs, "p/m", &ls), kern(fstatat(kt, "p/m", &ks, 0)));
+    /* A removed working directory. */
+    char buf[256];
+    same("fchdir", lynxfs_fchdir(fs, ld), kern(fchdir(kd)));
+    same("getcwd", lynxfs_getcwd(fs, buf, sizeof buf), getcwd(buf, sizeof buf) ? 0 : -errno);
+    same("stat ..", lynxfs_stat(fs, "..", &ls), kern(stat("..", &ks)));
+    same("cwd .. is p", lynx_is(fs, &ls, "/p"), kernel_is(kt, &ks, "p"));
+    same("open y", fdok(lynxfs_open(fs, "y", O_CREAT | O_RDWR, 0644)),
+         fdok(kern(open("y", O_CREAT | O_RDWR, 0644))));
+    same("chdir back", lynxfs_chdir(fs, "/"), kern(fchdir(kt)));
+    /* Its listing: nothing at all. */
+    lynxfs_dir_t *ls_dir = NULL;
+    same("fdopendir", lynxfs_fdopendir(fs, ld, &ls_dir), 0);
+    DIR *ks_dir = fdopendir(kd);
+    same("kernel fdopendir", ks_dir != NULL, 1);
+    if (ls_dir && ks_dir)
+        same("entries", lynx_count(fs, ls_dir), kernel_count(ks_dir));
+    if (ls_dir)
+        same("closedir", lynxfs_closedir(fs, ls_dir), 0);
+    if (ks_dir)
+        closedir(ks_dir);
+    /* Replaced by a rename. */
+    ld = lynxfs_open(fs, "s/v", O_RDONLY | O_DIRECTORY, 0);
+    kd = openat(kt, "s/v", O_RDONLY | O_DIRECTORY);
+    same("rename over", lynxfs_rename(fs, "s/n", "s/v"), kern(renameat(kt, "s/n", kt, "s/v")));
+    same("fstat replaced", lynxfs_fstat(fs, ld, &ls), kern(fstat(kd, &ks)));
+    same("nlink replaced", (long)ls.st_nlink, (long)ks.st_nlink);
+    same("fstatat .. replaced", lynxfs_fstatat(fs, ld, "..", &ls, 0),
+         kern(fstatat(kd, "..", &ks, 0)));
+    same(".. is s", lynx_is(fs, &ls, "s"), kernel_is(kt, &ks, "s"));
+    same("close", lynxfs_close(fs, ld), kern(close(kd)));
+}
+
+/* O_TMPFILE and lynxfs_linkat, against tmpfs directory `kt`. */
+static void tmpfiles(lynxfs_t *fs, int kt) {
+    struct stat ls, ks;
+    umask(0); /* the C API applies none */
+    same("mkdir tf", lynxfs_mkdir(fs, "tf", 0755), kern(mkdirat(kt, "tf", 0755)));
+    int lf = lynxfs_open(fs, "tf", O_TMPFILE | O_RDWR, 0640);
+    int kf = openat(kt, "tf", O_TMPFILE | O_RDWR, 0640);
+    same("open tmpfile", fdok(lf), fdok(kern(kf)));
+    same("write", lynxfs_write(fs, lf, "unnamed", 7), kern(write(kf, "unnamed", 7)));
+    same("fstat", lynxfs_fstat(fs, lf, &ls), kern(fstat(kf, &ks)));
+    same("nlink", (long)ls.st_nlink, (long)ks.st_nlink);
+    same("mode", (long)ls.st_mode, (long)ks.st_mode);
+    lynxfs_dir_t *ld = NULL;
+    same("opendir", lynxfs_opendir(fs, "tf", &ld), 0);
+    DIR *kd = fdopendir(openat(kt, "tf", O_RDONLY | O_DIRECTORY));
+    if (ld && kd)
+        same("entries", lynx_count(fs, ld), kernel_count(kd));
+    lynxfs_closedir(fs, ld);
+    closedir(kd);
+    same("linkat", lynxfs_linkat(fs, lf, "", LYNXFS_AT_FDCWD, "tf/named", AT_EMPTY_PATH),
+         kern(linkat(kf, "", kt, "tf/named", AT_EMPTY_PATH)));
+    same("nlink named", lynxfs_fstat(fs, lf, &ls) ? -1 : (long)ls.st_nlink,
+         fstat(kf, &ks) ? -1 : (long)ks.st_nlink);
+    same("size named", lynxfs_stat(fs, "tf/named", &ls) ? -1 : ls.st_size,
+         fstatat(kt, "tf/named", &ks, 0) ? -1 : ks.st_size);
+    same("linkat again", lynxfs_linkat(fs, lf, "", LYNXFS_AT_FDCWD, "tf/named", AT_EMPTY_PATH),
+         kern(linkat(kf, "", kt, "tf/named", AT_EMPTY_PATH)));
+    same("linkat empty, no flag", lynxfs_linkat(fs, lf, "", LYNXFS_AT_FDCWD, "tf/x", 0),
+         kern(linkat(kf, "", kt, "tf/x", 0)));
+    same("linkat bad flag", lynxfs_linkat(fs, lf, "", LYNXFS_AT_FDCWD, "tf/x", 0x1),
+         kern(linkat(kf, "", kt, "tf/x", 0x1)));
+    same("close", lynxfs_close(fs, lf), kern(close(kf)));
+    lf = lynxfs_open(fs, "tf", O_TMPFILE | O_EXCL | O_WRONLY, 0600);
+    kf = openat(kt, "tf", O_TMPFILE | O_EXCL | O_WRONLY, 0600);
+    same("open excl", fdok(lf), fdok(kern(kf)));
+    same("linkat excl", lynxfs_linkat(fs, lf, "", LYNXFS_AT_FDCWD, "tf/excl", AT_EMPTY_PATH),
+         kern(linkat(kf, "", kt, "tf/excl", AT_EMPTY_PATH)));
+    same("close excl", lynxfs_close(fs, lf), kern(close(kf)));
+    int dl = lynxfs_open(fs, "tf", O_RDONLY | O_DIRECTORY, 0);
+    int dk = openat(kt, "tf", O_RDONLY | O_DIRECTORY);
+    same("linkat dir", lynxfs_linkat(fs, dl, "", LYNXFS_AT_FDCWD, "tf/d", AT_EMPTY_PATH),
+         kern(linkat(dk, "", kt, "tf/d", AT_EMPTY_PATH)));
+    lf = lynxfs_openat(fs, dl, ".", O_TMPFILE | O_RDWR, 0600);
+    kf = openat(dk, ".", O_TMPFILE | O_RDWR, 0600);
+    same("openat tmpfile", fdok(lf), fdok(kern(kf)));
+    same("linkat at dir", lynxfs_linkat(fs, lf, "", dl, "at-dir", AT_EMPTY_PATH),
+         kern(linkat(kf, "", dk, "at-dir", AT_EMPTY_PATH)));
+    same("close at dir", lynxfs_close(fs, lf), kern(close(kf)));
+    same("linkat by path", lynxfs_linkat(fs, dl, "named", dl, "hard", 0),
+         kern(linkat(dk, "named", dk, "hard", 0)));
+    same("close dir", lynxfs_close(fs, dl), kern(close(dk)));
+    same("read-only", lynxfs_open(fs, "tf", O_TMPFILE | O_RDONLY, 0600),
+         kern(openat(kt, "tf", O_TMPFILE | O_RDONLY, 0600)));
+    same("with O_CREAT", lynxfs_open(fs, "tf", O_TMPFILE | O_CREAT | O_RDWR, 0600),
+         kern(openat(kt, "tf", O_TMPFILE | O_CREAT | O_RDWR, 0600)));
+    same("in a file", lynxfs_open(fs, "tf/named", O_TMPFILE | O_RDWR, 0600),
+         kern(openat(kt, "tf/named", O_TMPFILE | O_RDWR, 0600)));
+    same("missing", lynxfs_open(fs, "nope", O_TMPFILE | O_RDWR, 0600),
+         kern(openat(kt, "nope", O_TMPFILE | O_RDWR, 0600)));
+    same("opendir after", lynxfs_opendir(fs, "tf", &ld), 0);
+    kd = fdopendir(openat(kt, "tf", O_RDONLY | O_DIRECTORY));
+    if (ld && kd)
+        same("entries after", lynx_count(fs, ld), kernel_count(kd));
+    lynxfs_closedir(fs, ld);
+    closedir(kd);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: checks NAME [POOL]\n");
+        fprintf(stderr, "usage: checks NAME [POOL [TMPFS_DIR]]\n");
         return 2;
     }
     const char *what = argv[1], *pool = argc > 2 ? argv[2] : "";
+    /* The tmpfs directory the checks compared with the kernel run in. */
+    int kt = argc > 3 ? open(argv[3], O_RDONLY | O_DIRECTORY) : -1;
     if (!strcmp(what, "null")) {
         null_args();
     } else if (!strcmp(what, "missing")) {
@@ -241,6 +415,10 @@ int main(int argc, char **argv) {
             paths(fs);
         } else if (!strcmp(what, "threads")) {
             threads(fs);
+        } else if (!strcmp(what, "removed") && kt >= 0) {
+            removed_dirs(fs, kt);
+        } else if (!strcmp(what, "tmpfiles") && kt >= 0) {
+            tmpfiles(fs, kt);
         } else {
             fprintf(stderr, "checks: no check %s\n", what);
             return 2;

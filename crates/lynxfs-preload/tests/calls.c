@@ -724,6 +724,9 @@ static void removed_dir_steps(int fd) {
     C(mkdirat(fd, "x", 0755));
     C(symlinkat("t", fd, "x"));
     C(fstatat(fd, "x", &st, 0));
+    int t = FD(openat(fd, ".", O_TMPFILE | O_RDWR, 0600));
+    if (t >= 0)
+        C(close(t));
     C(unlinkat(fd, ".", AT_REMOVEDIR));
     DIR *d = P(fdopendir(FD(openat(fd, ".", O_RDONLY | O_DIRECTORY))));
     if (d) {

@@ -869,7 +869,13 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn link(&self, old: impl AsRef<[u8]>, new: impl AsRef<[u8]>) -> Result<()> {
-        let held = self.resolve_held(old.as_ref(), false)?;
+        self.linkat(old, new, false)
+    }
+
+    /// linkat(2) by paths: with `follow` (AT_SYMLINK_FOLLOW) a symlink `old` gives
+    /// its target the new name, else the symlink itself gets it.
+    pub fn linkat(&self, old: impl AsRef<[u8]>, new: impl AsRef<[u8]>, follow: bool) -> Result<()> {
+        let held = self.resolve_held(old.as_ref(), follow)?;
         self.link_ino(held.ino, new.as_ref())
     }
 

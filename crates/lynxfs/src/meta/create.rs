@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::error::{errno, Result};
+use crate::error::{errno, Error, Result};
 use crate::format::{dentry, inode};
 use crate::pmem::Backend;
 use crate::runtime::testing::stop_here;
@@ -250,11 +250,14 @@ impl<B: Backend> Namespace<B> {
     /// `linkable`, [`Namespace::link`] may give it a name.
     pub fn tmpfile(&self, parent: u64, mode: u32, cred: &Cred, linkable: bool) -> Result<u64> {
         self.op(|| {
-            let dir = self.enter(parent)?;
+            // Linux makes them in a removed directory still held too (vfs_tmpfile has
+            // no dead-directory check, and no name is added to it).
+            let _entered = match self.enter(parent) {
+                Ok(e) => Some(e),
+                Err(Error::Errno(libc::ENOENT)) if self.is_removed_dir(parent) => None,
+                Err(e) => return Err(e),
+            };
             self.may(parent, cred, perm::W | perm::X)?;
-            if dir.removed() {
-                return Err(errno::ENOENT);
-            }
             let node = NewNode {
                 mode: libc::S_IFREG | (mode & 0o7777),
                 rdev: 0,
