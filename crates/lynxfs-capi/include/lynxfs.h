@@ -97,6 +97,14 @@ int lynxfs_fstat(lynxfs_t *fs, int fd, struct stat *st);
 int lynxfs_ftruncate(lynxfs_t *fs, int fd, off_t length);
 int lynxfs_fsync(lynxfs_t *fs, int fd);
 
+struct fiemap; /* <linux/fiemap.h> */
+/* ioctl(fd, FS_IOC_FIEMAP, fm) on a regular file: its extents overlapping fm_start and
+ * fm_length, holes left out, fe_physical the byte offset in the pool file, the file's
+ * last extent FIEMAP_EXTENT_LAST; fm_extent_count 0 only counts them into
+ * fm_mapped_extents. Flags but FIEMAP_FLAG_SYNC are -EBADR (fm_flags then names
+ * them), fm_length 0 -EINVAL, anything but a regular file -EOPNOTSUPP. */
+int lynxfs_fiemap(lynxfs_t *fs, int fd, struct fiemap *fm);
+
 /* ---- paths ---- */
 
 /* stat(2)/lstat(2). st_dev is 0 (a pool is no kernel device). */

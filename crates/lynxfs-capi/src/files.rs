@@ -1,7 +1,9 @@
 //! Calls on descriptors: open/openat/close, read/write and their positional forms,
-//! lseek, fstat, ftruncate, fsync.
+//! lseek, fstat, ftruncate, fsync, fiemap.
 
 use std::ffi::{c_char, c_int, c_void};
+
+use engine::api::fiemap::{Fiemap, FiemapExtent};
 
 use crate::edge::{buf, buf_mut, call, offset, path, put};
 use crate::{convert, lynx, Lynx};
@@ -154,6 +156,36 @@ pub unsafe extern "C" fn lynxfs_fsync(fs: *const Lynx, fd: c_int) -> c_int {
     call(|| {
         let h = lynx(fs)?;
         h.fs().fsync(h.fd(fd)?)?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `fs` is NULL or a live handle; `fm` NULL or a `struct fiemap` followed by room for
+/// its `fm_extent_count` extents.
+#[no_mangle]
+pub unsafe extern "C" fn lynxfs_fiemap(fs: *const Lynx, fd: c_int, fm: *mut Fiemap) -> c_int {
+    call(|| {
+        let h = lynx(fs)?;
+        let efd = h.fd(fd)?;
+        if fm.is_null() {
+            return Err(crate::Errno(libc::EFAULT));
+        }
+        // SAFETY: not NULL, and the caller's header (alignment not assumed).
+        let mut head = unsafe { fm.read_unaligned() };
+        let answer = h.fs().fiemap(efd, &mut head);
+        // The header goes back also on failure, as the ioctl's does (EBADR names the
+        // flags not supported in it).
+        // SAFETY: as above.
+        unsafe { fm.write_unaligned(head) };
+        let extents = answer?;
+        // SAFETY: the extents follow the header, with room for fm_extent_count of them
+        // (the header's contract), and `extents` holds no more.
+        let dst = unsafe { fm.add(1) }.cast::<FiemapExtent>();
+        for (i, e) in extents.into_iter().enumerate() {
+            // SAFETY: entry `i` < fm_extent_count of the caller's array.
+            unsafe { dst.add(i).write_unaligned(e) };
+        }
         Ok(0)
     })
 }

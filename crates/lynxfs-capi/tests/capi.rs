@@ -266,3 +266,11 @@ fn removed_directories_answer_as_on_tmpfs() {
 fn tmpfiles_answer_as_on_tmpfs() {
     check_against_tmpfs("tmpfiles");
 }
+
+/// lynxfs_fiemap: a sparse file's extents (the last flagged) are the data
+/// SEEK_DATA/SEEK_HOLE find; counting, short arrays and refusals as the ioctl's.
+#[test]
+fn fiemap_lists_a_sparse_files_extents() {
+    let pool = TestPool::new("fiemap", 16 << 20);
+    check("fiemap", &pool.0);
+}

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fiemap.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,6 +390,74 @@ static void tmpfiles(lynxfs_t *fs, int kt) {
     closedir(kd);
 }
 
+/* lynxfs_fiemap on a sparse file: the extents, holes left out, the last flagged, the
+ * data lseek's SEEK_DATA/SEEK_HOLE find; counting, a short array, and refusals. */
+static void fiemap_check(lynxfs_t *fs) {
+    static char block[8192];
+    memset(block, 7, sizeof block);
+    int fd = lynxfs_open(fs, "/sparse", O_CREAT | O_RDWR, 0644);
+    expect("open", fd >= 0, 1);
+    expect("write 0", lynxfs_pwrite(fs, fd, block, 4096, 0), 4096);
+    expect("write 1M", lynxfs_pwrite(fs, fd, block, 8192, 1 << 20), 8192);
+    expect("truncate 3M", lynxfs_ftruncate(fs, fd, 3 << 20), 0);
+    struct {
+        struct fiemap fm;
+        struct fiemap_extent ext[16];
+    } m;
+    memset(&m, 0, sizeof m);
+    m.fm.fm_length = FIEMAP_MAX_OFFSET;
+    expect("count", lynxfs_fiemap(fs, fd, &m.fm), 0);
+    unsigned n = m.fm.fm_mapped_extents;
+    expect("some extents", n >= 2 && n <= 16, 1);
+    m.fm.fm_extent_count = 16;
+    m.fm.fm_flags = FIEMAP_FLAG_SYNC;
+    expect("fiemap", lynxfs_fiemap(fs, fd, &m.fm), 0);
+    expect("mapped as counted", m.fm.fm_mapped_extents, n);
+    /* Extents joined where they follow each other in the file: the data segments. */
+    long seg[16][2];
+    int k = 0;
+    for (unsigned i = 0; i < n; i++) {
+        struct fiemap_extent *e = &m.ext[i];
+        expect("last flag", (e->fe_flags & FIEMAP_EXTENT_LAST) != 0, i == n - 1);
+        expect("physical in blocks", (long)(e->fe_physical % 4096), 0);
+        if (k > 0 && seg[k - 1][1] == (long)e->fe_logical)
+            seg[k - 1][1] += (long)e->fe_length;
+        else {
+            seg[k][0] = (long)e->fe_logical;
+            seg[k][1] = (long)(e->fe_logical + e->fe_length);
+            k++;
+        }
+    }
+    expect("segments", k, 2);
+    expect("first", seg[0][0] == 0 && seg[0][1] == 4096, 1);
+    expect("second", seg[1][0] == 1 << 20 && seg[1][1] == (1 << 20) + 8192, 1);
+    for (int i = 0; i < k; i++) {
+        expect("SEEK_DATA", lynxfs_lseek(fs, fd, i ? seg[i - 1][1] : 0, SEEK_DATA), seg[i][0]);
+        expect("SEEK_HOLE", lynxfs_lseek(fs, fd, seg[i][0], SEEK_HOLE), seg[i][1]);
+    }
+    expect("no data after", lynxfs_lseek(fs, fd, seg[k - 1][1], SEEK_DATA), -ENXIO);
+    m.fm.fm_extent_count = 1;
+    expect("short array", lynxfs_fiemap(fs, fd, &m.fm), 0);
+    expect("one mapped", m.fm.fm_mapped_extents, 1);
+    m.fm.fm_start = 2 << 20;
+    m.fm.fm_extent_count = 16;
+    expect("in a hole", lynxfs_fiemap(fs, fd, &m.fm), 0);
+    expect("none there", m.fm.fm_mapped_extents, 0);
+    m.fm.fm_flags = FIEMAP_FLAG_XATTR;
+    expect("xattr flag", lynxfs_fiemap(fs, fd, &m.fm), -EBADR);
+    expect("flag named", m.fm.fm_flags, FIEMAP_FLAG_XATTR);
+    m.fm.fm_flags = 0;
+    m.fm.fm_length = 0;
+    expect("empty range", lynxfs_fiemap(fs, fd, &m.fm), -EINVAL);
+    expect("NULL", lynxfs_fiemap(fs, fd, NULL), -EFAULT);
+    expect("bad fd", lynxfs_fiemap(fs, 999, &m.fm), -EBADF);
+    expect("close", lynxfs_close(fs, fd), 0);
+    int d = lynxfs_open(fs, "/", O_RDONLY | O_DIRECTORY, 0);
+    m.fm.fm_length = 4096;
+    expect("directory", lynxfs_fiemap(fs, d, &m.fm), -EOPNOTSUPP);
+    expect("close dir", lynxfs_close(fs, d), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: checks NAME [POOL [TMPFS_DIR]]\n");
@@ -415,6 +484,8 @@ int main(int argc, char **argv) {
             paths(fs);
         } else if (!strcmp(what, "threads")) {
             threads(fs);
+        } else if (!strcmp(what, "fiemap")) {
+            fiemap_check(fs);
         } else if (!strcmp(what, "removed") && kt >= 0) {
             removed_dirs(fs, kt);
         } else if (!strcmp(what, "tmpfiles") && kt >= 0) {

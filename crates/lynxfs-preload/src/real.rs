@@ -94,6 +94,8 @@ real! {
     fn dup2(fd: c_int, new: c_int) -> c_int;
     fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int;
     fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int;
+    // Variadic in C; its one optional argument passed as a fixed one (see `calls`).
+    fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int;
     fn fdopendir(fd: c_int) -> *mut DIR;
     fn readdir64(d: *mut DIR) -> *mut dirent64;
     fn closedir(d: *mut DIR) -> c_int;

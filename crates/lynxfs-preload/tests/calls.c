@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <poll.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -844,6 +847,50 @@ static void tmpfiles(void) {
     C(rmdir("tf"));
 }
 
+/* ioctl: FIGETBSZ and FS_IOC_FIEMAP on a pool file are the library's; every other
+ * request, and any on a kernel fd, the kernel's. */
+static void ioctls(void) {
+    SAY("== ioctls\n");
+    int p[2];
+    C(pipe(p));
+    C(write(p[1], "abc", 3));
+    int n = -1;
+    C(ioctl(p[0], FIONREAD, &n));
+    SAY("  pipe holds %d\n", n);
+    C(close(p[0]));
+    C(close(p[1]));
+    put("io-file", "0123456789");
+    int fd = FD(open("io-file", O_RDONLY));
+    int bs = 0;
+    C(ioctl(fd, FIGETBSZ, &bs));
+    SAY("  block size %d\n", bs);
+    /* Not one of the library's: the stand-in fd answers ENOTTY (a known difference). */
+    KNOWN_BEGIN();
+    C(ioctl(fd, FIONREAD, &n));
+    KNOWN_END();
+    struct {
+        struct fiemap fm;
+        struct fiemap_extent ext[4];
+    } m;
+    memset(&m, 0, sizeof m);
+    m.fm.fm_length = FIEMAP_MAX_OFFSET;
+    m.fm.fm_extent_count = 4;
+    /* tmpfs has no FIEMAP (EOPNOTSUPP): a known difference. */
+    KNOWN_BEGIN();
+    if (C(ioctl(fd, FS_IOC_FIEMAP, &m.fm)) == 0)
+        SAY("  %u extent, logical %llu length %llu last %d\n", m.fm.fm_mapped_extents,
+            (unsigned long long)m.ext[0].fe_logical, (unsigned long long)m.ext[0].fe_length,
+            (m.ext[0].fe_flags & FIEMAP_EXTENT_LAST) != 0);
+    KNOWN_END();
+    C(close(fd));
+    /* A kernel file (beside the directory): the kernel answers, in both runs. */
+    fd = FD(open(sib_abs, O_RDONLY));
+    C(ioctl(fd, FS_IOC_FIEMAP, &m.fm));
+    C(ioctl(fd, FIGETBSZ, &bs));
+    C(close(fd));
+    C(unlink("io-file"));
+}
+
 static void fds_and_locks(void) {
     SAY("== fds\n");
     int fd = open("dups", O_CREAT | O_RDWR | O_TRUNC, 0644);
@@ -1301,6 +1348,7 @@ int main(int argc, char **argv) {
     cwds();
     removed_dirs();
     tmpfiles();
+    ioctls();
     fds_and_locks();
     stdio_calls();
     processes();

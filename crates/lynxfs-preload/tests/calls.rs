@@ -9,6 +9,11 @@
 //!   preload fails with ELOOP (no O_PATH fds of the pool).
 //! - fchown(fd, -1, -1) as root: the kernel clears set-user-ID and set-group-ID
 //!   (group-executable) on a regular file even when no id changes; the engine does not.
+//! - FS_IOC_FIEMAP on a pool file: the preload lists its extents; tmpfs has no FIEMAP
+//!   (EOPNOTSUPP).
+//! - Other ioctls on a pool file (FIONREAD, FS_IOC_GETFLAGS, ...): they reach the
+//!   library's stand-in fd (an eventfd), which says ENOTTY; the preload serves only
+//!   FIGETBSZ and FS_IOC_FIEMAP.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

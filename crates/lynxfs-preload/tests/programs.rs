@@ -839,3 +839,120 @@ fn the_comparison_sees_every_kind_of_difference() {
         );
     }
 }
+
+// ---- FIEMAP: filefrag on a sparse file ----
+
+/// A sparse file (data at blocks 0, 256-258, 300 and 768-769 of a file of 800 blocks),
+/// its extents as `filefrag -v` prints them, and its data segments as python's
+/// lseek(SEEK_DATA/SEEK_HOLE) finds them.
+const SPARSE: &str = r#"
+set -e
+dd if=/dev/urandom of=sp bs=4k count=1 status=none
+for at in 256:3 300:1 768:2; do
+  dd if=/dev/urandom of=sp bs=4k seek=${at%:*} count=${at#*:} conv=notrunc status=none
+done
+truncate -s $((800 * 4096)) sp
+/usr/sbin/filefrag -v sp
+python3 -c '
+import os
+fd = os.open("sp", os.O_RDONLY)
+at = 0
+while True:
+    try:
+        d = os.lseek(fd, at, os.SEEK_DATA)
+    except OSError:
+        break
+    at = os.lseek(fd, d, os.SEEK_HOLE)
+    print("segment", d, at)
+'
+"#;
+
+/// One row of `filefrag -v`'s table: logical block, physical block, blocks, flags.
+fn filefrag_rows(out: &str) -> Vec<(u64, u64, u64, String)> {
+    out.lines()
+        .filter_map(|l| {
+            let (n, rest) = l.trim().split_once(':')?;
+            n.parse::<u32>().ok()?;
+            let f: Vec<&str> = rest.split(':').map(str::trim).collect();
+            let first = |r: &str| r.split("..").next()?.trim().parse::<u64>().ok();
+            let flags = if f.len() > 4 { f[4] } else { f[3] };
+            Some((
+                first(f[0])?,
+                first(f[1])?,
+                f[2].parse().ok()?,
+                flags.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// `filefrag -v` under `lynxfs run` lists what the engine says of the file's extents
+/// (FS_IOC_FIEMAP and FIGETBSZ answered by the preload: the kernel would send neither
+/// to a FUSE daemon), the last flagged, and the data SEEK_DATA/SEEK_HOLE find is
+/// what those extents cover.
+#[test]
+fn filefrag_lists_the_extents_the_engine_has() {
+    let _w = common::watchdog("filefrag", TEST_LIMIT);
+    assert!(
+        Path::new("/usr/sbin/filefrag").exists(),
+        "/usr/sbin/filefrag is missing: install it (apt-get install e2fsprogs)"
+    );
+    need("python3", "python3");
+    let b = Bench::new("filefrag");
+    let out = run_bounded(b.preloaded(SPARSE, &[]), "filefrag");
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "filefrag ({}): {}{stdout}",
+        out.status,
+        text(&out.stderr)
+    );
+    let rows = filefrag_rows(&stdout);
+    let fs = Fs::open(&b.pool).unwrap();
+    let s = fs.session(Cred::root());
+    let fd = s.open("/sp", libc::O_RDONLY, 0).unwrap();
+    let block = 4096;
+    let engine: Vec<(u64, u64, u64)> = fs
+        .extents(fd, 0, u64::MAX)
+        .unwrap()
+        .iter()
+        .map(|e| (e.logical / block, e.physical / block, e.length / block))
+        .collect();
+    fs.close_fd(fd).unwrap();
+    fs.close().unwrap();
+    let listed: Vec<(u64, u64, u64)> = rows.iter().map(|r| (r.0, r.1, r.2)).collect();
+    assert_eq!(listed, engine, "filefrag printed:\n{stdout}");
+    assert!(
+        rows.last().is_some_and(|r| r.3.contains("last")),
+        "{stdout}"
+    );
+    assert!(
+        rows[..rows.len() - 1].iter().all(|r| !r.3.contains("last")),
+        "{stdout}"
+    );
+    // The data lseek finds: the extents joined where they follow each other in the file.
+    let mut joined: Vec<(u64, u64)> = Vec::new();
+    for &(l, _, n) in &listed {
+        match joined.last_mut() {
+            Some((_, end)) if *end == l * block => *end += n * block,
+            _ => joined.push((l * block, (l + n) * block)),
+        }
+    }
+    let segments: Vec<(u64, u64)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("segment ")?.split(' ');
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(segments, joined, "{stdout}");
+    assert_eq!(
+        joined,
+        [
+            (0, block),
+            (256 * block, 259 * block),
+            (300 * block, 301 * block),
+            (768 * block, 770 * block)
+        ]
+    );
+}

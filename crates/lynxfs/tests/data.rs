@@ -363,3 +363,74 @@ fn copy_range_copies_across_chunks_and_refuses_overlaps() {
         fs.close_fd(fd).unwrap();
     }
 }
+
+/// The data segments SEEK_DATA/SEEK_HOLE find from 0 to the end of the file.
+fn data_segments(fs: &lynxfs::Fs, fd: lynxfs::Fd) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = 0i64;
+    while let Ok(d) = fs.seek(fd, at, libc::SEEK_DATA) {
+        let h = fs.seek(fd, d as i64, libc::SEEK_HOLE).unwrap();
+        out.push((d, h));
+        at = h as i64;
+    }
+    out
+}
+
+/// FIEMAP's answer (Fs::extents) for a sparse file: its extents in file order with
+/// the holes left out, the last one flagged, whole extents for a range inside one,
+/// EINVAL for an empty range; and SEEK_DATA/SEEK_HOLE find the same data.
+#[test]
+fn extents_list_a_sparse_file_as_seek_data_and_hole_find_it() {
+    use lynxfs::data::EXTENT_LAST;
+    let fs = fs(32 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/sparse", CREAT, 0o644).unwrap();
+    assert!(
+        fs.extents(fd, 0, u64::MAX).unwrap().is_empty(),
+        "empty file"
+    );
+    let (k, m) = (4096u64, 1u64 << 20);
+    for (off, len) in [(0, k), (m, 3 * k), (m + 3 * k, k), (3 * m, 2 * k)] {
+        fs.pwrite(fd, &vec![7u8; len as usize], off).unwrap();
+    }
+    fs.fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 5 * m, k)
+        .unwrap();
+    let all = fs.extents(fd, 0, u64::MAX).unwrap();
+    let logical: Vec<(u64, u64)> = all.iter().map(|e| (e.logical, e.length)).collect();
+    // Blocks written one after the other may lie apart in the pool: join the
+    // extents that follow each other in the file before comparing.
+    let mut joined: Vec<(u64, u64)> = Vec::new();
+    for (l, n) in logical {
+        match joined.last_mut() {
+            Some((jl, jn)) if *jl + *jn == l => *jn += n,
+            _ => joined.push((l, n)),
+        }
+    }
+    assert_eq!(joined, [(0, k), (m, 4 * k), (3 * m, 2 * k), (5 * m, k)]);
+    let flags: Vec<u32> = all.iter().map(|e| e.flags).collect();
+    assert_eq!(flags.last(), Some(&EXTENT_LAST), "{all:?}");
+    assert!(flags[..flags.len() - 1].iter().all(|&f| f == 0), "{all:?}");
+    let pool_size = fs.pool().layout.geo.pool_size;
+    assert!(
+        all.iter()
+            .all(|e| e.physical % k == 0 && e.physical + e.length <= pool_size),
+        "{all:?}"
+    );
+    // SEEK_DATA/SEEK_HOLE see the same data up to the size (the last extent is past it).
+    let size = fs.fstat(fd).unwrap().size;
+    let within: Vec<(u64, u64)> = joined
+        .iter()
+        .filter(|(l, _)| *l < size)
+        .map(|&(l, n)| (l, (l + n).min(size)))
+        .collect();
+    assert_eq!(data_segments(&fs, fd), within);
+    // A range inside one extent gives it whole; one in a hole gives none.
+    let inside = fs.extents(fd, m + k, 10).unwrap();
+    assert_eq!(inside.len(), 1);
+    assert!(inside[0].logical <= m + k && inside[0].logical + inside[0].length >= m + k + 10);
+    assert!(fs.extents(fd, 2 * m, k).unwrap().is_empty());
+    assert_eq!(errno(fs.extents(fd, 0, 0)), libc::EINVAL);
+    s.mkdir("/d", 0o755).unwrap();
+    let dir = s.open("/d", libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    assert_eq!(errno(fs.extents(dir, 0, 1)), libc::EOPNOTSUPP);
+}

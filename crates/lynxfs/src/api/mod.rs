@@ -3,6 +3,7 @@
 //! (credentials and working directory).
 
 mod descriptions;
+pub mod fiemap;
 mod held;
 pub mod path;
 
@@ -496,6 +497,31 @@ impl<B: Backend> Fs<B> {
         }
         let _r = self.ns.cachelets.get(f.ino).read(self.ns.watch())?;
         crate::data::seek_data_hole(&self.ns.pool, f.ino, off, hole, &self.map_of(f))
+    }
+
+    /// FS_IOC_FIEMAP: the extents of open file `fd` that overlap the `len` bytes at
+    /// `start` (see [`crate::data::file_extents`]: holes left out, the file's last
+    /// extent flagged [`crate::data::EXTENT_LAST`]), whole, as Linux reports them. A
+    /// zero `len` is EINVAL, anything but a regular file EOPNOTSUPP.
+    pub fn extents(&self, fd: Fd, start: u64, len: u64) -> Result<Vec<crate::data::FileExtent>> {
+        self.op(|| {
+            let f = self.file(fd)?;
+            if self.ns.mode(f.ino) & libc::S_IFMT != libc::S_IFREG {
+                return Err(errno::EOPNOTSUPP);
+            }
+            if len == 0 {
+                return Err(errno::EINVAL);
+            }
+            let all = {
+                let _r = self.ns.cachelets.get(f.ino).read(self.ns.watch())?;
+                crate::data::file_extents(&self.ns.pool, f.ino, &self.map_of(&f))?
+            };
+            let end = start.saturating_add(len);
+            Ok(all
+                .into_iter()
+                .filter(|e| e.logical < end && e.logical + e.length > start)
+                .collect())
+        })
     }
 
     pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {

@@ -99,6 +99,52 @@ pub fn seek_data_hole<B: Backend>(
         .ok_or(errno::ENXIO)
 }
 
+/// One extent of a file as FS_IOC_FIEMAP reports it: `length` bytes at `logical` in
+/// the file, stored at byte `physical` of the pool file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileExtent {
+    pub logical: u64,
+    pub physical: u64,
+    pub length: u64,
+    /// FIEMAP_EXTENT_* flags: [`EXTENT_LAST`] on the file's last extent.
+    pub flags: u32,
+}
+
+/// FIEMAP_EXTENT_LAST: the file's last extent.
+pub const EXTENT_LAST: u32 = 1;
+
+/// Every extent of `ino`'s data in file order, holes left out; extents that follow
+/// each other both in the file and in the pool are one. Blocks allocated past the end
+/// of the file (fallocate with KEEP_SIZE) are extents too, as ext4 reports them. The
+/// caller holds the file's lock shared.
+pub fn file_extents<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    cache: &MapCache<'_>,
+) -> Result<Vec<FileExtent>> {
+    let m = cache.get(pool, ino)?;
+    let mut out: Vec<FileExtent> = Vec::with_capacity(m.extents.len());
+    for e in m.extents.iter() {
+        let (logical, physical) = (e.lblk as u64 * BLOCK, pool.layout.block_addr(e.pblk));
+        let length = e.len as u64 * BLOCK;
+        match out.last_mut() {
+            Some(l) if l.logical + l.length == logical && l.physical + l.length == physical => {
+                l.length += length;
+            }
+            _ => out.push(FileExtent {
+                logical,
+                physical,
+                length,
+                flags: 0,
+            }),
+        }
+    }
+    if let Some(l) = out.last_mut() {
+        l.flags |= EXTENT_LAST;
+    }
+    Ok(out)
+}
+
 /// The first byte at or after `off` in a mapped block (None: only holes follow).
 fn next_data(ext: &[Extent], off: u64) -> Option<u64> {
     let lblk = off / BLOCK;
