@@ -304,7 +304,7 @@ fn dotdot_steps_engine() -> Vec<String> {
     out.push(
         inside
             .getcwd()
-            .map_or_else(|e| format!("getcwd errno {}", e.errno()), |p| p),
+            .unwrap_or_else(|e| format!("getcwd errno {}", e.errno())),
     );
     // The parent removed too while held: ".." names it (nlink 0), "../.." the root.
     // (Each step's failure shows in a later step's answer.)
