@@ -467,3 +467,57 @@ fn reads_and_execs_update_atime_as_the_mount_option_says() {
         assert_eq!(seen, want, "-o {option}");
     }
 }
+
+/// What a device node and a set-user-ID root program on mount `mnt` give: whether
+/// the device opens (its errno if not), and the effective uid `id -u` run by uid 1000
+/// prints.
+fn device_and_setuid(mnt: &Path) -> (Result<(), i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let dev = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("null"))
+        .map(drop)
+        .map_err(|e| e.raw_os_error().unwrap_or(0));
+    let out = std::process::Command::new(mnt.join("id"))
+        .arg("-u")
+        .uid(1000)
+        .gid(1000)
+        .output()
+        .expect("run id");
+    (dev, String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `-o dev,suid` (issue 17, item 1): a device node on the mount opens as the device
+/// and a set-user-ID program runs as its owner; by default (nodev, nosuid, as for
+/// every FUSE mount) the node cannot be opened and the bit is ignored.
+#[test]
+fn dev_and_suid_are_honoured_when_asked() {
+    let _w = bound("dev_and_suid_are_honoured_when_asked");
+    let (_dir, pool, mnt) = setup();
+    let opts = MountOptions::parse("dev,suid,allow_other").unwrap();
+    let m = mount_background(&pool, mnt.path(), &opts).unwrap();
+    let node = CString::new(
+        mnt.path()
+            .join("null")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .unwrap();
+    // SAFETY: a valid C string; 1:3 is /dev/null.
+    let r = unsafe { libc::mknod(node.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+    assert_eq!(r, 0, "mknod: {}", std::io::Error::last_os_error());
+    fs::copy("/usr/bin/id", mnt.path().join("id")).expect("copy id");
+    let id = CString::new(mnt.path().join("id").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::chmod(id.as_ptr(), 0o4755) }, 0);
+    let (dev, euid) = device_and_setuid(mnt.path());
+    m.unmount().unwrap();
+    let plain = MountOptions::parse("allow_other").unwrap();
+    let m = mount_background(&pool, mnt.path(), &plain).unwrap();
+    let (nodev, nosuid) = device_and_setuid(mnt.path());
+    m.unmount().unwrap();
+    assert_eq!(dev, Ok(()), "dev: the device node opens");
+    assert_eq!(euid, "0", "suid: id runs as its owner");
+    assert_eq!(nodev, Err(libc::EACCES), "nodev: the node does not open");
+    assert_eq!(nosuid, "1000", "nosuid: the bit is ignored");
+}
