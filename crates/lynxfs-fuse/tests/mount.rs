@@ -521,3 +521,64 @@ fn dev_and_suid_are_honoured_when_asked() {
     assert_eq!(nodev, Err(libc::EACCES), "nodev: the node does not open");
     assert_eq!(nosuid, "1000", "nosuid: the bit is ignored");
 }
+
+/// fs.protected_hardlinks set for a test, restored when dropped (also on a panic).
+struct HardlinkRule(String);
+
+const HARDLINK_RULE: &str = "/proc/sys/fs/protected_hardlinks";
+
+impl HardlinkRule {
+    fn set(value: &str) -> HardlinkRule {
+        let old = fs::read_to_string(HARDLINK_RULE).expect("read the sysctl");
+        fs::write(HARDLINK_RULE, value).expect("set the sysctl");
+        HardlinkRule(old.trim().to_string())
+    }
+}
+
+impl Drop for HardlinkRule {
+    fn drop(&mut self) {
+        let _ = fs::write(HARDLINK_RULE, &self.0);
+    }
+}
+
+/// A hard link by a user who does not own the file follows fs.protected_hardlinks as
+/// on tmpfs (issue 17, item 3): refused (EPERM) when it is 1, made when it is 0. The
+/// sysctl is changed only for the two links of each setting.
+#[test]
+fn a_non_owners_hard_link_follows_protected_hardlinks() {
+    use std::os::unix::fs::PermissionsExt;
+    let _w = bound("a_non_owners_hard_link_follows_protected_hardlinks");
+    let (_dir, pool, mnt) = setup();
+    let tmpfs = tempfile::tempdir_in("/dev/shm").unwrap();
+    fs::set_permissions(tmpfs.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let opts = MountOptions::parse("allow_other").unwrap();
+    let m = mount_background(&pool, mnt.path(), &opts).expect("mount");
+    let bases = [mnt.path().to_path_buf(), tmpfs.path().to_path_buf()];
+    for b in &bases {
+        fs::create_dir(b.join("pub")).unwrap();
+        fs::set_permissions(b.join("pub"), fs::Permissions::from_mode(0o777)).unwrap();
+        fs::write(b.join("pub/rootf"), b"root's").unwrap();
+        fs::set_permissions(b.join("pub/rootf"), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let link = |b: &Path, name: &str| {
+        let (from, to) = (b.join("pub/rootf"), b.join("pub").join(name));
+        as_user_1000(move || fs::hard_link(from, to).map_err(|e| e.raw_os_error()))
+    };
+    let mut got = Vec::new();
+    for value in ["0", "1"] {
+        let rule = HardlinkRule::set(value);
+        let name = format!("link{value}");
+        got.push((value, link(&bases[0], &name), link(&bases[1], &name)));
+        drop(rule);
+    }
+    m.unmount().expect("unmount");
+    for (value, lynx, tmpfs) in got {
+        assert_eq!(lynx, tmpfs, "protected_hardlinks={value}: lynxfs vs tmpfs");
+        let want = if value == "0" {
+            Ok(())
+        } else {
+            Err(Some(libc::EPERM))
+        };
+        assert_eq!(lynx, want, "protected_hardlinks={value}");
+    }
+}
