@@ -363,3 +363,115 @@ fn copy_range_copies_across_chunks_and_refuses_overlaps() {
         fs.close_fd(fd).unwrap();
     }
 }
+
+/// The map word of the file `fd` has open (its speculative mark and extents).
+fn map_word(fs: &lynxfs::Fs, fd: lynxfs::Fd) -> (u64, lynxfs::format::inode::MapWord) {
+    use lynxfs::format::inode;
+    let ino = fs.fd_ino(fd).unwrap();
+    let w = fs
+        .pool()
+        .pm
+        .load_u64(fs.pool().layout.inode_addr(ino) + inode::MAP);
+    (w, inode::MapWord::decode(w).unwrap())
+}
+
+/// Appends to a growing file reserve blocks past its end (speculative preallocation):
+/// the appends that land in them change no map, the reserve counts in neither
+/// st_blocks nor fsck's leaks, and the last close gives it back.
+#[test]
+fn appends_reserve_blocks_past_the_end_until_the_last_close() {
+    let fs = fs(32 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/log", CREAT, 0o644).unwrap();
+    let free0 = fs.pool().alloc.blocks.free_count();
+    let block = vec![0x33u8; 4096];
+    for i in 0..40u64 {
+        assert_eq!(fs.pwrite(fd, &block, i * 4096).unwrap(), 4096);
+    }
+    let (w, word) = map_word(&fs, fd);
+    assert!(word.spec != 0, "no preallocation after 160 KiB of appends");
+    assert!(
+        free0 - fs.pool().alloc.blocks.free_count() > 40,
+        "the reserve is allocated"
+    );
+    // The next append lands in the reserve: the size moves, the map word does not.
+    fs.pwrite(fd, &block, 40 * 4096).unwrap();
+    assert_eq!(
+        map_word(&fs, fd).0,
+        w,
+        "an append into the reserve changed the map"
+    );
+    let st = fs.fstat(fd).unwrap();
+    assert_eq!(st.size, 41 * 4096);
+    assert_eq!(st.blocks, 41 * 8, "st_blocks counts the reserve");
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+    assert!(rep.speculative > 0, "fsck does not see the reserve");
+    // A second handle's close keeps the reserve; the last one gives it back.
+    let fd2 = s.open("/log", libc::O_RDONLY, 0).unwrap();
+    fs.close_fd(fd2).unwrap();
+    assert!(
+        map_word(&fs, fd).1.spec != 0,
+        "trimmed before the last close"
+    );
+    fs.close_fd(fd).unwrap();
+    let fd = s.open("/log", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(map_word(&fs, fd).1.spec, 0, "the last close left the mark");
+    assert_eq!(
+        free0 - fs.pool().alloc.blocks.free_count(),
+        41,
+        "blocks kept"
+    );
+    let mut buf = vec![0u8; 41 * 4096];
+    assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), buf.len());
+    assert!(buf.iter().all(|&b| b == 0x33));
+    fs.close_fd(fd).unwrap();
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean() && rep.speculative == 0, "{rep:?}");
+}
+
+/// A crash with a reserve outstanding: recovery gives it back (every block returns
+/// once the file is removed), and truncate and fallocate drop it too.
+#[test]
+fn recovery_truncate_and_fallocate_give_the_reserve_back() {
+    let block = vec![7u8; 4096];
+    let (img, free0) = {
+        let fs = fs(32 << 20);
+        let s = fs.session(Cred::root());
+        let fd = s.open("/a", CREAT, 0o644).unwrap();
+        let free0 = fs.pool().alloc.blocks.free_count();
+        for i in 0..20u64 {
+            fs.pwrite(fd, &block, i * 4096).unwrap();
+        }
+        assert!(map_word(&fs, fd).1.spec != 0);
+        fs.pool().crash_in_place();
+        (fs.pool().pm.snapshot(), free0)
+    };
+    let pool = lynxfs::Pool::open_image(&img, lynxfs::pmem::PmemBackend::default()).unwrap();
+    assert!(!pool.was_clean);
+    let fs = lynxfs::Fs::new(pool);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/a", libc::O_RDWR, 0).unwrap();
+    assert_eq!(map_word(&fs, fd).1.spec, 0, "recovery left the reserve");
+    assert_eq!(fs.fstat(fd).unwrap().size, 20 * 4096);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean() && rep.speculative == 0, "{rep:?}");
+    // Grow again, then truncate: the reserve goes with the blocks past the new end.
+    fs.pwrite(fd, &block, 20 * 4096).unwrap();
+    assert!(map_word(&fs, fd).1.spec != 0);
+    fs.ftruncate(fd, 18 * 4096).unwrap();
+    assert_eq!(map_word(&fs, fd).1.spec, 0, "truncate left the mark");
+    assert_eq!(fs.fstat(fd).unwrap().blocks, 18 * 8);
+    // Grow again, then fallocate past the end: only the asked-for blocks stay.
+    for i in 18..24u64 {
+        fs.pwrite(fd, &block, i * 4096).unwrap();
+    }
+    assert!(map_word(&fs, fd).1.spec != 0);
+    fs.fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 24 * 4096, 4096)
+        .unwrap();
+    assert_eq!(map_word(&fs, fd).1.spec, 0, "fallocate left the mark");
+    assert_eq!(fs.fstat(fd).unwrap().blocks, 25 * 8);
+    fs.close_fd(fd).unwrap();
+    s.unlink("/a").unwrap();
+    assert_eq!(fs.pool().alloc.blocks.free_count(), free0, "blocks leaked");
+}

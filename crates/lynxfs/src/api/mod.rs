@@ -121,8 +121,10 @@ fn open_wants(flags: i32) -> u32 {
 
 impl<B: Backend> Fs<B> {
     pub fn new(pool: Pool<B>) -> Self {
+        let ns = Namespace::new(pool);
+        crate::data::prealloc::trim_recovered(&ns.pool, ns.lane());
         Fs {
-            ns: Namespace::new(pool),
+            ns,
             files: papaya::HashMap::with_hasher(Default::default()),
             next_fd: AtomicU64::new(3),
             held: held::Held::default(),

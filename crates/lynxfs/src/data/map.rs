@@ -160,7 +160,8 @@ pub struct Staged {
 const LEAF_FILL: usize = NODE_ENTRIES * 3 / 4;
 
 /// Write the map `ext` (which differs from `old` only around file blocks `[a, b)`)
-/// into the idle area of `ino` or new nodes, flushed but not fenced.
+/// into the idle area of `ino` or new nodes, flushed but not fenced; its word marks
+/// speculative preallocation from file block `spec` (0: none; see [`MapWord::spec`]).
 pub fn stage<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
@@ -168,6 +169,7 @@ pub fn stage<B: Backend>(
     old: &Map,
     ext: Vec<Extent>,
     (a, b): (u64, u64),
+    spec: u32,
 ) -> Result<Staged> {
     let cur = old.word;
     let at = pool.layout.inode_addr(ino) + cur.other_area_off();
@@ -184,6 +186,7 @@ pub fn stage<B: Backend>(
             area,
             kind: 0,
             count: ext.len() as u16,
+            spec,
         };
         let map = Map {
             word,
@@ -219,6 +222,7 @@ pub fn stage<B: Backend>(
         area,
         kind: 1,
         count: depth,
+        spec,
     };
     let mut nodes = Vec::with_capacity(leaves.len() + 1);
     if depth == 1 {

@@ -17,7 +17,7 @@ use crate::pool::Pool;
 use crate::time::now_ns;
 
 use super::map::{self, MapCache};
-use super::DataMode;
+use super::{prealloc, DataMode};
 
 /// The largest file: file block numbers are 32-bit.
 pub const MAX_FILE: u64 = (u32::MAX as u64) * BLOCK;
@@ -164,7 +164,12 @@ pub fn write_at<B: Backend>(
         targets.push((lb, old, !in_place));
     }
     let fresh = targets.iter().filter(|t| t.2).count() as u64;
-    let runs = pool.alloc.blocks.alloc(lane, fresh).ok_or(errno::ENOSPC)?;
+    let (runs, extra) = alloc_with_reserve(
+        pool,
+        lane,
+        fresh,
+        prealloc::wanted(&m.extents, size, (off, end), last),
+    )?;
     let mut fresh_blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
     let mut repl: Vec<Extent> = Vec::with_capacity(targets.len());
     let mut b = pool.pm.batch();
@@ -196,15 +201,29 @@ pub fn write_at<B: Backend>(
         push_block(&mut repl, lb, pblk);
     }
     b.flushed();
+    // The reserve: mapped now, speculative (past the end) until appends reach it.
+    for lb in last + 1..last + 1 + extra {
+        push_block(
+            &mut repl,
+            lb,
+            fresh_blocks.next().expect("allocated the reserve"),
+        );
+    }
     if off > size {
         zero_gap(pool, &m.extents, size, off);
     }
     let new_size = (end > size).then_some(end);
-    if fresh == 0 {
+    if fresh + extra == 0 {
         return publish(pool, ino, lane, None, new_size).map(|_| data.len());
     }
-    let (ext, freed) = map::splice(&m.extents, first, last + 1, &repl);
-    let staged = match map::stage(pool, ino, lane, &m, ext, (first, last + 1)) {
+    let stop = last + 1 + extra;
+    let spec = if extra > 0 {
+        (last + 1) as u32
+    } else {
+        m.word.spec
+    };
+    let (ext, freed) = map::splice(&m.extents, first, stop, &repl);
+    let staged = match map::stage(pool, ino, lane, &m, ext, (first, stop), spec) {
         Ok(s) => s,
         Err(e) => {
             runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
@@ -213,6 +232,23 @@ pub fn write_at<B: Backend>(
     };
     commit_staged(pool, ino, lane, staged, new_size, &freed, cache)?;
     Ok(data.len())
+}
+
+/// `fresh` blocks for a write, and if the pool has room `reserve` more for speculative
+/// preallocation: the runs and how many of them are the reserve.
+fn alloc_with_reserve<B: Backend>(
+    pool: &Pool<B>,
+    lane: u32,
+    fresh: u64,
+    reserve: u64,
+) -> Result<(Vec<(u64, u64)>, u64)> {
+    if reserve > 0 {
+        if let Some(runs) = pool.alloc.blocks.alloc(lane, fresh + reserve) {
+            return Ok((runs, reserve));
+        }
+    }
+    let runs = pool.alloc.blocks.alloc(lane, fresh).ok_or(errno::ENOSPC)?;
+    Ok((runs, 0))
 }
 
 /// Where the pool keeps the block pointer of file block `lb`, when `lb` is an extent of
@@ -414,7 +450,8 @@ pub fn truncate<B: Backend>(
     if freed.is_empty() {
         return publish(pool, ino, lane, None, Some(new_size));
     }
-    let staged = map::stage(pool, ino, lane, &m, ext, (keep, u64::MAX))?;
+    // Everything past the new end goes, speculative blocks with it.
+    let staged = map::stage(pool, ino, lane, &m, ext, (keep, u64::MAX), 0)?;
     commit_staged(pool, ino, lane, staged, Some(new_size), &freed, cache)
 }
 
@@ -439,6 +476,9 @@ pub fn fallocate<B: Backend>(
     if end > MAX_FILE {
         return Err(errno::EFBIG);
     }
+    // Blocks fallocate maps are the caller's: a speculative reserve goes first, so
+    // none of them is taken for one (nor given back with it).
+    prealloc::trim(pool, ino, lane, cache)?;
     match mode {
         0 | FALLOC_KEEP_SIZE => allocate(pool, ino, lane, off, end, mode == 0, cache),
         m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE => punch(pool, ino, lane, off, end, cache),
@@ -500,7 +540,7 @@ fn allocate<B: Backend>(
         )
         .0;
     }
-    let staged = match map::stage(pool, ino, lane, &m, ext, (first, stop)) {
+    let staged = match map::stage(pool, ino, lane, &m, ext, (first, stop), 0) {
         Ok(s) => s,
         Err(e) => {
             runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
@@ -554,7 +594,7 @@ fn punch<B: Backend>(
     if freed.is_empty() && repl.is_empty() {
         return publish(pool, ino, lane, None, None);
     }
-    let staged = map::stage(pool, ino, lane, &m, ext, (first, stop))?;
+    let staged = map::stage(pool, ino, lane, &m, ext, (first, stop), 0)?;
     commit_staged(pool, ino, lane, staged, None, &freed, cache)
 }
 
@@ -577,7 +617,7 @@ pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]
         lblk += len;
     }
     b.flushed();
-    let staged = map::stage(pool, ino, lane, &map::Map::default(), ext, (0, lblk))?;
+    let staged = map::stage(pool, ino, lane, &map::Map::default(), ext, (0, lblk), 0)?;
     let at = pool.layout.inode_addr(ino);
     let mut b = pool.pm.batch();
     b.write_u64(at + inode::MAP, staged.word)
@@ -602,15 +642,26 @@ pub fn blocks_used<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
     let word = MapWord::decode(pool.pm.load_u64(at + inode::MAP));
     let data = match word {
         // Inline map (the common case for stat): sum the lengths without allocating.
-        Some(w) if w.kind == 0 => (0..w.count as u64)
+        Some(w) if w.kind == 0 && w.spec == 0 => (0..w.count as u64)
             .map(|i| pool.pm.load_u64(at + w.area_off() + i * inode::EXTENT_LEN) >> 32)
             .sum(),
         _ => match map::read(pool, ino) {
-            Ok(m) => m.extents.iter().map(|e| e.len as u64).sum::<u64>() + m.nodes.len() as u64,
+            Ok(m) => {
+                let all = m.extents.iter().map(|e| e.len as u64).sum::<u64>();
+                all - speculative_blocks(pool, ino, &m) + m.nodes.len() as u64
+            }
             Err(_) => 0,
         },
     };
     data + xattr + dir_pages
+}
+
+/// How many of `m`'s blocks are speculative preallocation (see [`prealloc`]).
+fn speculative_blocks<B: Backend>(pool: &Pool<B>, ino: u64, m: &map::Map) -> u64 {
+    match m.word.spec {
+        0 => 0,
+        spec => prealloc::blocks_from(&m.extents, prealloc::start(spec, size_of(pool, ino))),
+    }
 }
 
 /// The data blocks of directory `ino`'s log pages, in chain order (stops at a bad
