@@ -241,6 +241,8 @@ fn block_pointer_swaps_in_sequence() {
         (find(&ops, "write-in-tree"), 2),
         (find(&ops, "write-swap-inline"), 3),
         (find(&ops, "write-grow-tree"), 4),
+        (find(&ops, "write-cut-window"), 5),
+        (find(&ops, "write-swap-long"), 6),
     ];
     let stats = run_workload("swaps", &steps, 1, &Config::from_env());
     finish("block pointer swaps in sequence", &stats);

@@ -475,3 +475,55 @@ fn recovery_truncate_and_fallocate_give_the_reserve_back() {
     s.unlink("/a").unwrap();
     assert_eq!(fs.pool().alloc.blocks.free_count(), free0, "blocks leaked");
 }
+
+/// Random one-block overwrites of a file written by appends (a few long extents) in
+/// the atomic mode: the first overwrite in each 128-block window cuts the window into
+/// single-block extents once; every other overwrite swaps one block pointer, storing
+/// little more than the block (not a copied leaf and root, and not a map that grows
+/// by two extents per write).
+#[test]
+fn random_overwrites_of_long_extents_swap_block_pointers() {
+    use lynxfs::pmem::{Event, RecordingBackend};
+    const B: u64 = 4096;
+    let rec = RecordingBackend::new();
+    let mut o = lynxfs::MkfsOptions::new(64 << 20);
+    o.lanes = 1;
+    let fs = lynxfs::Fs::in_memory(&o, rec.clone()).unwrap();
+    let s = fs.session(Cred::root());
+    let fd = s.open("/t", CREAT, 0o644).unwrap();
+    let n = 2048u64;
+    for i in 0..n {
+        fs.pwrite(fd, &[1u8; B as usize], i * B).unwrap();
+    }
+    for pass in 0..2u8 {
+        let mut heavy = 0;
+        for i in 0..n {
+            rec.take();
+            // 7919 is prime to n: every block once, in a scattered order.
+            let at = (i * 7919) % n * B;
+            fs.pwrite(fd, &[pass + 2; B as usize], at).unwrap();
+            let stored: usize = rec
+                .take()
+                .iter()
+                .map(|e| match e {
+                    Event::Store { bytes, .. } => bytes.len(),
+                    _ => 0,
+                })
+                .sum();
+            if stored > B as usize + 64 {
+                heavy += 1;
+            }
+        }
+        let allowed = if pass == 0 { n / 128 + 4 } else { 0 };
+        assert!(
+            heavy <= allowed,
+            "pass {pass}: {heavy} of {n} overwrites stored more than a block"
+        );
+    }
+    let mut buf = vec![0u8; (n * B) as usize];
+    assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), buf.len());
+    assert!(buf.iter().all(|&b| b == 3), "the second pass reads back");
+    fs.close_fd(fd).unwrap();
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+}

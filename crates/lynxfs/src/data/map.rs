@@ -413,6 +413,28 @@ pub fn free_nodes<B: Backend>(pool: &Pool<B>, nodes: &[u64]) {
 /// Replace file blocks `[a, b)` of `old` with `repl` (sorted, inside `[a, b)`).
 /// Returns the new extents and the data-block runs no longer referenced.
 pub fn splice(old: &[Extent], a: u64, b: u64, repl: &[Extent]) -> (Vec<Extent>, Vec<(u64, u64)>) {
+    splice_with(old, a, b, repl, true)
+}
+
+/// [`splice`], keeping `repl`'s extents as they are: single-block extents stay single
+/// even where contiguous on the pool, so that each can later be overwritten by one
+/// swap of its block pointer.
+pub fn splice_singles(
+    old: &[Extent],
+    a: u64,
+    b: u64,
+    repl: &[Extent],
+) -> (Vec<Extent>, Vec<(u64, u64)>) {
+    splice_with(old, a, b, repl, false)
+}
+
+fn splice_with(
+    old: &[Extent],
+    a: u64,
+    b: u64,
+    repl: &[Extent],
+    join: bool,
+) -> (Vec<Extent>, Vec<(u64, u64)>) {
     // Only a window around [a, b) changes: the extents touching it and one neighbour on
     // each side (which may merge). The rest is copied as it is, with no sort.
     let p = old.partition_point(|e| e.end() < a).saturating_sub(1);
@@ -447,7 +469,11 @@ pub fn splice(old: &[Extent], a: u64, b: u64, repl: &[Extent]) -> (Vec<Extent>, 
     window.sort_by_key(|e| e.lblk);
     let mut out = Vec::with_capacity(old.len() + repl.len() + 1);
     out.extend_from_slice(&old[..p]);
-    out.extend(merge(window));
+    if join {
+        out.extend(merge(window));
+    } else {
+        out.extend(window);
+    }
     out.extend_from_slice(&old[q..]);
     let freed = if repl.is_empty() {
         removed

@@ -216,14 +216,25 @@ pub fn write_at<B: Backend>(
     if fresh + extra == 0 {
         return publish(pool, ino, lane, None, new_size).map(|_| data.len());
     }
-    let stop = last + 1 + extra;
     let spec = if extra > 0 {
         (last + 1) as u32
     } else {
         m.word.spec
     };
-    let (ext, freed) = map::splice(&m.extents, first, stop, &repl);
-    let staged = match map::stage(pool, ino, lane, &m, ext, (first, stop), spec) {
+    let window = (!overwrite_in_place && first == last && end <= size)
+        .then(|| singles_window(&m, first))
+        .flatten();
+    let ((a, b), (ext, freed)) = match window {
+        Some(w) => (
+            w,
+            map::splice_singles(&m.extents, w.0, w.1, &singles(&m.extents, w, &repl)),
+        ),
+        None => {
+            let stop = last + 1 + extra;
+            ((first, stop), map::splice(&m.extents, first, stop, &repl))
+        }
+    };
+    let staged = match map::stage(pool, ino, lane, &m, ext, (a, b), spec) {
         Ok(s) => s,
         Err(e) => {
             runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
@@ -232,6 +243,38 @@ pub fn write_at<B: Backend>(
     };
     commit_staged(pool, ino, lane, staged, new_size, &freed, cache)?;
     Ok(data.len())
+}
+
+/// Blocks per window that a one-block overwrite splits into single-block extents.
+const SINGLES_WINDOW: u64 = 128;
+
+/// The atomic mode's overwrite of one block inside a longer extent, in a map too big
+/// to stay inline: rather than cutting the extent around the block (two more extents
+/// at every such write, and a map that grows by them), cut the aligned window of
+/// [`SINGLES_WINDOW`] blocks around it (inside the extent) into single-block extents,
+/// once: later overwrites of those blocks swap one block pointer ([`repoint_block`]).
+fn singles_window(m: &map::Map, lb: u64) -> Option<(u64, u64)> {
+    let e = m.extents[extents::find(&m.extents, lb)?];
+    if e.len == 1 || m.extents.len() + 2 <= inode::INLINE_EXTENTS {
+        return None;
+    }
+    let start = (lb / SINGLES_WINDOW * SINGLES_WINDOW).max(e.lblk as u64);
+    let end = ((lb / SINGLES_WINDOW + 1) * SINGLES_WINDOW).min(e.end());
+    Some((start, end))
+}
+
+/// File blocks `[a, b)` as single-block extents: those `written` holds at their new
+/// blocks, the others where `ext` has them.
+fn singles(ext: &[Extent], (a, b): (u64, u64), written: &[Extent]) -> Vec<Extent> {
+    (a..b)
+        .map(|lb| Extent {
+            lblk: lb as u32,
+            len: 1,
+            pblk: lookup(written, lb)
+                .or_else(|| lookup(ext, lb))
+                .expect("a window inside one extent"),
+        })
+        .collect()
 }
 
 /// `fresh` blocks for a write, and if the pool has room `reserve` more for speculative
