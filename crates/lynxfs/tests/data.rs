@@ -527,3 +527,52 @@ fn random_overwrites_of_long_extents_swap_block_pointers() {
     let rep = lynxfs::fsck::check(fs.pool());
     assert!(rep.is_clean(), "{:?}", rep.problems);
 }
+
+/// relatime through one handle: a read updates atime when it is not after mtime and
+/// ctime (or a day old), and not otherwise; the handle's memory of "no update due"
+/// ends when a write or utimens changes the times.
+#[test]
+fn relatime_reads_through_one_handle_update_atime_when_due() {
+    use lynxfs::meta::TimeSet;
+    use lynxfs::Timestamp;
+    let fs = fs(8 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/r", CREAT, 0o644).unwrap();
+    fs.pwrite(fd, b"hello", 0).unwrap();
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(2));
+    let atime = || fs.fstat(fd).unwrap().atime;
+    let mut buf = [0u8; 5];
+    pause();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    let a1 = atime();
+    assert!(
+        a1 > fs.fstat(fd).unwrap().mtime,
+        "the first read after a write"
+    );
+    pause();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    assert_eq!(
+        atime(),
+        a1,
+        "a read with atime already after mtime and ctime"
+    );
+    pause();
+    fs.pwrite(fd, b"again", 0).unwrap();
+    pause();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    let a2 = atime();
+    assert!(
+        a2 > fs.fstat(fd).unwrap().mtime,
+        "a read after a newer write"
+    );
+    // atime two days old, mtime three: due again (ctime moves with utimens).
+    let now = Timestamp::now();
+    let ago = |days: i64| TimeSet::At(Timestamp::new(now.sec - days * 86400, 0).unwrap());
+    s.utimens("/r", Some(ago(2)), Some(ago(3))).unwrap();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    let a3 = atime();
+    assert!(a3.sec >= now.sec, "a read of a day-old atime: {a3:?}");
+    fs.pread(fd, &mut buf, 0).unwrap();
+    assert_eq!(atime(), a3);
+    fs.close_fd(fd).unwrap();
+}
