@@ -402,7 +402,9 @@ impl<B: Backend> Fs<B> {
         if access(f) == libc::O_RDONLY {
             return Err(errno::EBADF);
         }
-        let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
+        // For update: readers of the file go on while the new bytes are copied; the
+        // lock is held alone only for the commit (the gate below).
+        let update = self.ns.cachelets.get(f.ino).update(self.ns.watch())?;
         crate::runtime::testing::stop_here("write.data_lock");
         let pool = &self.ns.pool;
         let size = pool
@@ -411,7 +413,17 @@ impl<B: Backend> Fs<B> {
         let append = self.flags_of(f)? & libc::O_APPEND != 0;
         self.ns.may_write_data(f.ino, append)?;
         let at = if append { size } else { off };
-        let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data, &self.map_of(f))?;
+        let mut update = Some(update);
+        let mut _alone = None;
+        let mut gate = || {
+            crate::runtime::testing::stop_here("write.before_commit");
+            if let Some(u) = update.take() {
+                _alone = Some(u.upgrade(self.ns.watch())?);
+            }
+            Ok(())
+        };
+        let lane = self.ns.lane();
+        let n = crate::data::write_at(pool, f.ino, lane, (at, data), &self.map_of(f), &mut gate)?;
         if !f.privileged {
             self.clear_suid(f.ino);
         }

@@ -127,14 +127,17 @@ fn next_hole(ext: &[Extent], off: u64) -> u64 {
 }
 
 /// Write `data` at `off`, atomically and durably; returns `data.len()`. The caller
-/// holds the file's lock alone.
+/// holds the file's lock for update (no other writer; readers may come and go) and
+/// `gate` makes it hold the lock alone: it is called once the new bytes and map are
+/// prepared where no reader looks, just before the commit (and not at all when the
+/// write fails before; its error undoes the preparation and is returned).
 pub fn write_at<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     lane: u32,
-    off: u64,
-    data: &[u8],
+    (off, data): (u64, &[u8]),
     cache: &MapCache<'_>,
+    gate: &mut dyn FnMut() -> Result<()>,
 ) -> Result<usize> {
     if data.is_empty() {
         return Ok(0);
@@ -150,7 +153,7 @@ pub fn write_at<B: Backend>(
     let overwrite_in_place = pool.data_mode() == DataMode::Inplace;
     if !overwrite_in_place && first == last && end <= size {
         if let Some(ptr) = single_block_pointer(pool, ino, &m, first) {
-            return repoint_block(pool, ino, lane, off, data, ptr, m, cache);
+            return repoint_block(pool, ino, lane, (off, data), ptr, m, cache, gate);
         }
     }
     // Which blocks need a fresh copy: every hole, and (in the atomic mode) any block a
@@ -214,6 +217,7 @@ pub fn write_at<B: Backend>(
     }
     let new_size = (end > size).then_some(end);
     if fresh + extra == 0 {
+        gate()?;
         return publish(pool, ino, lane, None, new_size).map(|_| data.len());
     }
     let spec = if extra > 0 {
@@ -241,6 +245,11 @@ pub fn write_at<B: Backend>(
             return Err(e);
         }
     };
+    if let Err(e) = gate() {
+        runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
+        map::free_nodes(pool, &staged.new_nodes);
+        return Err(e);
+    }
     commit_staged(pool, ino, lane, staged, new_size, &freed, cache)?;
     Ok(data.len())
 }
@@ -328,11 +337,11 @@ fn repoint_block<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     lane: u32,
-    off: u64,
-    data: &[u8],
+    (off, data): (u64, &[u8]),
     (i, ptr): (usize, u64),
     m: std::sync::Arc<map::Map>,
     cache: &MapCache<'_>,
+    gate: &mut dyn FnMut() -> Result<()>,
 ) -> Result<usize> {
     let old = m.extents[i].pblk;
     let nb = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?[0].0;
@@ -351,6 +360,10 @@ fn repoint_block<B: Backend>(
     b.write_u64(at + inode::MTIME, now)
         .write_u64(at + inode::CTIME, now);
     let ready = b.persist();
+    if let Err(e) = gate() {
+        pool.alloc.blocks.free(nb, 1);
+        return Err(e);
+    }
     drop(pool.pm.commit_u64(ptr, nb, ready));
     pool.alloc.blocks.free(old, 1);
     cache.repoint(m, i, nb);
