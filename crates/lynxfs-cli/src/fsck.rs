@@ -161,6 +161,12 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
         last.dentries,
         last.blocks
     );
+    if last.speculative > 0 {
+        println!(
+            "{} of those blocks are preallocated past the end of growing files (given back at their last close or by recovery; not leaks)",
+            last.speculative
+        );
+    }
     let code = if found == 0 {
         println!("clean");
         CLEAN

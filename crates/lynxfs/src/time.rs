@@ -12,6 +12,24 @@ pub fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Now by the coarse clock (`CLOCK_REALTIME_COARSE`: the last tick's time, a few
+/// milliseconds behind at most, read without the cost of the precise clock), in
+/// nanoseconds since the epoch (0 on error or before 1970): for checks that count
+/// days, not for times that are stored.
+pub fn now_coarse_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call; clock_gettime writes
+    // only it and has no other effect.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if r != 0 || ts.tv_sec < 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * NS + ts.tv_nsec as u64
+}
+
 /// An instant as Linux's `timespec64`: seconds since the Unix epoch (negative before
 /// 1970) and nanoseconds within the second (always below 1,000,000,000), so every
 /// time Linux accepts, from `i64::MIN` to `i64::MAX` seconds, is one value.

@@ -434,3 +434,216 @@ fn extents_list_a_sparse_file_as_seek_data_and_hole_find_it() {
     let dir = s.open("/d", libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
     assert_eq!(errno(fs.extents(dir, 0, 1)), libc::EOPNOTSUPP);
 }
+
+/// The map word of the file `fd` has open (its speculative mark and extents).
+fn map_word(fs: &lynxfs::Fs, fd: lynxfs::Fd) -> (u64, lynxfs::format::inode::MapWord) {
+    use lynxfs::format::inode;
+    let ino = fs.fd_ino(fd).unwrap();
+    let w = fs
+        .pool()
+        .pm
+        .load_u64(fs.pool().layout.inode_addr(ino) + inode::MAP);
+    (w, inode::MapWord::decode(w).unwrap())
+}
+
+/// Appends to a growing file reserve blocks past its end (speculative preallocation):
+/// the appends that land in them change no map, the reserve counts in neither
+/// st_blocks nor fsck's leaks, and the last close gives it back.
+#[test]
+fn appends_reserve_blocks_past_the_end_until_the_last_close() {
+    let fs = fs(32 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/log", CREAT, 0o644).unwrap();
+    let free0 = fs.pool().alloc.blocks.free_count();
+    let block = vec![0x33u8; 4096];
+    for i in 0..40u64 {
+        assert_eq!(fs.pwrite(fd, &block, i * 4096).unwrap(), 4096);
+    }
+    let (w, word) = map_word(&fs, fd);
+    assert!(word.spec != 0, "no preallocation after 160 KiB of appends");
+    assert!(
+        free0 - fs.pool().alloc.blocks.free_count() > 40,
+        "the reserve is allocated"
+    );
+    // The next append lands in the reserve: the size moves, the map word does not.
+    fs.pwrite(fd, &block, 40 * 4096).unwrap();
+    assert_eq!(
+        map_word(&fs, fd).0,
+        w,
+        "an append into the reserve changed the map"
+    );
+    let st = fs.fstat(fd).unwrap();
+    assert_eq!(st.size, 41 * 4096);
+    assert_eq!(st.blocks, 41 * 8, "st_blocks counts the reserve");
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+    assert!(rep.speculative > 0, "fsck does not see the reserve");
+    // A second handle's close keeps the reserve; the last one gives it back.
+    let fd2 = s.open("/log", libc::O_RDONLY, 0).unwrap();
+    fs.close_fd(fd2).unwrap();
+    assert!(
+        map_word(&fs, fd).1.spec != 0,
+        "trimmed before the last close"
+    );
+    fs.close_fd(fd).unwrap();
+    let fd = s.open("/log", libc::O_RDONLY, 0).unwrap();
+    assert_eq!(map_word(&fs, fd).1.spec, 0, "the last close left the mark");
+    assert_eq!(
+        free0 - fs.pool().alloc.blocks.free_count(),
+        41,
+        "blocks kept"
+    );
+    let mut buf = vec![0u8; 41 * 4096];
+    assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), buf.len());
+    assert!(buf.iter().all(|&b| b == 0x33));
+    fs.close_fd(fd).unwrap();
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean() && rep.speculative == 0, "{rep:?}");
+}
+
+/// A crash with a reserve outstanding: recovery gives it back (every block returns
+/// once the file is removed), and truncate and fallocate drop it too.
+#[test]
+fn recovery_truncate_and_fallocate_give_the_reserve_back() {
+    let block = vec![7u8; 4096];
+    let (img, free0) = {
+        let fs = fs(32 << 20);
+        let s = fs.session(Cred::root());
+        let fd = s.open("/a", CREAT, 0o644).unwrap();
+        let free0 = fs.pool().alloc.blocks.free_count();
+        for i in 0..20u64 {
+            fs.pwrite(fd, &block, i * 4096).unwrap();
+        }
+        assert!(map_word(&fs, fd).1.spec != 0);
+        fs.pool().crash_in_place();
+        (fs.pool().pm.snapshot(), free0)
+    };
+    let pool = lynxfs::Pool::open_image(&img, lynxfs::pmem::PmemBackend::default()).unwrap();
+    assert!(!pool.was_clean);
+    let fs = lynxfs::Fs::new(pool);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/a", libc::O_RDWR, 0).unwrap();
+    assert_eq!(map_word(&fs, fd).1.spec, 0, "recovery left the reserve");
+    assert_eq!(fs.fstat(fd).unwrap().size, 20 * 4096);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean() && rep.speculative == 0, "{rep:?}");
+    // Grow again, then truncate: the reserve goes with the blocks past the new end.
+    fs.pwrite(fd, &block, 20 * 4096).unwrap();
+    assert!(map_word(&fs, fd).1.spec != 0);
+    fs.ftruncate(fd, 18 * 4096).unwrap();
+    assert_eq!(map_word(&fs, fd).1.spec, 0, "truncate left the mark");
+    assert_eq!(fs.fstat(fd).unwrap().blocks, 18 * 8);
+    // Grow again, then fallocate past the end: only the asked-for blocks stay.
+    for i in 18..24u64 {
+        fs.pwrite(fd, &block, i * 4096).unwrap();
+    }
+    assert!(map_word(&fs, fd).1.spec != 0);
+    fs.fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 24 * 4096, 4096)
+        .unwrap();
+    assert_eq!(map_word(&fs, fd).1.spec, 0, "fallocate left the mark");
+    assert_eq!(fs.fstat(fd).unwrap().blocks, 25 * 8);
+    fs.close_fd(fd).unwrap();
+    s.unlink("/a").unwrap();
+    assert_eq!(fs.pool().alloc.blocks.free_count(), free0, "blocks leaked");
+}
+
+/// Random one-block overwrites of a file written by appends (a few long extents) in
+/// the atomic mode: the first overwrite in each 128-block window cuts the window into
+/// single-block extents once; every other overwrite swaps one block pointer, storing
+/// little more than the block (not a copied leaf and root, and not a map that grows
+/// by two extents per write).
+#[test]
+fn random_overwrites_of_long_extents_swap_block_pointers() {
+    use lynxfs::pmem::{Event, RecordingBackend};
+    const B: u64 = 4096;
+    let rec = RecordingBackend::new();
+    let mut o = lynxfs::MkfsOptions::new(64 << 20);
+    o.lanes = 1;
+    let fs = lynxfs::Fs::in_memory(&o, rec.clone()).unwrap();
+    let s = fs.session(Cred::root());
+    let fd = s.open("/t", CREAT, 0o644).unwrap();
+    let n = 2048u64;
+    for i in 0..n {
+        fs.pwrite(fd, &[1u8; B as usize], i * B).unwrap();
+    }
+    for pass in 0..2u8 {
+        let mut heavy = 0;
+        for i in 0..n {
+            rec.take();
+            // 7919 is prime to n: every block once, in a scattered order.
+            let at = (i * 7919) % n * B;
+            fs.pwrite(fd, &[pass + 2; B as usize], at).unwrap();
+            let stored: usize = rec
+                .take()
+                .iter()
+                .map(|e| match e {
+                    Event::Store { bytes, .. } => bytes.len(),
+                    _ => 0,
+                })
+                .sum();
+            if stored > B as usize + 64 {
+                heavy += 1;
+            }
+        }
+        let allowed = if pass == 0 { n / 128 + 4 } else { 0 };
+        assert!(
+            heavy <= allowed,
+            "pass {pass}: {heavy} of {n} overwrites stored more than a block"
+        );
+    }
+    let mut buf = vec![0u8; (n * B) as usize];
+    assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), buf.len());
+    assert!(buf.iter().all(|&b| b == 3), "the second pass reads back");
+    fs.close_fd(fd).unwrap();
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+}
+
+/// relatime through one handle: a read updates atime when it is not after mtime and
+/// ctime (or a day old), and not otherwise; the handle's memory of "no update due"
+/// ends when a write or utimens changes the times.
+#[test]
+fn relatime_reads_through_one_handle_update_atime_when_due() {
+    use lynxfs::meta::TimeSet;
+    use lynxfs::Timestamp;
+    let fs = fs(8 << 20);
+    let s = fs.session(Cred::root());
+    let fd = s.open("/r", CREAT, 0o644).unwrap();
+    fs.pwrite(fd, b"hello", 0).unwrap();
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(2));
+    let atime = || fs.fstat(fd).unwrap().atime;
+    let mut buf = [0u8; 5];
+    pause();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    let a1 = atime();
+    assert!(
+        a1 > fs.fstat(fd).unwrap().mtime,
+        "the first read after a write"
+    );
+    pause();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    assert_eq!(
+        atime(),
+        a1,
+        "a read with atime already after mtime and ctime"
+    );
+    pause();
+    fs.pwrite(fd, b"again", 0).unwrap();
+    pause();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    let a2 = atime();
+    assert!(
+        a2 > fs.fstat(fd).unwrap().mtime,
+        "a read after a newer write"
+    );
+    // atime two days old, mtime three: due again (ctime moves with utimens).
+    let now = Timestamp::now();
+    let ago = |days: i64| TimeSet::At(Timestamp::new(now.sec - days * 86400, 0).unwrap());
+    s.utimens("/r", Some(ago(2)), Some(ago(3))).unwrap();
+    fs.pread(fd, &mut buf, 0).unwrap();
+    let a3 = atime();
+    assert!(a3.sec >= now.sec, "a read of a day-old atime: {a3:?}");
+    fs.pread(fd, &mut buf, 0).unwrap();
+    assert_eq!(atime(), a3);
+    fs.close_fd(fd).unwrap();
+}

@@ -906,6 +906,48 @@ fn killed_holding_the_data_write_lock() {
     killed_holding("write.data_lock", "write /f 0 5000 7", &series);
 }
 
+/// Readers never wait for a write's copy (issue 15): A stops between copying its new
+/// bytes and its commit, holding the file's data lock for update; B, through a handle
+/// it already has, reads the range A does not write and the one it does (the old
+/// bytes) at once, while B's own write waits for A and goes on once A is killed.
+#[test]
+fn readers_go_on_while_a_writer_is_stopped_before_its_commit() {
+    let _dog = watchdog("readers_go_on_while_a_writer_is_stopped_before_its_commit");
+    let st = setup(2);
+    st.with_fs(lock_tree);
+    let mut b = st.spawn("agent", 1, &[]);
+    b.expect("ready");
+    let fd = b.ok("open /f")[0].clone();
+    let old = b.ok(&format!("read {fd} 20000"));
+    let point = "write.before_commit";
+    let mut a = st.spawn("agent", 0, &[(STOP_ENV, point.to_string())]);
+    a.expect("ready");
+    a.send("write /f 8192 5000 7");
+    assert_eq!(a.expect("stopped"), vec![point.to_string()]);
+    let started = Instant::now();
+    assert_eq!(
+        b.ok(&format!("read {fd} 8192")),
+        b.ok(&format!("read {fd} 8192"))
+    );
+    assert_eq!(
+        b.ok(&format!("read {fd} 20000")),
+        old,
+        "A's uncommitted bytes"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the reads waited"
+    );
+    let cmd = "write /f 100 100 8";
+    b.send(cmd);
+    assert!(
+        b.next(Duration::from_millis(300)).is_none(),
+        "{cmd:?} did not wait for the stopped writer"
+    );
+    a.kill_and_reap();
+    b.reply(cmd).expect("the write after the kill");
+}
+
 #[test]
 fn killed_holding_an_inode_lock() {
     let _dog = watchdog("killed_holding_an_inode_lock");

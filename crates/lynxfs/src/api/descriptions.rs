@@ -54,6 +54,7 @@ impl<B: Backend> Fs<B> {
                 handles: AtomicU32::new(1),
                 map: Default::default(),
                 privileged: d.privileged,
+                atime: Default::default(),
             }))
         })
     }

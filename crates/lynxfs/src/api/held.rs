@@ -230,10 +230,26 @@ impl<B: Backend> Fs<B> {
             let Ok(_w) = c.write(self.ns.watch()) else {
                 return Ok(());
             };
-            c.open_counter().fetch_sub(1, Ordering::AcqRel);
+            let last = c.open_counter().fetch_sub(1, Ordering::AcqRel) == 1;
             self.ns.free_if_orphan(ino);
+            if last && self.ns.live(ino).is_ok() {
+                self.trim_preallocation(ino, &c);
+            }
             Ok(())
         });
+    }
+}
+
+impl<B: Backend> Fs<B> {
+    /// The file's last close gives back its speculative preallocation (the caller
+    /// holds its lock alone). A failure (no room for a new map node) leaves the
+    /// blocks mapped and owned, for the next close or recovery.
+    fn trim_preallocation(&self, ino: u64, c: &crate::meta::cachelet::Cachelet<'_>) {
+        let word = self.ns.load(ino, inode::MAP);
+        if inode::MapWord::decode(word).is_some_and(|w| w.spec != 0) {
+            let cache = crate::data::MapCache::new(c.map_version(), self.ns.rt.generation(), None);
+            let _ = crate::data::prealloc::trim(&self.ns.pool, ino, self.ns.lane(), &cache);
+        }
     }
 }
 

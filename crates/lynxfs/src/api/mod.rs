@@ -44,7 +44,24 @@ struct OpenFile {
     map: crate::data::LocalMap,
     /// Opened by root (CAP_FSETID): its writes keep set-user-ID bits, as on Linux.
     privileged: bool,
+    /// relatime's last answer for this handle (see [`QuietAtime`]).
+    atime: QuietAtime,
 }
+
+/// A read through a handle found that relatime asks for no atime update: none is
+/// needed while the inode's ctime word is still `ctime` (every change of mtime,
+/// ctime or atime other than a read's stores a new ctime) and the clock is before
+/// `until` (the atime plus a day). Both 0 until a read finds so. Two readers may
+/// store their pairs at once: a mixed pair is still one a read saw, or has the
+/// earlier deadline, so it never skips an update that is due.
+#[derive(Default)]
+struct QuietAtime {
+    ctime: AtomicU64,
+    until: AtomicU64,
+}
+
+/// relatime's day, in nanoseconds.
+const DAY_NS: u64 = 24 * 3600 * 1_000_000_000;
 
 /// A mounted pool.
 pub struct Fs<B: Backend = PmemBackend> {
@@ -122,8 +139,10 @@ fn open_wants(flags: i32) -> u32 {
 
 impl<B: Backend> Fs<B> {
     pub fn new(pool: Pool<B>) -> Self {
+        let ns = Namespace::new(pool);
+        crate::data::prealloc::trim_recovered(&ns.pool, ns.lane());
         Fs {
-            ns: Namespace::new(pool),
+            ns,
             files: papaya::HashMap::with_hasher(Default::default()),
             next_fd: AtomicU64::new(3),
             held: held::Held::default(),
@@ -236,6 +255,7 @@ impl<B: Backend> Fs<B> {
                 handles: AtomicU32::new(1),
                 map: Default::default(),
                 privileged: cred.is_root(),
+                atime: Default::default(),
             }))
         })
     }
@@ -322,27 +342,52 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EISDIR);
         }
         let n = {
-            let _r = self.ns.cachelets.get(f.ino).read(self.ns.watch())?;
-            crate::data::read_cached(&self.ns.pool, f.ino, off, buf, &self.map_of(f))?
+            let c = self.ns.cachelets.get(f.ino);
+            let _r = c.read(self.ns.watch())?;
+            let cache =
+                crate::data::MapCache::new(c.map_version(), self.ns.rt.generation(), Some(&f.map));
+            crate::data::read_cached(&self.ns.pool, f.ino, off, buf, &cache)?
         };
-        self.touch_atime(f.ino);
+        self.touch_atime(f);
         Ok(n)
     }
 
-    /// A read's atime update, as the `Atime` mode says.
-    fn touch_atime(&self, ino: u64) {
+    /// A read's atime update, as the `Atime` mode says. Under relatime, a handle
+    /// whose last read needed no update skips the check while nothing changed the
+    /// inode's times and the day has not passed (two loads and a coarse clock).
+    fn touch_atime(&self, f: &OpenFile) {
         let mode = Atime::from_u8(self.atime.load(Ordering::Relaxed));
-        if mode == Atime::Never || self.ns.inode_flags(ino) & crate::meta::flags::NOATIME != 0 {
+        if mode == Atime::Never {
+            return;
+        }
+        let ino = f.ino;
+        let ctime = self.ns.load(ino, inode::CTIME);
+        if mode == Atime::Relative
+            && ctime == f.atime.ctime.load(Ordering::Relaxed)
+            && crate::time::now_coarse_ns() < f.atime.until.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        if self.ns.inode_flags(ino) & crate::meta::flags::NOATIME != 0 {
             return;
         }
         let [a, m, c, _] = self.ns.times(ino);
         let now = now_ns();
         let day_old = Timestamp::from_ns(now).sec.saturating_sub(a.sec) >= 24 * 3600;
-        if mode == Atime::Strict || a <= m || a <= c || day_old {
+        let quiet_since = if mode == Atime::Strict || a <= m || a <= c || day_old {
             // The clock's time is plain: the word alone says it (format::inode::time_word).
             let mut b = self.ns.pool.pm.batch();
             b.write_u64(self.ns.pool.layout.inode_addr(ino) + inode::ATIME, now);
             let _ = b.persist();
+            now
+        } else {
+            a.as_ns().unwrap_or(0)
+        };
+        if mode == Atime::Relative {
+            f.atime.ctime.store(ctime, Ordering::Relaxed);
+            f.atime
+                .until
+                .store(quiet_since.saturating_add(DAY_NS), Ordering::Relaxed);
         }
     }
 
@@ -358,7 +403,9 @@ impl<B: Backend> Fs<B> {
         if access(f) == libc::O_RDONLY {
             return Err(errno::EBADF);
         }
-        let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
+        // For update: readers of the file go on while the new bytes are copied; the
+        // lock is held alone only for the commit (the gate below).
+        let update = self.ns.cachelets.get(f.ino).update(self.ns.watch())?;
         crate::runtime::testing::stop_here("write.data_lock");
         let pool = &self.ns.pool;
         let size = pool
@@ -367,7 +414,17 @@ impl<B: Backend> Fs<B> {
         let append = self.flags_of(f)? & libc::O_APPEND != 0;
         self.ns.may_write_data(f.ino, append)?;
         let at = if append { size } else { off };
-        let n = crate::data::write_at(pool, f.ino, self.ns.lane(), at, data, &self.map_of(f))?;
+        let mut update = Some(update);
+        let mut _alone = None;
+        let mut gate = || {
+            crate::runtime::testing::stop_here("write.before_commit");
+            if let Some(u) = update.take() {
+                _alone = Some(u.upgrade(self.ns.watch())?);
+            }
+            Ok(())
+        };
+        let lane = self.ns.lane();
+        let n = crate::data::write_at(pool, f.ino, lane, (at, data), &self.map_of(f), &mut gate)?;
         if !f.privileged {
             self.clear_suid(f.ino);
         }

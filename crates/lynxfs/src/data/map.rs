@@ -160,7 +160,8 @@ pub struct Staged {
 const LEAF_FILL: usize = NODE_ENTRIES * 3 / 4;
 
 /// Write the map `ext` (which differs from `old` only around file blocks `[a, b)`)
-/// into the idle area of `ino` or new nodes, flushed but not fenced.
+/// into the idle area of `ino` or new nodes, flushed but not fenced; its word marks
+/// speculative preallocation from file block `spec` (0: none; see [`MapWord::spec`]).
 pub fn stage<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
@@ -168,6 +169,7 @@ pub fn stage<B: Backend>(
     old: &Map,
     ext: Vec<Extent>,
     (a, b): (u64, u64),
+    spec: u32,
 ) -> Result<Staged> {
     let cur = old.word;
     let at = pool.layout.inode_addr(ino) + cur.other_area_off();
@@ -184,6 +186,7 @@ pub fn stage<B: Backend>(
             area,
             kind: 0,
             count: ext.len() as u16,
+            spec,
         };
         let map = Map {
             word,
@@ -219,6 +222,7 @@ pub fn stage<B: Backend>(
         area,
         kind: 1,
         count: depth,
+        spec,
     };
     let mut nodes = Vec::with_capacity(leaves.len() + 1);
     if depth == 1 {
@@ -409,6 +413,28 @@ pub fn free_nodes<B: Backend>(pool: &Pool<B>, nodes: &[u64]) {
 /// Replace file blocks `[a, b)` of `old` with `repl` (sorted, inside `[a, b)`).
 /// Returns the new extents and the data-block runs no longer referenced.
 pub fn splice(old: &[Extent], a: u64, b: u64, repl: &[Extent]) -> (Vec<Extent>, Vec<(u64, u64)>) {
+    splice_with(old, a, b, repl, true)
+}
+
+/// [`splice`], keeping `repl`'s extents as they are: single-block extents stay single
+/// even where contiguous on the pool, so that each can later be overwritten by one
+/// swap of its block pointer.
+pub fn splice_singles(
+    old: &[Extent],
+    a: u64,
+    b: u64,
+    repl: &[Extent],
+) -> (Vec<Extent>, Vec<(u64, u64)>) {
+    splice_with(old, a, b, repl, false)
+}
+
+fn splice_with(
+    old: &[Extent],
+    a: u64,
+    b: u64,
+    repl: &[Extent],
+    join: bool,
+) -> (Vec<Extent>, Vec<(u64, u64)>) {
     // Only a window around [a, b) changes: the extents touching it and one neighbour on
     // each side (which may merge). The rest is copied as it is, with no sort.
     let p = old.partition_point(|e| e.end() < a).saturating_sub(1);
@@ -443,7 +469,11 @@ pub fn splice(old: &[Extent], a: u64, b: u64, repl: &[Extent]) -> (Vec<Extent>, 
     window.sort_by_key(|e| e.lblk);
     let mut out = Vec::with_capacity(old.len() + repl.len() + 1);
     out.extend_from_slice(&old[..p]);
-    out.extend(merge(window));
+    if join {
+        out.extend(merge(window));
+    } else {
+        out.extend(window);
+    }
     out.extend_from_slice(&old[q..]);
     let freed = if repl.is_empty() {
         removed

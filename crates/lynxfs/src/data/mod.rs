@@ -3,6 +3,7 @@
 
 pub mod map;
 mod mode;
+pub mod prealloc;
 mod rw;
 pub mod xattr;
 

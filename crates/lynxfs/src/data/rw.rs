@@ -17,7 +17,7 @@ use crate::pool::Pool;
 use crate::time::now_ns;
 
 use super::map::{self, MapCache};
-use super::DataMode;
+use super::{prealloc, DataMode};
 
 /// The largest file: file block numbers are 32-bit.
 pub const MAX_FILE: u64 = (u32::MAX as u64) * BLOCK;
@@ -115,18 +115,27 @@ pub const EXTENT_LAST: u32 = 1;
 
 /// Every extent of `ino`'s data in file order, holes left out; extents that follow
 /// each other both in the file and in the pool are one. Blocks allocated past the end
-/// of the file (fallocate with KEEP_SIZE) are extents too, as ext4 reports them. The
-/// caller holds the file's lock shared.
+/// of the file (fallocate with KEEP_SIZE) are extents too, as ext4 reports them; a
+/// speculative reserve (see [`prealloc`]) is not: it is ours, not the file's, as in
+/// `st_blocks`. The caller holds the file's lock shared.
 pub fn file_extents<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     cache: &MapCache<'_>,
 ) -> Result<Vec<FileExtent>> {
     let m = cache.get(pool, ino)?;
+    let reserve_from = match m.word.spec {
+        0 => u64::MAX,
+        spec => prealloc::start(spec, size_of(pool, ino)),
+    };
     let mut out: Vec<FileExtent> = Vec::with_capacity(m.extents.len());
     for e in m.extents.iter() {
+        let end = e.end().min(reserve_from);
+        if end <= e.lblk as u64 {
+            continue;
+        }
         let (logical, physical) = (e.lblk as u64 * BLOCK, pool.layout.block_addr(e.pblk));
-        let length = e.len as u64 * BLOCK;
+        let length = (end - e.lblk as u64) * BLOCK;
         match out.last_mut() {
             Some(l) if l.logical + l.length == logical && l.physical + l.length == physical => {
                 l.length += length;
@@ -173,14 +182,17 @@ fn next_hole(ext: &[Extent], off: u64) -> u64 {
 }
 
 /// Write `data` at `off`, atomically and durably; returns `data.len()`. The caller
-/// holds the file's lock alone.
+/// holds the file's lock for update (no other writer; readers may come and go) and
+/// `gate` makes it hold the lock alone: it is called once the new bytes and map are
+/// prepared where no reader looks, just before the commit (and not at all when the
+/// write fails before; its error undoes the preparation and is returned).
 pub fn write_at<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     lane: u32,
-    off: u64,
-    data: &[u8],
+    (off, data): (u64, &[u8]),
     cache: &MapCache<'_>,
+    gate: &mut dyn FnMut() -> Result<()>,
 ) -> Result<usize> {
     if data.is_empty() {
         return Ok(0);
@@ -196,7 +208,7 @@ pub fn write_at<B: Backend>(
     let overwrite_in_place = pool.data_mode() == DataMode::Inplace;
     if !overwrite_in_place && first == last && end <= size {
         if let Some(ptr) = single_block_pointer(pool, ino, &m, first) {
-            return repoint_block(pool, ino, lane, off, data, ptr, m, cache);
+            return repoint_block(pool, ino, lane, (off, data), ptr, m, cache, gate);
         }
     }
     // Which blocks need a fresh copy: every hole, and (in the atomic mode) any block a
@@ -210,7 +222,12 @@ pub fn write_at<B: Backend>(
         targets.push((lb, old, !in_place));
     }
     let fresh = targets.iter().filter(|t| t.2).count() as u64;
-    let runs = pool.alloc.blocks.alloc(lane, fresh).ok_or(errno::ENOSPC)?;
+    let (runs, extra) = alloc_with_reserve(
+        pool,
+        lane,
+        fresh,
+        prealloc::wanted(&m.extents, size, (off, end), last),
+    )?;
     let mut fresh_blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
     let mut repl: Vec<Extent> = Vec::with_capacity(targets.len());
     let mut b = pool.pm.batch();
@@ -242,23 +259,113 @@ pub fn write_at<B: Backend>(
         push_block(&mut repl, lb, pblk);
     }
     b.flushed();
+    // The reserve: mapped now, speculative (past the end) until appends reach it.
+    for lb in last + 1..last + 1 + extra {
+        push_block(
+            &mut repl,
+            lb,
+            fresh_blocks.next().expect("allocated the reserve"),
+        );
+    }
     if off > size {
         zero_gap(pool, &m.extents, size, off);
     }
     let new_size = (end > size).then_some(end);
-    if fresh == 0 {
+    if fresh + extra == 0 {
+        gate()?;
         return publish(pool, ino, lane, None, new_size).map(|_| data.len());
     }
-    let (ext, freed) = map::splice(&m.extents, first, last + 1, &repl);
-    let staged = match map::stage(pool, ino, lane, &m, ext, (first, last + 1)) {
+    let spec = if extra > 0 {
+        (last + 1) as u32
+    } else {
+        m.word.spec
+    };
+    let window = (!overwrite_in_place && first == last && end <= size)
+        .then(|| singles_window(&m, first))
+        .flatten();
+    let ((a, b), (ext, freed)) = match window {
+        Some(w) => (
+            w,
+            map::splice_singles(&m.extents, w.0, w.1, &singles(&m.extents, w, &repl)),
+        ),
+        None => {
+            let stop = last + 1 + extra;
+            let from = reserve_in_gap(&m, size, off).unwrap_or(first);
+            ((from, stop), map::splice(&m.extents, from, stop, &repl))
+        }
+    };
+    let staged = match map::stage(pool, ino, lane, &m, ext, (a, b), spec) {
         Ok(s) => s,
         Err(e) => {
             runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
             return Err(e);
         }
     };
+    if let Err(e) = gate() {
+        runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
+        map::free_nodes(pool, &staged.new_nodes);
+        return Err(e);
+    }
     commit_staged(pool, ino, lane, staged, new_size, &freed, cache)?;
     Ok(data.len())
+}
+
+/// Where the speculative reserve starts when a write at `off`, past the end of a
+/// file of `size` bytes, leaves a gap over it: the write's map change drops the
+/// reserve's blocks in that gap, which stays a hole (the file's own blocks, such as
+/// fallocate's past the end, are never speculative and stay).
+fn reserve_in_gap(m: &map::Map, size: u64, off: u64) -> Option<u64> {
+    let from = prealloc::start(m.word.spec, size);
+    (m.word.spec != 0 && off > size && from < off / BLOCK).then_some(from)
+}
+
+/// Blocks per window that a one-block overwrite splits into single-block extents.
+const SINGLES_WINDOW: u64 = 128;
+
+/// The atomic mode's overwrite of one block inside a longer extent, in a map too big
+/// to stay inline: rather than cutting the extent around the block (two more extents
+/// at every such write, and a map that grows by them), cut the aligned window of
+/// [`SINGLES_WINDOW`] blocks around it (inside the extent) into single-block extents,
+/// once: later overwrites of those blocks swap one block pointer ([`repoint_block`]).
+fn singles_window(m: &map::Map, lb: u64) -> Option<(u64, u64)> {
+    let e = m.extents[extents::find(&m.extents, lb)?];
+    if e.len == 1 || m.extents.len() + 2 <= inode::INLINE_EXTENTS {
+        return None;
+    }
+    let start = (lb / SINGLES_WINDOW * SINGLES_WINDOW).max(e.lblk as u64);
+    let end = ((lb / SINGLES_WINDOW + 1) * SINGLES_WINDOW).min(e.end());
+    Some((start, end))
+}
+
+/// File blocks `[a, b)` as single-block extents: those `written` holds at their new
+/// blocks, the others where `ext` has them.
+fn singles(ext: &[Extent], (a, b): (u64, u64), written: &[Extent]) -> Vec<Extent> {
+    (a..b)
+        .map(|lb| Extent {
+            lblk: lb as u32,
+            len: 1,
+            pblk: lookup(written, lb)
+                .or_else(|| lookup(ext, lb))
+                .expect("a window inside one extent"),
+        })
+        .collect()
+}
+
+/// `fresh` blocks for a write, and if the pool has room `reserve` more for speculative
+/// preallocation: the runs and how many of them are the reserve.
+fn alloc_with_reserve<B: Backend>(
+    pool: &Pool<B>,
+    lane: u32,
+    fresh: u64,
+    reserve: u64,
+) -> Result<(Vec<(u64, u64)>, u64)> {
+    if reserve > 0 {
+        if let Some(runs) = pool.alloc.blocks.alloc(lane, fresh + reserve) {
+            return Ok((runs, reserve));
+        }
+    }
+    let runs = pool.alloc.blocks.alloc(lane, fresh).ok_or(errno::ENOSPC)?;
+    Ok((runs, 0))
 }
 
 /// Where the pool keeps the block pointer of file block `lb`, when `lb` is an extent of
@@ -295,11 +402,11 @@ fn repoint_block<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     lane: u32,
-    off: u64,
-    data: &[u8],
+    (off, data): (u64, &[u8]),
     (i, ptr): (usize, u64),
     m: std::sync::Arc<map::Map>,
     cache: &MapCache<'_>,
+    gate: &mut dyn FnMut() -> Result<()>,
 ) -> Result<usize> {
     let old = m.extents[i].pblk;
     let nb = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?[0].0;
@@ -318,6 +425,10 @@ fn repoint_block<B: Backend>(
     b.write_u64(at + inode::MTIME, now)
         .write_u64(at + inode::CTIME, now);
     let ready = b.persist();
+    if let Err(e) = gate() {
+        pool.alloc.blocks.free(nb, 1);
+        return Err(e);
+    }
     drop(pool.pm.commit_u64(ptr, nb, ready));
     pool.alloc.blocks.free(old, 1);
     cache.repoint(m, i, nb);
@@ -460,7 +571,8 @@ pub fn truncate<B: Backend>(
     if freed.is_empty() {
         return publish(pool, ino, lane, None, Some(new_size));
     }
-    let staged = map::stage(pool, ino, lane, &m, ext, (keep, u64::MAX))?;
+    // Everything past the new end goes, speculative blocks with it.
+    let staged = map::stage(pool, ino, lane, &m, ext, (keep, u64::MAX), 0)?;
     commit_staged(pool, ino, lane, staged, Some(new_size), &freed, cache)
 }
 
@@ -485,6 +597,9 @@ pub fn fallocate<B: Backend>(
     if end > MAX_FILE {
         return Err(errno::EFBIG);
     }
+    // Blocks fallocate maps are the caller's: a speculative reserve goes first, so
+    // none of them is taken for one (nor given back with it).
+    prealloc::trim(pool, ino, lane, cache)?;
     match mode {
         0 | FALLOC_KEEP_SIZE => allocate(pool, ino, lane, off, end, mode == 0, cache),
         m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE => punch(pool, ino, lane, off, end, cache),
@@ -546,7 +661,7 @@ fn allocate<B: Backend>(
         )
         .0;
     }
-    let staged = match map::stage(pool, ino, lane, &m, ext, (first, stop)) {
+    let staged = match map::stage(pool, ino, lane, &m, ext, (first, stop), 0) {
         Ok(s) => s,
         Err(e) => {
             runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
@@ -600,7 +715,7 @@ fn punch<B: Backend>(
     if freed.is_empty() && repl.is_empty() {
         return publish(pool, ino, lane, None, None);
     }
-    let staged = map::stage(pool, ino, lane, &m, ext, (first, stop))?;
+    let staged = map::stage(pool, ino, lane, &m, ext, (first, stop), 0)?;
     commit_staged(pool, ino, lane, staged, None, &freed, cache)
 }
 
@@ -623,7 +738,7 @@ pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]
         lblk += len;
     }
     b.flushed();
-    let staged = map::stage(pool, ino, lane, &map::Map::default(), ext, (0, lblk))?;
+    let staged = map::stage(pool, ino, lane, &map::Map::default(), ext, (0, lblk), 0)?;
     let at = pool.layout.inode_addr(ino);
     let mut b = pool.pm.batch();
     b.write_u64(at + inode::MAP, staged.word)
@@ -648,15 +763,26 @@ pub fn blocks_used<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
     let word = MapWord::decode(pool.pm.load_u64(at + inode::MAP));
     let data = match word {
         // Inline map (the common case for stat): sum the lengths without allocating.
-        Some(w) if w.kind == 0 => (0..w.count as u64)
+        Some(w) if w.kind == 0 && w.spec == 0 => (0..w.count as u64)
             .map(|i| pool.pm.load_u64(at + w.area_off() + i * inode::EXTENT_LEN) >> 32)
             .sum(),
         _ => match map::read(pool, ino) {
-            Ok(m) => m.extents.iter().map(|e| e.len as u64).sum::<u64>() + m.nodes.len() as u64,
+            Ok(m) => {
+                let all = m.extents.iter().map(|e| e.len as u64).sum::<u64>();
+                all - speculative_blocks(pool, ino, &m) + m.nodes.len() as u64
+            }
             Err(_) => 0,
         },
     };
     data + xattr + dir_pages
+}
+
+/// How many of `m`'s blocks are speculative preallocation (see [`prealloc`]).
+fn speculative_blocks<B: Backend>(pool: &Pool<B>, ino: u64, m: &map::Map) -> u64 {
+    match m.word.spec {
+        0 => 0,
+        spec => prealloc::blocks_from(&m.extents, prealloc::start(spec, size_of(pool, ino))),
+    }
 }
 
 /// The data blocks of directory `ino`'s log pages, in chain order (stops at a bad

@@ -36,22 +36,27 @@ pub struct MapWord {
     pub kind: u8,
     /// Extents in the area (kind 0) or tree depth (kind 1).
     pub count: u16,
+    /// Speculative preallocation: mapped file blocks at or past this one and past the
+    /// end of the file were reserved by a growing write, not asked for (trimmed at
+    /// last close, truncate and recovery; see `data::rw`). 0: none.
+    pub spec: u32,
 }
 
 impl MapWord {
     pub fn encode(self) -> u64 {
-        self.area as u64 | (self.kind as u64) << 8 | (self.count as u64) << 16
+        self.area as u64
+            | (self.kind as u64) << 8
+            | (self.count as u64) << 16
+            | (self.spec as u64) << 32
     }
     pub fn decode(w: u64) -> Option<MapWord> {
         let m = MapWord {
             area: w as u8,
             kind: (w >> 8) as u8,
             count: (w >> 16) as u16,
+            spec: (w >> 32) as u32,
         };
-        let ok = m.area <= 1
-            && m.kind <= 1
-            && w >> 32 == 0
-            && (m.kind == 1 || m.count as usize <= INLINE_EXTENTS);
+        let ok = m.area <= 1 && m.kind <= 1 && (m.kind == 1 || m.count as usize <= INLINE_EXTENTS);
         ok.then_some(m)
     }
     pub fn area_off(self) -> u64 {

@@ -26,6 +26,9 @@ pub struct RecoveryReport {
     pub inodes_reclaimed: u64,
     /// Damage found that recovery could only cut away (details in words).
     pub problems: Vec<String>,
+    /// Files whose map marks speculative preallocation (a growing write's, outstanding
+    /// at the crash): trimmed once the allocators exist (`data::prealloc`).
+    pub speculative: Vec<u64>,
 }
 
 pub const S_IFMT: u32 = libc::S_IFMT;
@@ -180,6 +183,7 @@ impl RecoveryReport {
         self.nlinks_fixed += o.nlinks_fixed;
         self.inodes_reclaimed += o.inodes_reclaimed;
         self.problems.extend(o.problems);
+        self.speculative.extend(o.speculative);
     }
 }
 
@@ -475,6 +479,7 @@ impl<B: Backend> Walker<'_, '_, B> {
                 self.mark_block(ino, b);
             }
         }
+        self.note_speculative(ino);
         let x = pm.load_u64(off + inode::XATTR);
         if x != 0 {
             match crate::data::xattr::read_set(pm, l, x) {
@@ -485,6 +490,14 @@ impl<B: Backend> Walker<'_, '_, B> {
                 }
                 Err(e) => self.rep.problems.push(format!("inode {ino}: {e}")),
             }
+        }
+    }
+
+    /// Remember `ino` if its map word marks speculative preallocation.
+    fn note_speculative(&mut self, ino: u64) {
+        let word = self.sh.pm.load_u64(self.sh.l.inode_addr(ino) + inode::MAP);
+        if inode::MapWord::decode(word).is_some_and(|w| w.spec != 0) {
+            self.rep.speculative.push(ino);
         }
     }
 

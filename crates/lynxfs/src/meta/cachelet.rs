@@ -133,6 +133,11 @@ impl<'a> Cachelet<'a> {
     pub fn write(&self, w: &dyn Watch) -> Result<WriteGuard<'a>, Interrupted> {
         lock::write(&self.small[DATA_LOCK], w)
     }
+    /// The file's data lock for update: a writer preparing blocks no reader sees yet,
+    /// beside readers; upgraded to alone for the commit (`UpdateGuard::upgrade`).
+    pub fn update(&self, w: &dyn Watch) -> Result<lock::UpdateGuard<'a>, Interrupted> {
+        lock::update(&self.small[DATA_LOCK], w)
+    }
     /// Read-modify-write of the inode's words (link count, attributes).
     pub fn inode_lock(&self, w: &dyn Watch) -> Result<lock::MutexGuard<'a>, Interrupted> {
         lock::lock(&self.small[INODE_LOCK], w)

@@ -139,7 +139,9 @@ impl Drop for MutexGuard<'_> {
 
 const WRITER: u32 = 1 << 31;
 const WAITING: u32 = 1 << 30;
-const READERS: u32 = WAITING - 1;
+/// Held for update: excludes writers and other updaters, not readers (see [`update`]).
+const UPDATER: u32 = 1 << 29;
+const READERS: u32 = UPDATER - 1;
 
 /// A reader-writer lock word was seen held as `s`: mark it waited on, then wait one
 /// step (a failed mark just means the word changed: the caller looks again).
@@ -193,7 +195,7 @@ pub fn write<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<WriteGuard<'a
     let mut spins = 0;
     loop {
         let s = word.load(Ordering::Relaxed);
-        if s & (WRITER | READERS) == 0 {
+        if s & (WRITER | UPDATER | READERS) == 0 {
             // Keep the waiting bit: others may still sleep on the word.
             if word
                 .compare_exchange_weak(s, s | WRITER, Ordering::Acquire, Ordering::Relaxed)
@@ -210,12 +212,73 @@ pub fn write<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<WriteGuard<'a
 /// Hold the lock in `word` alone if nobody holds it now.
 pub fn try_write(word: &AtomicU32) -> Option<WriteGuard<'_>> {
     let s = word.load(Ordering::Relaxed);
-    if s & (WRITER | READERS) != 0 {
+    if s & (WRITER | UPDATER | READERS) != 0 {
         return None;
     }
     word.compare_exchange(s, s | WRITER, Ordering::Acquire, Ordering::Relaxed)
         .ok()
         .map(|_| WriteGuard { word })
+}
+
+/// A hold for update of a reader-writer lock word: readers still come and go; it
+/// becomes an exclusive hold with [`UpdateGuard::upgrade`].
+pub struct UpdateGuard<'a> {
+    word: &'a AtomicU32,
+}
+
+/// Hold the reader-writer lock in `word` for update: alone among writers and
+/// updaters, beside readers. For a change that prepares what no reader can see yet
+/// and needs the lock alone only to publish it.
+pub fn update<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<UpdateGuard<'a>, Interrupted> {
+    let mut spins = 0;
+    loop {
+        let s = word.load(Ordering::Relaxed);
+        if s & (WRITER | UPDATER) == 0 {
+            if word
+                .compare_exchange_weak(s, s | UPDATER, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(UpdateGuard { word });
+            }
+            continue;
+        }
+        wait_turn(word, s, &mut spins, watch)?;
+    }
+}
+
+impl<'a> UpdateGuard<'a> {
+    /// Hold the lock alone: new readers wait from now on (the writer bit is set at
+    /// once), and this waits for the readers inside to leave. Interrupted by a
+    /// repair, it lets go of the lock (the readers' counts stay).
+    pub fn upgrade(self, watch: &dyn Watch) -> Result<WriteGuard<'a>, Interrupted> {
+        let word = self.word;
+        std::mem::forget(self);
+        word.fetch_or(WRITER, Ordering::Acquire);
+        let mut spins = 0;
+        loop {
+            let s = word.load(Ordering::Acquire);
+            if s & READERS == 0 {
+                word.fetch_and(!UPDATER, Ordering::Relaxed);
+                return Ok(WriteGuard { word });
+            }
+            if let Err(e) = wait_turn(word, s, &mut spins, watch) {
+                if word.fetch_and(!(WRITER | UPDATER), Ordering::Release) & WAITING != 0 {
+                    futex_wake_all(word);
+                }
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Drop for UpdateGuard<'_> {
+    fn drop(&mut self) {
+        let before = self.word.fetch_and(!UPDATER, Ordering::Release);
+        if before & WAITING != 0 {
+            self.word.fetch_and(!WAITING, Ordering::Relaxed);
+            futex_wake_all(self.word);
+        }
+    }
 }
 
 impl Drop for ReadGuard<'_> {
@@ -301,6 +364,25 @@ mod tests {
             .collect();
         hs.into_iter().for_each(|h| h.join().unwrap());
         assert_eq!(word.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn an_update_hold_lets_readers_in_and_upgrades_once_they_leave() {
+        let word = AtomicU32::new(0);
+        let upd = update(&word, &Alone).unwrap();
+        assert!(try_write(&word).is_none(), "a writer beside an updater");
+        let r = read(&word, &Alone).unwrap();
+        std::thread::scope(|sc| {
+            let up = sc.spawn(|| upd.upgrade(&Alone).unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!up.is_finished(), "upgraded with a reader inside");
+            drop(r);
+            let w = up.join().unwrap();
+            assert_eq!(word.load(Ordering::Relaxed) & (READERS | UPDATER), 0);
+            drop(w);
+        });
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+        assert!(try_write(&word).is_some());
     }
 
     #[test]

@@ -102,6 +102,8 @@ fn default_acl() -> Vec<u8> {
 /// /big (blocks 0,2,4,6: four inline extents)  /tree (blocks 0,2,..,10: a tree)
 /// /a (50 B, extended access ACL: mode 0664)  /da/ (empty, default ACL)
 /// /xa (150 attributes: a chained attribute set)
+/// /grow (16 blocks: the size from which appends reserve blocks past the end)
+/// /long (blocks 0-7 in one extent, 9, 11: three extents)
 /// ```
 pub fn setup(c: &Ctx) {
     let s = c.s();
@@ -127,6 +129,10 @@ pub fn setup(c: &Ctx) {
     s.setxattr("/a", ACL_ACCESS, &acl_of_a(), 0).unwrap();
     s.mkdir("/da", 0o755).unwrap();
     s.setxattr("/da", ACL_DEFAULT, &default_acl(), 0).unwrap();
+    put(c, "/grow", 0, &pattern(16 * B as usize, 40)).unwrap();
+    put(c, "/long", 0, &pattern(8 * B as usize, 44)).unwrap();
+    put(c, "/long", 9 * B, &pattern(B as usize, 45)).unwrap();
+    put(c, "/long", 11 * B, &pattern(B as usize, 46)).unwrap();
     put(c, "/xa", 0, b"x").unwrap();
     for i in 0..150 {
         s.setxattr("/xa", format!("user.m{i:03}"), &pattern(20, i as u8), 0)
@@ -195,6 +201,36 @@ pub fn all_ops() -> Vec<Op> {
         op("write-orphan", |c, _| {
             match c.fds.lock().unwrap().get("orphan") {
                 Some(&fd) => c.fs.pwrite(fd, &pattern(3000, 9), 2000).map(drop),
+                None => Ok(()),
+            }
+        }),
+        // Speculative preallocation: an append that reserves blocks past the end,
+        // then the last close that gives them back.
+        op("write-append-reserve", |c, _| {
+            with_fd(c, "/grow", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(B as usize, 41), 16 * B).map(drop)
+            })
+        }),
+        // The same in steps, the handle kept open: the reserving append, an append
+        // into the reserve (a size commit alone), the trimming close.
+        op("grow-open", |c, _| {
+            let fd = c.s().open("/grow", libc::O_WRONLY, 0)?;
+            c.fds.lock().unwrap().insert("grow", fd);
+            c.fs.pwrite(fd, &pattern(B as usize, 42), 16 * B).map(drop)
+        }),
+        op("append-into-reserve", |c, _| {
+            match c.fds.lock().unwrap().get("grow") {
+                Some(&fd) => {
+                    let end = c.fs.fstat(fd)?.size;
+                    c.fs.pwrite(fd, &pattern(B as usize + 10, 43), end)
+                        .map(drop)
+                }
+                None => Ok(()),
+            }
+        }),
+        op("close-grown", |c, _| {
+            match c.fds.lock().unwrap().remove("grow") {
+                Some(fd) => c.fs.close_fd(fd),
                 None => Ok(()),
             }
         }),
@@ -333,6 +369,19 @@ pub fn all_ops() -> Vec<Op> {
         op("write-swap-tree", |c, _| {
             with_fd(c, "/tree", libc::O_WRONLY, |fd| {
                 c.fs.pwrite(fd, &pattern(300, 15), 4 * B + 100).map(drop)
+            })
+        }),
+        // One block inside a longer extent (atomic mode): the extent's window is cut
+        // into single-block extents in the same commit; then a block of the window
+        // is overwritten by a block-pointer swap.
+        op("write-cut-window", |c, _| {
+            with_fd(c, "/long", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(300, 47), 3 * B + 50).map(drop)
+            })
+        }),
+        op("write-swap-long", |c, _| {
+            with_fd(c, "/long", libc::O_WRONLY, |fd| {
+                c.fs.pwrite(fd, &pattern(B as usize, 48), 6 * B).map(drop)
             })
         }),
         op("open-trunc", |c, _| {

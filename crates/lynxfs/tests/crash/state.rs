@@ -333,6 +333,20 @@ fn bit(bits: &[u64], i: u64) -> bool {
 }
 
 /// Link counts, block ownership and the allocators' view, against the names found.
+/// A recovered (or cleanly reopened) pool holds no speculative preallocation:
+/// recovery and the last close give it back.
+fn no_speculative_blocks<B: Backend>(pool: &Pool<B>, inos: &HashSet<u64>) -> Result<(), String> {
+    for &ino in inos {
+        let word = pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::MAP);
+        if inode::MapWord::decode(word).is_some_and(|w| w.spec != 0) {
+            return Err(format!(
+                "inode {ino}: speculative preallocation outstanding"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn invariants<B: Backend>(fs: &Fs<B>, st: &State) -> Result<(), String> {
     let pool = fs.pool();
     let l = &pool.layout;
@@ -369,6 +383,7 @@ pub fn invariants<B: Backend>(fs: &Fs<B>, st: &State) -> Result<(), String> {
     }
     // Blocks: each owned once, and exactly the allocator's used set.
     let inos: HashSet<u64> = st.nodes.iter().map(|n| n.ino).collect();
+    no_speculative_blocks(pool, &inos)?;
     let mut owner: HashMap<u64, u64> = HashMap::new();
     for &ino in &inos {
         for b in blocks_of(pool, ino)? {
