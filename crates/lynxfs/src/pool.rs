@@ -40,13 +40,17 @@ pub struct MkfsOptions {
     pub root_owner: (u32, u32),
     /// The pool's default data mode (a mount may override it).
     pub data: DataMode,
+    /// NUMA nodes the pool spans (a divisor of `lanes`); default: the machine's.
+    pub nodes: u32,
 }
 
 impl MkfsOptions {
     pub fn new(size: u64) -> Self {
+        let nodes = crate::alloc::lane::machine_nodes();
         MkfsOptions {
             size,
-            lanes: default_lanes(),
+            lanes: default_lanes().div_ceil(nodes) * nodes,
+            nodes,
             inodes: None,
             force: false,
             root_owner: (file::caller_uid(), file::caller_gid()),
@@ -54,7 +58,20 @@ impl MkfsOptions {
         }
     }
     fn geometry(&self) -> Result<Layout> {
-        let geo = Geometry::for_size(self.size, self.lanes, self.inodes);
+        let geo = Geometry::for_size(self.size, self.lanes, self.inodes).with_nodes(self.nodes);
+        let max = crate::format::layout::MAX_NODES;
+        if self.nodes > max {
+            return Err(Error::Invalid(format!(
+                "{} NUMA nodes: at most {max}",
+                self.nodes
+            )));
+        }
+        if self.nodes == 0 || self.nodes > geo.lanes || !geo.lanes.is_multiple_of(self.nodes) {
+            return Err(Error::Invalid(format!(
+                "{} NUMA nodes need a lane count that is a multiple of it (lanes: {})",
+                self.nodes, geo.lanes
+            )));
+        }
         if self.size < crate::format::layout::MIN_POOL {
             return Err(Error::Invalid(format!(
                 "pool size {} is below the minimum of {} bytes",
