@@ -60,16 +60,17 @@ impl MkfsOptions {
     fn geometry(&self) -> Result<Layout> {
         let geo = Geometry::for_size(self.size, self.lanes, self.inodes).with_nodes(self.nodes);
         let max = crate::format::layout::MAX_NODES;
-        if self.nodes > max {
+        if self.nodes == 0 || self.nodes > max {
             return Err(Error::Invalid(format!(
-                "{} NUMA nodes: at most {max}",
+                "{} NUMA nodes: a pool spans 1 to {max}",
                 self.nodes
             )));
         }
-        if self.nodes == 0 || self.nodes > geo.lanes || !geo.lanes.is_multiple_of(self.nodes) {
+        if !geo.lanes.is_multiple_of(self.nodes) {
             return Err(Error::Invalid(format!(
-                "{} NUMA nodes need a lane count that is a multiple of it (lanes: {})",
-                self.nodes, geo.lanes
+                "{} lanes cannot be split evenly among {} NUMA nodes (the lane count must \
+                 be a multiple of the node count)",
+                geo.lanes, self.nodes
             )));
         }
         if self.size < crate::format::layout::MIN_POOL {

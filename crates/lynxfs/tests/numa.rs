@@ -253,7 +253,7 @@ fn a_node_count_that_does_not_divide_the_lanes_is_refused_at_mkfs() {
     o.lanes = 4;
     o.nodes = 3;
     let e = Pool::mkfs(&p, &o, PmemBackend::default()).unwrap_err();
-    assert!(e.to_string().contains("multiple"), "{e}");
+    assert!(e.to_string().contains("split evenly"), "{e}");
     o.nodes = 0;
     assert!(Pool::mkfs(&p, &o, PmemBackend::default()).is_err());
     assert!(!p.exists());
