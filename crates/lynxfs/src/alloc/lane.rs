@@ -80,33 +80,40 @@ pub fn machine_nodes() -> u32 {
 }
 
 /// The node of each CPU, indexed by CPU number, read once from
-/// /sys/devices/system/node/nodeK/cpulist (CPUs no node lists are on node 0).
+/// /sys/devices/system/node/nodeK/cpulist. Nodes count from 0 in the order of their
+/// numbers (so nodes 0 and 2 of a machine are 0 and 1 here); CPUs no node lists are on
+/// node 0.
 fn topology() -> &'static [u32] {
     static MAP: OnceLock<Vec<u32>> = OnceLock::new();
     MAP.get_or_init(|| {
-        let mut map = Vec::new();
-        let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
-            return map;
-        };
-        for entry in dir.flatten() {
-            let name = entry.file_name();
-            let Some(node) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix("node"))
-                .and_then(|k| k.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let list = std::fs::read_to_string(entry.path().join("cpulist")).unwrap_or_default();
-            for cpu in parse_cpulist(&list) {
-                if map.len() <= cpu as usize {
-                    map.resize(cpu as usize + 1, 0);
-                }
-                map[cpu as usize] = node;
-            }
-        }
-        map
+        let mut nodes: Vec<(u32, Vec<u32>)> = std::fs::read_dir("/sys/devices/system/node")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name();
+                let node = name.to_str()?.strip_prefix("node")?.parse::<u32>().ok()?;
+                let list = std::fs::read_to_string(entry.path().join("cpulist")).ok()?;
+                Some((node, parse_cpulist(&list)))
+            })
+            .collect();
+        nodes.sort();
+        cpu_map(&nodes)
     })
+}
+
+/// The node rank of each CPU given each node's CPUs, in node order.
+fn cpu_map(nodes: &[(u32, Vec<u32>)]) -> Vec<u32> {
+    let mut map = Vec::new();
+    for (rank, (_, cpus)) in nodes.iter().enumerate() {
+        for &cpu in cpus {
+            if map.len() <= cpu as usize {
+                map.resize(cpu as usize + 1, 0);
+            }
+            map[cpu as usize] = rank as u32;
+        }
+    }
+    map
 }
 
 /// The numbers of a kernel list such as `0-3,8,10-11` (what does not parse is left out,
@@ -135,6 +142,21 @@ mod tests {
         assert_eq!(parse_cpulist(""), Vec::<u32>::new());
         assert_eq!(parse_cpulist("x,2"), vec![2]);
         assert_eq!(parse_cpulist("0-4294967295").len(), 4097);
+    }
+
+    #[test]
+    fn this_machine_s_cpus_are_on_its_nodes() {
+        let nodes = machine_nodes();
+        assert!(topology().iter().all(|&n| n < nodes), "{:?}", topology());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(topology().len() >= cpus.min(1), "no CPU listed");
+    }
+
+    #[test]
+    fn cpus_map_to_node_ranks() {
+        let nodes = [(0, vec![0, 1, 4]), (2, vec![2, 3])];
+        assert_eq!(cpu_map(&nodes), vec![0, 0, 1, 1, 0]);
+        assert!(cpu_map(&[]).is_empty());
     }
 
     #[test]
