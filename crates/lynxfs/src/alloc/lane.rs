@@ -148,8 +148,6 @@ mod tests {
     fn this_machine_s_cpus_are_on_its_nodes() {
         let nodes = machine_nodes();
         assert!(topology().iter().all(|&n| n < nodes), "{:?}", topology());
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        assert!(topology().len() >= cpus.min(1), "no CPU listed");
     }
 
     #[test]
