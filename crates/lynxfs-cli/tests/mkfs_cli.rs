@@ -405,6 +405,8 @@ fn mkfs_nodes_and_info_per_node() {
         "every inode but 0"
     );
     assert!(node_line(&o.stdout, 2).is_none());
+    let o = lynxfs(&["fsck", s(&pool)]);
+    assert!(o.status.success(), "fsck: {}{}", o.stdout, o.stderr);
 
     // One node: no lines per node.
     let one = dir.path().join("one");

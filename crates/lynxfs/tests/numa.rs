@@ -100,6 +100,52 @@ fn objects_made_on_a_simulated_node_land_in_its_ranges() {
 }
 
 #[test]
+fn threads_on_two_nodes_at_once_each_stay_in_their_node() {
+    let _w = common::watchdog("threads_on_two_nodes", std::time::Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pool");
+    mkfs(&p, 64 << 20, None);
+    let fs = Fs::open(&p).unwrap();
+    let l = fs.pool().layout;
+    fs.session(Cred::root()).mkdir("/shared", 0o755).unwrap();
+    // Both threads create in one directory at the same time.
+    let made: Vec<Vec<(u64, u64)>> = std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..2u32)
+            .map(|k| {
+                let fs = &fs;
+                sc.spawn(move || {
+                    lane::pin_node(Some(k));
+                    let s = fs.session(Cred::root());
+                    (0..200)
+                        .map(|i| {
+                            let path = format!("/shared/n{k}-{i}");
+                            let fd = s.create(&path, 0o644).unwrap();
+                            fs.write(fd, &[k as u8; 4096]).unwrap();
+                            fs.close_fd(fd).unwrap();
+                            (k as u64, s.stat(&path).unwrap().ino)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    for (k, ino) in made.into_iter().flatten() {
+        assert!(
+            l.node_inodes(k as u32).contains(&ino),
+            "inode {ino} of a file made on node {k}"
+        );
+    }
+    let u = fs.pool().alloc.node_usage(&l);
+    assert!(u[0].blocks_used >= 200 && u[1].blocks_used >= 200, "{u:?}");
+    assert!(
+        u[0].dentries_used >= 200 && u[1].dentries_used >= 200,
+        "{u:?}"
+    );
+    fs.close().unwrap();
+}
+
+#[test]
 fn a_full_node_falls_back_and_only_a_full_pool_fails() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("pool");
