@@ -40,7 +40,7 @@ pub fn run(r: &Request<'_>) -> Result<()> {
     let size = r.size.or(device).unwrap_or(1 << 30);
     let mut opts = MkfsOptions::new(size);
     if let Some(n) = r.nodes {
-        opts.nodes = n;
+        opts.nodes = Some(n);
         // One lane per CPU, rounded up so that every node gets as many (a bad count
         // is refused by mkfs, with its reason).
         opts.lanes = lynxfs::pool::default_lanes().div_ceil(n.max(1)) * n.max(1);

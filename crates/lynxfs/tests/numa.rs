@@ -15,7 +15,7 @@ use lynxfs::{Cred, Fs, MkfsOptions, Pool};
 fn mkfs(path: &Path, size: u64, inodes: Option<u64>) {
     let mut o = MkfsOptions::new(size);
     o.lanes = 4;
-    o.nodes = 2;
+    o.nodes = Some(2);
     o.inodes = inodes;
     Pool::mkfs(path, &o, PmemBackend::default()).unwrap();
 }
@@ -274,7 +274,7 @@ fn a_one_node_pool_is_as_before() {
     let p = dir.path().join("pool");
     let mut o = MkfsOptions::new(16 << 20);
     o.lanes = 2;
-    o.nodes = 1;
+    o.nodes = Some(1);
     Pool::mkfs(&p, &o, PmemBackend::default()).unwrap();
     let fs = Fs::open(&p).unwrap();
     let sb = fs.pool().superblock();
@@ -297,10 +297,10 @@ fn a_node_count_that_does_not_divide_the_lanes_is_refused_at_mkfs() {
     let p = dir.path().join("pool");
     let mut o = MkfsOptions::new(16 << 20);
     o.lanes = 4;
-    o.nodes = 3;
+    o.nodes = Some(3);
     let e = Pool::mkfs(&p, &o, PmemBackend::default()).unwrap_err();
     assert!(e.to_string().contains("split evenly"), "{e}");
-    o.nodes = 0;
+    o.nodes = Some(0);
     assert!(Pool::mkfs(&p, &o, PmemBackend::default()).is_err());
     assert!(!p.exists());
 }
