@@ -122,7 +122,13 @@ impl Superblock {
         put64(&mut b, 136, l.data_off);
         put64(&mut b, 144, l.data_blocks);
         put64(&mut b, 152, ROOT_INO);
-        put32(&mut b, 160, self.geo.nodes);
+        // One node is written as 0, as every pool made before the field has it.
+        let nodes = if self.geo.nodes > 1 {
+            self.geo.nodes
+        } else {
+            0
+        };
+        put32(&mut b, 160, nodes);
         let crc = crc32c::crc32c(&b[..SB_LEN - 4]);
         put32(&mut b, SB_LEN - 4, crc);
         b
@@ -241,10 +247,11 @@ mod tests {
         // A pool made before the field (bytes 160.. zero, no bit) has one node.
         let mut old = sample();
         assert_eq!(old.compat & COMPAT_NODES, 0);
-        let mut b = old.encode();
-        b[160..164].fill(0);
-        let crc = crc32c::crc32c(&b[..SB_LEN - 4]);
-        put32(&mut b, SB_LEN - 4, crc);
+        let b = old.encode();
+        assert!(
+            b[160..SB_LEN - 4].iter().all(|&x| x == 0),
+            "one node: zeros"
+        );
         assert_eq!(Superblock::decode(&b).unwrap().geo.nodes, 1);
         // A build that ignores the bit keeps it but writes 0 nodes: one node again.
         old.compat |= COMPAT_NODES;
