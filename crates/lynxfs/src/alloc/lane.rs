@@ -24,7 +24,8 @@ pub fn current(lanes: u32, nodes: u32) -> u32 {
     let cpu = current_cpu();
     let nodes = nodes.clamp(1, lanes);
     let per_node = lanes / nodes;
-    let node = node_of_cpu(cpu) % nodes;
+    // One node: no topology to look at (the lane is the CPU's, as it always was).
+    let node = if nodes > 1 { node_of_cpu(cpu) % nodes } else { 0 };
     node * per_node + cpu % per_node
 }
 
