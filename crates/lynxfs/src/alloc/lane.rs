@@ -25,7 +25,11 @@ pub fn current(lanes: u32, nodes: u32) -> u32 {
     let nodes = nodes.clamp(1, lanes);
     let per_node = lanes / nodes;
     // One node: no topology to look at (the lane is the CPU's, as it always was).
-    let node = if nodes > 1 { node_of_cpu(cpu) % nodes } else { 0 };
+    let node = if nodes > 1 {
+        node_of_cpu(cpu) % nodes
+    } else {
+        0
+    };
     node * per_node + cpu % per_node
 }
 
