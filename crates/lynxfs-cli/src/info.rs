@@ -12,6 +12,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use lynxfs::alloc::NodeUsage;
 use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
 use lynxfs::runtime::procs::MAX_PROCS;
 use lynxfs::{Access, Error, Fs, Pool};
@@ -70,6 +71,7 @@ fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
         mib(sb.geo.pool_size)
     );
     println!("lanes:            {}", sb.geo.lanes);
+    println!("NUMA nodes:       {}", sb.geo.nodes);
     println!("data mode:        {}", pool.data_mode());
     println!(
         "mapping:          {}",
@@ -90,6 +92,7 @@ fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
     );
     println!("mount epoch:      {}", sb.epoch - 1);
     print_space(&lynxfs::meta::Usage::of_pool(&pool));
+    print_nodes(&pool.alloc.node_usage(&pool.layout));
     println!(
         "index, cachelets: none (they live in shared memory while processes are attached: \
          `lynxfs info` then shows them)"
@@ -119,6 +122,26 @@ fn print_space(u: &lynxfs::meta::Usage) {
     );
 }
 
+/// One line per NUMA node of a pool that spans more than one: what each node's part of
+/// the inode and dentry tables and of the data area holds.
+fn print_nodes(nodes: &[NodeUsage]) {
+    if nodes.len() < 2 {
+        return;
+    }
+    for (k, n) in nodes.iter().enumerate() {
+        println!(
+            "{:<18}inodes {}/{} used, dentries {}/{} used, data blocks {}/{} used",
+            format!("node {k}:"),
+            n.inodes_used,
+            n.inodes_total,
+            n.dentries_used,
+            n.dentries_total,
+            n.blocks_used,
+            n.blocks_total
+        );
+    }
+}
+
 /// Asks the daemon serving `mountpoint` for its figures.
 fn live_usage(mountpoint: &Path) -> Result<LiveUsage> {
     let raw = xattr::get(mountpoint, USAGE_XATTR)
@@ -143,6 +166,8 @@ struct AttachedView {
     /// Processes attached, `info` included.
     processes: usize,
     usage: lynxfs::meta::Usage,
+    /// What each NUMA node's lanes hold.
+    nodes: Vec<NodeUsage>,
     /// The runtime file's allocated bytes (all shared state), if it could be read.
     runtime_bytes: Option<u64>,
 }
@@ -188,6 +213,7 @@ fn view_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<AttachedView
     let view = AttachedView {
         processes,
         usage: fs.ns().usage(),
+        nodes: fs.pool().alloc.node_usage(&fs.pool().layout),
         runtime_bytes: lynxfs_bench::runtime_file_bytes(&fs),
     };
     fs.close()?;
@@ -251,6 +277,7 @@ fn print_attached(pool: &Path, view: &AttachedView) -> Result<()> {
     println!("pool:             {}", pool.display());
     println!("state:            attached by another process, not mounted");
     print_space(u);
+    print_nodes(&view.nodes);
     print_runtime(u);
     print_shared(view);
     Ok(())
@@ -261,7 +288,13 @@ fn print_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<()> {
     let u = &live.usage;
     println!("pool:             {}", pool.display());
     println!("state:            mounted on {}", mountpoint.display());
+    // A read-only mount works on a private copy: nothing is attached then (and its
+    // figures per node are not shown).
+    let view = attached_view(pool, kind)?;
     print_space(u);
+    if let Some(view) = &view {
+        print_nodes(&view.nodes);
+    }
     print_runtime(u);
     println!(
         "daemon memory:    {:.1} MiB resident (anonymous)",
@@ -270,9 +303,8 @@ fn print_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<()> {
     if let Some(t) = live.transport {
         println!("FUSE transport:   {}", t.name());
     }
-    // A read-only mount works on a private copy: nothing is attached then.
-    if let Some(view) = attached_view(pool, kind)? {
-        print_shared(&view);
+    if let Some(view) = &view {
+        print_shared(view);
     }
     Ok(())
 }
@@ -301,6 +333,8 @@ mod tests {
         assert!(view.usage.index_entries >= 51, "{:?}", view.usage);
         assert!(view.usage.index_bytes > 0);
         assert!(view.runtime_bytes.unwrap() > 0);
+        let inodes: u64 = view.nodes.iter().map(|n| n.inodes_used).sum();
+        assert_eq!(inodes, 52, "the root, d and 50 files, counted by node");
         // info detached again: the pool's owner is alone and works on.
         assert!(s.lstat("d/f49").is_ok());
         drop(s);

@@ -49,6 +49,12 @@ enum Cmd {
         /// Number of inodes; default: one per 8 KiB of pool.
         #[arg(long)]
         inodes: Option<u64>,
+        /// NUMA nodes the pool spans: each gets its own contiguous part of the inode and
+        /// dentry tables and of the data area, and threads allocate on their CPU's node
+        /// first (docs/FORMAT.md, section 2.7); the lanes must be a multiple of it.
+        /// Default: the machine's node count (/sys/devices/system/node).
+        #[arg(long)]
+        nodes: Option<u32>,
         /// Replace an existing pool file of yours, or format a block device.
         #[arg(long)]
         force: bool,
@@ -195,6 +201,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             size,
             lanes,
             inodes,
+            nodes,
             force,
             backend,
             data,
@@ -206,6 +213,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 size,
                 lanes,
                 inodes,
+                nodes,
                 force,
                 backend,
                 data,

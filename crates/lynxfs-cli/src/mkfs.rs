@@ -15,6 +15,8 @@ pub struct Request<'a> {
     pub size: Option<u64>,
     pub lanes: Option<u32>,
     pub inodes: Option<u64>,
+    /// NUMA nodes; default: the machine's.
+    pub nodes: Option<u32>,
     pub force: bool,
     pub backend: Option<BackendKind>,
     /// The pool's default data mode.
@@ -37,6 +39,12 @@ pub fn run(r: &Request<'_>) -> Result<()> {
     };
     let size = r.size.or(device).unwrap_or(1 << 30);
     let mut opts = MkfsOptions::new(size);
+    if let Some(n) = r.nodes {
+        opts.nodes = Some(n);
+        // One lane per CPU, rounded up so that every node gets as many (a bad count
+        // is refused by mkfs, with its reason).
+        opts.lanes = lynxfs::pool::default_lanes().div_ceil(n.max(1)) * n.max(1);
+    }
     if let Some(l) = r.lanes {
         opts.lanes = l;
     }

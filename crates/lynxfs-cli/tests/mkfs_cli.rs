@@ -337,3 +337,102 @@ fn mkfs_data_mode_is_what_info_reports() {
     assert!(o.stderr.contains("atomic or inplace"), "{}", o.stderr);
     assert!(!bad.exists());
 }
+
+/// The `info` line of node `k`, split into its numbers.
+fn node_line(info: &str, k: u32) -> Option<Vec<u64>> {
+    let line = info
+        .lines()
+        .find(|l| l.starts_with(&format!("node {k}:")))?;
+    let nums = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .skip(1) // the node number
+        .map(|w| w.parse().unwrap())
+        .collect();
+    Some(nums)
+}
+
+/// `mkfs --nodes` makes a pool over several NUMA nodes, and `info` shows what each
+/// node's part holds: files made by a thread on (simulated) node 1 count there.
+#[test]
+fn mkfs_nodes_and_info_per_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    let o = lynxfs(&[
+        "mkfs",
+        "--size",
+        "32M",
+        "--lanes",
+        "4",
+        "--nodes",
+        "2",
+        s(&pool),
+    ]);
+    assert!(o.status.success(), "mkfs: {}", o.stderr);
+    {
+        let fs = lynxfs::Fs::open(&pool).unwrap();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                lynxfs::alloc::lane::pin_node(Some(1));
+                let s = fs.session(lynxfs::Cred::root());
+                for i in 0..10 {
+                    let fd = s.create(format!("/f{i}"), 0o644).unwrap();
+                    fs.write(fd, &[1u8; 8192]).unwrap();
+                    fs.close_fd(fd).unwrap();
+                }
+            });
+        });
+        fs.close().unwrap();
+    }
+    let o = lynxfs(&["info", s(&pool)]);
+    assert!(o.status.success(), "info: {}", o.stderr);
+    assert!(o.stdout.contains("NUMA nodes:       2"), "{}", o.stdout);
+    let (n0, n1) = (
+        node_line(&o.stdout, 0).unwrap(),
+        node_line(&o.stdout, 1).unwrap(),
+    );
+    // inodes used/total, dentries used/total, blocks used/total.
+    assert_eq!(
+        (n0[0], n1[0]),
+        (1, 10),
+        "the root on node 0, the files on node 1"
+    );
+    assert_eq!((n0[2], n1[2]), (0, 10), "their dentries");
+    assert!(n0[4] <= 2 && n1[4] >= 20, "their blocks: {n0:?} {n1:?}");
+    assert_eq!(
+        n0[1] + n1[1] + 1,
+        32 * 1024 * 1024 / 8192,
+        "every inode but 0"
+    );
+    assert!(node_line(&o.stdout, 2).is_none());
+    let o = lynxfs(&["fsck", s(&pool)]);
+    assert!(o.status.success(), "fsck: {}{}", o.stdout, o.stderr);
+
+    // One node: no lines per node.
+    let one = dir.path().join("one");
+    let o = lynxfs(&["mkfs", "--size", "8M", "--nodes", "1", s(&one)]);
+    assert!(o.status.success(), "{}", o.stderr);
+    let o = lynxfs(&["info", s(&one)]);
+    assert!(o.stdout.contains("NUMA nodes:       1"), "{}", o.stdout);
+    assert!(node_line(&o.stdout, 0).is_none(), "{}", o.stdout);
+
+    // A count the lanes cannot be split by: a clear error, no pool.
+    let bad = dir.path().join("bad");
+    let o = lynxfs(&[
+        "mkfs",
+        "--size",
+        "8M",
+        "--lanes",
+        "4",
+        "--nodes",
+        "3",
+        s(&bad),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        o.stderr.contains("split evenly among 3 NUMA nodes"),
+        "{}",
+        o.stderr
+    );
+    assert!(!bad.exists());
+}

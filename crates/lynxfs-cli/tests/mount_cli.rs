@@ -157,15 +157,38 @@ fn first_number(text: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no number in {line:?}"))
 }
 
+/// The inodes in use of each `node K:` line of `info`'s output, in order.
+fn node_inodes_used(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter(|l| l.starts_with("node "))
+        .filter_map(|l| l.split("inodes ").nth(1)?.split('/').next()?.parse().ok())
+        .collect()
+}
+
 #[test]
 fn info_of_a_mounted_pool_shows_the_daemons_index_and_cachelets() {
     let _w = bound("info_of_a_mounted_pool_shows_the_daemons_index_and_cachelets");
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = dir.path().join("pool");
-    let o = run(&[p("mkfs"), p("--size"), p("64M"), &pool]);
+    // Two NUMA nodes, so the per-node lines show too.
+    let o = run(&[
+        p("mkfs"),
+        p("--size"),
+        p("64M"),
+        p("--lanes"),
+        p("2"),
+        p("--nodes"),
+        p("2"),
+        &pool,
+    ]);
     assert!(o.status.success(), "mkfs: {}", stderr(&o));
     let offline = info(&pool);
     assert!(offline.contains("index, cachelets: none"), "{offline}");
+    assert_eq!(
+        node_inodes_used(&offline),
+        vec![1, 0],
+        "{offline}: the root on node 0"
+    );
     let mnt = tempfile::tempdir().unwrap();
     let mnt = mnt.path().canonicalize().unwrap();
     let o = run(&[p("mount"), &pool, &mnt]);
@@ -185,6 +208,8 @@ fn info_of_a_mounted_pool_shows_the_daemons_index_and_cachelets() {
         assert_eq!(first_number(&live, "dentries:"), 301, "{live}");
         assert!(first_number(&live, "index:") >= 301, "{live}");
         assert!(first_number(&live, "cachelets:") >= 1, "{live}");
+        let nodes = node_inodes_used(&live);
+        assert_eq!((nodes.len(), nodes.iter().sum::<u64>()), (2, 302), "{live}");
     }
     // The usage attribute is the root's alone and not listed.
     let names: Vec<_> = xattr::list(&mnt).unwrap().collect();

@@ -40,21 +40,55 @@ pub struct MkfsOptions {
     pub root_owner: (u32, u32),
     /// The pool's default data mode (a mount may override it).
     pub data: DataMode,
+    /// NUMA nodes the pool spans (a divisor of `lanes`). `None`: the machine's node
+    /// count, or one node when `lanes` cannot be split evenly among them (the default
+    /// lane count can: it is rounded up to a multiple).
+    pub nodes: Option<u32>,
 }
 
 impl MkfsOptions {
     pub fn new(size: u64) -> Self {
+        let nodes = crate::alloc::lane::machine_nodes();
         MkfsOptions {
             size,
-            lanes: default_lanes(),
+            lanes: default_lanes().div_ceil(nodes) * nodes,
+            nodes: None,
             inodes: None,
             force: false,
             root_owner: (file::caller_uid(), file::caller_gid()),
             data: DataMode::Atomic,
         }
     }
+    /// The node count: the one asked for, else the machine's if the lanes split evenly
+    /// among its nodes, else 1.
+    fn nodes(&self, lanes: u32) -> u32 {
+        self.nodes.unwrap_or_else(|| {
+            let machine = crate::alloc::lane::machine_nodes();
+            if lanes.is_multiple_of(machine) {
+                machine
+            } else {
+                1
+            }
+        })
+    }
+
     fn geometry(&self) -> Result<Layout> {
         let geo = Geometry::for_size(self.size, self.lanes, self.inodes);
+        let nodes = self.nodes(geo.lanes);
+        let max = crate::format::layout::MAX_NODES;
+        if nodes == 0 || nodes > max {
+            return Err(Error::Invalid(format!(
+                "{nodes} NUMA nodes: a pool spans 1 to {max}"
+            )));
+        }
+        if !geo.lanes.is_multiple_of(nodes) {
+            return Err(Error::Invalid(format!(
+                "{} lanes cannot be split evenly among {nodes} NUMA nodes (the lane count \
+                 must be a multiple of the node count)",
+                geo.lanes
+            )));
+        }
+        let geo = geo.with_nodes(nodes);
         if self.size < crate::format::layout::MIN_POOL {
             return Err(Error::Invalid(format!(
                 "pool size {} is below the minimum of {} bytes",
@@ -758,6 +792,32 @@ pub const BLOCK_SIZE: u64 = BLOCK;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_node_count_is_the_machine_s_when_the_lanes_split() {
+        let m = crate::alloc::lane::machine_nodes();
+        let o = MkfsOptions::new(64 << 20);
+        assert!(
+            o.lanes.is_multiple_of(m),
+            "default lanes {} for {m} nodes",
+            o.lanes
+        );
+        assert_eq!(o.nodes(o.lanes), m);
+        assert_eq!(o.nodes(4 * m), m);
+        // Lanes a caller chose that the machine's nodes do not divide: one node.
+        if m > 1 {
+            assert_eq!(o.nodes(m + 1), 1);
+        }
+        let asked = MkfsOptions {
+            nodes: Some(3),
+            ..o
+        };
+        assert_eq!(
+            asked.nodes(4),
+            3,
+            "asked for is asked for (mkfs refuses it)"
+        );
+    }
     use crate::format::layout::{SB_A, SB_B};
     use crate::pmem::{Event, RecordingBackend};
 

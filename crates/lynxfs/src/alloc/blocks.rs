@@ -2,7 +2,8 @@
 //! is first reserved against a global free counter, so it either gets every block it
 //! asked for or fails with ENOSPC having taken none; then its runs are claimed, word by
 //! word, without a lock. Freed blocks go back to the lane owning them, and since the
-//! bitmap is the free map, neighbouring free runs are one run at once.
+//! bitmap is the free map, neighbouring free runs are one run at once. In a pool over
+//! several NUMA nodes a request is served from the asking lane's node when it can be.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,8 @@ pub struct BlockAlloc {
     /// The head line: the number of free blocks not reserved by a request in flight.
     span: Span,
     bits: LaneBits,
+    /// NUMA nodes the lanes are spread over (a divisor of their count).
+    nodes: u32,
 }
 
 /// A run of data blocks `[start, start+len)`.
@@ -36,11 +39,12 @@ impl BlockAlloc {
         ranges.first().map_or(1, |r| r.end - r.start)
     }
 
-    /// Lay out the allocator over `span`, every block of `ranges` for which `used` is
-    /// false free.
+    /// Lay out the allocator over `span`, lanes owning `ranges` spread over `nodes`
+    /// nodes, every block for which `used` is false free.
     pub(super) fn build(
         span: Span,
         ranges: Vec<Range<u64>>,
+        nodes: u32,
         used: impl Fn(u64) -> bool,
     ) -> BlockAlloc {
         let per = Self::per(&ranges);
@@ -51,16 +55,16 @@ impl BlockAlloc {
             false,
             used,
         );
-        let me = BlockAlloc { span, bits };
+        let me = BlockAlloc { span, bits, nodes };
         me.counter().store(me.bits.free_total(), Ordering::Release);
         me
     }
 
-    /// Use an allocator another process built over `span` with the same `ranges`.
-    pub(super) fn attach(span: Span, ranges: Vec<Range<u64>>) -> BlockAlloc {
+    /// Use an allocator another process built over `span` with the same arguments.
+    pub(super) fn attach(span: Span, ranges: Vec<Range<u64>>, nodes: u32) -> BlockAlloc {
         let per = Self::per(&ranges);
         let bits = LaneBits::attach(span.sub(HEAD, span.bytes() - HEAD), ranges, per, false);
-        BlockAlloc { span, bits }
+        BlockAlloc { span, bits, nodes }
     }
 
     fn counter(&self) -> &AtomicU64 {
@@ -73,8 +77,8 @@ impl BlockAlloc {
             .is_ok()
     }
 
-    /// `n` blocks, in as few runs as a first fit finds, starting in `lane`; `None` (and
-    /// nothing taken) when fewer than `n` blocks are free.
+    /// `n` blocks, in as few runs as a first fit finds, starting in `lane` (and its
+    /// node); `None` (and nothing taken) when fewer than `n` blocks are free.
     pub fn alloc(&self, lane: u32, n: u64) -> Option<Vec<Run>> {
         if n == 0 {
             return Some(Vec::new());
@@ -82,20 +86,48 @@ impl BlockAlloc {
         if !self.reserve(n) {
             return None;
         }
-        let lanes = self.bits.lanes();
-        let order = || (0..lanes).map(|i| (lane as usize + i) % lanes);
-        // One run for the whole request, from this lane if it can, else from another.
-        let whole = order()
-            .filter(|&l| self.bits.lane_free(l) >= n as i64)
-            .find_map(|l| self.bits.take_run(l, n, false));
-        if let Some(run) = whole {
+        let lanes = self.bits.lanes() as u32;
+        let all = || super::lane::order(lane, lanes, self.nodes);
+        let per_node = (lanes / self.nodes.clamp(1, lanes)) as usize;
+        // With one node, "the own node" is the whole pool.
+        let own = || all().take(per_node);
+        if let Some(run) = self.whole(own, n) {
             return Some(vec![run]);
         }
-        let runs = self.gather(order, n);
+        if per_node < lanes as usize {
+            if let Some(runs) = self.gather_in_node(own, n) {
+                return Some(runs);
+            }
+            if let Some(run) = self.whole(|| all().skip(per_node), n) {
+                return Some(vec![run]);
+            }
+        }
+        let runs = self.gather(all, n);
         if runs.is_none() {
             self.counter().fetch_add(n, Ordering::AcqRel);
         }
         runs
+    }
+
+    /// One run of `n` reserved blocks from the first lane in `order` that has one.
+    fn whole<I: Iterator<Item = usize>>(&self, order: impl Fn() -> I, n: u64) -> Option<Run> {
+        order()
+            .filter(|&l| self.bits.lane_free(l) >= n as i64)
+            .find_map(|l| self.bits.take_run(l, n, false))
+    }
+
+    /// `n` reserved blocks in pieces from the lanes of `own` (one node's), if their
+    /// counts say they have that many: the node's memory before another's whole run.
+    fn gather_in_node<I: Iterator<Item = usize>>(
+        &self,
+        own: impl Fn() -> I,
+        n: u64,
+    ) -> Option<Vec<Run>> {
+        let free: i64 = own().map(|l| self.bits.lane_free(l).max(0)).sum();
+        if free < n as i64 {
+            return None;
+        }
+        self.gather(own, n)
     }
 
     /// `n` reserved blocks in pieces, first fit, lane by lane in `order`; `None` (and

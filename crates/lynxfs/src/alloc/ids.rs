@@ -1,7 +1,8 @@
 //! Inode and dentry ids (AEON): one bitmap per lane in shared memory (see
 //! [`super::bitmap`]), so allocation takes no lock and two processes never hand out
 //! the same id; a lane that runs dry takes from the others. Within a lane the lowest
-//! free ids go first (mostly: the hint is only a hint), keeping the tables dense.
+//! free ids go first (mostly: the hint is only a hint), keeping the tables dense. In a
+//! pool over several NUMA nodes a lane runs dry into its own node's lanes first.
 
 use std::ops::Range;
 
@@ -10,6 +11,8 @@ use crate::runtime::Span;
 
 pub struct IdPool {
     bits: LaneBits,
+    /// NUMA nodes the lanes are spread over (a divisor of their count).
+    nodes: u32,
 }
 
 impl IdPool {
@@ -26,10 +29,11 @@ impl IdPool {
     }
 
     /// Lay out a pool over `span`: ids `[lane * per_lane, (lane+1) * per_lane)` per
-    /// lane, those in `ranges(lane)` for which `used` is false free.
+    /// lane, spread over `nodes` nodes, those in `ranges(lane)` for which `used` is
+    /// false free.
     pub(super) fn build(
         span: Span,
-        lanes: u32,
+        (lanes, nodes): (u32, u32),
         per_lane: u64,
         ranges: impl Fn(u32) -> Range<u64>,
         used: impl Fn(u64) -> bool,
@@ -37,26 +41,29 @@ impl IdPool {
         let owned = Self::owned(lanes, ranges);
         IdPool {
             bits: LaneBits::build(span, owned, per_lane, true, used),
+            nodes,
         }
     }
 
     /// Use a pool another process built over `span` with the same arguments.
     pub(super) fn attach(
         span: Span,
-        lanes: u32,
+        (lanes, nodes): (u32, u32),
         per_lane: u64,
         ranges: impl Fn(u32) -> Range<u64>,
     ) -> IdPool {
         let owned = Self::owned(lanes, ranges);
         IdPool {
             bits: LaneBits::attach(span, owned, per_lane, true),
+            nodes,
         }
     }
 
-    /// An id, preferably from `lane`; `None` when every lane is empty.
+    /// An id, preferably from `lane`, else from another lane of its node, else from
+    /// another node's; `None` when every lane is empty.
     pub fn alloc(&self, lane: u32) -> Option<u64> {
-        let n = self.bits.lanes();
-        let order = || (0..n).map(|i| (lane as usize + i) % n);
+        let n = self.bits.lanes() as u32;
+        let order = || super::lane::order(lane, n, self.nodes);
         // First the lanes whose counts say they have ids; then, in case a count is off
         // (a process died mid-update), every lane.
         order()

@@ -49,6 +49,23 @@ impl UsedSets {
     }
 }
 
+/// What one NUMA node's lanes hold (`lynxfs info`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeUsage {
+    pub inodes_used: u64,
+    pub inodes_total: u64,
+    pub dentries_used: u64,
+    pub dentries_total: u64,
+    pub blocks_used: u64,
+    pub blocks_total: u64,
+}
+
+/// How many of `range`'s bits are set in `bits`, and how many there are.
+fn used_of(bits: &[u64], range: Range<u64>) -> (u64, u64) {
+    let total = range.end - range.start;
+    (range.filter(|&i| bit(bits, i)).count() as u64, total)
+}
+
 /// Where each allocator lives in the allocators' span.
 struct Parts {
     blocks: Range<usize>,
@@ -91,19 +108,19 @@ impl Allocators {
     pub fn build(span: Span, l: &Layout, used: &UsedSets) -> Allocators {
         let p = Parts::of(l);
         Allocators {
-            blocks: BlockAlloc::build(sub(&span, &p.blocks), lane_blocks(l), |b| {
+            blocks: BlockAlloc::build(sub(&span, &p.blocks), lane_blocks(l), l.nodes(), |b| {
                 bit(&used.blocks, b)
             }),
             inodes: IdPool::build(
                 sub(&span, &p.inodes),
-                l.lanes(),
+                (l.lanes(), l.nodes()),
                 l.geo.inodes_per_lane,
                 |x| l.lane_inodes(x),
                 |i| bit(&used.inodes, i),
             ),
             dentries: IdPool::build(
                 sub(&span, &p.dentries),
-                l.lanes(),
+                (l.lanes(), l.nodes()),
                 l.geo.dentries_per_lane,
                 |x| l.lane_dentries(x),
                 |d| bit(&used.dentries, d),
@@ -115,16 +132,16 @@ impl Allocators {
     pub fn attach(span: Span, l: &Layout) -> Allocators {
         let p = Parts::of(l);
         Allocators {
-            blocks: BlockAlloc::attach(sub(&span, &p.blocks), lane_blocks(l)),
+            blocks: BlockAlloc::attach(sub(&span, &p.blocks), lane_blocks(l), l.nodes()),
             inodes: IdPool::attach(
                 sub(&span, &p.inodes),
-                l.lanes(),
+                (l.lanes(), l.nodes()),
                 l.geo.inodes_per_lane,
                 |x| l.lane_inodes(x),
             ),
             dentries: IdPool::attach(
                 sub(&span, &p.dentries),
-                l.lanes(),
+                (l.lanes(), l.nodes()),
                 l.geo.dentries_per_lane,
                 |x| l.lane_dentries(x),
             ),
@@ -138,6 +155,26 @@ impl Allocators {
         let span =
             Span::anonymous(Self::bytes_needed(l)).expect("anonymous memory for the allocators");
         Self::build(span, l, used)
+    }
+
+    /// What each NUMA node of a pool laid out as `l` holds now, node by node.
+    pub fn node_usage(&self, l: &Layout) -> Vec<NodeUsage> {
+        let used = self.used_sets();
+        (0..l.nodes())
+            .map(|k| {
+                let (inodes_used, inodes_total) = used_of(&used.inodes, l.node_inodes(k));
+                let (dentries_used, dentries_total) = used_of(&used.dentries, l.node_dentries(k));
+                let (blocks_used, blocks_total) = used_of(&used.blocks, l.node_blocks(k));
+                NodeUsage {
+                    inodes_used,
+                    inodes_total,
+                    dentries_used,
+                    dentries_total,
+                    blocks_used,
+                    blocks_total,
+                }
+            })
+            .collect()
     }
 
     pub fn used_sets(&self) -> UsedSets {
@@ -490,6 +527,62 @@ mod tests {
         assert_eq!(b.used_sets().blocks, a.used_sets().blocks);
         r.iter().for_each(|&(s, n)| b.blocks.free(s, n));
         assert_eq!(a.blocks.free_count(), l.data_blocks);
+    }
+
+    /// Two nodes of two lanes each.
+    fn two_nodes() -> Layout {
+        Layout::compute(Geometry::for_size(16 << 20, 4, None).with_nodes(2)).unwrap()
+    }
+
+    #[test]
+    fn a_lane_takes_from_its_own_node_then_the_other() {
+        let l = two_nodes();
+        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
+        // Lane 1 (node 0) empties lane 1, then lane 0, then node 1.
+        let node0 = l.node_inodes(0);
+        let n0 = node0.end - node0.start - 1; // the root is in use
+        let got: Vec<u64> = (0..n0).map(|_| a.inodes.alloc(1).unwrap()).collect();
+        assert!(got.iter().all(|i| node0.contains(i)), "node 0 first");
+        assert!(
+            l.node_inodes(1).contains(&a.inodes.alloc(1).unwrap()),
+            "then node 1"
+        );
+        let d = a.dentries.alloc(3).unwrap();
+        assert!(l.node_dentries(1).contains(&d));
+        let usage = a.node_usage(&l);
+        assert_eq!(usage[0].inodes_used, usage[0].inodes_total);
+        assert_eq!((usage[1].inodes_used, usage[1].dentries_used), (1, 1));
+    }
+
+    #[test]
+    fn blocks_come_from_the_own_node_even_in_pieces() {
+        let l = two_nodes();
+        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
+        let node1 = l.node_blocks(1);
+        // Node 1 cut into 2-block holes: a 6-block request from node 1 takes pieces
+        // there rather than one run from node 0.
+        let all = a.blocks.alloc(2, node1.end - node1.start).unwrap();
+        assert!(all
+            .iter()
+            .all(|&(s, n)| node1.contains(&s) && node1.contains(&(s + n - 1))));
+        for b in (node1.start..node1.end).step_by(4) {
+            a.blocks.free(b, 2);
+        }
+        let runs = a.blocks.alloc(3, 6).unwrap();
+        assert_eq!(runs.len(), 3, "{runs:?}");
+        assert!(runs.iter().all(|&(s, _)| node1.contains(&s)), "{runs:?}");
+        // Node 1 holds fewer than asked: the rest of the pool serves it, and nothing
+        // fails until the pool is full.
+        let free1 = a.node_usage(&l)[1];
+        let left = free1.blocks_total - free1.blocks_used;
+        let big = a.blocks.alloc(3, left + 10).unwrap();
+        assert_eq!(big.iter().map(|r| r.1).sum::<u64>(), left + 10);
+        let rest = a.blocks.free_count();
+        assert!(a.blocks.alloc(2, rest).is_some() && a.blocks.alloc(0, 1).is_none());
+        assert!(a
+            .node_usage(&l)
+            .iter()
+            .all(|u| u.blocks_used == u.blocks_total));
     }
 
     /// Ad hoc timing (`cargo test --profile ci -p lynxfs --lib alloc::tests::timing -- --ignored --nocapture`).

@@ -14,6 +14,8 @@ pub const JOURNAL_SIZE: u64 = 16 * 1024;
 /// must get at least 16 data blocks, and mkfs says so when it does not fit).
 pub const MIN_POOL: u64 = 1 << 20;
 pub const MAX_LANES: u32 = 256;
+/// The most NUMA nodes a pool may span (each needs at least one lane).
+pub const MAX_NODES: u32 = 64;
 /// Inode 0 is never used (0 means "none" everywhere); 1 is the root directory.
 pub const ROOT_INO: u64 = 1;
 /// Default bytes of pool per inode at mkfs.
@@ -25,6 +27,10 @@ pub struct Geometry {
     pub lanes: u32,
     pub inodes_per_lane: u64,
     pub dentries_per_lane: u64,
+    /// NUMA nodes the pool spans: node `k` owns lanes `[k·L/N, (k+1)·L/N)` (so `lanes`
+    /// must be a multiple of it). It moves no region: the layout of every geometry is
+    /// the same whatever its node count; only allocation prefers a thread's node.
+    pub nodes: u32,
 }
 
 impl Geometry {
@@ -40,7 +46,36 @@ impl Geometry {
             lanes,
             inodes_per_lane,
             dentries_per_lane: inodes_per_lane + inodes_per_lane / 4,
+            nodes: 1,
         }
+    }
+
+    /// This geometry spread over `nodes` NUMA nodes: with more than one, the per-lane
+    /// counts grow (never shrink) so that every lane's part of the inode and dentry
+    /// tables starts on a 4 KiB page, and a node's part can be its own memory.
+    pub fn with_nodes(self, nodes: u32) -> Geometry {
+        let page_aligned = |per_lane: u64, size: u64| {
+            if nodes <= 1 {
+                return per_lane;
+            }
+            // The smallest count whose bytes are a whole number of pages.
+            let step = BLOCK / gcd(BLOCK, size);
+            per_lane.div_ceil(step).saturating_mul(step)
+        };
+        Geometry {
+            inodes_per_lane: page_aligned(self.inodes_per_lane, INODE_SIZE),
+            dentries_per_lane: page_aligned(self.dentries_per_lane, DENTRY_SIZE),
+            nodes,
+            ..self
+        }
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -67,6 +102,20 @@ fn state_bytes(data_blocks: u64, inodes: u64, dentries: u64) -> Option<u64> {
     round_up(bits(data_blocks) + bits(inodes) + bits(dentries), BLOCK)
 }
 
+/// The node count divides the lanes, and with more than one node every lane's part of
+/// the inode and dentry tables is whole pages (the tables start on a page, so each
+/// node's part does too).
+fn nodes_fit(geo: &Geometry) -> bool {
+    if geo.nodes == 0 || geo.nodes > MAX_NODES || !geo.lanes.is_multiple_of(geo.nodes) {
+        return false;
+    }
+    let whole_pages =
+        |n: u64, size: u64| n.checked_mul(size).is_some_and(|b| b.is_multiple_of(BLOCK));
+    geo.nodes == 1
+        || (whole_pages(geo.inodes_per_lane, INODE_SIZE)
+            && whole_pages(geo.dentries_per_lane, DENTRY_SIZE))
+}
+
 impl Layout {
     /// The layout for `geo`, or `None` when it does not fit (too small, overflow).
     pub fn compute(geo: Geometry) -> Option<Layout> {
@@ -74,6 +123,7 @@ impl Layout {
             || geo.lanes > MAX_LANES
             || geo.inodes_per_lane < 2
             || geo.dentries_per_lane < 2
+            || !nodes_fit(&geo)
         {
             return None;
         }
@@ -121,6 +171,53 @@ impl Layout {
     }
     pub fn total_dentries(&self) -> u64 {
         self.geo.dentries_per_lane * self.geo.lanes as u64
+    }
+
+    // ---- NUMA nodes: each owns a contiguous run of lanes ----
+
+    pub fn nodes(&self) -> u32 {
+        self.geo.nodes
+    }
+    fn lanes_per_node(&self) -> u32 {
+        self.geo.lanes / self.geo.nodes
+    }
+    pub fn node_of_lane(&self, lane: u32) -> u32 {
+        lane / self.lanes_per_node()
+    }
+    /// The lanes of node `k`.
+    pub fn node_lanes(&self, k: u32) -> Range<u32> {
+        let per = self.lanes_per_node();
+        k * per..(k + 1) * per
+    }
+    /// The inode numbers of node `k` (inode 0 never handed out).
+    pub fn node_inodes(&self, k: u32) -> Range<u64> {
+        let l = self.node_lanes(k);
+        self.lane_inodes(l.start).start..self.lane_inodes(l.end - 1).end
+    }
+    /// The dentry ids of node `k` (dentry 0 never handed out).
+    pub fn node_dentries(&self, k: u32) -> Range<u64> {
+        let l = self.node_lanes(k);
+        self.lane_dentries(l.start).start..self.lane_dentries(l.end - 1).end
+    }
+    /// The data blocks of node `k`.
+    pub fn node_blocks(&self, k: u32) -> Range<u64> {
+        let l = self.node_lanes(k);
+        self.lane_blocks(l.start).start..self.lane_blocks(l.end - 1).end
+    }
+    /// The pool bytes node `k`'s lanes own: its journals, its parts of the inode and
+    /// dentry tables and of the data area (the superblocks and the saved allocator
+    /// state belong to no node).
+    pub fn node_bytes(&self, k: u32) -> [Range<u64>; 4] {
+        let l = self.node_lanes(k);
+        let per_lane =
+            |start: u64, len: u64| start + l.start as u64 * len..start + l.end as u64 * len;
+        let b = self.node_blocks(k);
+        [
+            per_lane(self.journal_off, JOURNAL_SIZE),
+            per_lane(self.inode_off, self.geo.inodes_per_lane * INODE_SIZE),
+            per_lane(self.dentry_off, self.geo.dentries_per_lane * DENTRY_SIZE),
+            self.data_off + b.start * BLOCK..self.data_off + b.end * BLOCK,
+        ]
     }
 
     // ---- inodes: the "quick path", number to address in O(1) ----
@@ -247,6 +344,74 @@ mod tests {
                 assert_eq!(covered, l.data_blocks);
             }
         }
+    }
+
+    #[test]
+    fn each_node_owns_page_aligned_contiguous_parts() {
+        for (size, lanes, nodes) in [(64 << 20, 4, 2), (256 << 20, 6, 3), (16 << 20, 2, 2)] {
+            let l =
+                Layout::compute(Geometry::for_size(size, lanes, None).with_nodes(nodes)).unwrap();
+            let mut ends = [l.journal_off, l.inode_off, l.dentry_off, l.data_off];
+            for k in 0..nodes {
+                let bytes = l.node_bytes(k);
+                for (part, r) in bytes.iter().enumerate() {
+                    assert_eq!(
+                        r.start,
+                        ends[part],
+                        "node {k} part {part} follows node {}",
+                        k.wrapping_sub(1)
+                    );
+                    assert!(
+                        r.start.is_multiple_of(BLOCK) && r.end.is_multiple_of(BLOCK),
+                        "node {k} part {part}: {r:?}"
+                    );
+                    ends[part] = r.end;
+                }
+                let lanes = l.node_lanes(k);
+                assert_eq!(l.node_of_lane(lanes.start), k);
+                assert_eq!(l.node_of_lane(lanes.end - 1), k);
+                let i = l.node_inodes(k);
+                assert_eq!(l.inode_addr(i.end - 1) + INODE_SIZE, bytes[1].end);
+                assert_eq!(l.dentry_addr(l.node_dentries(k).end), bytes[2].end);
+                assert_eq!(l.block_addr(l.node_blocks(k).start), bytes[3].start);
+            }
+            assert_eq!(ends[0], l.state_off, "the journals are all the nodes'");
+            assert_eq!(ends[3], l.data_off + l.data_blocks * BLOCK);
+            assert!(ends[1] <= l.dentry_off && ends[2] <= l.data_off);
+        }
+    }
+
+    #[test]
+    fn one_node_moves_nothing_and_bad_node_counts_are_refused() {
+        let g = Geometry::for_size(64 << 20, 4, None);
+        assert_eq!(g.with_nodes(1), g);
+        let two = g.with_nodes(2);
+        // The same counts but two nodes: the same regions.
+        let (a, b) = (
+            Layout::compute(two).unwrap(),
+            Layout::compute(Geometry { nodes: 1, ..two }).unwrap(),
+        );
+        assert_eq!(
+            (a.inode_off, a.dentry_off, a.data_off, a.data_blocks),
+            (b.inode_off, b.dentry_off, b.data_off, b.data_blocks)
+        );
+        assert!(
+            Layout::compute(g.with_nodes(3)).is_none(),
+            "3 does not divide 4 lanes"
+        );
+        assert!(Layout::compute(Geometry { nodes: 0, ..g }).is_none());
+        assert!(
+            Layout::compute(Geometry { nodes: 8, ..g }).is_none(),
+            "more nodes than lanes"
+        );
+        let unaligned = Geometry {
+            inodes_per_lane: two.inodes_per_lane + 1,
+            ..two
+        };
+        assert!(
+            Layout::compute(unaligned).is_none(),
+            "a node's inodes not whole pages"
+        );
     }
 
     #[test]

@@ -13,6 +13,10 @@ pub const RO_COMPAT_KNOWN: u32 = 0;
 /// Compat bit: the pool's default data mode is `inplace` (docs/CONSISTENCY.md). A build
 /// that does not know it writes in the `atomic` mode, whose promise is the stronger.
 pub const COMPAT_DATA_INPLACE: u32 = 1;
+/// Compat bit: the pool spans more than one NUMA node, their count at byte 160. The
+/// node count moves no region, so a build that does not know it just allocates without
+/// a node preference (and writes 0 there, which reads as one node).
+pub const COMPAT_NODES: u32 = 2;
 pub const SB_LEN: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,12 +57,26 @@ fn get32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
 }
 
+/// The node count a superblock records: its field when the compat bit says it is
+/// meaningful and it is set (a build that ignores the bit writes 0 there), else 1.
+fn nodes_of(compat: u32, field: u32) -> u32 {
+    if compat & COMPAT_NODES != 0 && field != 0 {
+        field
+    } else {
+        1
+    }
+}
+
 impl Superblock {
     pub fn new(layout: Layout, uuid: [u8; 16], created_ns: u64) -> Self {
         Superblock {
             version: VERSION,
             incompat: 0,
-            compat: 0,
+            compat: if layout.geo.nodes > 1 {
+                COMPAT_NODES
+            } else {
+                0
+            },
             ro_compat: 0,
             generation: 0,
             geo: layout.geo,
@@ -104,6 +122,13 @@ impl Superblock {
         put64(&mut b, 136, l.data_off);
         put64(&mut b, 144, l.data_blocks);
         put64(&mut b, 152, ROOT_INO);
+        // One node is written as 0, as every pool made before the field has it.
+        let nodes = if self.geo.nodes > 1 {
+            self.geo.nodes
+        } else {
+            0
+        };
+        put32(&mut b, 160, nodes);
         let crc = crc32c::crc32c(&b[..SB_LEN - 4]);
         put32(&mut b, SB_LEN - 4, crc);
         b
@@ -137,6 +162,7 @@ impl Superblock {
             lanes: get32(b, 40),
             inodes_per_lane: get64(b, 48),
             dentries_per_lane: get64(b, 56),
+            nodes: nodes_of(get32(b, 16), get32(b, 160)),
         };
         let layout = Layout::compute(geo)
             .ok_or_else(|| SbProblem::Geometry(format!("impossible geometry {geo:?}")))?;
@@ -209,6 +235,39 @@ mod tests {
     fn round_trip() {
         let sb = sample();
         assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+    }
+
+    #[test]
+    fn the_node_count_round_trips_and_old_pools_have_one_node() {
+        let geo = Geometry::for_size(8 << 20, 4, None).with_nodes(2);
+        let sb = Superblock::new(Layout::compute(geo).unwrap(), [7; 16], 42);
+        assert_eq!(sb.compat & COMPAT_NODES, COMPAT_NODES);
+        let back = Superblock::decode(&sb.encode()).unwrap();
+        assert_eq!((back.geo.nodes, back.layout.nodes()), (2, 2));
+        // A pool made before the field (bytes 160.. zero, no bit) has one node.
+        let mut old = sample();
+        assert_eq!(old.compat & COMPAT_NODES, 0);
+        let b = old.encode();
+        assert!(
+            b[160..SB_LEN - 4].iter().all(|&x| x == 0),
+            "one node: zeros"
+        );
+        assert_eq!(Superblock::decode(&b).unwrap().geo.nodes, 1);
+        // A build that ignores the bit keeps it but writes 0 nodes: one node again.
+        old.compat |= COMPAT_NODES;
+        old.geo.nodes = 0;
+        assert_eq!(Superblock::decode(&old.encode()).unwrap().geo.nodes, 1);
+    }
+
+    #[test]
+    fn a_node_count_that_does_not_divide_the_lanes_is_refused() {
+        let geo = Geometry::for_size(8 << 20, 4, None).with_nodes(2);
+        let mut sb = Superblock::new(Layout::compute(geo).unwrap(), [7; 16], 42);
+        sb.geo.nodes = 3;
+        assert!(matches!(
+            Superblock::decode(&sb.encode()),
+            Err(SbProblem::Geometry(_))
+        ));
     }
 
     #[test]

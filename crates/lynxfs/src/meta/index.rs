@@ -817,6 +817,7 @@ mod tests {
             lanes: 1,
             inodes_per_lane: 256,
             dentries_per_lane: dentries,
+            nodes: 1,
         })
         .unwrap();
         let span = Span::anonymous(Index::bytes_needed(&layout)).unwrap();

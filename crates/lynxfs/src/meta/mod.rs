@@ -217,7 +217,7 @@ impl<B: Backend> Namespace<B> {
     }
 
     pub(crate) fn lane(&self) -> u32 {
-        crate::alloc::lane::current(self.pool.layout.lanes())
+        crate::alloc::lane::current(self.pool.layout.lanes(), self.pool.layout.nodes())
     }
 
     pub(crate) fn iaddr(&self, ino: u64) -> u64 {
