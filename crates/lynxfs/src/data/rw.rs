@@ -139,6 +139,8 @@ pub fn write_at<B: Backend>(
     if data.is_empty() {
         return Ok(0);
     }
+    // Its first change since its create settles it (a no-op after that).
+    pool.settle(ino);
     let end = off.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
     if end > MAX_FILE {
         return Err(errno::EFBIG);
@@ -397,6 +399,7 @@ pub fn truncate<B: Backend>(
     if new_size > MAX_FILE {
         return Err(errno::EFBIG);
     }
+    pool.settle(ino);
     let size = size_of(pool, ino);
     let m = cache.get(pool, ino)?;
     if new_size >= size {
@@ -439,6 +442,7 @@ pub fn fallocate<B: Backend>(
     if end > MAX_FILE {
         return Err(errno::EFBIG);
     }
+    pool.settle(ino);
     match mode {
         0 | FALLOC_KEEP_SIZE => allocate(pool, ino, lane, off, end, mode == 0, cache),
         m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE => punch(pool, ino, lane, off, end, cache),
