@@ -476,6 +476,9 @@ impl<B: Backend> Namespace<B> {
             (src.dentry + dentry::STATE, gone),
             (src.slot, 0),
             (self.iaddr(src.ino) + inode::DENTRY, new_dst.dentry),
+            // In the record, not stored before it: the moved inode may be a fresh
+            // create (CWON), whose dentry this commit invalidates with the change.
+            (self.iaddr(src.ino) + inode::CTIME, now),
         ];
         if let Some(d) = plan.dst {
             w.push((d.dentry + dentry::STATE, gone));
@@ -509,10 +512,10 @@ impl<B: Backend> Namespace<B> {
             let cur = self.load(d, inode::NLINK) as i64;
             w.push((self.iaddr(d) + inode::NLINK, (cur + n).max(0) as u64));
         }
-        // The times below land before the commit: a fresh create of any of these
-        // inodes must be settled first (the journal's own words need not: they
-        // invalidate the source's dentry in the same commit).
-        for ino in [sp, dp, src.ino] {
+        // The parents' times below land before the commit: a fresh directory must
+        // be settled first (the journal's own words need not: they invalidate the
+        // source's dentry in the same commit).
+        for ino in [sp, dp] {
             pool.settle(ino);
         }
         let mut b = pool.pm.batch();
@@ -520,7 +523,6 @@ impl<B: Backend> Namespace<B> {
             b.write_u64(self.iaddr(p) + inode::MTIME, now)
                 .write_u64(self.iaddr(p) + inode::CTIME, now);
         }
-        b.write_u64(self.iaddr(src.ino) + inode::CTIME, now);
         b.flushed();
         // The new dentries are written and claimed, nothing is committed yet.
         stop_here("rename.before_commit");
