@@ -386,7 +386,7 @@ impl<B: Backend> Pool<B> {
 
     /// Before the first change of inode `ino` (or of a directory's entries) since its
     /// create: settle its dentry's check word (`log::cwon::settle`; nothing on pools
-    /// without `INCOMPAT_CWON`). The caller holds a lock that keeps `ino`'s name.
+    /// without `INCOMPAT_CWON`). Safe against a concurrent removal of the name (compare-and-swap).
     #[inline]
     pub fn settle(&self, ino: u64) {
         if self.cwon {

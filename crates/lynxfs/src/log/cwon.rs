@@ -140,31 +140,43 @@ pub fn verdict<B: Backend>(pm: &Pm<B>, l: &Layout, d: u64, ino: u64) -> Verdict 
 
 /// Before the first change of inode `ino` after its create: make its dentry's check
 /// settled and fence that store, so the change cannot make a durable create look
-/// torn. Does nothing (two loads) once settled. Callers hold a lock that keeps the
-/// dentry from being removed meanwhile (the file's lock, its inode lock, or the
-/// directory's gate), so the dentry read is the one stored to.
+/// torn. Does nothing (a few loads) once settled. The check word changes only by
+/// compare-and-swap from the value read, so a dentry freed and reused meanwhile
+/// (a rename or unlink of that name on another thread) is never stored to: its
+/// word then holds another incarnation's check (or the old one, which that
+/// incarnation's own commit store replaces, and whose CRC over the old `BORN`
+/// cannot match the new body).
 pub fn settle<B: Backend>(pm: &Pm<B>, l: &Layout, ino: u64) {
-    let Some(d) = l
-        .ino_valid(ino)
-        .then(|| pm.load_u64(l.inode_addr(ino) + inode::DENTRY))
-        .filter(|&d| l.dentry_id(d).is_some())
-    else {
-        return;
-    };
-    let tag = pm.load_u64(d + dentry::CHECK) & TAG;
-    if (tag != FRESH && tag != SETTLING)
-        || pm.load_u64(d + dentry::INO) != ino
-        || pm.load_u64(d + dentry::STATE) & dentry::VALID == 0
-    {
-        return;
-    }
-    if let Some(c) = settled_check(pm, d) {
+    // A failed swap means another thread changed the word: look again (bounded:
+    // each round sees a settle, another incarnation or a settled word).
+    for _ in 0..4 {
+        let Some(d) = l
+            .ino_valid(ino)
+            .then(|| pm.load_u64(l.inode_addr(ino) + inode::DENTRY))
+            .filter(|&d| l.dentry_id(d).is_some())
+        else {
+            return;
+        };
+        let check = pm.load_u64(d + dentry::CHECK);
+        let tag = check & TAG;
+        if (tag != FRESH && tag != SETTLING)
+            || pm.load_u64(d + dentry::INO) != ino
+            || pm.load_u64(d + dentry::STATE) & dentry::VALID == 0
+        {
+            return;
+        }
+        let Some(c) = settled_check(pm, d) else {
+            return;
+        };
+        let settling = SETTLING | (c & !TAG);
         let mut b = pm.batch();
-        b.write_u64(d + dentry::CHECK, SETTLING | (c & !TAG));
-        let _ = b.persist();
-        // Durable now: later readers of this tag may skip the fence.
-        let mut b = pm.batch();
-        b.write_u64(d + dentry::CHECK, c);
-        b.flushed();
+        // A SETTLING word may be another thread's, not yet fenced: swap it for itself
+        // to flush and fence it here.
+        if b.cas_u64(d + dentry::CHECK, check, settling).is_ok() {
+            let _ = b.persist();
+            // Durable now: later readers of this tag may skip the fence.
+            let _ = pm.cas_volatile(d + dentry::CHECK, settling, c);
+            return;
+        }
     }
 }
