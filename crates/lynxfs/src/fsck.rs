@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use crate::alloc::{bit, Allocators, UsedSets};
 use crate::format::superblock::{Superblock, SB_LEN};
 use crate::format::{dentry, dirlog, extents, inode, journal, Layout, ROOT_INO};
-use crate::log::{recover, RecoveryReport};
+use crate::log::{cwon, recover, RecoveryReport};
 use crate::pmem::{Backend, Pm};
 use crate::pool::Pool;
 use crate::progress::{Progress, Quiet};
@@ -135,6 +135,7 @@ pub fn check<B: Backend>(pool: &Pool<B>) -> FsckReport {
 /// [`check`], telling `progress` how the walk goes (in directory entries).
 pub fn check_with_progress<B: Backend>(pool: &Pool<B>, progress: &dyn Progress) -> FsckReport {
     let mut w = Walker::new(&pool.pm, &pool.layout, false, progress);
+    w.cwon = pool.cwon;
     check_superblocks(pool, &mut w.rep);
     check_journals(&pool.pm, &pool.layout, &mut w.rep);
     let space = crate::meta::Usage::of_pool(pool);
@@ -164,17 +165,18 @@ pub fn repair_with_progress<B: Backend>(
     let mut out = RepairReport::default();
     // Recovery refuses a damaged root: rebuild the root inode's identity first.
     fix_root(&pool.pm, &pool.layout, &mut out.fixes);
-    let (_, rep) = recover(&pool.pm, &pool.layout, progress)?;
+    let (_, rep) = recover(&pool.pm, &pool.layout, pool.cwon, progress)?;
     out.recovery_problems.extend(rep.problems.iter().cloned());
     out.recovery = rep;
     let mut w = Walker::new(&pool.pm, &pool.layout, true, progress);
+    w.cwon = pool.cwon;
     progress.phase("repairing the namespace (entries)", None);
     w.walk();
     w.finish();
     out.fixes.extend(w.fixes.iter().cloned());
     // The stricter pass only cuts: a second recovery walk reclaims what it cut loose,
     // recounts links and yields the allocators' state.
-    let (used, rep) = recover(&pool.pm, &pool.layout, progress)?;
+    let (used, rep) = recover(&pool.pm, &pool.layout, pool.cwon, progress)?;
     out.recovery_problems.extend(rep.problems.iter().cloned());
     out.recovery = rep;
     pool.alloc = Allocators::from_used(&pool.layout, &used);
@@ -302,6 +304,8 @@ struct Walker<'a, B: Backend> {
     /// The owner of each reached block (inode number), for messages.
     owner: std::collections::HashMap<u64, u64>,
     progress: &'a dyn Progress,
+    /// The pool has `INCOMPAT_CWON`: every valid dentry's check word must match.
+    cwon: bool,
 }
 
 /// The reachable sets, for comparing with the allocators.
@@ -330,6 +334,7 @@ impl<'a, B: Backend> Walker<'a, B> {
             first_dentry: vec![0; l.total_inodes() as usize],
             owner: Default::default(),
             progress,
+            cwon: false,
         }
     }
 
@@ -599,6 +604,8 @@ impl<'a, B: Backend> Walker<'a, B> {
             ))
         } else if !ino_ok {
             Some(format!("names inode {ino}, which is not a live inode"))
+        } else if self.cwon && cwon::verdict(pm, self.l, addr, ino) == cwon::Verdict::Torn {
+            Some("has a check word that does not match it (a torn create)".to_string())
         } else if !known_type(mode) {
             Some(format!(
                 "names inode {ino}, whose mode {mode:#o} has no known file type"

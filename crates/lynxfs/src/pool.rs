@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use crate::alloc::{Allocators, UsedSets};
 use crate::data::DataMode;
 use crate::error::{Error, Result};
-use crate::format::superblock::{SbProblem, COMPAT_DATA_INPLACE, SB_LEN};
+use crate::format::superblock::{SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, SB_LEN};
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::{Backend, Mapping, Pm};
@@ -154,6 +154,8 @@ pub struct Pool<B: Backend> {
     journal_span: Span,
     /// This process's data mode: the pool's, unless the mount chose another.
     data_mode: AtomicBool,
+    /// Creates use consistency without ordering (`INCOMPAT_CWON`, `log::cwon`).
+    pub cwon: bool,
 }
 
 impl<B: Backend> Pool<B> {
@@ -364,8 +366,8 @@ impl<B: Backend> Pool<B> {
             let (used, recovery) = if was_clean {
                 (load_state(&pm, &layout), None)
             } else {
-                let (used, rep) =
-                    recover(&pm, &layout, progress).map_err(|w| Error::corrupt(path, w))?;
+                let (used, rep) = recover(&pm, &layout, sb.incompat & INCOMPAT_CWON != 0, progress)
+                    .map_err(|w| Error::corrupt(path, w))?;
                 (used, Some(rep))
             };
             sb.clean = false;
@@ -385,6 +387,7 @@ impl<B: Backend> Pool<B> {
         let epoch = sb.epoch;
         let inplace = sb.compat & COMPAT_DATA_INPLACE != 0;
         Ok(Pool {
+            cwon: sb.incompat & INCOMPAT_CWON != 0,
             data_mode: AtomicBool::new(inplace),
             alloc,
             runtime,
@@ -413,6 +416,16 @@ impl<B: Backend> Pool<B> {
     }
     pub fn superblock(&self) -> Superblock {
         self.sb.lock().clone()
+    }
+
+    /// Before the first change of inode `ino` (or of a directory's entries) since its
+    /// create: settle its dentry's check word (`log::cwon::settle`; nothing on pools
+    /// without `INCOMPAT_CWON`). Safe against a concurrent removal of the name (compare-and-swap).
+    #[inline]
+    pub fn settle(&self, ino: u64) {
+        if self.cwon {
+            crate::log::cwon::settle(&self.pm, &self.layout, ino);
+        }
     }
 
     /// How this process's writes treat allocated blocks (docs/CONSISTENCY.md, "write").
@@ -571,6 +584,7 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout, (uid, gid): (u32, u32), data: 
     let _ = b.persist();
     save_state(pm, &layout, &UsedSets::empty(&layout));
     let mut sb = Superblock::new(layout, uuid(), now);
+    sb.incompat |= INCOMPAT_CWON;
     if data == DataMode::Inplace {
         sb.compat |= COMPAT_DATA_INPLACE;
     }

@@ -1058,3 +1058,218 @@ fn fuzz_random_damage() {
         failures.join("\n")
     );
 }
+
+// ---------------------------------------------------------------- CWON (issue 16)
+
+/// A pool left unclean right after creates (fresh dentries: nothing changed their
+/// inodes since), a create changed later (settled) and a hard link, for the damage a
+/// create under one fence can leave (docs/CONSISTENCY.md, "create").
+struct Torn {
+    img: Vec<u8>,
+    l: Layout,
+    ino: std::collections::HashMap<&'static str, u64>,
+}
+
+/// The names of [`torn_seed`]; `/dir/h2` is a second name of `/h`.
+const TORN_NAMES: [&str; 8] = [
+    "/dir", "/dir/f", "/g", "/ln", "/empty", "/chm", "/h", "/dir/h2",
+];
+
+fn torn_seed() -> &'static Torn {
+    static SEED: OnceLock<Torn> = OnceLock::new();
+    SEED.get_or_init(|| {
+        let mut o = MkfsOptions::new(POOL_SIZE);
+        o.lanes = 2;
+        let fs = Fs::in_memory(&o, PmemBackend::default()).unwrap();
+        let s = fs.session(Cred::root());
+        s.mkdir("/dir", 0o755).unwrap();
+        for p in ["/dir/f", "/g", "/chm", "/h"] {
+            let fd = s.create(p, 0o644).unwrap();
+            fs.close_fd(fd).unwrap();
+        }
+        s.symlink("/dir/f", "/ln").unwrap();
+        s.mkdir("/empty", 0o700).unwrap();
+        s.chmod("/chm", 0o600).unwrap();
+        s.link("/h", "/dir/h2").unwrap();
+        let ino = TORN_NAMES
+            .iter()
+            .map(|&p| (p, s.lstat(p).unwrap().ino))
+            .collect();
+        drop(s);
+        // Still open: the image is that of a crash (clean flag off).
+        let img = fs.pool().pm.snapshot();
+        let l = fs.pool().layout;
+        fs.pool().crash_in_place();
+        Torn { img, l, ino }
+    })
+}
+
+impl Torn {
+    fn iaddr(&self, path: &str) -> u64 {
+        self.l.inode_addr(self.ino[path])
+    }
+    /// The dentry a file's back pointer names (its first name).
+    fn dentry(&self, path: &str) -> u64 {
+        r64(&self.img, self.iaddr(path) + inode::DENTRY)
+    }
+    /// The dentry of `/dir/h2` (not the one `/h`'s back pointer names).
+    fn link_dentry(&self, img: &[u8]) -> u64 {
+        let dir = self.ino["/dir"];
+        let page = r64(img, self.l.inode_addr(dir) + inode::DIR_LOG);
+        (0..dirlog::SLOTS_PER_PAGE)
+            .map(|i| r64(img, dirlog::slot_addr(page, i)))
+            .find(|&d| {
+                d != 0 && {
+                    let (len, _) = dentry::split_name_len(r64(img, d + dentry::NAME_LEN));
+                    img[(d + dentry::NAME) as usize..(d + dentry::NAME) as usize + len] == *b"h2"
+                }
+            })
+            .expect("the dentry of /dir/h2")
+    }
+}
+
+/// Recover `img` (it is unclean), require fsck to find it consistent, and return the
+/// names of [`TORN_NAMES`] still there.
+fn recovered_names(img: &[u8]) -> Result<Vec<&'static str>, String> {
+    let pool = Pool::open_image(img, PmemBackend::default()).map_err(|e| e.to_string())?;
+    let rep = fsck::check(&pool);
+    if !rep.is_clean() {
+        return Err(format!("fsck after recovery: {:?}", rep.problems));
+    }
+    let fs = Fs::new(pool);
+    let s = fs.session(Cred::root());
+    let names = TORN_NAMES
+        .into_iter()
+        .filter(|p| s.lstat(p).is_ok())
+        .collect();
+    drop(s);
+    fs.pool().crash_in_place();
+    Ok(names)
+}
+
+/// What CWON recovery must make of a create whose stores did not all land, AEON's
+/// damage cases as anchor: the torn create is dropped (as if it never ran), nothing
+/// else is. Also: a whole fresh create survives and an old pool's dentries, which
+/// carry no check word, are trusted as before.
+#[test]
+fn cwon_repairs_torn_creates() {
+    let t = torn_seed();
+    let all = |but: &[&str]| -> Vec<&'static str> {
+        TORN_NAMES
+            .into_iter()
+            .filter(|p| !but.contains(p))
+            .collect()
+    };
+    type Damage = fn(&mut Vec<u8>, &Torn);
+    let cases: Vec<(&str, Damage, Vec<&'static str>)> = vec![
+        ("nothing torn: every create survives", |_, _| {}, all(&[])),
+        (
+            "a fresh create whose inode's owner store did not land",
+            |i, t| w64(i, t.iaddr("/g") + inode::OWNER, 0xdead_0000_beef),
+            all(&["/g"]),
+        ),
+        (
+            "a fresh create whose mode store did not land (a directory's)",
+            |i, t| w64(i, t.iaddr("/empty") + inode::MODE, 0o100644),
+            all(&["/empty"]),
+        ),
+        (
+            "a fresh dentry with a bad checksum",
+            |i, t| flip(i, t.dentry("/dir/f") + dentry::CHECK, 5),
+            all(&["/dir/f"]),
+        ),
+        (
+            "a valid dentry naming an inode whose back pointer names another dentry",
+            |i, t| {
+                let other = t.dentry("/g");
+                w64(i, t.iaddr("/ln") + inode::DENTRY, other)
+            },
+            all(&["/ln"]),
+        ),
+        (
+            "a valid state word that is not the dentry's own (an earlier incarnation's)",
+            |i, t| w64(i, t.dentry("/g") + dentry::STATE, dentry::VALID | 12345),
+            all(&["/g"]),
+        ),
+        (
+            "a symlink whose target block did not land",
+            |i, t| {
+                let at = t.iaddr("/ln");
+                let m = inode::MapWord::decode(r64(i, at + inode::MAP)).unwrap();
+                let off = (at + m.area_off()) as usize;
+                let e = inode::Extent::decode(&i[off..off + 16]);
+                flip(i, t.l.block_addr(e.pblk), 1)
+            },
+            all(&["/ln"]),
+        ),
+        (
+            "a link's dentry whose inode-number store did not land (it names another file)",
+            |i, t| {
+                let d = t.link_dentry(i);
+                w64(i, d + dentry::INO, t.ino["/g"])
+            },
+            all(&["/dir/h2"]),
+        ),
+        (
+            "a changed (settled) create keeps its change",
+            |i, t| w64(i, t.iaddr("/chm") + inode::ATIME, 77),
+            all(&[]),
+        ),
+        (
+            "an inode whose back pointer names a free dentry (its dentry never landed)",
+            |i, t| w64(i, t.dentry("/g") + dentry::STATE, 0),
+            all(&["/g"]),
+        ),
+        (
+            "an old pool (no CWON feature): dentries without check words are trusted",
+            |i, t| {
+                for p in TORN_NAMES {
+                    let d = t.dentry(p);
+                    w64(i, d + dentry::CHECK, 0);
+                    w64(i, d + dentry::BORN, 0);
+                }
+                let d = t.link_dentry(i);
+                w64(i, d + dentry::CHECK, 0);
+                let sb = superblock(i).unwrap();
+                edit_sb(i, sb.home(), |s| s.incompat = 0);
+            },
+            all(&[]),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, damage, want) in cases {
+        let mut img = t.img.clone();
+        damage(&mut img, t);
+        match recovered_names(&img) {
+            Ok(got) if got == want => println!("ok: {what}"),
+            Ok(got) => failures.push(format!("{what}: names {got:?}, expected {want:?}")),
+            Err(e) => failures.push(format!("{what}: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Recovery settles the fresh creates it accepts: a second crash and recovery (after
+/// link counts and other derived words were rewritten) keeps them.
+#[test]
+fn cwon_recovery_settles_what_it_keeps() {
+    let t = torn_seed();
+    let pool = Pool::open_image(&t.img, PmemBackend::default()).unwrap();
+    let d = t.dentry("/dir/f");
+    let tag = pool.pm.load_u64(d + dentry::CHECK) >> 32 << 32;
+    assert_eq!(
+        tag,
+        lynxfs::log::cwon::SETTLED,
+        "the fresh create was not settled"
+    );
+    let mut again = pool.pm.snapshot();
+    pool.crash_in_place();
+    // A link count recovery would rewrite, on a dentry recovery settled.
+    w64(&mut again, t.iaddr("/dir/f") + inode::NLINK, 5);
+    assert_eq!(recovered_names(&again).unwrap(), TORN_NAMES.to_vec());
+}

@@ -376,6 +376,7 @@ impl<B: Backend> Fs<B> {
         let day_old = Timestamp::from_ns(now).sec.saturating_sub(a.sec) >= 24 * 3600;
         let quiet_since = if mode == Atime::Strict || a <= m || a <= c || day_old {
             // The clock's time is plain: the word alone says it (format::inode::time_word).
+            self.ns.pool.settle(ino);
             let mut b = self.ns.pool.pm.batch();
             b.write_u64(self.ns.pool.layout.inode_addr(ino) + inode::ATIME, now);
             let _ = b.persist();
@@ -486,6 +487,7 @@ impl<B: Backend> Fs<B> {
             new &= !libc::S_ISGID;
         }
         if new != mode {
+            self.ns.pool.settle(ino);
             let mut b = self.ns.pool.pm.batch();
             b.write_u64(
                 self.ns.pool.layout.inode_addr(ino) + inode::MODE,

@@ -197,6 +197,8 @@ pub fn write_at<B: Backend>(
     if data.is_empty() {
         return Ok(0);
     }
+    // Its first change since its create settles it (a no-op after that).
+    pool.settle(ino);
     let end = off.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
     if end > MAX_FILE {
         return Err(errno::EFBIG);
@@ -554,6 +556,7 @@ pub fn truncate<B: Backend>(
     if new_size > MAX_FILE {
         return Err(errno::EFBIG);
     }
+    pool.settle(ino);
     let size = size_of(pool, ino);
     let m = cache.get(pool, ino)?;
     if new_size >= size {
@@ -597,6 +600,7 @@ pub fn fallocate<B: Backend>(
     if end > MAX_FILE {
         return Err(errno::EFBIG);
     }
+    pool.settle(ino);
     // Blocks fallocate maps are the caller's: a speculative reserve goes first, so
     // none of them is taken for one (nor given back with it).
     prealloc::trim(pool, ino, lane, cache)?;

@@ -229,6 +229,7 @@ pub fn store_with<B: Backend>(
     words: &[(u64, u64)],
 ) -> Result<()> {
     let at = pool.layout.inode_addr(ino);
+    pool.settle(ino);
     let old = blocks(pool, ino);
     let new = if attrs.is_empty() {
         0

@@ -7,6 +7,11 @@ pub const PARENT: u64 = 16;
 pub const NAME_LEN: u64 = 24; // u16 name length | u8 file type (DT_*) | 5 bytes zero
 pub const HASH: u64 = 32; // the name's hash, as the index uses it
 pub const SLOT: u64 = 40; // pool offset of the directory-log slot that holds it
+/// CWON pools (`INCOMPAT_CWON`): tag (high half) | CRC32C (low half), see `log::cwon`.
+pub const CHECK: u64 = 48;
+/// The exact state word this dentry commits with (VALID | its time): unique per
+/// incarnation, so recovery can tell its own words from an earlier incarnation's.
+pub const BORN: u64 = 56;
 pub const NAME: u64 = 64;
 pub const NAME_MAX: usize = 255;
 
@@ -23,6 +28,8 @@ pub struct DentryImage<'a> {
     pub dtype: u8,
     pub hash: u64,
     pub slot: u64,
+    /// The state word it will commit with ([`BORN`]).
+    pub born: u64,
     pub name: &'a [u8],
 }
 
@@ -40,6 +47,7 @@ impl DentryImage<'_> {
         put(NAME_LEN, self.name.len() as u64 | (self.dtype as u64) << 16);
         put(HASH, self.hash);
         put(SLOT, self.slot);
+        put(BORN, self.born);
         let n = (NAME - INO) as usize;
         b[n..].copy_from_slice(self.name);
         b

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use crate::alloc::UsedSets;
 use crate::format::{dentry, dirlog, extents, inode, Layout, ROOT_INO};
+use crate::log::cwon::{self, Verdict};
 use crate::log::journal::{self, Replay};
 use crate::pmem::{Backend, Pm};
 use crate::progress::Progress;
@@ -41,12 +42,15 @@ pub fn is_dir(mode: u32) -> bool {
 /// Run recovery on `pm`; returns what is in use and what was done. Lanes' journals
 /// replay in parallel, the namespace walk shares out directories among threads, and
 /// the link-count and reclaim passes split the inode and dentry tables by lane.
+/// `cwon`: the pool has `INCOMPAT_CWON`, so every valid dentry's check word is judged
+/// (`log::cwon`).
 pub fn recover<B: Backend>(
     pm: &Pm<B>,
     l: &Layout,
+    cwon: bool,
     progress: &dyn Progress,
 ) -> Result<(UsedSets, RecoveryReport), String> {
-    recover_keeping(pm, l, progress, &[])
+    recover_keeping(pm, l, cwon, progress, &[])
 }
 
 /// [`recover`] of a pool that processes still use (the repair of a runtime whose
@@ -55,6 +59,7 @@ pub fn recover<B: Backend>(
 pub fn recover_keeping<B: Backend>(
     pm: &Pm<B>,
     l: &Layout,
+    cwon: bool,
     progress: &dyn Progress,
     keep: &[u64],
 ) -> Result<(UsedSets, RecoveryReport), String> {
@@ -102,6 +107,7 @@ pub fn recover_keeping<B: Backend>(
         queue: Mutex::new(Vec::new()),
         busy: AtomicUsize::new(0),
         progress,
+        cwon,
     };
     shared.inodes.set(0);
     shared.dentries.set(0);
@@ -222,6 +228,8 @@ struct Shared<'a, B: Backend> {
     /// queue is empty).
     busy: AtomicUsize,
     progress: &'a dyn Progress,
+    /// Judge dentries' check words (`log::cwon`).
+    cwon: bool,
 }
 
 struct Walker<'s, 'a, B: Backend> {
@@ -413,6 +421,20 @@ impl<B: Backend> Walker<'_, '_, B> {
             self.rep.dentries_dropped += 1;
             return false;
         }
+        let verdict = if sh.cwon {
+            cwon::verdict(pm, l, addr, ino)
+        } else {
+            Verdict::Settled
+        };
+        // A create (link, rename) some of whose stores did not land: it never
+        // happened, as a crash before its commit would have left it.
+        if verdict == Verdict::Torn {
+            let mut b = pm.batch();
+            b.write_u64(addr + dentry::STATE, 0);
+            b.flushed();
+            self.rep.dentries_dropped += 1;
+            return false;
+        }
         if !sh.inode_ok(ino) || name_len == 0 || name_len > dentry::NAME_MAX || ino == ROOT_INO {
             self.drop_dentry(
                 addr,
@@ -422,6 +444,14 @@ impl<B: Backend> Walker<'_, '_, B> {
         }
         if sh.dentries.set(id) {
             return false; // another slot claimed this dentry first
+        }
+        // A whole create: from now on its inode may change (link counts below).
+        if verdict == Verdict::Fresh {
+            if let Some(c) = cwon::settled_check(pm, addr) {
+                let mut b = pm.batch();
+                b.write_u64(addr + dentry::CHECK, c);
+                b.flushed();
+            }
         }
         let child_is_dir = is_dir(sh.mode(ino));
         let first = !sh.inodes.set(ino);

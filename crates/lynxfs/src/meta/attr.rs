@@ -119,6 +119,8 @@ impl<B: Backend> Namespace<B> {
             };
             let _g = self.ilock(ino)?;
             crate::runtime::testing::stop_here("setattr.inode_lock");
+            // Its first change since its create settles it (a no-op after that).
+            self.pool.settle(ino);
             let o = self.owner(ino);
             let at = self.iaddr(ino);
             let now = now_ns();

@@ -3,13 +3,17 @@
 //! Protocol (docs/CONSISTENCY.md, "create"): write the dentry (valid bit clear) and
 //! its log slot; claim the name in the index for that dentry (under the key's stripe
 //! lock, so concurrent creates of one name leave one file; the index compares keys
-//! with the dentry, hence this order); write the inode, then fence; the commit point is
-//! the 8-byte store that sets the dentry's valid bit. No directory lock is taken.
+//! with the dentry, hence this order); write the inode. On a CWON pool
+//! (`log::cwon`) the dentry's valid state and its fresh check word go with the
+//! inode and the parent's times under one fence, which is the commit; on an older
+//! pool the inode is fenced first and the commit point is the 8-byte store that sets
+//! the dentry's valid bit. No directory lock is taken.
 
 use std::sync::atomic::Ordering;
 
 use crate::error::{errno, Error, Result};
 use crate::format::{dentry, inode};
+use crate::log::cwon;
 use crate::pmem::Backend;
 use crate::runtime::testing::stop_here;
 use crate::time::now_ns;
@@ -96,7 +100,7 @@ impl<B: Backend> Namespace<B> {
         let pool = &self.pool;
         let lane = self.lane();
         let ino = pool.alloc.inodes.alloc(lane).ok_or(errno::ENOSPC)?;
-        let new = match self.new_dentry(dir, ino, name, dtype(node.mode), lane) {
+        let new = match self.new_dentry(dir, ino, name, dtype(node.mode), lane, false) {
             Ok(e) => e,
             Err(err) => {
                 pool.alloc.inodes.free(ino);
@@ -165,12 +169,22 @@ impl<B: Backend> Namespace<B> {
         let mut b = pool.pm.batch();
         b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
         self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 })?;
-        let prepared = b.persist();
-        drop(pool.pm.commit_u64(
-            entry.dentry + dentry::STATE,
-            dentry::state_word(true, now),
-            prepared,
-        ));
+        let born = pool.pm.load_u64(entry.dentry + dentry::BORN);
+        if pool.cwon {
+            // Consistency without ordering: the check word proves to recovery that
+            // every store of this batch landed, so one fence commits them all.
+            let check =
+                cwon::fresh_check(&pool.pm, &pool.layout, entry.dentry, ino).ok_or(errno::EIO)?;
+            b.write_u64(entry.dentry + dentry::CHECK, check)
+                .write_u64(entry.dentry + dentry::STATE, born);
+            let _committed = b.persist();
+        } else {
+            let prepared = b.persist();
+            drop(
+                pool.pm
+                    .commit_u64(entry.dentry + dentry::STATE, born, prepared),
+            );
+        }
         dir.entries().fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
@@ -294,6 +308,9 @@ impl<B: Backend> Namespace<B> {
 
     /// Write a dentry naming `ino` and claim a log slot for it, without committing:
     /// done before the name is claimed in the index, which compares keys with it.
+    /// With `settled` (a link or rename: the inode is not new), its settled check
+    /// word too (CWON pools); a create writes a fresh one in its commit instead, and
+    /// must not leave a settled one for a crash to find beside its torn inode.
     pub(crate) fn new_dentry(
         &self,
         dir: &Dir<'_>,
@@ -301,8 +318,11 @@ impl<B: Backend> Namespace<B> {
         name: &[u8],
         dtype: u8,
         lane: u32,
+        settled: bool,
     ) -> Result<Entry> {
         let pool = &self.pool;
+        // The slot claim below may link the directory's first log page.
+        pool.settle(dir.ino);
         let did = pool.alloc.dentries.alloc(lane).ok_or(errno::ENOSPC)?;
         let slot = match dir.claim_slot(
             pool,
@@ -324,12 +344,18 @@ impl<B: Backend> Namespace<B> {
             dtype,
             hash: name_hash(dir.ino, name),
             slot,
+            born: dentry::state_word(true, now_ns()),
             name,
         };
         let mut b = pool.pm.batch();
         b.write_u64(daddr + dentry::STATE, 0)
             .write(daddr + dentry::INO, &body.encode_body())
             .write_u64(slot, daddr);
+        if pool.cwon && settled {
+            if let Some(check) = cwon::settled_check(&pool.pm, daddr) {
+                b.write_u64(daddr + dentry::CHECK, check);
+            }
+        }
         b.flushed();
         Ok(Entry {
             state: State::Creating,
@@ -349,6 +375,7 @@ impl<B: Backend> Namespace<B> {
         now: u64,
         nlink_delta: i64,
     ) -> Result<()> {
+        self.pool.settle(dir);
         let at = self.iaddr(dir);
         b.write_u64(at + inode::MTIME, now)
             .write_u64(at + inode::CTIME, now);
@@ -381,7 +408,7 @@ impl<B: Backend> Namespace<B> {
         self.may_change(ino)?;
         let dir = self.enter(parent)?;
         self.may(parent, cred, perm::W | perm::X)?;
-        let new = self.new_dentry(&dir, ino, name, dtype(self.mode(ino)), self.lane())?;
+        let new = self.new_dentry(&dir, ino, name, dtype(self.mode(ino)), self.lane(), true)?;
         let undo = |err| {
             self.discard_dentry(&dir, new);
             err
@@ -434,6 +461,8 @@ impl<B: Backend> Namespace<B> {
             return Err(errno::EMLINK);
         }
         let now = now_ns();
+        pool.settle(ino);
+        pool.settle(dir.ino);
         let at = self.iaddr(ino);
         let mut b = pool.pm.batch();
         // A higher link count before the commit is harmless: recovery recounts.
@@ -442,12 +471,19 @@ impl<B: Backend> Namespace<B> {
         let at = self.iaddr(dir.ino);
         b.write_u64(at + inode::MTIME, now)
             .write_u64(at + inode::CTIME, now);
-        let prepared = b.persist();
-        drop(pool.pm.commit_u64(
-            entry.dentry + dentry::STATE,
-            dentry::state_word(true, now),
-            prepared,
-        ));
+        let born = pool.pm.load_u64(entry.dentry + dentry::BORN);
+        if pool.cwon {
+            // The new dentry's settled check (written with its body) lets recovery
+            // tell whether its stores all landed: one fence commits the link.
+            b.write_u64(entry.dentry + dentry::STATE, born);
+            let _committed = b.persist();
+        } else {
+            let prepared = b.persist();
+            drop(
+                pool.pm
+                    .commit_u64(entry.dentry + dentry::STATE, born, prepared),
+            );
+        }
         if unnamed {
             self.cachelets.get(ino).clear_flags(ORPHAN | LINKABLE);
         }

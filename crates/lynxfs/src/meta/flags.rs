@@ -50,6 +50,7 @@ impl<B: Backend> Namespace<B> {
                 return Err(errno::EPERM);
             }
             let at = self.iaddr(ino);
+            self.pool.settle(ino);
             self.commit_words(&[
                 (at + inode::MODE, mode_word(o.mode, flags)),
                 (at + inode::CTIME, now_ns()),

@@ -189,7 +189,13 @@ impl<B: Backend> Namespace<B> {
         self.descriptions.unlock_all();
         let inos: Vec<u64> = keep.iter().map(|&(ino, _)| ino).collect();
         let l = self.pool.layout;
-        let used = match crate::log::recover_keeping(&self.pool.pm, &l, &crate::Quiet, &inos) {
+        let used = match crate::log::recover_keeping(
+            &self.pool.pm,
+            &l,
+            self.pool.cwon,
+            &crate::Quiet,
+            &inos,
+        ) {
             Ok((used, _)) => used,
             // The pool itself is damaged: nothing can go on safely in any process.
             Err(what) => {

@@ -188,10 +188,10 @@ impl<B: Backend> Namespace<B> {
             err
         };
         let new_dst = self
-            .new_dentry(ddir, plan.src.ino, dn, plan.src.dtype, lane)
+            .new_dentry(ddir, plan.src.ino, dn, plan.src.dtype, lane, true)
             .map_err(drop_whiteout)?;
         let new_src = match into_src {
-            Some((ino, dtype)) => match self.new_dentry(sdir, ino, sn, dtype, lane) {
+            Some((ino, dtype)) => match self.new_dentry(sdir, ino, sn, dtype, lane, true) {
                 Ok(e) => Some(e),
                 Err(err) => {
                     self.discard_dentry(ddir, new_dst);
@@ -466,22 +466,26 @@ impl<B: Backend> Namespace<B> {
     ) -> Result<()> {
         let pool = &self.pool;
         let now = now_ns();
-        let valid = dentry::state_word(true, now);
+        // Each new dentry commits with the state word written into it (`BORN`).
+        let valid = |d: u64| pool.pm.load_u64(d + dentry::BORN);
         let gone = dentry::state_word(false, now);
         let src = plan.src;
         let (new_dst, new_src) = (news.dst, news.src);
         let mut w = vec![
-            (new_dst.dentry + dentry::STATE, valid),
+            (new_dst.dentry + dentry::STATE, valid(new_dst.dentry)),
             (src.dentry + dentry::STATE, gone),
             (src.slot, 0),
             (self.iaddr(src.ino) + inode::DENTRY, new_dst.dentry),
+            // In the record, not stored before it: the moved inode may be a fresh
+            // create (CWON), whose dentry this commit invalidates with the change.
+            (self.iaddr(src.ino) + inode::CTIME, now),
         ];
         if let Some(d) = plan.dst {
             w.push((d.dentry + dentry::STATE, gone));
             w.push((d.slot, 0));
         }
         if let Some(ns) = new_src {
-            w.push((ns.dentry + dentry::STATE, valid));
+            w.push((ns.dentry + dentry::STATE, valid(ns.dentry)));
             w.push((self.iaddr(ns.ino) + inode::DENTRY, ns.dentry));
         }
         // Link-count changes of the (at most two) parents.
@@ -508,12 +512,17 @@ impl<B: Backend> Namespace<B> {
             let cur = self.load(d, inode::NLINK) as i64;
             w.push((self.iaddr(d) + inode::NLINK, (cur + n).max(0) as u64));
         }
+        // The parents' times below land before the commit: a fresh directory must
+        // be settled first (the journal's own words need not: they invalidate the
+        // source's dentry in the same commit).
+        for ino in [sp, dp] {
+            pool.settle(ino);
+        }
         let mut b = pool.pm.batch();
         for p in [sp, dp] {
             b.write_u64(self.iaddr(p) + inode::MTIME, now)
                 .write_u64(self.iaddr(p) + inode::CTIME, now);
         }
-        b.write_u64(self.iaddr(src.ino) + inode::CTIME, now);
         b.flushed();
         // The new dentries are written and claimed, nothing is committed yet.
         stop_here("rename.before_commit");

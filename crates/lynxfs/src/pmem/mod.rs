@@ -230,6 +230,28 @@ impl<B: Backend> Batch<'_, B> {
         self
     }
 
+    /// Compare-and-swap the 8-byte word at `off` (8-aligned) from `old` to `new` and,
+    /// if it swapped, flush it; `Err(current)` if the word was not `old`.
+    #[inline]
+    pub fn cas_u64(&mut self, off: u64, old: u64, new: u64) -> Result<(), u64> {
+        assert_eq!(off % 8, 0, "unaligned 8-byte CAS at {off}");
+        let p = self.pm.ptr(off, 8);
+        // SAFETY: in bounds and 8-aligned, so a valid `AtomicU64` (see `load_u64`).
+        let r = unsafe {
+            (*(p as *const AtomicU64)).compare_exchange(
+                old,
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+        };
+        r.map(|_| {
+            self.pm.backend.stored(off, &new.to_le_bytes());
+            self.pm.backend.flush(p, off, 8);
+            self.open = true;
+        })
+    }
+
     /// Fence: everything stored through this batch is now durable.
     pub fn persist(mut self) -> Durable {
         self.open = false;
@@ -279,5 +301,33 @@ mod tests {
             want[off as usize..off as usize + len].copy_from_slice(&src[..len]);
             assert!(got == want, "write of {len} bytes at {off}");
         }
+    }
+
+    /// A batch's compare-and-swap stores and flushes only when the word held `old`.
+    #[test]
+    fn batch_cas_stores_and_flushes_only_on_a_match() {
+        let rec = RecordingBackend::new();
+        let pm = Pm::new(Mapping::anonymous(1 << 12).unwrap(), rec.clone());
+        let mut b = pm.batch();
+        b.write_u64(64, 7);
+        let _ = b.persist();
+        rec.take();
+        let mut b = pm.batch();
+        assert_eq!(b.cas_u64(64, 8, 9), Err(7));
+        assert!(rec.take().is_empty(), "a failed swap logged something");
+        assert_eq!(b.cas_u64(64, 7, 9), Ok(()));
+        let _ = b.persist();
+        assert_eq!(pm.load_u64(64), 9);
+        assert_eq!(
+            rec.take(),
+            vec![
+                Event::Store {
+                    off: 64,
+                    bytes: 9u64.to_le_bytes().to_vec()
+                },
+                Event::Flush { off: 64, len: 8 },
+                Event::Fence
+            ]
+        );
     }
 }

@@ -63,6 +63,37 @@ pub struct OpStats {
     /// Images left by a crash during recovery, recovered again and compared.
     pub rec_images: u64,
     pub violations: u64,
+    /// The persistence cost of one run of the operation (its first workload's, one
+    /// thread): stores, flushed cache lines, fences.
+    pub cost: Option<Cost>,
+}
+
+/// What one run of an operation asked of the persistence layer, from the recording
+/// backend's log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    pub stores: u64,
+    /// Distinct 64-byte lines per flush, summed over the flushes.
+    pub lines: u64,
+    pub fences: u64,
+}
+
+impl Cost {
+    /// Count `log`'s stores, flushed lines and fences.
+    pub fn of(log: &[Tagged]) -> Cost {
+        let mut c = Cost::default();
+        for t in log {
+            match t.event {
+                Event::Store { .. } => c.stores += 1,
+                Event::Flush { off, len } if len > 0 => {
+                    c.lines += (off + len).div_ceil(64) - off / 64;
+                }
+                Event::Flush { .. } => {}
+                Event::Fence => c.fences += 1,
+            }
+        }
+        c
+    }
 }
 
 impl OpStats {
@@ -75,10 +106,15 @@ impl OpStats {
         self.recrashed += v.recrashed;
         self.rec_images += v.rec_images;
         self.violations += v.violations;
+        self.cost = self.cost.or(v.cost);
     }
     fn row(&self, name: &str) -> String {
+        let cost = match self.cost {
+            Some(c) => format!("{:>7} {:>6} {:>7}", c.stores, c.lines, c.fences),
+            None => format!("{:>7} {:>6} {:>7}", "-", "-", "-"),
+        };
         format!(
-            "{:<26} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10}\n",
+            "{:<26} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {cost}\n",
             name,
             self.workloads,
             self.points,
@@ -130,14 +166,16 @@ impl Stats {
     pub fn total(&self) -> OpStats {
         let mut tot = OpStats::default();
         self.per_op.values().for_each(|v| tot.add(v));
+        // Costs are per operation: a sum of them would mean nothing.
+        tot.cost = None;
         tot
     }
 
     pub fn table(&self, title: &str) -> String {
         let mut s = format!(
-            "\n== crash checker: {title} ==\n{:<26} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10}\n",
+            "\n== crash checker: {title} ==\n{:<26} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>7} {:>6} {:>7}\n",
             "operation", "workloads", "points", "images", "opened", "mid", "recrashed", "rec-imgs",
-            "violations"
+            "violations", "stores", "lines", "fences"
         );
         for (k, v) in &self.per_op {
             s += &v.row(k);
@@ -558,8 +596,10 @@ pub fn run_workload(name: &str, steps: &[(Op, usize)], from: usize, cfg: &Config
     for (k, op, what) in live {
         j.violation(k, op, "live run".into(), "-".into(), what);
     }
-    for &(op, _) in &steps[from..] {
-        j.stats.per_op.entry(op.name).or_default().workloads += 1;
+    for (k, &(op, _)) in steps.iter().enumerate().skip(from) {
+        let e = j.stats.per_op.entry(op.name).or_default();
+        e.workloads += 1;
+        e.cost = e.cost.or(Some(Cost::of(&events[k])));
     }
     let mut rp = Replay::new(base);
     for (k, &(op, _)) in steps.iter().enumerate() {
