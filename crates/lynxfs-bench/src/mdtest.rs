@@ -387,21 +387,53 @@ fn timed_processes(workers: &mut Workers, op: &str, total: usize, n: usize) -> a
     }
 }
 
-/// Files/s creating `files` files in a fresh directory `dir` with 1 thread and with 2,
-/// as medians over `rounds`; the directory is removed again.
+/// One thread against two creating in one directory ([`create_scaling`]): files/s
+/// (medians over the rounds) and the CPU time each create took on its thread, in µs
+/// (medians too). The CPU time does not depend on whether other programs leave both
+/// CPUs free, which files/s does; more CPU per create with two threads is what they
+/// share (cache lines moving between CPUs, waiting on each other).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Scaling {
+    pub one: f64,
+    pub two: f64,
+    pub cpu_one: f64,
+    pub cpu_two: f64,
+}
+
+/// The calling thread's CPU time in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Creating `files` files in a fresh directory `dir` with 1 thread and with 2, over
+/// `rounds`; the directory is removed again.
 pub(crate) fn create_scaling(
     t: &dyn Target,
     dir: &str,
     files: usize,
     rounds: usize,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<Scaling> {
     let d = Path::new(dir);
     let mut rates = [Vec::new(), Vec::new()];
+    let mut cpus = [Vec::new(), Vec::new()];
     for _ in 0..rounds {
         for (i, threads) in [1usize, 2].into_iter().enumerate() {
             let plan = plan(d, files, threads);
             t.mkdir(d).with_context(|| format!("mkdir {dir}"))?;
-            let timed = timed_parallel(t, &plan, |t, n| each(&n.files, |p| t.create(p)));
+            let cpu_ns = std::sync::atomic::AtomicU64::new(0);
+            let timed = timed_parallel(t, &plan, |t, n| {
+                let start = thread_cpu_ns();
+                let done = each(&n.files, |p| t.create(p));
+                let spent = thread_cpu_ns().saturating_sub(start);
+                cpu_ns.fetch_add(spent, std::sync::atomic::Ordering::Relaxed);
+                done
+            });
             let total = plan.iter().map(|n| n.files.len()).sum::<usize>() as f64;
             let cleaned = plan
                 .iter()
@@ -417,9 +449,15 @@ pub(crate) fn create_scaling(
             };
             cleaned.context("create scaling: clean-up")?;
             rates[i].push(total / secs);
+            cpus[i].push(cpu_ns.into_inner() as f64 / 1e3 / total);
         }
     }
-    Ok((median(&rates[0]), median(&rates[1])))
+    Ok(Scaling {
+        one: median(&rates[0]),
+        two: median(&rates[1]),
+        cpu_one: median(&cpus[0]),
+        cpu_two: median(&cpus[1]),
+    })
 }
 
 #[cfg(test)]
@@ -543,8 +581,9 @@ mod tests {
     fn create_scaling_measures_both_and_cleans_up() {
         let dir = tempfile::tempdir().unwrap();
         let t = DirTarget::new(dir.path(), "tmp").unwrap();
-        let (one, two) = create_scaling(&t, "sc", 20, 1).unwrap();
-        assert!(one > 0.0 && two > 0.0);
+        let s = create_scaling(&t, "sc", 20, 1).unwrap();
+        assert!(s.one > 0.0 && s.two > 0.0);
+        assert!(s.cpu_one > 0.0 && s.cpu_two > 0.0, "{s:?}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

@@ -454,3 +454,101 @@ fn tmpfiles_are_freed_at_close_unless_linked() {
     let rep = lynxfs::fsck::check(fs.pool());
     assert!(rep.is_clean(), "{:?}", rep.problems);
 }
+
+/// A create changes its parent's mtime and ctime for whoever looked at them: a stat of
+/// the directory, a create in it, another stat shows later times, however quickly
+/// they follow one another (creates within one clock tick may leave the times alone,
+/// docs/CONSISTENCY.md "The parent's times", but never after a stat saw them).
+#[test]
+fn a_create_changes_the_parents_times_for_whoever_looked() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    for i in 0..300 {
+        let before = s.stat("/d").unwrap();
+        let name = format!("/d/n{i}");
+        match i % 4 {
+            0 => fs.close_fd(s.create(&name, 0o644).unwrap()).unwrap(),
+            1 => {
+                // Two creates between the stats: the first one changes the times.
+                fs.close_fd(s.create(&name, 0o644).unwrap()).unwrap();
+                fs.close_fd(s.create(format!("{name}b"), 0o644).unwrap())
+                    .unwrap();
+            }
+            2 => s.mkdir(&name, 0o755).unwrap(),
+            _ => s.symlink("target", &name).unwrap(),
+        }
+        let after = s.stat("/d").unwrap();
+        assert!(
+            after.mtime > before.mtime && after.ctime > before.ctime,
+            "create {i}: {before:?} then {after:?}"
+        );
+    }
+}
+
+/// Creates within one clock tick store the parent's times once: the first create of
+/// the tick stores, flushes and fences them with its own commit; the next ones store
+/// nothing into the parent's inode and leave that durable value. Without a tick
+/// shared by two creates in 200 tries (a tick is a few milliseconds, a create a few
+/// microseconds) the test fails too.
+#[test]
+fn creates_in_one_tick_store_the_parents_times_once_and_durably() {
+    use lynxfs::format::inode;
+    use lynxfs::pmem::{Event, RecordingBackend};
+    let rec = RecordingBackend::new();
+    let mut o = lynxfs::MkfsOptions::new(16 << 20);
+    o.lanes = 1;
+    let fs = lynxfs::Fs::in_memory(&o, rec.clone()).unwrap();
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    let at = fs.ns().pool.layout.inode_addr(s.stat("/d").unwrap().ino);
+    let times = at + inode::MTIME..at + inode::CTIME + 8;
+    let pm = &fs.ns().pool.pm;
+    let raw = || (pm.load_u64(times.start), pm.load_u64(at + inode::CTIME));
+    let touches = |ev: &[Event]| {
+        ev.iter().position(|e| match e {
+            Event::Store { off, bytes } => {
+                *off < times.end && off + bytes.len() as u64 > times.start
+            }
+            _ => false,
+        })
+    };
+    let mut left_alone = 0;
+    for i in 0..200 {
+        // A stat first: the first create after it must store the times.
+        s.stat("/d").unwrap();
+        let seen = raw();
+        rec.take();
+        fs.close_fd(s.create(format!("/d/a{i}"), 0o644).unwrap())
+            .unwrap();
+        let first = rec.take();
+        let mid = raw();
+        fs.close_fd(s.create(format!("/d/b{i}"), 0o644).unwrap())
+            .unwrap();
+        let second = rec.take();
+        let stored = touches(&first).expect("the first create after a stat stores the times");
+        // Each word is flushed after its store, and a fence follows both flushes.
+        let flushed = [times.start, at + inode::CTIME].map(|w| {
+            first[stored..]
+                .iter()
+                .position(
+                    |e| matches!(e, Event::Flush { off, len } if *off <= w && off + len >= w + 8),
+                )
+                .unwrap_or_else(|| panic!("create {i}: the parent time at {w} is flushed"))
+        });
+        let flushed = stored + flushed.into_iter().max().unwrap_or(0);
+        assert!(
+            first[flushed..].contains(&Event::Fence),
+            "create {i}: the parent's times are fenced with the create"
+        );
+        assert!(mid.0 > seen.0 && mid.1 > seen.1, "create {i}");
+        match touches(&second) {
+            None => {
+                left_alone += 1;
+                assert_eq!(raw(), mid, "create {i}: times left alone");
+            }
+            Some(_) => assert!(raw().0 >= mid.0, "create {i}"),
+        }
+    }
+    assert!(left_alone > 0, "no two creates shared a tick in 200 tries");
+}

@@ -3,6 +3,7 @@
 //! (credentials and working directory).
 
 mod descriptions;
+mod fds;
 pub mod fiemap;
 mod held;
 pub mod path;
@@ -67,7 +68,7 @@ const DAY_NS: u64 = 24 * 3600 * 1_000_000_000;
 pub struct Fs<B: Backend = PmemBackend> {
     ns: Namespace<B>,
     files: papaya::HashMap<Fd, Arc<OpenFile>, meta::index::IndexHasher>,
-    next_fd: AtomicU64,
+    fds: fds::FdNumbers,
     /// Inode numbers held from outside (the kernel's FUSE lookup counts).
     held: held::Held,
     /// When a read updates atime: an `Atime` as u8 (a mount's option, changed by a
@@ -144,7 +145,7 @@ impl<B: Backend> Fs<B> {
         Fs {
             ns,
             files: papaya::HashMap::with_hasher(Default::default()),
-            next_fd: AtomicU64::new(3),
+            fds: fds::FdNumbers::new(),
             held: held::Held::default(),
             atime: AtomicU8::new(Atime::default() as u8),
         }
@@ -262,7 +263,7 @@ impl<B: Backend> Fs<B> {
 
     /// A new handle on `f`.
     fn insert_file(&self, f: OpenFile) -> Fd {
-        let fd = self.next_fd.fetch_add(1, Ordering::Relaxed);
+        let fd = self.fds.take();
         self.files.pin().insert(fd, Arc::new(f));
         fd
     }
@@ -303,7 +304,7 @@ impl<B: Backend> Fs<B> {
     pub fn dup(&self, fd: Fd) -> Result<Fd> {
         let f = self.file(fd)?;
         f.handles.fetch_add(1, Ordering::AcqRel);
-        let nfd = self.next_fd.fetch_add(1, Ordering::Relaxed);
+        let nfd = self.fds.take();
         self.files.pin().insert(nfd, f);
         Ok(nfd)
     }

@@ -55,10 +55,10 @@ fn body_crc<B: Backend>(pm: &Pm<B>, d: u64) -> Option<u32> {
         words[i * 8..i * 8 + 8].copy_from_slice(&pm.load_u64(d + off).to_le_bytes());
     }
     let crc = crc32c::crc32c(&words);
-    Some(crc32c::crc32c_append(
-        crc,
-        &pm.read_vec(d + dentry::NAME, len),
-    ))
+    // On the stack: every create computes this, and a heap copy cost more than the CRC.
+    let mut name = [0u8; dentry::NAME_MAX];
+    pm.read(d + dentry::NAME, &mut name[..len]);
+    Some(crc32c::crc32c_append(crc, &name[..len]))
 }
 
 /// The settled check word of dentry `d` as it is in the pool.
@@ -85,7 +85,8 @@ pub fn fresh_check<B: Backend>(pm: &Pm<B>, l: &Layout, d: u64, ino: u64) -> Opti
     }
     let mut crc = body_crc(pm, d)?;
     let at = l.inode_addr(ino);
-    let mut img = pm.read_vec(at, crate::format::layout::INODE_SIZE as usize);
+    let mut img = [0u8; crate::format::layout::INODE_SIZE as usize];
+    pm.read(at, &mut img);
     img[inode::NLINK as usize..inode::NLINK as usize + 8].fill(0);
     crc = crc32c::crc32c_append(crc, &img);
     let mode = pm.load_u64(at + inode::MODE) as u32;

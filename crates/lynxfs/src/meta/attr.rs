@@ -6,6 +6,8 @@
 //! mask (`posix_acl_chmod`): the new attribute block and the words go in one journal
 //! transaction.
 
+use std::sync::atomic::Ordering;
+
 use crate::error::{errno, Result};
 use crate::format::{inode, BLOCK};
 use crate::pmem::Backend;
@@ -67,9 +69,13 @@ impl<B: Backend> Namespace<B> {
         self.live(ino)?;
         let (uid, gid) = inode::owner_split(self.load(ino, inode::OWNER));
         let [atime, mtime, ctime, btime] = self.times(ino);
+        let mode = self.mode(ino);
+        if super::is_dir(mode) {
+            self.times_seen(ino);
+        }
         Ok(Stat {
             ino,
-            mode: self.mode(ino),
+            mode,
             nlink: self.load(ino, inode::NLINK),
             uid,
             gid,
@@ -83,6 +89,17 @@ impl<B: Backend> Namespace<B> {
             generation: self.load(ino, inode::GENERATION),
             blksize: BLOCK as u32,
         })
+    }
+
+    /// A stat has seen directory `ino`'s times: the next create in it stores its own
+    /// (as Linux's multigrain timestamps do), so whoever looked sees them change.
+    fn times_seen(&self, ino: u64) {
+        let t = self.cachelets.get(ino).durable_times();
+        // Only a set word is written: stats of a directory nobody creates in share
+        // its line.
+        if t.load(Ordering::Relaxed) != 0 {
+            t.store(0, Ordering::Release);
+        }
     }
 
     /// atime, mtime, ctime and btime of `ino`. An extended atime or mtime spans two

@@ -42,7 +42,7 @@ const MAP_VERSION: usize = 3;
 const ENTRIES: usize = 4;
 const TAIL: usize = 5;
 const FREE_HEAD: usize = 6;
-const FREE_COUNT: usize = 7;
+const TIMES: usize = 7;
 
 /// Every inode's record.
 pub struct Cachelets {
@@ -177,7 +177,7 @@ impl<'a> Cachelet<'a> {
     /// moves on, so no process keeps a copy of the old map.
     pub fn reset(&self) {
         self.small[FLAGS].store(0, Ordering::Release);
-        for w in [ENTRIES, TAIL] {
+        for w in [ENTRIES, TAIL, TIMES] {
             self.words[w].store(0, Ordering::Release);
         }
         self.words[MAP_VERSION].fetch_add(1, Ordering::AcqRel);
@@ -202,9 +202,13 @@ impl<'a> Cachelet<'a> {
     pub fn free_head(&self) -> &'a AtomicU64 {
         &self.words[FREE_HEAD]
     }
-    /// A directory's freed slots waiting for reuse.
-    pub fn free_count(&self) -> &'a AtomicU64 {
-        &self.words[FREE_COUNT]
+    /// A directory's mtime and ctime as a create last made them durable (both inode
+    /// words held this value when that create's fence returned), or 0 when not known
+    /// (a stat has seen them since, or nothing set it yet): what lets a create of the
+    /// same clock tick leave the parent's times alone (docs/CONSISTENCY.md, "The
+    /// parent's times").
+    pub fn durable_times(&self) -> &'a AtomicU64 {
+        &self.words[TIMES]
     }
 }
 

@@ -16,7 +16,7 @@ use crate::format::{dentry, inode};
 use crate::log::cwon;
 use crate::pmem::Backend;
 use crate::runtime::testing::stop_here;
-use crate::time::now_ns;
+use crate::time::{now_coarse_ns, now_ns};
 
 use super::cachelet::{LINKABLE, ORPHAN};
 use super::index::{self, name_hash, Claim, Entry, State};
@@ -168,7 +168,7 @@ impl<B: Backend> Namespace<B> {
         stop_here("create.before_commit");
         let mut b = pool.pm.batch();
         b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
-        self.touch_dir(&mut b, parent, now, if is_dir(mode) { 1 } else { 0 })?;
+        let stored = self.touch_parent(&mut b, dir, now, if is_dir(mode) { 1 } else { 0 })?;
         let born = pool.pm.load_u64(entry.dentry + dentry::BORN);
         if pool.cwon {
             // Consistency without ordering: the check word proves to recovery that
@@ -185,8 +185,44 @@ impl<B: Backend> Namespace<B> {
                     .commit_u64(entry.dentry + dentry::STATE, born, prepared),
             );
         }
+        if let Some(t) = stored {
+            // Fenced above: creates of this tick may now leave the times alone.
+            dir.cachelet().durable_times().store(t, Ordering::Release);
+        }
         dir.entries().fetch_add(1, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// A create's update of its parent's mtime and ctime (and link count by
+    /// `nlink_delta`) in `b`, at `now`. Left out when the times already hold one
+    /// durable value from the current tick of the coarse clock that no stat has seen
+    /// (the cachelet's durable times, docs/CONSISTENCY.md "The parent's times"), as
+    /// Linux's coarse timestamps leave them within a tick: then two threads creating
+    /// in one directory do not both write (and flush) the parent inode's line.
+    /// Returns the time stored, which becomes durable with the create's fence.
+    fn touch_parent(
+        &self,
+        b: &mut crate::pmem::Batch<'_, B>,
+        dir: &Dir<'_>,
+        now: u64,
+        nlink_delta: i64,
+    ) -> Result<Option<u64>> {
+        if nlink_delta == 0 && self.parent_times_current(dir, now) {
+            return Ok(None);
+        }
+        self.touch_dir(b, dir.ino, now, nlink_delta)?;
+        Ok(Some(now))
+    }
+
+    /// `dir`'s mtime and ctime both hold its durable times, taken in the coarse clock's
+    /// current tick and not after `now`.
+    fn parent_times_current(&self, dir: &Dir<'_>, now: u64) -> bool {
+        let t = dir.cachelet().durable_times().load(Ordering::Acquire);
+        t != 0
+            && t <= now
+            && t >= now_coarse_ns()
+            && self.load(dir.ino, inode::MTIME) == t
+            && self.load(dir.ino, inode::CTIME) == t
     }
 
     /// Write inode `ino`'s image (flushed, not fenced): owner and group from `cred`

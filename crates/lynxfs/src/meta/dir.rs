@@ -313,7 +313,6 @@ impl FreeSlots {
         if let Some(n) = self.new_node() {
             self.node(n).0.store(slot, Ordering::Relaxed);
             self.push_node(c.free_head(), n);
-            c.free_count().fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -322,7 +321,6 @@ impl FreeSlots {
         let n = self.pop_node(c.free_head())?;
         let slot = self.node(n).0.load(Ordering::Relaxed);
         self.push_node(&self.w()[FREE_HEAD], n);
-        c.free_count().fetch_sub(1, Ordering::Relaxed);
         Some(slot)
     }
 }
