@@ -30,8 +30,10 @@ pub(super) struct LaneBits {
     per: u64,
     /// Words of each lane's bitmap, a whole number of cache lines.
     stride: usize,
-    /// Free moves the hint down to the freed word (ids: low ids first); otherwise the
-    /// hint only moves forward, wrapping (blocks: next fit).
+    /// Free moves the hint down to the freed word, so the lowest free bits go first
+    /// (ids: dense tables; blocks: a block freed is the next one taken, its page already
+    /// mapped and cached, where a next fit would walk into pages never touched, each a
+    /// page fault on first use); otherwise the hint only moves forward, wrapping.
     dense: bool,
 }
 
