@@ -46,28 +46,43 @@ pub fn read_cached<B: Backend>(
         return Ok(0);
     }
     let n = (size - off).min(buf.len() as u64) as usize;
-    let m = cache.get(pool, ino)?;
+    // The map copy is only fetched when the handle's remembered extent misses.
+    let mut map: Option<std::sync::Arc<map::Map>> = None;
     let mut done = 0usize;
     while done < n {
         let pos = off + done as u64;
         let lblk = pos / BLOCK;
-        let in_blk = pos % BLOCK;
-        let i = m.extents.partition_point(|e| e.end() <= lblk);
-        let chunk;
-        match m.extents.get(i) {
-            Some(e) if e.lblk as u64 <= lblk => {
+        let found = match cache.hinted(lblk) {
+            Some(e) => Ok(e),
+            None => {
+                let m: &map::Map = match &map {
+                    Some(m) => m,
+                    None => map.insert(cache.get(pool, ino)?),
+                };
+                let i = m.extents.partition_point(|e| e.end() <= lblk);
+                match m.extents.get(i) {
+                    Some(e) if e.lblk as u64 <= lblk => {
+                        cache.remember(*e);
+                        Ok(*e)
+                    }
+                    next => Err(next.map_or(u64::MAX, |e| e.lblk as u64 * BLOCK)),
+                }
+            }
+        };
+        let chunk = match found {
+            Ok(e) => {
                 // Copy to the end of this extent (contiguous on the pool) at once.
-                let ext_end = e.end() * BLOCK;
-                chunk = ((ext_end - pos) as usize).min(n - done);
-                let src = pool.layout.block_addr(e.pblk + (lblk - e.lblk as u64)) + in_blk;
+                let chunk = ((e.end() * BLOCK - pos) as usize).min(n - done);
+                let src = pool.layout.block_addr(e.pblk + (lblk - e.lblk as u64)) + pos % BLOCK;
                 pool.pm.read(src, &mut buf[done..done + chunk]);
+                chunk
             }
-            next => {
-                let hole_end = next.map_or(u64::MAX, |e| e.lblk as u64 * BLOCK);
-                chunk = ((hole_end - pos).min((n - done) as u64)) as usize;
+            Err(hole_end) => {
+                let chunk = ((hole_end - pos).min((n - done) as u64)) as usize;
                 buf[done..done + chunk].fill(0);
+                chunk
             }
-        }
+        };
         done += chunk;
     }
     Ok(n)
