@@ -16,12 +16,15 @@ use crate::runtime::Span;
 
 /// Words per cache line.
 const LINE: usize = 8;
-/// Control line slots: where the lane's next search starts (a word index; ids: the
-/// lowest word that may hold a free bit), and the lane's free count (a wrapping
+/// Control line slots: where the lane's next search starts (a word index; dense: the
+/// lowest word that may hold a free bit), the lane's free count (a wrapping
 /// two's-complement counter: a free and a claim racing may take it below zero for a
-/// moment).
+/// moment), and (dense) where searches for runs of several bits start: past the last
+/// run taken, back to a run freed lower, so they neither rescan the lane's low,
+/// fragmented words for every run nor walk past runs just freed.
 const HINT: usize = 0;
 const FREE: usize = 1;
+const RUNS: usize = 2;
 
 pub(super) struct LaneBits {
     span: Span,
@@ -112,6 +115,7 @@ impl LaneBits {
         let ctl = self.ctl(l);
         ctl.iter().for_each(|c| c.store(0, Ordering::Relaxed));
         ctl[HINT].store(hint.unwrap_or(0) as u64, Ordering::Relaxed);
+        ctl[RUNS].store(hint.unwrap_or(0) as u64, Ordering::Relaxed);
         ctl[FREE].store(free, Ordering::Release);
     }
 
@@ -165,7 +169,7 @@ impl LaneBits {
                 if old & m != 0 {
                     // A word left empty sends the next search past it.
                     let next = if old & !m == 0 { i + 1 } else { i };
-                    self.claimed(l, raw, next, 1);
+                    self.claimed(l, (HINT, raw), next, 1);
                     return Some(self.base(l) + i as u64 * 64 + m.trailing_zeros() as u64);
                 }
                 w = old & !m; // taken under us; try the word's other free bits
@@ -195,8 +199,13 @@ impl LaneBits {
     /// bits of it. Returns `(first id, length)`.
     pub fn take_run(&self, l: usize, need: u64, any: bool) -> Option<(u64, u64)> {
         let bits = self.bits(l);
+        let slot = if self.dense && need > 1 && !any {
+            RUNS
+        } else {
+            HINT
+        };
         loop {
-            let raw = self.ctl(l)[HINT].load(Ordering::Relaxed);
+            let raw = self.ctl(l)[slot].load(Ordering::Relaxed);
             let h = (raw as usize).min(bits.len());
             let found = find_run(&bits[h..], need, any)
                 .map(|(s, n)| extend_back(bits, s + h as u64 * 64, n))
@@ -205,21 +214,36 @@ impl LaneBits {
             let take = n.min(need);
             if claim(bits, s, s + take) {
                 let next = ((s + take) / 64) as usize;
-                self.claimed(l, raw, if next >= bits.len() { 0 } else { next }, take);
+                let next = if next >= bits.len() { 0 } else { next };
+                self.claimed(l, (slot, raw), next, take);
                 return Some((self.base(l) + s, take));
             }
             // Part of the run was claimed under us (and ours given back): look again.
         }
     }
 
-    /// Account for `n` bits claimed in lane `l`, moving its hint from `raw` to `next`
-    /// unless someone moved it meanwhile.
-    fn claimed(&self, l: usize, raw: u64, next: usize, n: u64) {
+    /// Account for `n` bits claimed in lane `l`, moving the hint in control slot
+    /// `slot` from `raw` to `next` unless someone moved it meanwhile.
+    fn claimed(&self, l: usize, (slot, raw): (usize, u64), next: usize, n: u64) {
         let ctl = self.ctl(l);
         ctl[FREE].fetch_sub(n, Ordering::Relaxed);
         if next as u64 != raw {
             let _ =
-                ctl[HINT].compare_exchange(raw, next as u64, Ordering::Relaxed, Ordering::Relaxed);
+                ctl[slot].compare_exchange(raw, next as u64, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Dense lanes: bits from `word` on were freed (`run`: several together), so
+    /// searches may start there again.
+    fn freed_at(&self, l: usize, word: u64, run: bool) {
+        if !self.dense {
+            return;
+        }
+        let ctl = self.ctl(l);
+        for slot in [HINT, RUNS].into_iter().take(if run { 2 } else { 1 }) {
+            if word < ctl[slot].load(Ordering::Relaxed) {
+                ctl[slot].fetch_min(word, Ordering::Relaxed);
+            }
         }
     }
 
@@ -236,11 +260,8 @@ impl LaneBits {
         if old & m != 0 {
             return false;
         }
-        let ctl = self.ctl(l);
-        ctl[FREE].fetch_add(1, Ordering::Relaxed);
-        if self.dense && word < ctl[HINT].load(Ordering::Relaxed) {
-            ctl[HINT].fetch_min(word, Ordering::Relaxed);
-        }
+        self.ctl(l)[FREE].fetch_add(1, Ordering::Relaxed);
+        self.freed_at(l, word, false);
         true
     }
 
@@ -271,12 +292,8 @@ impl LaneBits {
         }
         let base = self.base(l);
         let freed = release(self.bits(l), ids.start - base, ids.end - base);
-        let ctl = self.ctl(l);
-        ctl[FREE].fetch_add(freed, Ordering::Relaxed);
-        let word = (ids.start - base) / 64;
-        if self.dense && word < ctl[HINT].load(Ordering::Relaxed) {
-            ctl[HINT].fetch_min(word, Ordering::Relaxed);
-        }
+        self.ctl(l)[FREE].fetch_add(freed, Ordering::Relaxed);
+        self.freed_at(l, (ids.start - base) / 64, ids.end - ids.start > 1);
         freed
     }
 
