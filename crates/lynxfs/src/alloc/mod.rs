@@ -504,8 +504,10 @@ mod tests {
     fn a_block_freed_is_the_next_one_taken() {
         let l = layout();
         let a = Allocators::from_used(&l, &UsedSets::empty(&l));
-        // A file's blocks, freed (the search has moved past them).
+        // A file's blocks, freed (the search has moved past them and past blocks
+        // still in use after them).
         let first = a.blocks.alloc(0, 70).unwrap()[0].0;
+        a.blocks.alloc(0, 100).unwrap();
         a.blocks.free(first, 70);
         let mut held = a.blocks.alloc(0, 1).unwrap()[0].0;
         assert_eq!(held, first);
