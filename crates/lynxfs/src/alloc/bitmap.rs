@@ -16,11 +16,14 @@ use crate::runtime::Span;
 
 /// Words per cache line.
 const LINE: usize = 8;
-/// Control line slots: where the lane's next search starts (a word index; dense: the
-/// lowest word that may hold a free bit), the lane's free count (a wrapping
+/// Control line slots: where the lane's next search starts (a word index: the lowest
+/// word that may hold a free bit, since a free moves it back, so the lowest free bits
+/// go first: ids keep their tables dense, and a block freed is the next one taken,
+/// its page already mapped and cached, where a next fit would walk into pages never
+/// touched, a page fault each on first use), the lane's free count (a wrapping
 /// two's-complement counter: a free and a claim racing may take it below zero for a
-/// moment), and (dense) where searches for runs of several bits start: past the last
-/// run taken, back to a run freed lower, so they neither rescan the lane's low,
+/// moment), and where searches for runs of several bits start: past the last run
+/// taken, back to a run freed lower, so they neither rescan the lane's low,
 /// fragmented words for every run nor walk past runs just freed.
 const HINT: usize = 0;
 const FREE: usize = 1;
@@ -33,11 +36,6 @@ pub(super) struct LaneBits {
     per: u64,
     /// Words of each lane's bitmap, a whole number of cache lines.
     stride: usize,
-    /// Free moves the hint down to the freed word, so the lowest free bits go first
-    /// (ids: dense tables; blocks: a block freed is the next one taken, its page already
-    /// mapped and cached, where a next fit would walk into pages never touched, each a
-    /// page fault on first use); otherwise the hint only moves forward, wrapping.
-    dense: bool,
 }
 
 impl LaneBits {
@@ -61,10 +59,9 @@ impl LaneBits {
         span: Span,
         owned: Vec<Range<u64>>,
         per: u64,
-        dense: bool,
         used: impl Fn(u64) -> bool,
     ) -> LaneBits {
-        let me = Self::attach(span, owned, per, dense);
+        let me = Self::attach(span, owned, per);
         for l in 0..me.owned.len() {
             me.fill_lane(l, &used);
         }
@@ -72,7 +69,7 @@ impl LaneBits {
     }
 
     /// Use bitmaps another process (or `build`) laid over `span`.
-    pub fn attach(span: Span, owned: Vec<Range<u64>>, per: u64, dense: bool) -> LaneBits {
+    pub fn attach(span: Span, owned: Vec<Range<u64>>, per: u64) -> LaneBits {
         assert!(
             !owned.is_empty() && (0..owned.len()).all(|l| owned[l].start >= l as u64 * per),
             "allocator lanes must be based at lane * per"
@@ -88,7 +85,6 @@ impl LaneBits {
             span,
             owned,
             per: per.max(1),
-            dense,
         }
     }
 
@@ -199,11 +195,7 @@ impl LaneBits {
     /// bits of it. Returns `(first id, length)`.
     pub fn take_run(&self, l: usize, need: u64, any: bool) -> Option<(u64, u64)> {
         let bits = self.bits(l);
-        let slot = if self.dense && need > 1 && !any {
-            RUNS
-        } else {
-            HINT
-        };
+        let slot = if need > 1 && !any { RUNS } else { HINT };
         loop {
             let raw = self.ctl(l)[slot].load(Ordering::Relaxed);
             let h = (raw as usize).min(bits.len());
@@ -233,12 +225,9 @@ impl LaneBits {
         }
     }
 
-    /// Dense lanes: bits from `word` on were freed (`run`: several together), so
-    /// searches may start there again.
+    /// Bits from `word` on were freed (`run`: several together), so searches may
+    /// start there again.
     fn freed_at(&self, l: usize, word: u64, run: bool) {
-        if !self.dense {
-            return;
-        }
         let ctl = self.ctl(l);
         for slot in [HINT, RUNS].into_iter().take(if run { 2 } else { 1 }) {
             if word < ctl[slot].load(Ordering::Relaxed) {
