@@ -647,3 +647,80 @@ fn relatime_reads_through_one_handle_update_atime_when_due() {
     assert_eq!(atime(), a3);
     fs.close_fd(fd).unwrap();
 }
+
+/// A handle remembers the extent its last read went through, so the next read inside
+/// it skips the map: a change of the map through another handle (the version word it
+/// bumps is shared, as with another process) must make that handle read the new
+/// bytes: an overwrite that cuts a one-block window, one that swaps a block pointer,
+/// a punched hole, and a truncate down and up again.
+#[test]
+fn a_handles_remembered_extent_never_serves_a_changed_map() {
+    const B: u64 = 4096;
+    let fs = fs(64 << 20);
+    let s = fs.session(Cred::root());
+    let reader = s.open("/f", CREAT, 0o644).unwrap();
+    let writer = s.open("/f", libc::O_RDWR, 0).unwrap();
+    // Several extents (a hole at block 200), so one-block overwrites cut windows.
+    fs.pwrite(writer, &vec![1u8; 200 * B as usize], 0).unwrap();
+    fs.pwrite(writer, &vec![1u8; 55 * B as usize], 201 * B)
+        .unwrap();
+    let block = |at: u64| {
+        let mut b = vec![0u8; B as usize];
+        assert_eq!(fs.pread(reader, &mut b, at * B).unwrap(), B as usize);
+        let first = b[0];
+        assert!(b.iter().all(|&x| x == first), "block {at} is torn");
+        first
+    };
+    let step = |what: &str, at: u64, change: &dyn Fn(), want: u8| {
+        // Read first: the handle remembers the extent holding the block.
+        assert_eq!(block(at), 1);
+        change();
+        assert_eq!(
+            block(at),
+            want,
+            "after {what}, block {at} through the other handle"
+        );
+    };
+    step(
+        "an overwrite that cuts a window",
+        5,
+        &|| {
+            assert_eq!(
+                fs.pwrite(writer, &[2u8; B as usize], 5 * B).unwrap(),
+                B as usize
+            )
+        },
+        2,
+    );
+    step(
+        "a block-pointer swap",
+        6,
+        &|| {
+            assert_eq!(
+                fs.pwrite(writer, &[3u8; B as usize], 6 * B).unwrap(),
+                B as usize
+            )
+        },
+        3,
+    );
+    step(
+        "a punched hole",
+        7,
+        &|| {
+            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            fs.fallocate(writer, mode, 7 * B, B).unwrap()
+        },
+        0,
+    );
+    step(
+        "a truncate down and up",
+        100,
+        &|| {
+            fs.ftruncate(writer, 50 * B).unwrap();
+            fs.ftruncate(writer, 256 * B).unwrap();
+        },
+        0,
+    );
+    fs.close_fd(reader).unwrap();
+    fs.close_fd(writer).unwrap();
+}

@@ -16,12 +16,18 @@ use crate::runtime::Span;
 
 /// Words per cache line.
 const LINE: usize = 8;
-/// Control line slots: where the lane's next search starts (a word index; ids: the
-/// lowest word that may hold a free bit), and the lane's free count (a wrapping
+/// Control line slots: where the lane's next search starts (a word index: the lowest
+/// word that may hold a free bit, since a free moves it back, so the lowest free bits
+/// go first: ids keep their tables dense, and a block freed is the next one taken,
+/// its page already mapped and cached, where a next fit would walk into pages never
+/// touched, a page fault each on first use), the lane's free count (a wrapping
 /// two's-complement counter: a free and a claim racing may take it below zero for a
-/// moment).
+/// moment), and where searches for runs of several bits start: past the last run
+/// taken, back to a run freed lower, so they neither rescan the lane's low,
+/// fragmented words for every run nor walk past runs just freed.
 const HINT: usize = 0;
 const FREE: usize = 1;
+const RUNS: usize = 2;
 
 pub(super) struct LaneBits {
     span: Span,
@@ -30,9 +36,6 @@ pub(super) struct LaneBits {
     per: u64,
     /// Words of each lane's bitmap, a whole number of cache lines.
     stride: usize,
-    /// Free moves the hint down to the freed word (ids: low ids first); otherwise the
-    /// hint only moves forward, wrapping (blocks: next fit).
-    dense: bool,
 }
 
 impl LaneBits {
@@ -56,10 +59,9 @@ impl LaneBits {
         span: Span,
         owned: Vec<Range<u64>>,
         per: u64,
-        dense: bool,
         used: impl Fn(u64) -> bool,
     ) -> LaneBits {
-        let me = Self::attach(span, owned, per, dense);
+        let me = Self::attach(span, owned, per);
         for l in 0..me.owned.len() {
             me.fill_lane(l, &used);
         }
@@ -67,7 +69,7 @@ impl LaneBits {
     }
 
     /// Use bitmaps another process (or `build`) laid over `span`.
-    pub fn attach(span: Span, owned: Vec<Range<u64>>, per: u64, dense: bool) -> LaneBits {
+    pub fn attach(span: Span, owned: Vec<Range<u64>>, per: u64) -> LaneBits {
         assert!(
             !owned.is_empty() && (0..owned.len()).all(|l| owned[l].start >= l as u64 * per),
             "allocator lanes must be based at lane * per"
@@ -83,7 +85,6 @@ impl LaneBits {
             span,
             owned,
             per: per.max(1),
-            dense,
         }
     }
 
@@ -110,6 +111,7 @@ impl LaneBits {
         let ctl = self.ctl(l);
         ctl.iter().for_each(|c| c.store(0, Ordering::Relaxed));
         ctl[HINT].store(hint.unwrap_or(0) as u64, Ordering::Relaxed);
+        ctl[RUNS].store(hint.unwrap_or(0) as u64, Ordering::Relaxed);
         ctl[FREE].store(free, Ordering::Release);
     }
 
@@ -163,7 +165,7 @@ impl LaneBits {
                 if old & m != 0 {
                     // A word left empty sends the next search past it.
                     let next = if old & !m == 0 { i + 1 } else { i };
-                    self.claimed(l, raw, next, 1);
+                    self.claimed(l, (HINT, raw), next, 1);
                     return Some(self.base(l) + i as u64 * 64 + m.trailing_zeros() as u64);
                 }
                 w = old & !m; // taken under us; try the word's other free bits
@@ -193,8 +195,9 @@ impl LaneBits {
     /// bits of it. Returns `(first id, length)`.
     pub fn take_run(&self, l: usize, need: u64, any: bool) -> Option<(u64, u64)> {
         let bits = self.bits(l);
+        let slot = if need > 1 && !any { RUNS } else { HINT };
         loop {
-            let raw = self.ctl(l)[HINT].load(Ordering::Relaxed);
+            let raw = self.ctl(l)[slot].load(Ordering::Relaxed);
             let h = (raw as usize).min(bits.len());
             let found = find_run(&bits[h..], need, any)
                 .map(|(s, n)| extend_back(bits, s + h as u64 * 64, n))
@@ -203,21 +206,33 @@ impl LaneBits {
             let take = n.min(need);
             if claim(bits, s, s + take) {
                 let next = ((s + take) / 64) as usize;
-                self.claimed(l, raw, if next >= bits.len() { 0 } else { next }, take);
+                let next = if next >= bits.len() { 0 } else { next };
+                self.claimed(l, (slot, raw), next, take);
                 return Some((self.base(l) + s, take));
             }
             // Part of the run was claimed under us (and ours given back): look again.
         }
     }
 
-    /// Account for `n` bits claimed in lane `l`, moving its hint from `raw` to `next`
-    /// unless someone moved it meanwhile.
-    fn claimed(&self, l: usize, raw: u64, next: usize, n: u64) {
+    /// Account for `n` bits claimed in lane `l`, moving the hint in control slot
+    /// `slot` from `raw` to `next` unless someone moved it meanwhile.
+    fn claimed(&self, l: usize, (slot, raw): (usize, u64), next: usize, n: u64) {
         let ctl = self.ctl(l);
         ctl[FREE].fetch_sub(n, Ordering::Relaxed);
         if next as u64 != raw {
             let _ =
-                ctl[HINT].compare_exchange(raw, next as u64, Ordering::Relaxed, Ordering::Relaxed);
+                ctl[slot].compare_exchange(raw, next as u64, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Bits from `word` on were freed (`run`: several together), so searches may
+    /// start there again.
+    fn freed_at(&self, l: usize, word: u64, run: bool) {
+        let ctl = self.ctl(l);
+        for slot in [HINT, RUNS].into_iter().take(if run { 2 } else { 1 }) {
+            if word < ctl[slot].load(Ordering::Relaxed) {
+                ctl[slot].fetch_min(word, Ordering::Relaxed);
+            }
         }
     }
 
@@ -234,11 +249,8 @@ impl LaneBits {
         if old & m != 0 {
             return false;
         }
-        let ctl = self.ctl(l);
-        ctl[FREE].fetch_add(1, Ordering::Relaxed);
-        if self.dense && word < ctl[HINT].load(Ordering::Relaxed) {
-            ctl[HINT].fetch_min(word, Ordering::Relaxed);
-        }
+        self.ctl(l)[FREE].fetch_add(1, Ordering::Relaxed);
+        self.freed_at(l, word, false);
         true
     }
 
@@ -269,12 +281,8 @@ impl LaneBits {
         }
         let base = self.base(l);
         let freed = release(self.bits(l), ids.start - base, ids.end - base);
-        let ctl = self.ctl(l);
-        ctl[FREE].fetch_add(freed, Ordering::Relaxed);
-        let word = (ids.start - base) / 64;
-        if self.dense && word < ctl[HINT].load(Ordering::Relaxed) {
-            ctl[HINT].fetch_min(word, Ordering::Relaxed);
-        }
+        self.ctl(l)[FREE].fetch_add(freed, Ordering::Relaxed);
+        self.freed_at(l, (ids.start - base) / 64, ids.end - ids.start > 1);
         freed
     }
 

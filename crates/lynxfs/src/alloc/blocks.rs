@@ -48,13 +48,7 @@ impl BlockAlloc {
         used: impl Fn(u64) -> bool,
     ) -> BlockAlloc {
         let per = Self::per(&ranges);
-        let bits = LaneBits::build(
-            span.sub(HEAD, span.bytes() - HEAD),
-            ranges,
-            per,
-            false,
-            used,
-        );
+        let bits = LaneBits::build(span.sub(HEAD, span.bytes() - HEAD), ranges, per, used);
         let me = BlockAlloc { span, bits, nodes };
         me.counter().store(me.bits.free_total(), Ordering::Release);
         me
@@ -63,7 +57,7 @@ impl BlockAlloc {
     /// Use an allocator another process built over `span` with the same arguments.
     pub(super) fn attach(span: Span, ranges: Vec<Range<u64>>, nodes: u32) -> BlockAlloc {
         let per = Self::per(&ranges);
-        let bits = LaneBits::attach(span.sub(HEAD, span.bytes() - HEAD), ranges, per, false);
+        let bits = LaneBits::attach(span.sub(HEAD, span.bytes() - HEAD), ranges, per);
         BlockAlloc { span, bits, nodes }
     }
 

@@ -40,7 +40,7 @@ impl IdPool {
     ) -> IdPool {
         let owned = Self::owned(lanes, ranges);
         IdPool {
-            bits: LaneBits::build(span, owned, per_lane, true, used),
+            bits: LaneBits::build(span, owned, per_lane, used),
             nodes,
         }
     }
@@ -54,7 +54,7 @@ impl IdPool {
     ) -> IdPool {
         let owned = Self::owned(lanes, ranges);
         IdPool {
-            bits: LaneBits::attach(span, owned, per_lane, true),
+            bits: LaneBits::attach(span, owned, per_lane),
             nodes,
         }
     }

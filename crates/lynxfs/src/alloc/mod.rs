@@ -496,6 +496,37 @@ mod tests {
         assert_eq!(runs, vec![(b - 30, 30), (b, 40)]);
     }
 
+    /// Copy-on-write takes a fresh block and frees the old one at every overwrite: the
+    /// block freed must be the next one taken (its page already mapped and cached),
+    /// not one further on that no write has touched yet (a page fault each, 5-10x
+    /// slower runs of the data benchmark when a next fit walked into them).
+    #[test]
+    fn a_block_freed_is_the_next_one_taken() {
+        let l = layout();
+        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
+        // A file's blocks, freed (the search has moved past them and past blocks
+        // still in use after them).
+        let first = a.blocks.alloc(0, 70).unwrap()[0].0;
+        a.blocks.alloc(0, 100).unwrap();
+        a.blocks.free(first, 70);
+        let mut held = a.blocks.alloc(0, 1).unwrap()[0].0;
+        assert_eq!(held, first);
+        for _ in 0..100 {
+            let fresh = a.blocks.alloc(0, 1).unwrap()[0].0;
+            a.blocks.free(held, 1);
+            held = fresh;
+        }
+        assert!(
+            held <= first + 1,
+            "overwrites walked to block {held} from {first}"
+        );
+        // Runs too: a freed run below the search's last stop serves the next request.
+        let run = a.blocks.alloc(0, 16).unwrap();
+        a.blocks.alloc(0, 64).unwrap();
+        a.blocks.free(run[0].0, 16);
+        assert_eq!(a.blocks.alloc(0, 16).unwrap(), run);
+    }
+
     #[test]
     fn enospc_takes_nothing() {
         let l = layout();
@@ -569,7 +600,10 @@ mod tests {
             a.blocks.free(b, 2);
         }
         let runs = a.blocks.alloc(3, 6).unwrap();
-        assert_eq!(runs.len(), 3, "{runs:?}");
+        // Pieces (how many depends on where the lane's search starts: a hole may be
+        // split between two lanes), six blocks in all.
+        assert!(runs.len() >= 3, "{runs:?}");
+        assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), 6, "{runs:?}");
         assert!(runs.iter().all(|&(s, _)| node1.contains(&s)), "{runs:?}");
         // Node 1 holds fewer than asked: the rest of the pool serves it, and nothing
         // fails until the pool is full.

@@ -70,12 +70,79 @@ fn leaves_of<B: Backend>(pool: &Pool<B>, nodes: &[u64], depth: u16) -> Vec<Leaf>
 }
 
 /// A process's copy of one file's map, kept with an open file so reads and writes do
-/// not parse the pool's map each time, with the map version it was read at.
+/// not parse the pool's map each time, with the map version it was read at; and the
+/// extent its last read went through, so the next read inside it skips the copy's
+/// lock and search.
 #[derive(Default)]
-pub struct LocalMap(parking_lot::Mutex<Option<(MapStamp, std::sync::Arc<Map>)>>);
+pub struct LocalMap {
+    copy: parking_lot::Mutex<Option<(MapStamp, std::sync::Arc<Map>)>>,
+    hint: ExtentHint,
+}
 
 /// The runtime generation and map version a copy was read at.
 type MapStamp = (u64, u64);
+
+/// One extent of a file's map and the stamp of the map it came from, in words a
+/// reader loads without a lock (a sequence lock: threads sharing an open file may
+/// read through it at once, and a read that sees a rewrite in progress ignores it).
+#[derive(Default)]
+struct ExtentHint {
+    /// Even while the words below are whole; odd while a thread rewrites them.
+    seq: AtomicU64,
+    generation: AtomicU64,
+    version: AtomicU64,
+    /// The extent's first file block (high half) and length (low half; 0: none).
+    span: AtomicU64,
+    pblk: AtomicU64,
+}
+
+impl ExtentHint {
+    /// The extent and its stamp, unless a rewrite is in progress or came between.
+    fn load(&self) -> Option<(MapStamp, Extent)> {
+        let s = self.seq.load(Ordering::Acquire);
+        if s & 1 == 1 {
+            return None;
+        }
+        let stamp = (
+            self.generation.load(Ordering::Relaxed),
+            self.version.load(Ordering::Relaxed),
+        );
+        let span = self.span.load(Ordering::Relaxed);
+        let pblk = self.pblk.load(Ordering::Relaxed);
+        // Orders the loads above before the second look at the sequence.
+        std::sync::atomic::fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s).then_some((
+            stamp,
+            Extent {
+                lblk: (span >> 32) as u32,
+                len: span as u32,
+                pblk,
+            },
+        ))
+    }
+
+    /// Remember extent `e` of the map stamped `stamp` (skipped while another thread
+    /// rewrites the hint: it is only a hint).
+    fn store(&self, stamp: MapStamp, e: Extent) {
+        let s = self.seq.load(Ordering::Relaxed);
+        if s & 1 == 1
+            || self
+                .seq
+                .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // Orders the odd sequence before the stores below, for readers.
+        std::sync::atomic::fence(Ordering::Release);
+        self.generation.store(stamp.0, Ordering::Relaxed);
+        self.version.store(stamp.1, Ordering::Relaxed);
+        self.span
+            .store((e.lblk as u64) << 32 | e.len as u64, Ordering::Relaxed);
+        self.pblk.store(e.pblk, Ordering::Relaxed);
+        self.seq.store(s + 2, Ordering::Release);
+    }
+}
 
 /// A file's map as a caller may cache it: the file's map version (a shared word in its
 /// cachelet, bumped by every change, from any process) and this caller's copy, if it
@@ -98,13 +165,33 @@ impl<'a> MapCache<'a> {
         }
     }
 
+    /// The current map's extent holding file block `lb`, if it is the one the last
+    /// read through this copy's handle remembered ([`Self::remember`]): no lock, no
+    /// search. The version word every map change bumps (under the file's lock, which
+    /// the caller holds shared) says whether it is still current.
+    #[inline]
+    pub fn hinted(&self, lb: u64) -> Option<Extent> {
+        let (stamp, e) = self.local?.hint.load()?;
+        let current = (self.generation, self.version.load(Ordering::Acquire));
+        (stamp == current && e.lblk as u64 <= lb && lb < e.end()).then_some(e)
+    }
+
+    /// Remember extent `e` of the map [`Self::get`] returned for the next
+    /// [`Self::hinted`]; the caller still holds the lock it held for that `get`.
+    pub fn remember(&self, e: Extent) {
+        if let Some(local) = self.local {
+            let current = (self.generation, self.version.load(Ordering::Acquire));
+            local.hint.store(current, e);
+        }
+    }
+
     /// The map: the copy if it is of the current version, else read from the pool.
     pub fn get<B: Backend>(&self, pool: &Pool<B>, ino: u64) -> Result<std::sync::Arc<Map>> {
         let v = (self.generation, self.version.load(Ordering::Acquire));
         let Some(local) = self.local else {
             return Ok(std::sync::Arc::new(read(pool, ino)?));
         };
-        let mut c = local.0.lock();
+        let mut c = local.copy.lock();
         if let Some((cv, m)) = c.as_ref() {
             if *cv == v {
                 return Ok(m.clone());
@@ -122,7 +209,7 @@ impl<'a> MapCache<'a> {
             self.version.fetch_add(1, Ordering::AcqRel) + 1,
         );
         if let Some(local) = self.local {
-            *local.0.lock() = Some((v, std::sync::Arc::new(m)));
+            *local.copy.lock() = Some((v, std::sync::Arc::new(m)));
         }
     }
 
@@ -131,7 +218,7 @@ impl<'a> MapCache<'a> {
     /// place rather than copied.
     pub fn repoint(&self, m: std::sync::Arc<Map>, i: usize, pblk: u64) {
         if let Some(local) = self.local {
-            local.0.lock().take();
+            local.copy.lock().take();
         }
         let mut m = std::sync::Arc::unwrap_or_clone(m);
         m.extents[i].pblk = pblk;
@@ -142,7 +229,7 @@ impl<'a> MapCache<'a> {
     pub fn clear(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);
         if let Some(local) = self.local {
-            *local.0.lock() = None;
+            *local.copy.lock() = None;
         }
     }
 }
@@ -501,26 +588,27 @@ fn merge(ext: Vec<Extent>) -> Vec<Extent> {
     out
 }
 
-/// Runs in `removed` minus the blocks `repl` still uses (in-place writes keep theirs).
+/// Runs in `removed` minus the blocks `repl` still uses (in-place writes keep theirs):
+/// interval arithmetic over `repl`'s runs sorted by block, not a set of every block
+/// (a 1 MiB write's set cost more than its map change).
 fn subtract(removed: &[(u64, u64)], repl: &[Extent]) -> Vec<(u64, u64)> {
-    let kept: std::collections::HashSet<u64> = repl
+    let mut kept: Vec<(u64, u64)> = repl
         .iter()
-        .flat_map(|e| e.pblk..e.pblk + e.len as u64)
+        .map(|e| (e.pblk, e.pblk + e.len as u64))
         .collect();
+    kept.sort_unstable();
     let mut out = Vec::new();
     for &(s, n) in removed {
-        let mut run: Option<(u64, u64)> = None;
-        for blk in s..s + n {
-            if kept.contains(&blk) {
-                out.extend(run.take());
-            } else {
-                run = Some(match run {
-                    Some((rs, rn)) => (rs, rn + 1),
-                    None => (blk, 1),
-                });
+        let (mut at, end) = (s, s + n);
+        for &(ks, ke) in kept.iter().filter(|&&(ks, ke)| ke > s && ks < end) {
+            if ks > at {
+                out.push((at, ks - at));
             }
+            at = at.max(ke);
         }
-        out.extend(run);
+        if at < end {
+            out.push((at, end - at));
+        }
     }
     out
 }
@@ -547,6 +635,16 @@ mod tests {
         assert_eq!(freed, vec![(12, 2), (14, 2)]);
         let (n, _) = splice(&n, 2, 6, &[e(2, 4, 12)]);
         assert_eq!(n, vec![e(0, 8, 10)], "contiguous runs merge back");
+    }
+
+    #[test]
+    fn subtract_leaves_the_blocks_no_replacement_keeps() {
+        let kept = [e(0, 2, 12), e(5, 1, 20), e(6, 3, 14), e(9, 1, 15)];
+        assert_eq!(
+            subtract(&[(10, 8), (19, 3), (30, 2)], &kept),
+            vec![(10, 2), (17, 1), (19, 1), (21, 1), (30, 2)]
+        );
+        assert_eq!(subtract(&[(12, 2)], &kept), vec![]);
     }
 
     #[test]
