@@ -9,7 +9,8 @@
 //! - `open ref`: the open reference alone (the per-process open table entry and the
 //!   inode's open count, as an open and its close take and give back).
 //!
-//! `cargo run --release --example create_threads -- [FILES] [ROUNDS]` prints, per case,
+//! `cargo run --release --example create_threads -- [FILES] [ROUNDS] [CASE]` prints, per
+//! case (or only those whose label starts with CASE, for `perf record`),
 //! the median over the rounds of each thread's CPU time per operation (µs) with one
 //! thread and with two (CPU time, not wall time, so a busy machine changes it little).
 //! `perf record` on it shows where the second thread's extra time goes.
@@ -167,18 +168,20 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let only = args.next().unwrap_or_default();
     let path = Path::new("/dev/shm").join(format!("lynxfs-create-threads-{}", std::process::id()));
     let mut o = MkfsOptions::new(1 << 30);
     o.inodes = Some(1 << 18);
     Pool::mkfs(&path, &o, PmemBackend::default()).expect("mkfs");
     let fs = Fs::open(&path).expect("open the pool");
     println!("CPU µs per operation (median of {rounds} rounds, {n} names per thread)");
-    for case in [
+    let cases = [
         Case::CreateClose,
         Case::NsCreate,
         Case::OpenClose,
         Case::OpenRef,
-    ] {
+    ];
+    for case in cases.into_iter().filter(|c| c.label().starts_with(&only)) {
         for shared in [true, false] {
             let mut one = Vec::new();
             let mut two = Vec::new();

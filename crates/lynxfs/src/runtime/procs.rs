@@ -433,9 +433,16 @@ fn check_ino(ino: u64) -> Result<()> {
 /// Every index of an open table, starting at `ino`'s home. Entries are interchangeable
 /// counts (an inode may have several), so no probe chain has to stay intact: a search
 /// goes on past empty entries, and an emptied entry is simply free again.
+///
+/// The home is the inode number itself (modulo the table), not a hash of it: a thread
+/// creates and opens inodes from its own allocation lane, numbered one after another,
+/// so its entries share cache lines and pages instead of landing each on a random
+/// line of the 8 MiB table (a cache and TLB miss, and at first a page fault, per open,
+/// which two threads opening at once paid over each other; issue 16). Threads on
+/// other lanes use other parts of the table. Only this process's calls probe its
+/// table (a repair reads it whole), so the home may change between versions.
 fn probe(ino: u64) -> impl Iterator<Item = usize> {
-    let home =
-        (ino.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - OPEN_ENTRIES.trailing_zeros())) as usize;
+    let home = (ino % OPEN_ENTRIES as u64) as usize;
     (0..OPEN_ENTRIES).map(move |k| (home + k) % OPEN_ENTRIES)
 }
 
