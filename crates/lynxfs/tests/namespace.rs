@@ -3,7 +3,8 @@
 mod common;
 
 use common::{errno, fs};
-use lynxfs::{Cred, TimeSet, Timestamp};
+use lynxfs::pmem::RecordingBackend;
+use lynxfs::{Cred, Session, TimeSet, Timestamp};
 
 const RW: i32 = libc::O_RDWR;
 const CREAT: i32 = libc::O_CREAT | libc::O_RDWR;
@@ -486,6 +487,40 @@ fn a_create_changes_the_parents_times_for_whoever_looked() {
     }
 }
 
+/// Whoever stats a directory sees its mtime and ctime change after a removal in it,
+/// however closely they follow one another (as for creates, above).
+#[test]
+fn a_removal_changes_the_parents_times_for_whoever_looked() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    for i in 0..300 {
+        let name = format!("/d/n{i}");
+        if i % 3 == 2 {
+            s.mkdir(&name, 0o755).unwrap();
+        } else {
+            fs.close_fd(s.create(&name, 0o644).unwrap()).unwrap();
+            fs.close_fd(s.create(format!("{name}b"), 0o644).unwrap())
+                .unwrap();
+        }
+        let before = s.stat("/d").unwrap();
+        match i % 3 {
+            0 => s.unlink(&name).unwrap(),
+            1 => {
+                // Two unlinks between the stats: the first one changes the times.
+                s.unlink(&name).unwrap();
+                s.unlink(format!("{name}b")).unwrap();
+            }
+            _ => s.rmdir(&name).unwrap(),
+        }
+        let after = s.stat("/d").unwrap();
+        assert!(
+            after.mtime > before.mtime && after.ctime > before.ctime,
+            "removal {i}: {before:?} then {after:?}"
+        );
+    }
+}
+
 /// Creates within one clock tick store the parent's times once: the first create of
 /// the tick stores, flushes and fences them with its own commit; the next ones store
 /// nothing into the parent's inode and leave that durable value. Without a tick
@@ -493,8 +528,56 @@ fn a_create_changes_the_parents_times_for_whoever_looked() {
 /// microseconds) the test fails too.
 #[test]
 fn creates_in_one_tick_store_the_parents_times_once_and_durably() {
+    parent_times_once_per_tick(
+        |_, _, _| {},
+        |fs, s, i| {
+            fs.close_fd(s.create(format!("/d/a{i}"), 0o644).unwrap())
+                .unwrap()
+        },
+        |fs, s, i| {
+            fs.close_fd(s.create(format!("/d/b{i}"), 0o644).unwrap())
+                .unwrap()
+        },
+    );
+}
+
+/// Unlinks follow the same rule (docs/CONSISTENCY.md "The parent's times"): the first
+/// removal after a stat stores and fences the parent's times, a second one in the same
+/// tick stores nothing into the parent's inode; an rmdir stores them (it changes the
+/// link count in that line) and an unlink after it in its tick may leave them.
+#[test]
+fn unlinks_in_one_tick_store_the_parents_times_once_and_durably() {
+    parent_times_once_per_tick(
+        |fs, s, i| {
+            for n in ["a", "b"] {
+                fs.close_fd(s.create(format!("/d/{n}{i}"), 0o644).unwrap())
+                    .unwrap();
+            }
+            s.mkdir(format!("/d/c{i}"), 0o755).unwrap();
+        },
+        |_, s, i| {
+            if i % 2 == 0 {
+                s.unlink(format!("/d/a{i}")).unwrap();
+                s.rmdir(format!("/d/c{i}")).unwrap();
+            } else {
+                s.rmdir(format!("/d/c{i}")).unwrap();
+                s.unlink(format!("/d/a{i}")).unwrap();
+            }
+        },
+        |_, s, i| s.unlink(format!("/d/b{i}")).unwrap(),
+    );
+}
+
+/// 200 times: `setup`, a stat of `/d`, `first` (which must store, flush and fence the
+/// parent's mtime and ctime, changing them) and `second`, which may leave them alone
+/// (and must, at least once: two operations share a clock tick now and then).
+fn parent_times_once_per_tick(
+    setup: impl Fn(&Recorded, &Session<'_, RecordingBackend>, usize),
+    first: impl Fn(&Recorded, &Session<'_, RecordingBackend>, usize),
+    second: impl Fn(&Recorded, &Session<'_, RecordingBackend>, usize),
+) {
     use lynxfs::format::inode;
-    use lynxfs::pmem::{Event, RecordingBackend};
+    use lynxfs::pmem::Event;
     let rec = RecordingBackend::new();
     let mut o = lynxfs::MkfsOptions::new(16 << 20);
     o.lanes = 1;
@@ -515,18 +598,17 @@ fn creates_in_one_tick_store_the_parents_times_once_and_durably() {
     };
     let mut left_alone = 0;
     for i in 0..200 {
-        // A stat first: the first create after it must store the times.
+        setup(&fs, &s, i);
+        // A stat first: the first operation after it must store the times.
         s.stat("/d").unwrap();
         let seen = raw();
         rec.take();
-        fs.close_fd(s.create(format!("/d/a{i}"), 0o644).unwrap())
-            .unwrap();
+        first(&fs, &s, i);
         let first = rec.take();
         let mid = raw();
-        fs.close_fd(s.create(format!("/d/b{i}"), 0o644).unwrap())
-            .unwrap();
+        second(&fs, &s, i);
         let second = rec.take();
-        let stored = touches(&first).expect("the first create after a stat stores the times");
+        let stored = touches(&first).expect("the first operation after a stat stores the times");
         // Each word is flushed after its store, and a fence follows both flushes.
         let flushed = [times.start, at + inode::CTIME].map(|w| {
             first[stored..]
@@ -534,21 +616,27 @@ fn creates_in_one_tick_store_the_parents_times_once_and_durably() {
                 .position(
                     |e| matches!(e, Event::Flush { off, len } if *off <= w && off + len >= w + 8),
                 )
-                .unwrap_or_else(|| panic!("create {i}: the parent time at {w} is flushed"))
+                .unwrap_or_else(|| panic!("round {i}: the parent time at {w} is flushed"))
         });
         let flushed = stored + flushed.into_iter().max().unwrap_or(0);
         assert!(
             first[flushed..].contains(&Event::Fence),
-            "create {i}: the parent's times are fenced with the create"
+            "round {i}: the parent's times are fenced with the operation"
         );
-        assert!(mid.0 > seen.0 && mid.1 > seen.1, "create {i}");
+        assert!(mid.0 > seen.0 && mid.1 > seen.1, "round {i}");
         match touches(&second) {
             None => {
                 left_alone += 1;
-                assert_eq!(raw(), mid, "create {i}: times left alone");
+                assert_eq!(raw(), mid, "round {i}: times left alone");
             }
-            Some(_) => assert!(raw().0 >= mid.0, "create {i}"),
+            Some(_) => assert!(raw().0 >= mid.0, "round {i}"),
         }
     }
-    assert!(left_alone > 0, "no two creates shared a tick in 200 tries");
+    assert!(
+        left_alone > 0,
+        "no two operations shared a tick in 200 tries"
+    );
 }
+
+/// The engine over a recording backend, as [`parent_times_once_per_tick`] makes it.
+type Recorded = lynxfs::Fs<RecordingBackend>;

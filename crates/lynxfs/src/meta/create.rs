@@ -193,14 +193,14 @@ impl<B: Backend> Namespace<B> {
         Ok(())
     }
 
-    /// A create's update of its parent's mtime and ctime (and link count by
-    /// `nlink_delta`) in `b`, at `now`. Left out when the times already hold one
+    /// A create's or removal's update of its parent's mtime and ctime (and link count
+    /// by `nlink_delta`) in `b`, at `now`. Left out when the times already hold one
     /// durable value from the current tick of the coarse clock that no stat has seen
     /// (the cachelet's durable times, docs/CONSISTENCY.md "The parent's times"), as
     /// Linux's coarse timestamps leave them within a tick: then two threads creating
     /// in one directory do not both write (and flush) the parent inode's line.
-    /// Returns the time stored, which becomes durable with the create's fence.
-    fn touch_parent(
+    /// Returns the time stored, which becomes durable with the operation's fence.
+    pub(super) fn touch_parent(
         &self,
         b: &mut crate::pmem::Batch<'_, B>,
         dir: &Dir<'_>,

@@ -118,12 +118,17 @@ impl<B: Backend> Namespace<B> {
         let free_now = left == 0 && c.open() == 0;
         let at = self.iaddr(e.ino);
         let mut b = self.pool.pm.batch();
-        if let Err(stop) = self.touch_dir(&mut b, parent, now, if want_dir { -1 } else { 0 }) {
-            drop(b);
-            drop((cw, il, _victim_gate));
-            self.unclaim(e);
-            return Err(stop);
-        }
+        // The parent's times, once per coarse clock tick as for creates (an rmdir
+        // stores them with the parent's link count).
+        let stored = match self.touch_parent(&mut b, &dir, now, if want_dir { -1 } else { 0 }) {
+            Ok(stored) => stored,
+            Err(stop) => {
+                drop(b);
+                drop((cw, il, _victim_gate));
+                self.unclaim(e);
+                return Err(stop);
+            }
+        };
         b.write_u64(e.dentry + dentry::STATE, dentry::state_word(false, now))
             .write_u64(e.slot, 0);
         b.write_u64(at + inode::NLINK, left)
@@ -132,6 +137,10 @@ impl<B: Backend> Namespace<B> {
             b.write_u64(at + inode::INO, 0);
         }
         let _committed = b.persist();
+        if let Some(t) = stored {
+            // Fenced above: operations of this tick may now leave the times alone.
+            dir.cachelet().durable_times().store(t, Ordering::Release);
+        }
         self.notices.name(parent, name, e.ino);
         drop(il);
         self.index.remove(&e);
