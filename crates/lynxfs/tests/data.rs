@@ -742,7 +742,7 @@ fn a_handles_remembered_extent_never_serves_a_changed_map() {
 #[test]
 fn reads_without_a_lock_see_each_racing_write_whole() {
     const LEN: usize = 8192;
-    const WRITES: u32 = 20_000;
+    const WRITES: u32 = 100_000;
     let _dog = common::watchdog(
         "reads_without_a_lock_see_each_racing_write_whole",
         std::time::Duration::from_secs(300),
