@@ -721,6 +721,71 @@ fn a_handles_remembered_extent_never_serves_a_changed_map() {
         },
         0,
     );
+    // A truncate inside the last block changes no map (no version bump): the bytes it
+    // cut read as zeros once a truncate up exposes them again.
+    let mut b = vec![0u8; 100];
+    assert_eq!(fs.pread(reader, &mut b, 255 * B).unwrap(), 100);
+    fs.ftruncate(writer, 255 * B + 10).unwrap();
+    fs.ftruncate(writer, 256 * B).unwrap();
+    assert_eq!(fs.pread(reader, &mut b, 255 * B).unwrap(), 100);
+    assert!(b.iter().all(|&x| x == 0), "cut bytes came back: {b:?}");
     fs.close_fd(reader).unwrap();
     fs.close_fd(writer).unwrap();
+}
+
+/// Reads through a remembered extent take no lock; they are kept only if no writer
+/// held the file's lock alone meanwhile. Readers racing with atomic-mode overwrites
+/// (each a copy-on-write whose freed blocks the next overwrite, or another file's,
+/// takes again at once: blocks are taken lowest first), truncates to zero and a
+/// writer of another file must each see one whole write: every byte alike, the whole
+/// file or nothing.
+#[test]
+fn reads_without_a_lock_see_each_racing_write_whole() {
+    const LEN: usize = 8192;
+    const WRITES: u32 = 100_000;
+    let _dog = common::watchdog(
+        "reads_without_a_lock_see_each_racing_write_whole",
+        std::time::Duration::from_secs(300),
+    );
+    let fs = fs(64 << 20);
+    let s = fs.session(Cred::root());
+    let writer = s.open("/f", CREAT, 0o644).unwrap();
+    let other = s.open("/g", CREAT, 0o644).unwrap();
+    fs.pwrite(writer, &[1u8; LEN], 0).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let torn = std::sync::atomic::AtomicU64::new(0);
+    // The writes start once both readers read.
+    let started = std::sync::Barrier::new(3);
+    std::thread::scope(|sc| {
+        for _ in 0..2 {
+            sc.spawn(|| {
+                let fd = s.open("/f", libc::O_RDONLY, 0).unwrap();
+                let mut b = vec![0u8; LEN];
+                fs.pread(fd, &mut b, 0).unwrap();
+                started.wait();
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let n = fs.pread(fd, &mut b, 0).unwrap();
+                    let whole = (n == 0 || n == LEN) && b[..n].iter().all(|&x| x == b[0]);
+                    if !whole {
+                        torn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                fs.close_fd(fd).unwrap();
+            });
+        }
+        started.wait();
+        for i in 0..WRITES {
+            let byte = (i % 250) as u8 + 2;
+            if i % 50 == 0 {
+                fs.ftruncate(writer, 0).unwrap();
+            }
+            fs.pwrite(writer, &[byte; LEN], 0).unwrap();
+            // Another file's copy-on-write takes the blocks just freed.
+            fs.pwrite(other, &[0u8; LEN], 0).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(torn.into_inner(), 0, "reads saw a write in part");
+    fs.close_fd(writer).unwrap();
+    fs.close_fd(other).unwrap();
 }

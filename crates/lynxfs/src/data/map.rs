@@ -168,7 +168,8 @@ impl<'a> MapCache<'a> {
     /// The current map's extent holding file block `lb`, if it is the one the last
     /// read through this copy's handle remembered ([`Self::remember`]): no lock, no
     /// search. The version word every map change bumps (under the file's lock, which
-    /// the caller holds shared) says whether it is still current.
+    /// the caller holds shared, or checks after its copy: `Fs::read_unlocked`) says
+    /// whether it is still current.
     #[inline]
     pub fn hinted(&self, lb: u64) -> Option<Extent> {
         let (stamp, e) = self.local?.hint.load()?;

@@ -10,7 +10,7 @@ pub mod xattr;
 pub use map::{LocalMap, MapCache};
 pub use mode::{BadDataMode, DataMode};
 pub use rw::{
-    blocks_used, dir_pages, fallocate, file_extents, free_all, read_at, read_cached,
+    blocks_used, dir_pages, fallocate, file_extents, free_all, read_at, read_cached, read_hinted,
     seek_data_hole, truncate, write_at, write_fresh, FileExtent, EXTENT_LAST, FALLOC_KEEP_SIZE,
     FALLOC_PUNCH_HOLE, MAX_FILE,
 };

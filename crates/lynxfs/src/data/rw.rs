@@ -88,6 +88,35 @@ pub fn read_cached<B: Backend>(
     Ok(n)
 }
 
+/// Read up to `buf.len()` bytes at `off` if the handle's remembered extent
+/// ([`MapCache::hinted`]) holds every one of them (or `off` is at or past the end):
+/// one copy, no map copy, no search; `None` otherwise. For a reader holding no lock,
+/// which must validate the bytes afterwards and else read again under the lock (the
+/// file's lock is the only one that keeps the extent's blocks the file's): everything
+/// loaded here is a word of the pool or of the hint, so a change racing with it yields
+/// a wrong answer to throw away, never a copy outside the extent.
+pub fn read_hinted<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    off: u64,
+    buf: &mut [u8],
+    cache: &MapCache<'_>,
+) -> Option<usize> {
+    let size = size_of(pool, ino);
+    if off >= size {
+        return Some(0);
+    }
+    let n = (size - off).min(buf.len() as u64) as usize;
+    let lblk = off / BLOCK;
+    let e = cache.hinted(lblk)?;
+    if off + n as u64 > e.end() * BLOCK {
+        return None;
+    }
+    let src = pool.layout.block_addr(e.pblk + (lblk - e.lblk as u64)) + off % BLOCK;
+    pool.pm.read(src, &mut buf[..n]);
+    Some(n)
+}
+
 /// lseek's SEEK_DATA (`hole` false) or SEEK_HOLE (`hole` true) from `off`, as Linux
 /// defines them, at block granularity (a block with a mapped extent is data, even if
 /// only partly written; the end of the file is a hole): ENXIO at or past the end of

@@ -133,6 +133,18 @@ impl<'a> Cachelet<'a> {
     pub fn write(&self, w: &dyn Watch) -> Result<WriteGuard<'a>, Interrupted> {
         lock::write(&self.small[DATA_LOCK], w)
     }
+    /// The file's data lock for a reader that takes no hold: a stamp to check with
+    /// [`Self::read_unchanged`] after its reads, `None` while a writer holds it alone.
+    #[inline]
+    pub fn read_stamp(&self) -> Option<u32> {
+        lock::stamp(&self.small[DATA_LOCK])
+    }
+    /// After reads begun at `stamp` ([`Self::read_stamp`]): true if they saw what
+    /// reads under a shared hold would have (no writer held the lock alone since).
+    #[inline]
+    pub fn read_unchanged(&self, stamp: u32) -> bool {
+        lock::unchanged(&self.small[DATA_LOCK], stamp)
+    }
     /// The file's data lock for update: a writer preparing blocks no reader sees yet,
     /// beside readers; upgraded to alone for the commit (`UpdateGuard::upgrade`).
     pub fn update(&self, w: &dyn Watch) -> Result<lock::UpdateGuard<'a>, Interrupted> {

@@ -141,7 +141,13 @@ const WRITER: u32 = 1 << 31;
 const WAITING: u32 = 1 << 30;
 /// Held for update: excludes writers and other updaters, not readers (see [`update`]).
 const UPDATER: u32 = 1 << 29;
-const READERS: u32 = UPDATER - 1;
+/// How many exclusive holds ended, modulo 2^13 (bits 16-28): a reader that takes no
+/// hold ([`stamp`], [`unchanged`]) sees that a writer came and went during its reads.
+const CHANGES: u32 = ((1 << 13) - 1) << 16;
+/// One more exclusive hold ended.
+const CHANGE: u32 = 1 << 16;
+/// Readers holding the lock shared (bits 0-15).
+const READERS: u32 = CHANGE - 1;
 
 /// A reader-writer lock word was seen held as `s`: mark it waited on, then wait one
 /// step (a failed mark just means the word changed: the caller looks again).
@@ -293,10 +299,45 @@ impl Drop for ReadGuard<'_> {
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
-        if self.word.swap(0, Ordering::Release) & WAITING != 0 {
+        // Counts the hold (for readers without a hold, see [`unchanged`]); clears the
+        // writer and waiting bits (no reader or updater is inside: the word is ours).
+        let mut s = self.word.load(Ordering::Relaxed);
+        loop {
+            let next = (s & CHANGES).wrapping_add(CHANGE) & CHANGES;
+            match self
+                .word
+                .compare_exchange_weak(s, next, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        if s & WAITING != 0 {
             futex_wake_all(self.word);
         }
     }
+}
+
+/// The reader-writer lock in `word` for a reader that takes no hold (a sequence
+/// lock): `None` while it is held alone, else a stamp for [`unchanged`]. Readers and
+/// updaters beside it are allowed, as beside a shared hold.
+#[inline]
+pub fn stamp(word: &AtomicU32) -> Option<u32> {
+    let s = word.load(Ordering::Acquire);
+    (s & WRITER == 0).then_some(s & CHANGES)
+}
+
+/// After reads begun at `stamp` (see [`stamp`]): true if no exclusive hold of the lock
+/// began since, so the reads saw what a shared hold would have seen. A hold that began
+/// either still sets the writer bit or, ended, has changed the count (it would have to
+/// end 8,192 times during the reads to hide).
+#[inline]
+pub fn unchanged(word: &AtomicU32, stamp: u32) -> bool {
+    // Orders the caller's reads before the second look at the word (loads are not
+    // reordered with each other on x86; this keeps the compiler from doing it).
+    std::sync::atomic::fence(Ordering::Acquire);
+    let s = word.load(Ordering::Relaxed);
+    s & WRITER == 0 && s & CHANGES == stamp
 }
 
 #[cfg(test)]
@@ -363,7 +404,7 @@ mod tests {
             })
             .collect();
         hs.into_iter().for_each(|h| h.join().unwrap());
-        assert_eq!(word.load(Ordering::Relaxed), 0);
+        assert_eq!(word.load(Ordering::Relaxed) & !CHANGES, 0);
     }
 
     #[test]
@@ -381,8 +422,37 @@ mod tests {
             assert_eq!(word.load(Ordering::Relaxed) & (READERS | UPDATER), 0);
             drop(w);
         });
-        assert_eq!(word.load(Ordering::Relaxed), 0);
+        assert_eq!(word.load(Ordering::Relaxed), CHANGE, "one hold ended");
         assert!(try_write(&word).is_some());
+    }
+
+    #[test]
+    fn a_stamp_sees_every_exclusive_hold_that_began_after_it() {
+        let word = AtomicU32::new(0);
+        let s = stamp(&word).unwrap();
+        assert!(unchanged(&word, s), "nothing happened");
+        // Readers and updaters beside the stamp are what a shared hold allows.
+        drop(read(&word, &Alone).unwrap());
+        drop(update(&word, &Alone).unwrap());
+        assert!(unchanged(&word, s));
+        let w = write(&word, &Alone).unwrap();
+        assert!(!unchanged(&word, s), "a writer holds it now");
+        assert_eq!(stamp(&word), None, "no stamp while held alone");
+        drop(w);
+        assert!(!unchanged(&word, s), "a writer came and went");
+        let s = stamp(&word).unwrap();
+        let u = update(&word, &Alone).unwrap();
+        drop(u.upgrade(&Alone).unwrap());
+        assert!(!unchanged(&word, s), "an upgraded update came and went");
+        // The count wraps without touching the other bits.
+        let s = stamp(&word).unwrap();
+        for _ in 0..(CHANGES >> 16) {
+            drop(write(&word, &Alone).unwrap());
+        }
+        assert!(!unchanged(&word, s));
+        drop(write(&word, &Alone).unwrap());
+        assert!(unchanged(&word, s), "8,192 holds hide (documented)");
+        assert_eq!(word.load(Ordering::Relaxed) & !CHANGES, 0);
     }
 
     #[test]
