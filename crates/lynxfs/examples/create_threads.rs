@@ -9,8 +9,9 @@
 //! - `open ref`: the open reference alone (the per-process open table entry and the
 //!   inode's open count, as an open and its close take and give back).
 //!
-//! `cargo run --release --example create_threads -- [FILES] [ROUNDS] [CASE]` prints, per
-//! case (or only those whose label starts with CASE, for `perf record`),
+//! `cargo run --release --example create_threads -- [FILES] [ROUNDS] [CASE] [THREADS]`
+//! prints, per case (or only those whose label starts with CASE, and with THREADS only
+//! that many threads: for `perf record`),
 //! the median over the rounds of each thread's CPU time per operation (µs) with one
 //! thread and with two (CPU time, not wall time, so a busy machine changes it little).
 //! `perf record` on it shows where the second thread's extra time goes.
@@ -159,9 +160,10 @@ fn run(fs: &Fs<PmemBackend>, case: Case, threads: usize, shared: bool, n: usize,
     }
 }
 
+/// The median (NaN for no values: a thread count not run).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {
@@ -169,6 +171,12 @@ fn main() {
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
     let only = args.next().unwrap_or_default();
+    // With a fourth argument (1 or 2), only that many threads run: a profile of one
+    // count alone (`perf record`, then compare the two).
+    let counts: Vec<usize> = match args.next().and_then(|a| a.parse().ok()) {
+        Some(t) => vec![t],
+        None => vec![1, 2],
+    };
     let path = Path::new("/dev/shm").join(format!("lynxfs-create-threads-{}", std::process::id()));
     let mut o = MkfsOptions::new(1 << 30);
     o.inodes = Some(1 << 18);
@@ -187,10 +195,14 @@ fn main() {
             let mut two = Vec::new();
             let mut overlap = Vec::new();
             for r in 0..rounds {
-                one.push(run(&fs, case, 1, shared, n, &format!("a{r}")).cpu_us);
-                let both = run(&fs, case, 2, shared, n, &format!("b{r}"));
-                two.push(both.cpu_us);
-                overlap.push(both.overlap);
+                if counts.contains(&1) {
+                    one.push(run(&fs, case, 1, shared, n, &format!("a{r}")).cpu_us);
+                }
+                if counts.contains(&2) {
+                    let both = run(&fs, case, 2, shared, n, &format!("b{r}"));
+                    two.push(both.cpu_us);
+                    overlap.push(both.overlap);
+                }
             }
             let (one, two, overlap) = (median(one), median(two), median(overlap));
             println!(

@@ -39,7 +39,7 @@ const DIR_LOCK: usize = 3;
 const OPEN: usize = 4;
 const FLAGS: usize = 5;
 const MAP_VERSION: usize = 3;
-const ENTRIES: usize = 4;
+const OLD_PARENT: usize = 4;
 const TAIL: usize = 5;
 const FREE_HEAD: usize = 6;
 const TIMES: usize = 7;
@@ -154,7 +154,8 @@ impl<'a> Cachelet<'a> {
     pub fn inode_lock(&self, w: &dyn Watch) -> Result<lock::MutexGuard<'a>, Interrupted> {
         lock::lock(&self.small[INODE_LOCK], w)
     }
-    /// A directory's gate: held shared by every change of its entries, alone by rmdir.
+    /// A directory's gate word: its writer (rmdir, a rename over it, eviction) and
+    /// their waiters; shared holds are counted per lane (`meta::gate`).
     pub fn gate_word(&self) -> &'a AtomicU32 {
         &self.small[GATE]
     }
@@ -189,21 +190,23 @@ impl<'a> Cachelet<'a> {
     /// moves on, so no process keeps a copy of the old map.
     pub fn reset(&self) {
         self.small[FLAGS].store(0, Ordering::Release);
-        for w in [ENTRIES, TAIL, TIMES] {
+        for w in [OLD_PARENT, TAIL, TIMES] {
             self.words[w].store(0, Ordering::Release);
         }
         self.words[MAP_VERSION].fetch_add(1, Ordering::AcqRel);
     }
 
     /// Bumped (under the data lock, alone) whenever the file's block map changes, so a
-    /// process's cached copy of the map knows it is stale.
+    /// process's cached copy of the map knows it is stale; for a directory, whenever
+    /// its log is loaded, so slots a thread holds from before are known stale
+    /// (`dir::SlotOwner`).
     pub fn map_version(&self) -> &'a AtomicU64 {
         &self.words[MAP_VERSION]
     }
 
-    /// A directory's live entries (rmdir's emptiness check).
-    pub fn entries(&self) -> &'a AtomicU64 {
-        &self.words[ENTRIES]
+    /// A removed directory's old parent (`Dir::set_removed`).
+    pub fn old_parent(&self) -> &'a AtomicU64 {
+        &self.words[OLD_PARENT]
     }
     /// A directory's next never-used slot: the last log page's address plus the index
     /// of its first unused slot (0 when the directory has no page yet).

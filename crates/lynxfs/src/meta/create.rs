@@ -189,7 +189,7 @@ impl<B: Backend> Namespace<B> {
             // Fenced above: creates of this tick may now leave the times alone.
             dir.cachelet().durable_times().store(t, Ordering::Release);
         }
-        dir.entries().fetch_add(1, Ordering::AcqRel);
+        dir.add_entry(self.lane());
         Ok(())
     }
 
@@ -365,6 +365,7 @@ impl<B: Backend> Namespace<B> {
             &self.free_slots,
             lane,
             self.mechanisms.slot_reuse(),
+            self.slot_owner(),
             self.watch(),
         ) {
             Ok(s) => s,
@@ -523,7 +524,7 @@ impl<B: Backend> Namespace<B> {
         if unnamed {
             self.cachelets.get(ino).clear_flags(ORPHAN | LINKABLE);
         }
-        dir.entries().fetch_add(1, Ordering::AcqRel);
+        dir.add_entry(self.lane());
         Ok(())
     }
 }

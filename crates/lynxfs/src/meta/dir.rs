@@ -1,14 +1,20 @@
-//! A directory at run time: its cachelet (entries, tail, freed slots, gate, flags) and
-//! its log in the pool. Everything is in the shared runtime region, so every attached
-//! process claims slots from the same state. A directory's log is read into the index
-//! the first time it is used (lazy loading: attaching reads no directory).
+//! A directory at run time: its cachelet (tail, freed slots, gate word, flags), its
+//! per-lane gate holds and entry counts ([`Gates`]) and its log in the pool.
+//! Everything is in the shared runtime region, so every attached process claims slots
+//! from the same state. A directory's log is read into the index the first time it is
+//! used (lazy loading: attaching reads no directory).
 //!
-//! Slots: a create takes a slot an unlink freed if one is at hand, else the next
-//! never-used one (a compare-and-swap on the tail), adding a log page when the last one
-//! is full. Freed slots wait in a per-directory stack whose nodes come from a shared
-//! pool ([`FreeSlots`]); a slot freed while that pool is exhausted is not reused until
-//! the directory is next loaded.
+//! Slots: a create takes a slot an unlink freed if one is at hand, else a never-used
+//! one, adding a log page when the last one is full. Never-used slots are handed out a
+//! cache line at a time: a compare-and-swap on the tail gives the calling thread the
+//! rest of the tail's line (up to 8 slots), which its next creates in the directory use
+//! without touching the tail, so two CPUs creating in one directory neither write the
+//! tail's line for every create nor store their slots into one line of the log. Freed
+//! slots wait in a per-directory stack whose nodes come from a shared pool
+//! ([`FreeSlots`]); a slot freed while that pool is exhausted is not reused until the
+//! directory is next loaded, and so are slots a thread had in hand and never used.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{errno, Result};
@@ -18,27 +24,90 @@ use crate::pool::Pool;
 use crate::runtime::{Span, Watch};
 
 use super::cachelet::{Cachelet, LOADED, REMOVED};
+use super::gate::Gates;
 use super::index::{Entry, Index, State};
 
-/// A directory: its inode number and its cachelet.
+/// A directory: its inode number, its cachelet and its per-lane records.
 #[derive(Clone, Copy)]
 pub struct Dir<'a> {
     pub ino: u64,
     c: Cachelet<'a>,
+    gates: &'a Gates,
+}
+
+/// Who may use a thread's slots in hand: the namespace instance in this process, the
+/// process itself (a forked child's copy of the forking thread holds its parent's
+/// slots), the runtime state's generation (bumped by every repair, which forgets every
+/// tail) and the directory with its load count (its cachelet's map version, moved on by
+/// every load and when the inode is freed). A thread's slots serve only the same five.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotOwner {
+    instance: u64,
+    forks: u64,
+    generation: u64,
+    ino: u64,
+    loads: u64,
+}
+
+/// Forks this process descends through (bumped in every child).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_fork() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+impl SlotOwner {
+    /// The owner for namespace `instance` (unique in this process) at runtime
+    /// generation `generation`, in this process.
+    pub fn new(instance: u64, generation: u64) -> SlotOwner {
+        static COUNTING: std::sync::Once = std::sync::Once::new();
+        COUNTING.call_once(|| {
+            // SAFETY: registers a child handler that only bumps an atomic (no lock, no
+            // allocation), which is safe to run in a forked child.
+            unsafe { libc::pthread_atfork(None, None, Some(count_fork)) };
+        });
+        SlotOwner {
+            instance,
+            forks: FORKS.load(Ordering::Relaxed),
+            generation,
+            ino: 0,
+            loads: 0,
+        }
+    }
+}
+
+thread_local! {
+    /// The never-used slots this thread holds: their owner, the next, and the end of
+    /// their line.
+    static IN_HAND: Cell<(SlotOwner, u64, u64)> = Cell::new(Default::default());
 }
 
 impl<'a> Dir<'a> {
-    pub fn new(c: Cachelet<'a>) -> Dir<'a> {
-        Dir { ino: c.ino, c }
+    pub fn new(c: Cachelet<'a>, gates: &'a Gates) -> Dir<'a> {
+        Dir {
+            ino: c.ino,
+            c,
+            gates,
+        }
     }
 
     pub fn cachelet(&self) -> Cachelet<'a> {
         self.c
     }
 
-    /// Live entries (for rmdir's emptiness check).
-    pub fn entries(&self) -> &'a AtomicU64 {
-        self.c.entries()
+    /// Live entries (exact for rmdir's emptiness check, which holds the gate alone).
+    pub fn entries(&self) -> u64 {
+        self.gates.entries(self.ino)
+    }
+
+    /// One more entry (its create, link or rename has committed), counted in `lane`.
+    pub fn add_entry(&self, lane: u32) {
+        self.gates.add_entry(self.ino, lane);
+    }
+
+    /// One entry less (its removal or rename away has committed), counted in `lane`.
+    pub fn remove_entry(&self, lane: u32) {
+        self.gates.remove_entry(self.ino, lane);
     }
 
     /// Set once its rmdir (or a rename over it) has committed: creates then fail.
@@ -50,10 +119,10 @@ impl<'a> Dir<'a> {
     /// generation `generation`: creates fail from now on, and its ".." keeps naming
     /// that parent, as Linux's dead dentry keeps its d_parent. Called with its gate
     /// held alone (so it is loaded and no load runs); a removed directory is empty and
-    /// never loaded again (see [`Dir::ensure_loaded`]), so its entry count and tail are
-    /// of no more use: they keep the parent until the inode is freed (`reset`).
+    /// never loaded again (see [`Dir::ensure_loaded`]), so its tail is of no more use:
+    /// it keeps the parent's generation until the inode is freed (`reset`).
     pub fn set_removed(&self, parent: u64, generation: u64) {
-        self.c.entries().store(parent, Ordering::Release);
+        self.c.old_parent().store(parent, Ordering::Release);
         self.c.tail().store(generation, Ordering::Release);
         self.c.set_flags(REMOVED);
     }
@@ -63,7 +132,7 @@ impl<'a> Dir<'a> {
     pub fn old_parent(&self) -> Option<(u64, u64)> {
         self.removed().then(|| {
             (
-                self.c.entries().load(Ordering::Acquire),
+                self.c.old_parent().load(Ordering::Acquire),
                 self.c.tail().load(Ordering::Acquire),
             )
         })
@@ -116,18 +185,24 @@ impl<'a> Dir<'a> {
             }
         }
         self.c.tail().store(tail, Ordering::Release);
-        self.c.entries().store(live, Ordering::Release);
+        self.gates.set_entries(self.ino, live);
+        // Slots threads had in hand before this load are now freed slots or past the
+        // tail: no thread may use them any more.
+        self.c.map_version().fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
-    /// Claim an empty slot: a freed one if any (and reuse is on), else the next new one,
-    /// adding a log page when needed.
+    /// Claim an empty slot: a freed one if any (and reuse is on), else a new one,
+    /// adding a log page when needed. `owner` names the caller's namespace instance and
+    /// runtime generation (see [`SlotOwner`]). Called with the gate held shared and the
+    /// directory loaded and not removed, so no load or eviction runs meanwhile.
     pub fn claim_slot<B: Backend>(
         &self,
         pool: &Pool<B>,
         free: &FreeSlots,
         lane: u32,
         reuse: bool,
+        owner: SlotOwner,
         w: &dyn Watch,
     ) -> Result<u64> {
         if reuse {
@@ -135,17 +210,32 @@ impl<'a> Dir<'a> {
                 return Ok(s);
             }
         }
+        let owner = SlotOwner {
+            ino: self.ino,
+            loads: self.c.map_version().load(Ordering::Acquire),
+            ..owner
+        };
+        let (held_by, next, end) = IN_HAND.with(Cell::get);
+        if held_by == owner && next < end {
+            IN_HAND.with(|h| h.set((owner, next + 8, end)));
+            return Ok(next);
+        }
         loop {
             let t = self.c.tail().load(Ordering::Acquire);
             let (page, i) = (t & !(BLOCK - 1), t & (BLOCK - 1));
             if page != 0 && i < dirlog::SLOTS_PER_PAGE {
+                // The rest of the tail's line of slots (lines end with pages: a page's
+                // slots fill whole lines).
+                let n = SLOTS_PER_LINE - i % SLOTS_PER_LINE;
                 if self
                     .c
                     .tail()
-                    .compare_exchange(t, t + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(t, t + n, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
-                    return Ok(dirlog::slot_addr(page, i));
+                    let slot = dirlog::slot_addr(page, i);
+                    IN_HAND.with(|h| h.set((owner, slot + 8, slot + 8 * n)));
+                    return Ok(slot);
                 }
                 continue;
             }
@@ -203,6 +293,12 @@ impl<'a> Dir<'a> {
             .collect()
     }
 }
+
+/// Slots in one cache line of a log page.
+const SLOTS_PER_LINE: u64 = 8;
+const _: () = assert!(
+    dirlog::SLOTS.is_multiple_of(64) && dirlog::SLOTS_PER_PAGE.is_multiple_of(SLOTS_PER_LINE)
+);
 
 /// The tail after loading: the slot after the last non-empty slot of the last page.
 fn tail_after<B: Backend>(pages: &[u64], pool: &Pool<B>) -> u64 {

@@ -5,18 +5,20 @@
 //! next use, by any process, reloads them from the log.
 //!
 //! Safety against concurrent operations: everything that changes a directory's entries
-//! holds its gate shared (`Namespace::enter`), and eviction holds it alone plus the
+//! holds its gate shared (`Namespace::enter`, `meta::gate`), and eviction holds it alone plus the
 //! directory's load lock; the loaded flag is cleared before the first entry leaves, so a
 //! lookup that misses in a directory no longer loaded looks again.
 
 use std::sync::atomic::Ordering;
 
+use crate::error::errno;
 use crate::error::Result;
 use crate::format::{dirlog, ROOT_INO};
 use crate::pmem::Backend;
-use crate::runtime::lock::{self, MutexGuard, ReadGuard, WriteGuard};
+use crate::runtime::lock::{self, MutexGuard, WriteGuard};
 
 use super::cachelet::LOADED;
+use super::gate;
 use super::{Dir, Namespace};
 
 /// Default budget: 4 million entries.
@@ -25,7 +27,7 @@ pub const DEFAULT_BUDGET: usize = 4 << 20;
 /// A directory entered for a change: the `Dir` and its gate, held shared.
 pub struct Entered<'a> {
     pub dir: Dir<'a>,
-    _gate: ReadGuard<'a>,
+    _gate: gate::Shared<'a>,
     /// Held only when lock-free creation is switched off (ablation).
     _serial: Option<MutexGuard<'a>>,
 }
@@ -68,13 +70,20 @@ impl<B: Backend> Namespace<B> {
         self.clock.budget.store(budget, Ordering::Relaxed);
     }
 
-    /// The directory `ino`, loaded, with its gate held shared.
+    /// The directory `ino`, loaded and not removed, with its gate held shared.
     pub fn enter(&self, ino: u64) -> Result<Entered<'_>> {
         loop {
             let dir = self.dir(ino)?;
-            let gate = lock::read(dir.cachelet().gate_word(), self.watch())?;
+            let gate = self
+                .gates
+                .shared(dir.cachelet(), self.lane(), self.watch())?;
             if dir.cachelet().flags() & LOADED == 0 {
                 continue;
+            }
+            // Its rmdir may have come between the look above and the gate: its tail
+            // and slots are of no more use (`Dir::set_removed`).
+            if dir.removed() {
+                return Err(errno::ENOENT);
             }
             let serial = if self.mechanisms.lock_free() {
                 None
@@ -94,7 +103,7 @@ impl<B: Backend> Namespace<B> {
     pub fn lock_alone(&self, ino: u64) -> Result<(Dir<'_>, WriteGuard<'_>)> {
         loop {
             let dir = self.dir(ino)?;
-            let gate = lock::write(dir.cachelet().gate_word(), self.watch())?;
+            let gate = self.gates.alone(dir.cachelet(), self.watch())?;
             if dir.cachelet().flags() & LOADED == 0 {
                 continue;
             }
@@ -124,7 +133,7 @@ impl<B: Backend> Namespace<B> {
                 self.clock.queue.lock().push_back(ino);
                 continue;
             }
-            if !self.evict(Dir::new(self.cachelets.get(ino))) {
+            if !self.evict(Dir::new(self.cachelets.get(ino), &self.gates)) {
                 self.clock.queue.lock().push_back(ino);
             }
         }
@@ -134,7 +143,7 @@ impl<B: Backend> Namespace<B> {
     /// False if it is in use right now (not cold after all).
     fn evict(&self, d: Dir<'_>) -> bool {
         let c = d.cachelet();
-        let Some(_alone) = lock::try_write(c.gate_word()) else {
+        let Some(_alone) = self.gates.try_alone(c) else {
             return false;
         };
         let Some(_load) = lock::try_lock(c.dir_lock_word()) else {

@@ -10,6 +10,7 @@ pub mod create;
 pub mod dir;
 mod evict;
 pub mod flags;
+pub mod gate;
 pub mod index;
 pub mod mechanisms;
 pub mod perm;
@@ -49,6 +50,11 @@ pub struct Namespace<B: Backend> {
     pub(crate) free_slots: dir::FreeSlots,
     /// Namespace-wide locks, in the shared runtime region.
     locks: shared::Locks,
+    /// Directories' gate holds and entry counts per lane, in the shared runtime region.
+    pub(crate) gates: gate::Gates,
+    /// This namespace's number among those this process opened (whose slots a
+    /// thread holds, see `dir::SlotOwner`).
+    instance: u64,
     /// Where this process posts its changes for processes that cache what they read.
     pub notices: crate::runtime::notices::Notices,
     /// The open file descriptions shared by processes, in the shared runtime region.
@@ -60,6 +66,12 @@ pub struct Namespace<B: Backend> {
     clock: evict::Clock,
     /// Mechanisms that the ablation benchmark can turn off.
     pub mechanisms: mechanisms::Mechanisms,
+}
+
+/// A number no other namespace of this process has.
+fn next_instance() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 pub fn is_dir(mode: u32) -> bool {
@@ -125,6 +137,8 @@ impl<B: Backend> Namespace<B> {
             cachelets: Cachelets::new(parts.cachelets, &l),
             free_slots: dir::FreeSlots::new(parts.free_slots, &l),
             locks: shared::Locks::new(parts.locks),
+            gates: gate::Gates::new(parts.gates, &l),
+            instance: next_instance(),
             notices: crate::runtime::notices::Notices::off(),
             descriptions,
             rt,
@@ -186,6 +200,7 @@ impl<B: Backend> Namespace<B> {
         self.cachelets.clear();
         self.free_slots.clear();
         self.locks.clear();
+        self.gates.clear();
         self.descriptions.unlock_all();
         let inos: Vec<u64> = keep.iter().map(|&(ino, _)| ino).collect();
         let l = self.pool.layout;
@@ -220,6 +235,11 @@ impl<B: Backend> Namespace<B> {
                 c.set_flags(cachelet::ORPHAN);
             }
         }
+    }
+
+    /// Who the slots a thread claims in a directory now belong to.
+    pub(crate) fn slot_owner(&self) -> dir::SlotOwner {
+        dir::SlotOwner::new(self.instance, self.rt.generation())
     }
 
     pub(crate) fn lane(&self) -> u32 {
@@ -295,7 +315,7 @@ impl<B: Backend> Namespace<B> {
             if self.load(ino, inode::NLINK) == 0 {
                 return Err(errno::ENOENT);
             }
-            let d = Dir::new(self.cachelets.get(ino));
+            let d = Dir::new(self.cachelets.get(ino), &self.gates);
             if d.ensure_loaded(&self.pool, &self.index, &self.free_slots, self.watch())? {
                 self.loaded(ino);
             }
@@ -352,7 +372,7 @@ impl<B: Backend> Namespace<B> {
     /// the generation it had then (Linux keeps a dead directory's parent alive; here a
     /// parent freed since, whose number may name another directory now, is ENOENT).
     fn old_parent(&self, dir: u64) -> Result<u64> {
-        let (parent, generation) = Dir::new(self.cachelets.get(dir))
+        let (parent, generation) = Dir::new(self.cachelets.get(dir), &self.gates)
             .old_parent()
             .ok_or(errno::ENOENT)?;
         self.directory(parent)?;

@@ -81,7 +81,7 @@ impl<B: Backend> Namespace<B> {
             crate::runtime::testing::stop_here("rmdir.gate_alone");
         }
         if let Some(d) = &child_dir {
-            if d.entries().load(Ordering::Acquire) > 0 {
+            if d.entries() > 0 {
                 drop(_victim_gate);
                 self.unclaim(e);
                 return Err(errno::ENOTEMPTY);
@@ -144,7 +144,7 @@ impl<B: Backend> Namespace<B> {
         self.notices.name(parent, name, e.ino);
         drop(il);
         self.index.remove(&e);
-        dir.entries().fetch_sub(1, Ordering::AcqRel);
+        dir.remove_entry(self.lane());
         dir.release_slot(&self.free_slots, e.slot);
         self.pool.alloc.dentries.free(
             self.pool
@@ -244,7 +244,7 @@ impl<B: Backend> Namespace<B> {
     /// returned to the allocator.
     fn release_ino(&self, ino: u64) {
         let c = self.cachelets.get(ino);
-        super::Dir::new(c).drain_slots(&self.free_slots);
+        super::Dir::new(c, &self.gates).drain_slots(&self.free_slots);
         c.reset();
         self.pool.alloc.inodes.free(ino);
     }

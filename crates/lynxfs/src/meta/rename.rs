@@ -8,8 +8,6 @@
 //! inodes' back pointers and the parents' link counts. The record's commit word is the
 //! commit point.
 
-use std::sync::atomic::Ordering;
-
 use crate::error::{errno, Result};
 use crate::format::{dentry, inode, ROOT_INO};
 use crate::pmem::Backend;
@@ -239,10 +237,7 @@ impl<B: Backend> Namespace<B> {
             }
             _ => (None, None),
         };
-        if victim
-            .as_ref()
-            .is_some_and(|v| v.entries().load(Ordering::Acquire) > 0)
-        {
+        if victim.as_ref().is_some_and(|v| v.entries() > 0) {
             return Err(undo(errno::ENOTEMPTY));
         }
         self.commit_rename(&plan, &news, sp, sdir, dp, ddir, flags, lane)
@@ -310,7 +305,7 @@ impl<B: Backend> Namespace<B> {
                     (false, true) => return Err(errno::EISDIR),
                     _ => {}
                 }
-                if dst_dir && self.dir(d.ino)?.entries().load(Ordering::Acquire) > 0 {
+                if dst_dir && self.dir(d.ino)?.entries() > 0 {
                     return Err(errno::ENOTEMPTY);
                 }
             }
@@ -539,10 +534,10 @@ impl<B: Backend> Namespace<B> {
             self.index.remove(&d);
         }
         if new_src.is_none() {
-            sdir.entries().fetch_sub(1, Ordering::AcqRel);
+            sdir.remove_entry(lane);
         }
         if plan.dst.is_none() {
-            ddir.entries().fetch_add(1, Ordering::AcqRel);
+            ddir.add_entry(lane);
         }
         self.retire_dentry(sdir, src);
         if let Some(d) = plan.dst {

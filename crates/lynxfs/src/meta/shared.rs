@@ -10,6 +10,7 @@ use crate::runtime::{Carve, Region, Span};
 
 use super::cachelet::Cachelets;
 use super::dir::FreeSlots;
+use super::gate::Gates;
 use super::index::Index;
 
 /// Stripes of the lock that serializes creates per directory when lock-free creation
@@ -25,6 +26,7 @@ pub struct Parts {
     pub cachelets: Span,
     pub free_slots: Span,
     pub locks: Span,
+    pub gates: Span,
 }
 
 impl Parts {
@@ -35,6 +37,7 @@ impl Parts {
             carve.take(Cachelets::bytes_needed(l)),
             carve.take(FreeSlots::bytes_needed(l)),
             carve.take(LOCK_WORDS * 4),
+            carve.take(Gates::bytes_needed(l)),
         ]
     }
 
@@ -46,6 +49,7 @@ impl Parts {
             cachelets: span(1),
             free_slots: span(2),
             locks: span(3),
+            gates: span(4),
         }
     }
 

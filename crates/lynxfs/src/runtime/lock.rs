@@ -226,6 +226,100 @@ pub fn try_write(word: &AtomicU32) -> Option<WriteGuard<'_>> {
         .map(|_| WriteGuard { word })
 }
 
+/// A shared hold of a lock whose readers are counted outside its word, each in a
+/// counter of its own CPU's (see [`read_counted`]).
+pub struct CountedGuard<'a> {
+    count: &'a AtomicU32,
+}
+
+/// Hold the lock in `word` shared, counting the hold in `count` (one of several
+/// counters, each written by one CPU, so readers on different CPUs write no common
+/// line; the word itself is only read). Its writers wait for every counter to drain
+/// ([`write_counted`]). As with [`read`], readers do not wait for a writer that is
+/// only waiting: the writer bit is set only while a writer holds the lock.
+pub fn read_counted<'a>(
+    word: &AtomicU32,
+    count: &'a AtomicU32,
+    watch: &dyn Watch,
+) -> Result<CountedGuard<'a>, Interrupted> {
+    let mut spins = 0;
+    loop {
+        // Count first, then look (a writer sets its bit first, then looks at the
+        // counters): sequentially consistent, so at least one of the two sees the
+        // other.
+        count.fetch_add(1, Ordering::SeqCst);
+        if word.load(Ordering::SeqCst) & WRITER == 0 {
+            return Ok(CountedGuard { count });
+        }
+        count.fetch_sub(1, Ordering::Release);
+        loop {
+            let s = word.load(Ordering::Relaxed);
+            if s & WRITER == 0 {
+                break;
+            }
+            wait_turn(word, s, &mut spins, watch)?;
+        }
+    }
+}
+
+impl Drop for CountedGuard<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Hold the lock in `word` alone if no writer holds it and `drained` (every reader
+/// counter of it is zero, see [`read_counted`]) holds once its writer bit is set.
+pub fn try_write_counted<'a>(
+    word: &'a AtomicU32,
+    drained: &dyn Fn() -> bool,
+) -> Option<WriteGuard<'a>> {
+    let s = word.load(Ordering::Relaxed);
+    if s & (WRITER | UPDATER | READERS) != 0 {
+        return None;
+    }
+    word.compare_exchange(s, s | WRITER, Ordering::SeqCst, Ordering::Relaxed)
+        .ok()?;
+    let held = WriteGuard { word };
+    // A reader that counted itself before the bit was set is seen here; one that
+    // counts itself after sees the bit and steps back.
+    if drained() {
+        Some(held)
+    } else {
+        None
+    }
+}
+
+/// Hold the lock in `word` alone (see [`try_write_counted`]). While readers are
+/// inside, the writer bit is let go between attempts, so new readers are never held
+/// up by a waiting writer (a reader inside may wait for another shared hold of the
+/// same lock without deadlock, as with [`read`]).
+pub fn write_counted<'a>(
+    word: &'a AtomicU32,
+    drained: &dyn Fn() -> bool,
+    watch: &dyn Watch,
+) -> Result<WriteGuard<'a>, Interrupted> {
+    let mut spins = 0;
+    let mut pause = Duration::from_micros(20);
+    loop {
+        if let Some(held) = try_write_counted(word, drained) {
+            return Ok(held);
+        }
+        let s = word.load(Ordering::Relaxed);
+        if s & WRITER != 0 {
+            wait_turn(word, s, &mut spins, watch)?;
+        } else if spins < SPINS {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            // Readers leave without waking anyone: look again after a pause.
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(SLICE);
+            watch.check()?;
+        }
+    }
+}
+
 /// A hold for update of a reader-writer lock word: readers still come and go; it
 /// becomes an exclusive hold with [`UpdateGuard::upgrade`].
 pub struct UpdateGuard<'a> {
