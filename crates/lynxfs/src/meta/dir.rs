@@ -139,6 +139,7 @@ impl<'a> Dir<'a> {
     }
 
     /// Read the directory's log into the index, once; true if this call loaded it.
+    #[inline]
     pub fn ensure_loaded<B: Backend>(
         &self,
         pool: &Pool<B>,
@@ -149,6 +150,20 @@ impl<'a> Dir<'a> {
         if self.c.flags() & LOADED != 0 {
             return Ok(false);
         }
+        self.load_once(pool, index, free, w)
+    }
+
+    /// [`Dir::ensure_loaded`] off its common path (kept apart so that path, run for
+    /// every component of every path, does not set up this one's frame).
+    #[cold]
+    #[inline(never)]
+    fn load_once<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        index: &Index,
+        free: &FreeSlots,
+        w: &dyn Watch,
+    ) -> Result<bool> {
         let _g = self.c.dir_lock(w)?;
         // Removed (and evicted since): nothing to load, and its entry count and tail
         // now keep its old parent. The caller finds it dead by its link count.

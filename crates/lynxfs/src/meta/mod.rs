@@ -327,14 +327,14 @@ impl<B: Backend> Namespace<B> {
     pub fn lookup(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<u64> {
         self.op(|| {
             self.index.prefetch(parent, name);
-            match self.dir(parent) {
-                Ok(_) => {}
+            let mut d = match self.dir(parent) {
+                Ok(d) => d,
                 // Off the common path: a removed directory still answers "." and "..".
                 Err(Error::Errno(libc::ENOENT)) if self.is_removed_dir(parent) => {
                     return self.lookup_in_removed(parent, name, cred)
                 }
                 Err(e) => return Err(e),
-            }
+            };
             self.may(parent, cred, perm::X)?;
             match name {
                 b"." => return Ok(parent),
@@ -343,14 +343,15 @@ impl<B: Backend> Namespace<B> {
             }
             check_name(name)?;
             loop {
-                let d = self.dir(parent)?;
                 match self.lookup_entry(parent, name) {
                     Some(e) if self.mechanisms.quick_path() => return Ok(e.ino),
                     // Ablation: without the quick path the inode number comes from the
                     // dentry in the pool, one more dependent read per component.
                     Some(e) => return Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
-                    // Evicted while we looked: the entries are being reloaded; look again.
-                    None if d.cachelet().flags() & cachelet::LOADED == 0 => continue,
+                    // Evicted while we looked: load the entries again and look again.
+                    None if d.cachelet().flags() & cachelet::LOADED == 0 => {
+                        d = self.dir(parent)?;
+                    }
                     None => return Err(errno::ENOENT),
                 }
             }
