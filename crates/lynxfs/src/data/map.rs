@@ -79,6 +79,14 @@ pub struct LocalMap {
     hint: ExtentHint,
 }
 
+impl LocalMap {
+    /// Let the copy go (its open file was closed for good: the handle table may keep
+    /// the closed file a while before reclaiming it, and a large map with it).
+    pub fn forget(&self) {
+        *self.copy.lock() = None;
+    }
+}
+
 /// The runtime generation and map version a copy was read at.
 type MapStamp = (u64, u64);
 

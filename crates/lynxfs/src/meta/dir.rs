@@ -6,9 +6,9 @@
 //!
 //! Slots: a create takes a slot an unlink freed if one is at hand, else a never-used
 //! one, adding a log page when the last one is full. Never-used slots are handed out a
-//! cache line at a time: a compare-and-swap on the tail gives the calling thread the
-//! rest of the tail's line (up to 8 slots), which its next creates in the directory use
-//! without touching the tail, so two CPUs creating in one directory neither write the
+//! cache line at a time to a thread that keeps creating in a directory: a
+//! compare-and-swap on the tail gives it the rest of the tail's line (up to 8 slots),
+//! which its next creates in the directory use without touching the tail, so two CPUs creating in one directory neither write the
 //! tail's line for every create nor store their slots into one line of the log. Freed
 //! slots wait in a per-directory stack whose nodes come from a shared pool
 //! ([`FreeSlots`]); a slot freed while that pool is exhausted is not reused until the
@@ -188,6 +188,9 @@ impl<'a> Dir<'a> {
         let pages = self.pages(pool);
         let tail = tail_after(&pages, pool);
         let mut live = 0;
+        // Pushed once every entry is indexed: a load that fails part way (a full
+        // index, an interrupted wait) is tried again, and must not push a slot twice.
+        let mut empty = Vec::new();
         for (n, &page) in pages.iter().enumerate() {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 let slot = dirlog::slot_addr(page, i);
@@ -195,9 +198,12 @@ impl<'a> Dir<'a> {
                     index.insert_loaded(&pool.pm, self.ino, &name, &e, w)?;
                     live += 1;
                 } else if n + 1 < pages.len() || i < tail & (BLOCK - 1) {
-                    free.push(self.c, slot);
+                    empty.push(slot);
                 }
             }
+        }
+        for slot in empty {
+            free.push(self.c, slot);
         }
         self.c.tail().store(tail, Ordering::Release);
         self.gates.set_entries(self.ino, live);
@@ -235,13 +241,23 @@ impl<'a> Dir<'a> {
             IN_HAND.with(|h| h.set((owner, next + 8, end)));
             return Ok(next);
         }
+        // A thread's first new slot in a directory is one slot; only its next one there,
+        // when it keeps creating in this directory, brings the rest of a line. So a
+        // thread going from directory to directory (`tar x`, `cp -r`: a file here, a
+        // directory there) leaves no unused slots behind; one that stays leaves at most
+        // a line's rest when it moves on.
+        let staying = held_by == owner;
         loop {
             let t = self.c.tail().load(Ordering::Acquire);
             let (page, i) = (t & !(BLOCK - 1), t & (BLOCK - 1));
             if page != 0 && i < dirlog::SLOTS_PER_PAGE {
                 // The rest of the tail's line of slots (lines end with pages: a page's
                 // slots fill whole lines).
-                let n = SLOTS_PER_LINE - i % SLOTS_PER_LINE;
+                let n = if staying {
+                    SLOTS_PER_LINE - i % SLOTS_PER_LINE
+                } else {
+                    1
+                };
                 if self
                     .c
                     .tail()

@@ -226,6 +226,9 @@ pub fn try_write(word: &AtomicU32) -> Option<WriteGuard<'_>> {
         .map(|_| WriteGuard { word })
 }
 
+/// The longest pause of a writer waiting for counted readers to leave.
+const COUNTED_PAUSE: Duration = Duration::from_micros(200);
+
 /// A shared hold of a lock whose readers are counted outside its word, each in a
 /// counter of its own CPU's (see [`read_counted`]).
 pub struct CountedGuard<'a> {
@@ -312,9 +315,11 @@ pub fn write_counted<'a>(
             spins += 1;
             std::hint::spin_loop();
         } else {
-            // Readers leave without waking anyone: look again after a pause.
+            // Readers leave without waking anyone: look again after a pause, short
+            // enough that a writer meets a moment with no reader inside even while
+            // readers keep coming.
             std::thread::sleep(pause);
-            pause = (pause * 2).min(SLICE);
+            pause = (pause * 2).min(COUNTED_PAUSE);
             watch.check()?;
         }
     }
