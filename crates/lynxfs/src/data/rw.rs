@@ -891,8 +891,21 @@ pub fn dir_pages<B: Backend>(pool: &Pool<B>, ino: u64) -> Vec<u64> {
     out
 }
 
+/// `ino` has no extent, no attribute block and no log page: an empty file, the most
+/// common one unlinked, is freed without reading its map.
+fn holds_no_block<B: Backend>(pool: &Pool<B>, ino: u64) -> bool {
+    let at = pool.layout.inode_addr(ino);
+    let word = MapWord::decode(pool.pm.load_u64(at + inode::MAP));
+    word.is_some_and(|w| w.kind == 0 && w.count == 0)
+        && pool.pm.load_u64(at + inode::XATTR) == 0
+        && pool.pm.load_u64(at + inode::DIR_LOG) == 0
+}
+
 /// Return every block `ino` holds to the allocators (the inode is already unreachable).
 pub fn free_all<B: Backend>(pool: &Pool<B>, ino: u64) {
+    if holds_no_block(pool, ino) {
+        return;
+    }
     if let Ok(m) = map::read(pool, ino) {
         for e in &m.extents {
             pool.alloc.blocks.free(e.pblk, e.len as u64);
