@@ -8,8 +8,9 @@
 //! one, adding a log page when the last one is full. Never-used slots are handed out a
 //! cache line at a time to a thread that keeps creating in a directory: a
 //! compare-and-swap on the tail gives it the rest of the tail's line (up to 8 slots),
-//! which its next creates in the directory use without touching the tail, so two CPUs creating in one directory neither write the
-//! tail's line for every create nor store their slots into one line of the log. Freed
+//! which its next creates in the directory use without touching the tail, so two CPUs
+//! creating in one directory neither write the tail's line for every create nor store
+//! their slots into one line of the log. Freed
 //! slots wait in a per-directory stack whose nodes come from a shared pool
 //! ([`FreeSlots`]); a slot freed while that pool is exhausted is not reused until the
 //! directory is next loaded, and so are slots a thread had in hand and never used.
@@ -56,16 +57,21 @@ extern "C" fn count_fork() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Start counting forks (once per process; every namespace calls it when made, so no
+/// slot is handed out before).
+pub fn count_forks() {
+    static COUNTING: std::sync::Once = std::sync::Once::new();
+    COUNTING.call_once(|| {
+        // SAFETY: registers a child handler that only bumps an atomic (no lock, no
+        // allocation), which is safe to run in a forked child.
+        unsafe { libc::pthread_atfork(None, None, Some(count_fork)) };
+    });
+}
+
 impl SlotOwner {
     /// The owner for namespace `instance` (unique in this process) at runtime
-    /// generation `generation`, in this process.
+    /// generation `generation`, in this process (see [`count_forks`]).
     pub fn new(instance: u64, generation: u64) -> SlotOwner {
-        static COUNTING: std::sync::Once = std::sync::Once::new();
-        COUNTING.call_once(|| {
-            // SAFETY: registers a child handler that only bumps an atomic (no lock, no
-            // allocation), which is safe to run in a forked child.
-            unsafe { libc::pthread_atfork(None, None, Some(count_fork)) };
-        });
         SlotOwner {
             instance,
             forks: FORKS.load(Ordering::Relaxed),

@@ -132,6 +132,7 @@ impl<B: Backend> Namespace<B> {
         rt: Arc<dyn Runtime>,
     ) -> Self {
         let l = pool.layout;
+        dir::count_forks();
         Namespace {
             index: Index::new(parts.index, &l).expect("a pool layout open accepted"),
             cachelets: Cachelets::new(parts.cachelets, &l),
