@@ -165,14 +165,16 @@ enum Cmd {
 
 fn main() -> ExitCode {
     // Installed (linked) as /sbin/mount.lynxfs, this is the helper mount(8) runs for
-    // `mount -t lynxfs POOL DIR`.
-    // mount.fuse(8) runs `lynxfs SOURCE DIR -o OPTIONS` for type fuse.lynxfs (a
-    // remount of a live mount): SOURCE, the pool's absolute path, is never a command.
+    // `mount -t lynxfs POOL DIR`; as /sbin/mount.fuse.lynxfs, the one it runs for a
+    // live mount (type fuse.lynxfs: `mount -o remount,ro DIR`), which without it
+    // falls back to mount.fuse(8), which needs `lynxfs` on the PATH and runs
+    // `lynxfs SOURCE DIR -o OPTIONS`: SOURCE, the pool's absolute path, is never a
+    // command.
     let args: Vec<_> = std::env::args_os().collect();
     let helper_name = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|n| n == "mount.lynxfs");
+        .is_some_and(|n| n == "mount.lynxfs" || n == "mount.fuse.lynxfs");
     let fuse_form = args
         .get(1)
         .is_some_and(|a| a.as_encoded_bytes().starts_with(b"/"));

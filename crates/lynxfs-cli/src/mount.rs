@@ -265,13 +265,16 @@ const REMOUNT_FLAGS: [(u64, libc::c_ulong); 7] = [
 
 /// `mount -o remount,OPTIONS DIR`: the live mount's kernel flags with OPTIONS applied
 /// (`ro` makes the kernel refuse every change with EROFS while open files stay
-/// readable; `rw` undoes it). Options that would need a new daemon are refused.
+/// readable; `rw` undoes it). mount(8) passes back every option the mount has now
+/// (`relatime`, `user_id=0`, `default_permissions`, ...): an option equal to what the
+/// mount has is no change. Options that would need a new daemon are refused.
 fn remount(dir: &Path, options: &[String]) -> Result<()> {
     let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .context("mount point has a NUL byte")?;
     let mut flags = current_flags(&path).with_context(|| format!("{}", dir.display()))?;
+    let live = live_options(dir)?;
     for o in options.iter().flat_map(|l| l.split(',')).map(str::trim) {
-        apply_remount_option(&mut flags, o)?;
+        apply_remount_option(&mut flags, o, &live)?;
     }
     // SAFETY: path is a valid C string; NULL source, type and data are allowed for
     // MS_REMOUNT.
@@ -291,6 +294,40 @@ fn remount(dir: &Path, options: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The options the LynxFS mount at `dir` has now, its own and its superblock's, as
+/// /proc/self/mountinfo lists them.
+fn live_options(dir: &Path) -> Result<Vec<String>> {
+    let mp = dir
+        .canonicalize()
+        .with_context(|| format!("{}", dir.display()))?;
+    let want = mp.to_string_lossy();
+    let m = mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == want)
+        .with_context(|| format!("remount: {} is not a mount point", mp.display()))?;
+    if !is_lynxfs_type(&m.fstype) {
+        bail!(
+            "remount: {} is not a LynxFS mount (type {})",
+            mp.display(),
+            m.fstype
+        );
+    }
+    Ok(m.options.into_iter().chain(m.super_options).collect())
+}
+
+/// Is `o` what the mount has now (`live`, from [`live_options`])? The atime modes are
+/// read from the flags mountinfo shows: none of them means strictatime.
+fn is_current(o: &str, live: &[String]) -> bool {
+    let has = |x: &str| live.iter().any(|l| l == x);
+    match o {
+        "strictatime" => !has("relatime") && !has("noatime"),
+        // `atime` is relatime for LynxFS (MountOptions::apply).
+        "atime" => has("relatime"),
+        _ => has(o),
+    }
+}
+
 /// The mount flags of the mount at `path` now.
 fn current_flags(path: &std::ffi::CStr) -> Result<libc::c_ulong> {
     // SAFETY: a zeroed statvfs is a valid out-buffer.
@@ -305,8 +342,8 @@ fn current_flags(path: &std::ffi::CStr) -> Result<libc::c_ulong> {
         .fold(0, |f, (_, ms)| f | ms))
 }
 
-/// One remount option applied to the kernel flags.
-fn apply_remount_option(flags: &mut libc::c_ulong, o: &str) -> Result<()> {
+/// One remount option applied to the kernel flags; `live` is what the mount has now.
+fn apply_remount_option(flags: &mut libc::c_ulong, o: &str, live: &[String]) -> Result<()> {
     let (set, clear) = match o {
         "" | "remount" | "defaults" => (0, 0),
         _ if o.starts_with("x-") => (0, 0),
@@ -322,10 +359,12 @@ fn apply_remount_option(flags: &mut libc::c_ulong, o: &str) -> Result<()> {
         "diratime" => (0, libc::MS_NODIRATIME),
         "lazytime" => (libc::MS_LAZYTIME, 0),
         "nolazytime" => (0, libc::MS_LAZYTIME),
+        _ if is_current(o, live) => (0, 0),
         _ => bail!(
             "remount: option {o:?} cannot change on a live mount (ro, rw, suid, nosuid, \
              dev, nodev, exec, noexec, nodiratime, lazytime can; the atime mode and the \
-             daemon's options need a new mount)"
+             daemon's options need a new mount; the mount has {})",
+            live.join(",")
         ),
     };
     *flags = (*flags | set) & !clear;

@@ -858,3 +858,127 @@ fn remount_read_only_and_back_keeps_open_files_readable() {
     let o = run(&[p("umount"), mnt]);
     assert!(o.status.success(), "umount: {}", stderr(&o));
 }
+
+/// Runs `body` on a thread of its own in a private mount namespace (the thread's
+/// alone: `unshare(CLONE_NEWNS)` also gives it its own root and cwd), so mounts made
+/// there, and the commands it runs, are invisible to the rest of the machine.
+fn in_private_mount_namespace<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: unshare affects this thread only (CLONE_NEWNS implies CLONE_FS).
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare -m");
+        let o = output_within(
+            Command::new("mount").args(["--make-rprivate", "/"]),
+            COMMAND_LIMIT,
+        );
+        assert!(
+            o.status.success(),
+            "mount --make-rprivate /: {}",
+            stderr(&o)
+        );
+        body()
+    })
+    .join()
+    .expect("the namespace thread")
+}
+
+/// Makes /usr/sbin (so /sbin) writable in this thread's mount namespace, with an
+/// overlay whose changes live in `scratch`, and links the mount(8) helpers there, as
+/// `./lynx demo` does in the real /sbin.
+fn install_helpers(scratch: &Path) {
+    let (upper, work) = (scratch.join("upper"), scratch.join("work"));
+    std::fs::create_dir_all(&upper).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let o = output_within(
+        Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o"])
+            .arg(format!(
+                "lowerdir=/usr/sbin,upperdir={},workdir={}",
+                upper.display(),
+                work.display()
+            ))
+            .arg("/usr/sbin"),
+        COMMAND_LIMIT,
+    );
+    assert!(o.status.success(), "overlay on /usr/sbin: {}", stderr(&o));
+    for name in ["mount.lynxfs", "mount.fuse.lynxfs"] {
+        let link = Path::new("/usr/sbin").join(name);
+        // One a `./lynx demo` linked (to another build) is replaced in the overlay only.
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(BIN, link).unwrap();
+    }
+}
+
+/// mount(8) as root runs it, with a PATH that does not hold `lynxfs`.
+fn mount8(args: &[&str], target: &Path) -> Output {
+    output_within(
+        Command::new("mount")
+            .args(args)
+            .arg(target)
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        COMMAND_LIMIT,
+    )
+}
+
+/// The mount's options in this thread's namespace.
+fn thread_mount_options(mp: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
+    let mp = mp.to_string_lossy();
+    let line = info
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(mp.as_ref()))
+        .expect("mounted");
+    let (left, right) = line.split_once(" - ").unwrap();
+    let own = left.split(' ').nth(5).unwrap_or("");
+    let sup = right.split(' ').nth(2).unwrap_or("");
+    own.split(',')
+        .chain(sup.split(','))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn remount_through_mount8_which_passes_back_the_live_options() {
+    let _w = bound("remount_through_mount8_which_passes_back_the_live_options");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    in_private_mount_namespace(move || {
+        install_helpers(dir.path());
+        // A mount through mount(8) and /sbin/mount.lynxfs, letting other users in.
+        let o = output_within(
+            Command::new("mount")
+                .args(["-t", "lynxfs", "-o", "allow_other"])
+                .arg(&pool)
+                .arg(&mnt)
+                .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            COMMAND_LIMIT,
+        );
+        assert!(o.status.success(), "mount -t lynxfs: {}", stderr(&o));
+        std::fs::write(mnt.join("f"), b"before").unwrap();
+        let mut open = File::open(mnt.join("f")).unwrap();
+
+        let o = mount8(&["-o", "remount,ro"], &mnt);
+        assert!(o.status.success(), "mount -o remount,ro: {}", stderr(&o));
+        let opts = thread_mount_options(&mnt);
+        assert!(opts.contains(&"ro".to_string()), "{opts:?}");
+        assert!(opts.contains(&"allow_other".to_string()), "{opts:?}");
+        let refused = std::fs::write(mnt.join("g"), b"x").unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+        let mut text = String::new();
+        open.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "before", "an open file stays readable");
+
+        let o = mount8(&["-o", "remount,rw,allow_other"], &mnt);
+        assert!(o.status.success(), "mount -o remount,rw: {}", stderr(&o));
+        assert!(thread_mount_options(&mnt).contains(&"rw".to_string()));
+        std::fs::write(mnt.join("g"), b"after").unwrap();
+
+        // What the mount does not have is still a change a live mount cannot make.
+        let o = mount8(&["-o", "remount,noatime"], &mnt);
+        assert!(!o.status.success(), "the atime mode needs a new mount");
+        assert!(stderr(&o).contains("noatime"), "{}", stderr(&o));
+        drop(open);
+        let o = run(&[p("umount"), &mnt]);
+        assert!(o.status.success(), "umount: {}", stderr(&o));
+        drop(dir);
+    });
+}

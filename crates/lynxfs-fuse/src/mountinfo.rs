@@ -8,11 +8,21 @@ pub struct MountEntry {
     pub mountpoint: String,
     pub fstype: String,
     pub source: String,
+    /// The mount's own options (`rw`, `nosuid`, `relatime`, ...).
+    pub options: Vec<String>,
+    /// The superblock's options (for FUSE: `user_id=`, `default_permissions`, ...).
+    pub super_options: Vec<String>,
 }
 
 /// The mounts this process sees, in mount order (a mount over another comes later).
 pub fn mounts() -> Vec<MountEntry> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mounts_of("self")
+}
+
+/// The mounts process `pid` (a number, or `self`) sees: those of its mount namespace.
+/// Empty if it is gone or its table cannot be read.
+pub fn mounts_of(pid: &str) -> Vec<MountEntry> {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
     info.lines().filter_map(parse_line).collect()
 }
 
@@ -21,11 +31,14 @@ fn parse_line(line: &str) -> Option<MountEntry> {
     let (left, right) = line.split_once(" - ")?;
     let left: Vec<&str> = left.split(' ').collect();
     let mut right = right.split(' ');
+    let list = |s: &str| s.split(',').map(str::to_string).collect();
     Some(MountEntry {
         device: left.get(2)?.to_string(),
         mountpoint: unescape(left.get(4)?),
+        options: list(left.get(5)?),
         fstype: right.next()?.to_string(),
         source: unescape(right.next()?),
+        super_options: right.next().map(list).unwrap_or_default(),
     })
 }
 
@@ -72,6 +85,8 @@ mod tests {
                 mountpoint: "/tmp/a b".to_string(),
                 fstype: "fuse.lynxfs".to_string(),
                 source: "/dev/shm/p,q".to_string(),
+                options: vec!["rw".to_string(), "nosuid".to_string()],
+                super_options: vec!["rw".to_string(), "user_id=0".to_string()],
             })
         );
     }
