@@ -982,3 +982,97 @@ fn remount_through_mount8_which_passes_back_the_live_options() {
         drop(dir);
     });
 }
+
+/// `unshare -m --propagation private sleep 60`: a mount namespace that took a copy
+/// of every mount, `mnt` among them (waited for); killed when dropped.
+struct NamespaceCopy(Child);
+
+impl NamespaceCopy {
+    fn holding(mnt: &Path) -> NamespaceCopy {
+        let child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sleep", "60"])
+            .spawn()
+            .expect("unshare");
+        let copy = NamespaceCopy(child);
+        let table = format!("/proc/{}/mountinfo", copy.0.id());
+        let mnt = mnt.to_string_lossy().into_owned();
+        wait_until("the namespace's copy", Duration::from_secs(20), || {
+            // Before unshare's exec its table is still ours: wait for sleep's.
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", copy.0.id()));
+            comm.is_ok_and(|c| c.trim() == "sleep")
+                && std::fs::read_to_string(&table)
+                    .is_ok_and(|t| t.lines().any(|l| l.split(' ').nth(4) == Some(&mnt)))
+        });
+        copy
+    }
+}
+
+impl Drop for NamespaceCopy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn umount_lets_go_of_a_pool_another_mount_namespace_holds_a_copy_of() {
+    let _w = bound("umount_lets_go_of_a_pool_another_mount_namespace_holds_a_copy_of");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let daemons = daemons_of(&pool);
+    let _copy = NamespaceCopy::holding(&mnt);
+    let start = std::time::Instant::now();
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "umount took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+    wait_until("the daemon's exit", Duration::from_secs(30), || {
+        daemons.iter().all(|&d| exited(d))
+    });
+}
+
+#[test]
+fn sigterm_stops_a_daemon_whose_mount_another_namespace_holds_a_copy_of() {
+    let _w = bound("sigterm_stops_a_daemon_whose_mount_another_namespace_holds_a_copy_of");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let mut d = Daemon::start(&pool, &mnt, dir.path());
+    let _copy = NamespaceCopy::holding(&mnt);
+    d.signal(libc::SIGTERM);
+    let st = d.wait();
+    assert!(st.success(), "exited with {st}: {}", d.log());
+    assert!(d.log().contains("detached the copy"), "{}", d.log());
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+}
+
+#[test]
+fn umount_of_a_busy_mount_names_who_uses_it() {
+    let _w = bound("umount_of_a_busy_mount_names_who_uses_it");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    let held = File::open(mnt.join("f")).unwrap();
+    let o = run(&[p("umount"), &mnt]);
+    assert!(!o.status.success(), "a busy mount stays");
+    let me = format!("pid {} (", std::process::id());
+    assert!(stderr(&o).contains(&me), "{}", stderr(&o));
+    drop(held);
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+}

@@ -470,8 +470,9 @@ pub fn block_stop_signals() -> anyhow::Result<SigSet> {
 
 /// Handles every stop signal for the life of the process, on a thread of its own:
 /// each one unmounts `mount` (and only it); a busy mount is retried, then detached
-/// lazily, so the session ends (and the pool is closed) when its last user goes. A
-/// mount hidden under another one is left alone and reported.
+/// lazily, and so are copies of it in other mount namespaces, so the session ends
+/// (and the pool is closed) when its last user goes. A mount hidden under another
+/// one is left alone and reported.
 pub fn unmount_on_signals(
     signals: SigSet,
     mount: Arc<OwnMount>,
@@ -505,8 +506,58 @@ pub fn unmount_on_signals(
                 ),
                 Err(e) => eprintln!("{who}: {e:#}"),
             }
+            if mount.gone_from_here_but_alive() {
+                for line in mount.detach_copies() {
+                    eprintln!("{who}: {line}");
+                }
+            }
         })
         .context("spawning the signal thread")?;
+    Ok(())
+}
+
+/// Watches this process's mount table, on a thread of its own: once `mount` has left
+/// it (`umount DIR`, `lynxfs umount`) while its file system lives on in copies that
+/// other mount namespaces took (`unshare -m`, a service's PrivateTmp), those copies
+/// are detached too, as the unmount meant the pool to be let go; processes still
+/// using files there keep them until they close them. Ends with the connection.
+pub fn follow_unmount_into_namespaces(
+    mount: Arc<OwnMount>,
+    who: &'static str,
+) -> anyhow::Result<()> {
+    let table = std::fs::File::open("/proc/self/mountinfo").context("/proc/self/mountinfo")?;
+    thread::Builder::new()
+        .name("mount-watch".to_string())
+        .spawn(move || {
+            use std::os::fd::AsFd;
+            let mut tried: Vec<String> = Vec::new();
+            loop {
+                // A change of this namespace's mount table wakes the poll (POLLPRI);
+                // the timeout only bounds how late the end of the connection is seen.
+                let mut fds = [nix::poll::PollFd::new(
+                    table.as_fd(),
+                    nix::poll::PollFlags::POLLPRI,
+                )];
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
+                if !mount.gone_from_here_but_alive() {
+                    if mount.connected() {
+                        continue;
+                    }
+                    return;
+                }
+                for line in mount.detach_copies() {
+                    // A copy that cannot be detached is reported once, not every second.
+                    if !tried.contains(&line) {
+                        eprintln!(
+                            "{who}: {} is unmounted: {line}",
+                            mount.mountpoint().display()
+                        );
+                        tried.push(line);
+                    }
+                }
+            }
+        })
+        .context("spawning the mount watch thread")?;
     Ok(())
 }
 
@@ -527,8 +578,10 @@ impl Prepared {
     /// kernel already did, and the path may now show another file system.
     pub fn run(mut self, signals: Option<SigSet>) -> anyhow::Result<()> {
         let (inner, mount) = self.take();
+        let mount = Arc::new(mount);
+        follow_unmount_into_namespaces(mount.clone(), "lynxfs")?;
         if let Some(signals) = signals {
-            unmount_on_signals(signals, Arc::new(mount), "lynxfs")?;
+            unmount_on_signals(signals, mount, "lynxfs")?;
         }
         kmount::session_ended(inner.run()).context("FUSE session")
     }
