@@ -43,7 +43,7 @@ enum Cmd {
         /// device for a block device.
         #[arg(long, value_parser = size::parse)]
         size: Option<u64>,
-        /// Lanes (per-CPU partitions); default: one per CPU.
+        /// Lanes (per-CPU partitions), 1 to 256; default: one per CPU.
         #[arg(long)]
         lanes: Option<u32>,
         /// Number of inodes; default: one per 8 KiB of pool.
@@ -192,9 +192,28 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lynxfs: {e:#}");
+            if disconnected(&e) {
+                eprintln!("lynxfs: {DISCONNECTED_HINT}");
+            }
             ExitCode::from(8)
         }
     }
+}
+
+/// What to do about a mount whose daemon is gone (ENOTCONN).
+pub const DISCONNECTED_HINT: &str = "a mount on the way is disconnected: its daemon is gone \
+     (killed, or it crashed); `lynxfs umount DIR` (or `fusermount3 -u DIR`, or `umount -l \
+     DIR`) removes the dead mount, then mount the pool again (the pool itself is safe: \
+     recovery runs at its next open)";
+
+/// Did `e` come from a mount whose daemon is gone?
+pub fn disconnected(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ENOTCONN))
+            || c.downcast_ref::<lynxfs::Error>()
+                .is_some_and(|l| l.errno() == libc::ENOTCONN)
+    })
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

@@ -1076,3 +1076,102 @@ fn umount_of_a_busy_mount_names_who_uses_it() {
     let o = run(&[p("umount"), &mnt]);
     assert!(o.status.success(), "umount: {}", stderr(&o));
 }
+
+#[test]
+fn a_pool_is_not_mounted_twice_on_one_directory() {
+    let _w = bound("a_pool_is_not_mounted_twice_on_one_directory");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(!o.status.success(), "a second mount on the same directory");
+    assert!(stderr(&o).contains("already mounted"), "{}", stderr(&o));
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let here = mnt.to_string_lossy();
+    let count = info
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(here.as_ref()))
+        .count();
+    assert_eq!(count, 1, "nothing stacked");
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+}
+
+#[test]
+fn a_read_only_fsck_checks_a_mounted_pool_and_repair_is_refused() {
+    let _w = bound("a_read_only_fsck_checks_a_mounted_pool_and_repair_is_refused");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path();
+    let o = run(&[p("mount"), &pool, mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    let o = run(&[p("fsck"), &pool]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    assert!(out.contains("in use") && out.contains("1 files"), "{out}");
+    let o = run(&[p("fsck"), p("--repair"), &pool]);
+    assert_eq!(o.status.code(), Some(8), "repair of a mounted pool");
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    let o = run(&[p("umount"), mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+}
+
+#[test]
+fn only_the_mounter_and_root_read_the_daemons_usage() {
+    let _w = bound("only_the_mounter_and_root_read_the_daemons_usage");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), p("-o"), p("allow_other"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let o = run(&[p("info"), &mnt]);
+    assert!(o.status.success(), "root's info: {}", stderr(&o));
+    let o = run_as_user(&[p("info"), &mnt]);
+    assert!(!o.status.success(), "another user's info of the daemon");
+    assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+}
+
+#[test]
+fn errors_say_their_cause_once_and_a_dead_mount_says_how_to_recover() {
+    let _w = bound("errors_say_their_cause_once_and_a_dead_mount_says_how_to_recover");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    // A directory given as the pool.
+    let o = run(&[p("mount"), dir.path(), &mnt]);
+    assert!(!o.status.success());
+    assert_eq!(
+        stderr(&o).matches("Is a directory").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+    // A directory that is no mount point, given to info.
+    let o = run(&[p("info"), dir.path()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("takes a pool file"), "{}", stderr(&o));
+    // A mount whose daemon was killed.
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    for pid in daemons_of(&pool) {
+        // SAFETY: kill takes plain integers; the pid is the daemon we started.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    wait_until("the daemon's death", Duration::from_secs(20), || {
+        daemons_of(&pool).is_empty()
+    });
+    let o = run(&[p("info"), &mnt]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not connected") && stderr(&o).contains("lynxfs umount"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[p("umount"), &mnt]);
+    assert!(
+        o.status.success(),
+        "umount of the dead mount: {}",
+        stderr(&o)
+    );
+}

@@ -428,6 +428,23 @@ fn check_mountpoint(mountpoint: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// Mounting a pool again on the directory where it is mounted would only stack a
+/// second mount over the first: refused, as mount(8) refuses it for a disk.
+fn check_not_mounted_there(pool: &Path, mountpoint: &Path) -> anyhow::Result<()> {
+    let (Ok(pool), Ok(mp)) = (pool.canonicalize(), mountpoint.canonicalize()) else {
+        return Ok(()); // the open and the mount say what is wrong
+    };
+    let (pool, mp) = (pool.to_string_lossy(), mp.to_string_lossy());
+    let top = crate::mountinfo::mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == mp);
+    if top.is_some_and(|m| m.fstype.starts_with("fuse") && m.source == pool) {
+        bail!("{pool} is already mounted on {mp}");
+    }
+    Ok(())
+}
+
 /// [`prepare`], telling `progress` how recovery goes if the pool needs it.
 pub fn prepare_with_progress(
     pool: &Path,
@@ -437,6 +454,7 @@ pub fn prepare_with_progress(
 ) -> anyhow::Result<Prepared> {
     crate::check_fuse_device()?;
     check_mountpoint(mountpoint)?;
+    check_not_mounted_there(pool, mountpoint)?;
     let (inner, mount) = match o.backend.unwrap_or_else(|| BackendChoice::auto(pool)) {
         BackendChoice::Pmem => session(pool, mountpoint, o, PmemBackend::default(), progress)?,
         BackendChoice::Msync => session(pool, mountpoint, o, MsyncBackend, progress)?,
