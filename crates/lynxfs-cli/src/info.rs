@@ -313,6 +313,27 @@ fn print_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<()> {
     Ok(())
 }
 
+/// A directory that is not a LynxFS mount point: the user may have meant a pool, so
+/// say what `info` takes and which pools are mounted now.
+fn not_a_mount_hint(e: anyhow::Error, dir: &Path) -> anyhow::Error {
+    let mounted: Vec<String> = lynxfs_fuse::mountinfo::mounts()
+        .into_iter()
+        .filter(|m| m.fstype == "fuse.lynxfs" || m.fstype == "fuse")
+        .map(|m| format!("{} on {}", m.source, m.mountpoint))
+        .collect();
+    let now = if mounted.is_empty() {
+        "no pool is mounted now".to_string()
+    } else {
+        format!("mounted now: {}", mounted.join(", "))
+    };
+    e.context(format!(
+        "{} is a directory: `lynxfs info` takes a pool file (such as {}) or the \
+         directory a pool is mounted on ({now})",
+        dir.display(),
+        crate::DEFAULT_POOL
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,25 +388,4 @@ mod tests {
         assert_eq!(per_entry(100, 0), "");
         assert_eq!(per_entry(6400, 100), ", 64 B each");
     }
-}
-
-/// A directory that is not a LynxFS mount point: the user may have meant a pool, so
-/// say what `info` takes and which pools are mounted now.
-fn not_a_mount_hint(e: anyhow::Error, dir: &Path) -> anyhow::Error {
-    let mounted: Vec<String> = lynxfs_fuse::mountinfo::mounts()
-        .into_iter()
-        .filter(|m| m.fstype == "fuse.lynxfs" || m.fstype == "fuse")
-        .map(|m| format!("{} on {}", m.source, m.mountpoint))
-        .collect();
-    let now = if mounted.is_empty() {
-        "no pool is mounted now".to_string()
-    } else {
-        format!("mounted now: {}", mounted.join(", "))
-    };
-    e.context(format!(
-        "{} is a directory: `lynxfs info` takes a pool file (such as {}) or the \
-         directory a pool is mounted on ({now})",
-        dir.display(),
-        crate::DEFAULT_POOL
-    ))
 }

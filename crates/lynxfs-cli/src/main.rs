@@ -107,7 +107,8 @@ enum Cmd {
     /// attr_timeout=S (default 60: the kernel's cached names, attributes and pages
     /// are dropped at once when another process changes the pool), allow_other
     /// (implies default_permissions), default_permissions, daemon_permissions,
-    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec,
+    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev (root's mount of
+    /// a pool only root can write is dev,suid by default, any other nosuid,nodev), noexec,
     /// noatime|relatime|strictatime (when reads update atime; relatime by default),
     /// nodiratime, lazytime, writeback (the kernel's writeback cache, off by default:
     /// faster small writes, but writes are then durable only at fsync or close, not

@@ -291,6 +291,7 @@ impl MountOptions {
                 opts.push(e.clone());
             }
         }
+        opts.extend(default_dev_suid(&opts, &source));
         config.mount_options = opts;
         if self.allow_other {
             config.acl = SessionACL::All;
@@ -300,6 +301,28 @@ impl MountOptions {
         config.io_uring = self.io_uring != IoUringMode::Off;
         config
     }
+}
+
+/// `dev` and `suid` for root's mount of a pool only root can write, as kernel file
+/// systems mount (device nodes open, set-user-ID programs run as their owner); none
+/// for anyone else's mount (fusermount3 makes those nosuid,nodev) or a pool another
+/// user can write, who could otherwise forge a set-user-ID-root file in it by
+/// attaching to it. An explicit `[no]dev` or `[no]suid` is kept.
+fn default_dev_suid(opts: &[MountOption], pool: &Path) -> Vec<MountOption> {
+    use std::os::unix::fs::MetadataExt;
+    let root_only = nix::unistd::geteuid().is_root()
+        && std::fs::metadata(pool).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
+    if !root_only {
+        return Vec::new();
+    }
+    let mut add = Vec::new();
+    if !opts.contains(&MountOption::Dev) && !opts.contains(&MountOption::NoDev) {
+        add.push(MountOption::Dev);
+    }
+    if !opts.contains(&MountOption::Suid) && !opts.contains(&MountOption::NoSuid) {
+        add.push(MountOption::Suid);
+    }
+    add
 }
 
 /// A mounted pool whose session has not started serving yet: the mount is live (the
