@@ -4,9 +4,10 @@
 //!
 //! Operations, in order, each on every target before the next: `tar -xf` (of the
 //! tarball decompressed once to a `.tar` in the caller's private directory in
-//! `/dev/shm`, `lynxfs-bench-UID`, the same input for every target), `du -s`, `find -name '*.c'` (cold: after dropping the kernel's caches and
-//! LynxFS's index; warm: right after), `gzip -r` of the tree's `fs/` directory, and
-//! `rm -rf` of the whole tree.
+//! `/dev/shm`, `lynxfs-bench-UID`, the same input for every target), `du -s`,
+//! `find -name '*.c'` (cold: after dropping the kernel's caches and LynxFS's index;
+//! warm: right after), `gzip -r` of the tree's `fs/` directory, and `rm -rf` of the
+//! whole tree.
 //!
 //! Kernel targets (tmpfs, ext4, fuse, fuse-null, dir=) run GNU `tar`, `du`, `find`,
 //! `gzip` and `rm` in the target's directory; the `preload` target runs the same
