@@ -276,11 +276,7 @@ impl Attached {
         if !locks.try_set(ATTACHMENT, libc::F_RDLCK)? {
             return Err(locks.error("the attachment lock is held exclusively".into()));
         }
-        let table = self.procs.reserved_per_process();
-        let slot = self
-            .procs
-            .register()
-            .map_err(|e| register_error(e, &self.path, &self.locks.pool_path, table))?;
+        let slot = self.procs.register().map_err(|e| self.register_error(e))?;
         if let Err(e) = locks.set(TRANSITION, libc::F_UNLCK) {
             self.procs.unregister(slot);
             return Err(e);
@@ -288,6 +284,13 @@ impl Attached {
         let mut inherited = std::mem::replace(&mut self.locks, locks);
         inherited.owned = false;
         Ok(std::mem::replace(&mut self.slot, slot))
+    }
+
+    /// What a failed `Procs::register` (or `adopt`) of a process attaching to this
+    /// runtime state means, said with the runtime file and pool's names.
+    pub fn register_error(&self, e: Error) -> Error {
+        let table = self.procs.reserved_per_process();
+        register_error(e, &self.path, &self.locks.pool_path, table)
     }
 
     /// Whether the runtime file's path still names the file we mapped (something put
