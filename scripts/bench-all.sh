@@ -3,7 +3,10 @@
 # target it applies to, one after the other, on this machine (docs/BENCHMARKS.md holds
 # the tables and figures of the latest such run).
 #
-# Usage: scripts/bench-all.sh [OUT]        (default OUT: /tmp/lynxfs-bench-all)
+# Usage: scripts/bench-all.sh [OUT]        (default OUT: a new directory,
+#                                          mktemp -d /tmp/lynxfs-bench-all.XXXXXX: root
+#                                          writes there, so never a name in /tmp that
+#                                          another user could have made first)
 #   LYNXFS   the lynxfs binary [target/release/lynxfs, built if missing]
 #   ROUNDS   rounds of the syscalls, data, mdtest and smallfiles suites [3]
 #   SUITES   the suites to run [all, in the order below]
@@ -15,7 +18,7 @@
 # waking a process on the other CPU costs about 80 us in these VMs.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-OUT="${1:-/tmp/lynxfs-bench-all}"
+OUT="${1:-$(mktemp -d /tmp/lynxfs-bench-all.XXXXXX)}"
 ROUNDS="${ROUNDS:-3}"
 SUITES="${SUITES:-syscalls fuse data mdtest smallfiles recovery apps personalities ablation}"
 LYNXFS="${LYNXFS:-$ROOT/target/release/lynxfs}"

@@ -20,8 +20,10 @@
 # Variables (defaults in brackets):
 #   LYNXFS            lynxfs binary [built: $CARGO_TARGET_DIR or ./target, release]
 #   POOL              pool file [/dev/shm/stress.pool]      POOL_SIZE  [4G]
-#   MNT               mount point [/tmp/lynxfs-stress.mnt]  MOUNT_OPTS [none]
-#   LOGDIR            logs [/tmp/lynxfs-stress.logs]
+#   MNT               mount point [RUN/mnt]                 MOUNT_OPTS [none]
+#   LOGDIR            logs [RUN/logs]
+#                     (RUN: a new directory of root's, mktemp -d /tmp/lynxfs-stress.XXXXXX:
+#                     a fixed name in /tmp could be another user's, or a symlink of theirs)
 #   NO_INSTALL=1      do not run apt-get / cargo install (use what is on PATH)
 #   FSX_OPS [1000000]  FSX_SEEDS ["1 2 3"]  FSX_FLEN [262144]  FSX_OPMAX [65536]
 #   FSX_PARALLEL [0]   1: run the seeds at once (each on its own file of the mount)
@@ -35,16 +37,17 @@
 #                       mmap seek readahead sendfile splice]
 #   STRESSNG_EXPECTED_UNSUPPORTED [see below]: stressors whose "not supported here"
 #                       (exit 4 / "skipped") is counted as SKIP rather than FAIL
-#   LINUX_TARBALL [/usr/src/linux-source-*.tar.xz]  TMPFS_DIR [/dev/shm/lynxfs-stress.tmpfs]
+#   LINUX_TARBALL [/usr/src/linux-source-*.tar.xz]
+#   TMPFS_DIR [a new directory, mktemp -d /dev/shm/lynxfs-stress-tmpfs.XXXXXX]
 #   STEP_TIMEOUT [4h]  a step still running after this is killed and FAILs
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 POOL="${POOL:-/dev/shm/stress.pool}"
 POOL_SIZE="${POOL_SIZE:-4G}"
-MNT="${MNT:-/tmp/lynxfs-stress.mnt}"
+MNT="${MNT:-}"
 MOUNT_OPTS="${MOUNT_OPTS:-}"
-LOGDIR="${LOGDIR:-/tmp/lynxfs-stress.logs}"
+LOGDIR="${LOGDIR:-}"
 NO_INSTALL="${NO_INSTALL:-0}"
 FSX_OPS="${FSX_OPS:-1000000}"
 FSX_SEEDS="${FSX_SEEDS:-1 2 3}"
@@ -70,7 +73,7 @@ STRESSNG_STRESSORS="${STRESSNG_STRESSORS:-}"
 # that need something this machine does not have (binderfs): if stress-ng itself says
 # they are not supported here they count as SKIP; any other outcome is judged as usual.
 STRESSNG_EXPECTED_UNSUPPORTED="${STRESSNG_EXPECTED_UNSUPPORTED:-binderfs chattr fanotify fiemap file-ioctl handle inode-flags lease verity}"
-TMPFS_DIR="${TMPFS_DIR:-/dev/shm/lynxfs-stress.tmpfs}"
+TMPFS_DIR="${TMPFS_DIR:-}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-4h}"
 
 STEPS=("$@")
@@ -83,6 +86,14 @@ done
 
 [ "$(id -u)" = 0 ] || { echo "stress.sh: needs root (apt-get, mount)" >&2; exit 2; }
 [ -e /dev/fuse ] || { echo "stress.sh: /dev/fuse is missing" >&2; exit 2; }
+# The defaults are new directories of root's: a fixed name in /tmp or /dev/shm could be
+# another user's (or their symlink to anywhere), and root writes and extracts there.
+if [ -z "$MNT" ] || [ -z "$LOGDIR" ]; then
+    RUN="$(mktemp -d /tmp/lynxfs-stress.XXXXXX)" || exit 2
+    MNT="${MNT:-$RUN/mnt}"
+    LOGDIR="${LOGDIR:-$RUN/logs}"
+fi
+[ -n "$TMPFS_DIR" ] || TMPFS_DIR="$(mktemp -d /dev/shm/lynxfs-stress-tmpfs.XXXXXX)" || exit 2
 mkdir -p "$LOGDIR"
 export PATH="$HOME/.cargo/bin:$PATH"
 
@@ -370,7 +381,8 @@ step_linux() {
         record linux-tree SKIP 0 "no Linux source tarball (Debian package 'linux-source')"; return
     fi
     local t0 dt t1 rc=0 notes=()
-    rm -rf "$TMPFS_DIR"; mkdir -p "$TMPFS_DIR" "$MNT/linux"
+    # Emptied, not removed and made again: in /dev/shm the name would be free meanwhile.
+    mkdir -p "$TMPFS_DIR" "$MNT/linux" && find "$TMPFS_DIR" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
     t0=$(now)
     timeout "$STEP_TIMEOUT" tar -xJf "$tarball" -C "$MNT/linux" >"$LOGDIR/linux-untar-lynxfs.log" 2>&1 \
         || { rc=1; notes+=("tar onto the mount failed"); }

@@ -3,10 +3,11 @@
 //! the `tmpfs` column when there is one.
 //!
 //! Operations, in order, each on every target before the next: `tar -xf` (of the
-//! tarball decompressed once to a `.tar` in `/dev/shm`, the same input for every
-//! target), `du -s`, `find -name '*.c'` (cold: after dropping the kernel's caches and
-//! LynxFS's index; warm: right after), `gzip -r` of the tree's `fs/` directory, and
-//! `rm -rf` of the whole tree.
+//! tarball decompressed once to a `.tar` in the caller's private directory in
+//! `/dev/shm`, `lynxfs-bench-UID`, the same input for every target), `du -s`,
+//! `find -name '*.c'` (cold: after dropping the kernel's caches and LynxFS's index;
+//! warm: right after), `gzip -r` of the tree's `fs/` directory, and `rm -rf` of the
+//! whole tree.
 //!
 //! Kernel targets (tmpfs, ext4, fuse, fuse-null, dir=) run GNU `tar`, `du`, `find`,
 //! `gzip` and `rm` in the target's directory; the `preload` target runs the same
@@ -35,6 +36,7 @@ use lynxfs::{Session, TimeSet};
 
 use crate::cold::{chill_all, drop_kernel_caches};
 use crate::lib_target::to_io;
+use crate::private;
 use crate::{
     progress_bar, Grid, LibTarget, Measured, Options, PreloadTarget, Target, LIB_NAME,
     PRELOAD_NAME, SHM,
@@ -70,9 +72,16 @@ pub(crate) struct Tree {
 pub const GENERATED: &str = "generated";
 
 /// Finds the tarball (`opts.tree`, else `/usr/src/linux-source-*.tar.xz`), decompresses
-/// it once into `/dev/shm` if it is compressed, and reads its shape; with none, writes
-/// a generated tree of the Linux tree's shape instead and says so in the notes.
+/// it once into the caller's private directory in `/dev/shm` if it is compressed, and
+/// reads its shape; with none, writes a generated tree of the Linux tree's shape there
+/// instead (once) and says so in the notes.
 pub(crate) fn prepare(opts: &Options) -> anyhow::Result<Tree> {
+    prepare_in(opts, Path::new(SHM))
+}
+
+/// [`prepare`], with what is kept between runs in the caller's private directory in
+/// `base`, a directory shared with other users ([`crate::private`]).
+fn prepare_in(opts: &Options, base: &Path) -> anyhow::Result<Tree> {
     let mut notes = Vec::new();
     let source = match &opts.tree {
         Some(p) if p.as_os_str() == GENERATED => None,
@@ -82,9 +91,9 @@ pub(crate) fn prepare(opts: &Options) -> anyhow::Result<Tree> {
     let tar = match source {
         Some(src) if src.extension() == Some(OsStr::new("xz")) => {
             let stem = src.file_stem().unwrap_or(OsStr::new("tree.tar"));
-            let cache = Path::new(SHM).join(format!("lynxfs-bench-{}", stem.to_string_lossy()));
-            if !cache.exists() {
-                decompress(&src, &cache)?;
+            let cache = private::cache_dir(base)?.join(stem);
+            if !private::cached(&cache)? {
+                private::write_new(&cache, |out| decompress(&src, out))?;
             }
             notes.push(format!(
                 "tree: {} decompressed once to {} (kept for the next run; delete it to \
@@ -99,8 +108,9 @@ pub(crate) fn prepare(opts: &Options) -> anyhow::Result<Tree> {
             src
         }
         None => {
-            let path = Path::new(SHM).join(format!("lynxfs-bench-generated-{}.tar", opts.files));
-            if !path.exists() {
+            let name = format!("generated-{}.tar", opts.files);
+            let path = private::cache_dir(base)?.join(name);
+            if !private::cached(&path)? {
                 generate(&path, opts.files, opts.seed)?;
             }
             let why = if opts.tree.is_some() {
@@ -144,9 +154,8 @@ fn linux_source() -> Option<PathBuf> {
     found.pop()
 }
 
-fn decompress(src: &Path, dst: &Path) -> anyhow::Result<()> {
-    let partial = dst.with_extension("partial");
-    let out = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+/// `xz -dc src` into `out`.
+fn decompress(src: &Path, out: File) -> anyhow::Result<()> {
     let status = Command::new("xz")
         .args(["-T0", "-dc"])
         .arg(src)
@@ -154,10 +163,8 @@ fn decompress(src: &Path, dst: &Path) -> anyhow::Result<()> {
         .status()
         .context("running xz (apt-get install xz-utils)")?;
     if !status.success() {
-        let _ = std::fs::remove_file(&partial);
         bail!("xz -dc {} failed: {status}", src.display());
     }
-    std::fs::rename(&partial, dst)?;
     Ok(())
 }
 
@@ -165,8 +172,11 @@ fn decompress(src: &Path, dst: &Path) -> anyhow::Result<()> {
 /// two levels deep under `gen-tree/` (the first top-level one is `fs`), sizes from a
 /// gamma distribution of mean 14 KiB.
 fn generate(path: &Path, files: usize, seed: u64) -> anyhow::Result<()> {
-    let partial = path.with_extension("partial");
-    let mut b = tar::Builder::new(File::create(&partial)?);
+    private::write_new(path, |file| write_tree(file, files, seed))
+}
+
+fn write_tree(file: File, files: usize, seed: u64) -> anyhow::Result<()> {
+    let mut b = tar::Builder::new(file);
     let mut rng = seed;
     let per_dir = 15;
     let dirs = files.div_ceil(per_dir);
@@ -217,7 +227,6 @@ fn generate(path: &Path, files: usize, seed: u64) -> anyhow::Result<()> {
         }
     }
     b.into_inner()?.flush()?;
-    std::fs::rename(&partial, path)?;
     Ok(())
 }
 
@@ -762,6 +771,99 @@ mod tests {
             tree: Some(tar),
             progress: false,
             ..Options::default()
+        }
+    }
+
+    /// A directory anyone may create names in, as `/dev/shm` is.
+    fn shared_dir() -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir_in(SHM).unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        d
+    }
+
+    /// Runs `script` with sh as uid/gid 1000, an unprivileged user, in `dir`.
+    fn as_user_1000(dir: &Path, script: &str) {
+        use std::os::unix::process::CommandExt;
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir)
+            .uid(1000)
+            .gid(1000)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn generated(files: usize) -> Options {
+        Options {
+            tree: Some(PathBuf::from(GENERATED)),
+            files,
+            progress: false,
+            ..Options::default()
+        }
+    }
+
+    /// A user plants a tarball of their own wherever the suite might look for its
+    /// cached one (a setuid-root copy of a shell extracted by root would be theirs to
+    /// run): the suite extracts its own tree, never theirs.
+    #[test]
+    fn a_tarball_another_user_planted_is_never_used() {
+        let shared = shared_dir();
+        as_user_1000(
+            shared.path(),
+            "mkdir -p planted/sub && echo x > planted/sub/evil.c && \
+             tar -cf lynxfs-bench-generated-30.tar planted",
+        );
+        let tree = prepare_in(&generated(30), shared.path()).unwrap();
+        assert_eq!(tree.top, "gen-tree", "the planted tarball was used");
+        assert_eq!(tree.files, 30);
+    }
+
+    /// A user plants a symlink, to a file of root's, at the name the suite wrote its
+    /// tarball through: the file is untouched.
+    #[test]
+    fn a_symlink_another_user_planted_is_never_written_through() {
+        let shared = shared_dir();
+        let private = tempfile::tempdir().unwrap();
+        let victim = private.path().join("victim");
+        std::fs::write(&victim, b"root's own").unwrap();
+        let v = victim.display();
+        as_user_1000(
+            shared.path(),
+            &format!("ln -s {v} lynxfs-bench-generated-31.partial"),
+        );
+        let tree = prepare_in(&generated(31), shared.path());
+        assert!(
+            std::fs::read(&victim).unwrap() == b"root's own",
+            "the planted symlink was written through"
+        );
+        assert_eq!(tree.unwrap().files, 31);
+    }
+
+    /// The private cache directory is refused, with the reason, when another user made
+    /// it (or a link in its place) first, or when it is open to others.
+    #[test]
+    fn a_cache_directory_not_privately_ours_is_refused() {
+        for (plant, why) in [
+            ("mkdir -m 0700 lynxfs-bench-0", "owned by uid 1000"),
+            ("mkdir -m 0700 d && ln -s d lynxfs-bench-0", "symbolic link"),
+            ("touch lynxfs-bench-0", "not a directory"),
+        ] {
+            let shared = shared_dir();
+            as_user_1000(shared.path(), plant);
+            let e = prepare_in(&generated(32), shared.path())
+                .err()
+                .unwrap_or_else(|| panic!("{plant}: the cache directory was used"))
+                .to_string();
+            assert!(
+                e.contains(why) && e.contains("lynxfs-bench-0"),
+                "{plant}: {e}"
+            );
         }
     }
 

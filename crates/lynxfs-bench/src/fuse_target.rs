@@ -104,7 +104,9 @@ impl FuseTarget {
     }
 
     fn mount_labelled(options: &str, label: &str) -> anyhow::Result<Self> {
-        let o = MountOptions::parse(options)?;
+        // Whatever the defaults for root become, a scratch tree stays nosuid and nodev,
+        // as the tmpfs target's (`crate::mount`).
+        let o = MountOptions::parse(&[options, "nosuid,nodev"].join(","))?;
         let path = fresh_pool_path()?;
         let pool = PoolFile(path.clone());
         let mut mkfs = MkfsOptions::new(LibTarget::DEFAULT_SIZE);

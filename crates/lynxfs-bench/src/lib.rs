@@ -55,6 +55,7 @@ mod mount;
 mod personalities;
 mod plot;
 mod preload;
+mod private;
 mod recovery;
 mod report;
 mod smallfiles;
@@ -115,7 +116,7 @@ pub struct Options {
     /// `personalities`: the most threads a personality runs.
     pub max_threads: usize,
     /// `apps`: the tarball to extract (`.tar`, or `.tar.xz` decompressed once into
-    /// `/dev/shm`); `None`: `/usr/src/linux-source-*.tar.xz`, else a generated tree
+    /// `/dev/shm/lynxfs-bench-UID`); `None`: `/usr/src/linux-source-*.tar.xz`, else a generated tree
     /// of [`Options::files`] files.
     pub tree: Option<std::path::PathBuf>,
     /// `mdtest`: also run the work split over this many worker processes attached to

@@ -49,7 +49,9 @@ fn umount(path: &Path, flags: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// Mounts a fresh tmpfs on `point` with the mount(2) system call.
+/// Mounts a fresh tmpfs on `point` with the mount(2) system call, nosuid and nodev:
+/// the trees root extracts there are open to other users, who must gain nothing from
+/// a setuid program or a device node among them.
 fn mount_tmpfs(point: &Path) -> io::Result<()> {
     let target = CString::new(point.as_os_str().as_bytes())?;
     let fstype = c"tmpfs";
@@ -61,7 +63,7 @@ fn mount_tmpfs(point: &Path) -> io::Result<()> {
             fstype.as_ptr(),
             target.as_ptr(),
             fstype.as_ptr(),
-            0,
+            libc::MS_NOSUID | libc::MS_NODEV,
             data.as_ptr().cast(),
         )
     };
@@ -227,8 +229,9 @@ impl Ext4Target {
         Self::mount(Self::DEFAULT_IMAGE_SIZE)
     }
 
-    /// Makes an ext4 of `image_size` bytes and loop-mounts it (needs root, `mkfs.ext4`
-    /// and a free loop device; the error says which is missing).
+    /// Makes an ext4 of `image_size` bytes and loop-mounts it, nosuid and nodev as the
+    /// tmpfs (needs root, `mkfs.ext4` and a free loop device; the error says which is
+    /// missing).
     pub fn mount(image_size: u64) -> io::Result<Self> {
         let image = tempfile::Builder::new()
             .prefix("lynxfs-bench-ext4.")
@@ -243,7 +246,7 @@ impl Ext4Target {
             .arg(image.path()))?;
         let point = TempDir::with_prefix("lynxfs-bench-ext4.")?;
         run(Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop"])
+            .args(["-t", "ext4", "-o", "loop,nosuid,nodev"])
             .arg(image.path())
             .arg(point.path()))
         .map_err(|e| {
@@ -274,23 +277,35 @@ delegate_to_dir!(Ext4Target);
 mod tests {
     use super::*;
 
-    fn mounted(path: &Path) -> bool {
+    /// The options of the mount at `path`, if one is there.
+    fn mount_options(path: &Path) -> Option<Vec<String>> {
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
         let p = path.to_str().unwrap();
-        mounts
-            .lines()
-            .any(|l| l.split_whitespace().nth(1) == Some(p))
+        mounts.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&p)).then(|| f[3].split(',').map(str::to_string).collect())
+        })
+    }
+
+    fn mounted(path: &Path) -> bool {
+        mount_options(path).is_some()
+    }
+
+    fn nosuid_nodev(path: &Path) -> bool {
+        let o = mount_options(path).unwrap_or_default();
+        o.iter().any(|o| o == "nosuid") && o.iter().any(|o| o == "nodev")
     }
 
     #[test]
-    fn tmpfs_is_mounted_until_dropped_or_falls_back_to_shm() {
+    fn tmpfs_is_mounted_nosuid_nodev_until_dropped_or_falls_back_to_shm() {
         let t = TmpfsTarget::mount().unwrap();
         let root = t.root().to_path_buf();
         match t.fallback_reason() {
             None => assert!(
-                mounted(&root),
-                "{} not in /proc/self/mounts",
-                root.display()
+                nosuid_nodev(&root),
+                "{} not in /proc/self/mounts nosuid,nodev: {:?}",
+                root.display(),
+                mount_options(&root)
             ),
             Some(why) => {
                 assert!(root.starts_with(SHM) && t.name().contains("shm"), "{why}");
@@ -314,7 +329,7 @@ mod tests {
             }
         };
         let (root, image) = (t.dir.root().to_path_buf(), t.image());
-        assert!(mounted(&root));
+        assert!(nosuid_nodev(&root), "{:?}", mount_options(&root));
         t.mkdir(Path::new("d")).unwrap();
         drop(t);
         assert!(!mounted(&root) && !root.exists() && !image.exists());

@@ -15,10 +15,10 @@
 //! - **open after crash**: `Fs::open` after `crash_in_place`, which runs recovery
 //!   (journal replay and the namespace walk; goal <= 1 s at 1M).
 //!
-//! The notes add the DRAM per indexed entry: measured as the growth of the shared
-//! runtime file (its allocated tmpfs pages, whichever process touched them) and of
-//! this process's resident pages of its mapping across the first lookup, over the
-//! entries it indexed, next to the index's own estimate (`Index::dram_bytes`, what
+//! The notes add the DRAM per indexed entry: measured as the growth of this
+//! process's resident pages of the shared runtime mapping across the first lookup,
+//! over the entries it indexed (the runtime file's memory is reserved whole when it
+//! is made, so its allocated pages do not grow), next to the index's own estimate (`Index::dram_bytes`, what
 //! `lynxfs info` prints); the index lives in shared memory, not in this process's
 //! heap. Also the create and close rates.
 
@@ -58,8 +58,8 @@ fn mkfs_options(files: usize) -> MkfsOptions {
     opts
 }
 
-/// Bytes of the shared runtime state now: the runtime file's allocated pages (tmpfs
-/// allocates a page when any attached process first touches it). `None` for a pool
+/// Bytes of the shared runtime state now: the runtime file's allocated pages (all of
+/// it but the open tables of free process slots: docs/FORMAT.md, section 12.1). `None` for a pool
 /// with private state (in memory) or when the file cannot be looked at.
 pub fn runtime_file_bytes<B: lynxfs::pmem::Backend>(fs: &Fs<B>) -> Option<u64> {
     let region = fs.pool().attachment()?.region();
@@ -253,7 +253,7 @@ fn run_on(
         bar.inc(1);
 
         bar.set_message(format!("{files} files: first lookup"));
-        let before = (runtime_file_bytes(&fs), runtime_mapping_rss(&fs));
+        let before = runtime_mapping_rss(&fs);
         let idx0 = fs.ns().index.len();
         let start = Instant::now();
         fs.session(Cred::root())
@@ -263,7 +263,7 @@ fn run_on(
         let lookup = start.elapsed().as_secs_f64() * 1e3;
         ms[1].push(lookup);
         ms[2].push(t + lookup);
-        let after = (runtime_file_bytes(&fs), runtime_mapping_rss(&fs));
+        let after = runtime_mapping_rss(&fs);
         let idx1 = fs.ns().index.len();
         let indexed = idx1.saturating_sub(idx0);
         if indexed < files {
@@ -311,11 +311,9 @@ fn second_attach(worker: &WorkerCommand, path: &Path) -> anyhow::Result<f64> {
     }
 }
 
-/// DRAM per indexed entry over the rounds: measured two ways, and estimated.
+/// DRAM per indexed entry over the rounds: measured, and estimated.
 #[derive(Default)]
 struct Dram {
-    /// Growth of the runtime file's allocated bytes across the first lookup, per entry.
-    file: Vec<f64>,
     /// Growth of this process's resident pages of the runtime mapping, per entry.
     mapped: Vec<f64>,
     /// `Index::dram_bytes` over the entries.
@@ -325,26 +323,22 @@ struct Dram {
 }
 
 impl Dram {
-    /// One round: `before` and `after` the first lookup that indexed `indexed` entries,
-    /// each (runtime file bytes, mapping's resident bytes).
+    /// One round: the mapping's resident bytes `before` and `after` the first lookup
+    /// that indexed `indexed` entries.
     fn record<B: lynxfs::pmem::Backend>(
         &mut self,
         fs: &Fs<B>,
-        before: (Option<u64>, Option<u64>),
-        after: (Option<u64>, Option<u64>),
+        before: Option<u64>,
+        after: Option<u64>,
         indexed: usize,
     ) {
-        let per = |a: Option<u64>, b: Option<u64>| {
-            a.zip(b)
-                .map(|(a, b)| b.saturating_sub(a) as f64 / indexed as f64)
-        };
-        self.file.extend(per(before.0, after.0));
-        self.mapped.extend(per(before.1, after.1));
-        self.whole.extend(
-            after
-                .0
-                .map(|b| b as f64 / fs.ns().index.len().max(1) as f64),
+        self.mapped.extend(
+            before
+                .zip(after)
+                .map(|(a, b)| b.saturating_sub(a) as f64 / indexed as f64),
         );
+        self.whole
+            .extend(runtime_file_bytes(fs).map(|b| b as f64 / fs.ns().index.len().max(1) as f64));
         let index = &fs.ns().index;
         self.estimate
             .push(index.dram_bytes() as f64 / index.len().max(1) as f64);
@@ -360,12 +354,10 @@ impl Dram {
         };
         vec![format!(
             "{files} files: DRAM per indexed entry (shared memory; goal <= 64 B): {} \
-             estimated (Index::dram_bytes, as `lynxfs info` prints), {} measured (growth of \
-             the runtime file's allocated pages across the first lookup), {} measured (growth \
-             of this process's Rss of the runtime mapping); the whole runtime file is {} per \
-             indexed entry; names are {} bytes on average",
+             estimated (Index::dram_bytes, as `lynxfs info` prints), {} measured (growth \
+             of this process's Rss of the runtime mapping across the first lookup); the whole \
+             runtime file is {} per indexed entry; names are {} bytes on average",
             m(&self.estimate),
-            m(&self.file),
             m(&self.mapped),
             m(&self.whole),
             mean_name_len(files),

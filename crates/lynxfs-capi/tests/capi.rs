@@ -65,26 +65,26 @@ fn compile(src: &str, dir: &Path) -> PathBuf {
     exe
 }
 
-/// A pool file in /dev/shm, removed when dropped.
-struct TestPool(PathBuf);
+/// A pool file in a new directory of /dev/shm (never a name in /dev/shm itself, which
+/// another user could have taken first), removed with it when dropped.
+struct TestPool {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
 
 impl TestPool {
     fn new(test: &str, size: u64) -> TestPool {
-        let p = PathBuf::from(format!(
-            "/dev/shm/lynxfs-capi-{}-{test}.pool",
-            std::process::id()
-        ));
+        let (p, dir) = TestPool::path(test);
         let mut o = MkfsOptions::new(size);
         o.lanes = 2;
-        o.force = true;
         Pool::mkfs(&p, &o, PmemBackend::default()).expect("mkfs");
-        TestPool(p)
+        TestPool { path: p, _dir: dir }
     }
-}
 
-impl Drop for TestPool {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+    /// `DIR/TEST.pool` in a new directory DIR, where nothing is yet.
+    fn path(test: &str) -> (PathBuf, tempfile::TempDir) {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        (dir.path().join(format!("{test}.pool")), dir)
     }
 }
 
@@ -111,7 +111,10 @@ fn check_against_tmpfs(name: &str) {
     let tmpfs = tempfile::tempdir_in("/dev/shm").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let exe = compile("tests/checks.c", dir.path());
-    let out = run(Command::new(exe).arg(name).arg(&pool.0).arg(tmpfs.path()));
+    let out = run(Command::new(exe)
+        .arg(name)
+        .arg(&pool.path)
+        .arg(tmpfs.path()));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains(&format!("ok {name}")),
@@ -140,7 +143,7 @@ fn example_runs_and_leaves_its_tree() {
     let pool = TestPool::new("example", 16 << 20);
     let dir = tempfile::tempdir().unwrap();
     let exe = compile("examples/example.c", dir.path());
-    let out = run(Command::new(exe).arg(&pool.0));
+    let out = run(Command::new(exe).arg(&pool.path));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -162,7 +165,7 @@ fn example_runs_and_leaves_its_tree() {
             "no '{line}' in:\n{stdout}"
         );
     }
-    let fs = Fs::open(&pool.0).unwrap();
+    let fs = Fs::open(&pool.path).unwrap();
     assert_eq!(names(&fs, "/capi"), ["greeting.txt"]);
     let s = fs.session(Cred::root());
     let fd = s.open("/capi/greeting.txt", libc::O_RDONLY, 0).unwrap();
@@ -178,8 +181,8 @@ fn example_fails_on_a_second_run() {
     let pool = TestPool::new("again", 16 << 20);
     let dir = tempfile::tempdir().unwrap();
     let exe = compile("examples/example.c", dir.path());
-    assert!(run(Command::new(&exe).arg(&pool.0)).status.success());
-    let out = run(Command::new(&exe).arg(&pool.0));
+    assert!(run(Command::new(&exe).arg(&pool.path)).status.success());
+    let out = run(Command::new(&exe).arg(&pool.path));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("mkdir: File exists"));
 }
@@ -191,26 +194,22 @@ fn null_pointers_are_errors() {
 
 #[test]
 fn missing_pool_is_enoent() {
-    let p = format!("/dev/shm/lynxfs-capi-{}-missing.pool", std::process::id());
-    check("missing", Path::new(&p));
+    let (p, _dir) = TestPool::path("missing");
+    check("missing", &p);
 }
 
 #[test]
 fn foreign_file_is_not_a_pool() {
-    let p = PathBuf::from(format!(
-        "/dev/shm/lynxfs-capi-{}-foreign.pool",
-        std::process::id()
-    ));
+    let (p, _dir) = TestPool::path("foreign");
     std::fs::write(&p, vec![0x5a; 8 << 20]).unwrap();
-    let _cleanup = TestPool(p.clone());
     check("foreign", &p);
 }
 
 #[test]
 fn long_names_and_bad_paths() {
     let pool = TestPool::new("names", 16 << 20);
-    check("names", &pool.0);
-    let fs = Fs::open(&pool.0).unwrap();
+    check("names", &pool.path);
+    let fs = Fs::open(&pool.path).unwrap();
     assert_eq!(names(&fs, "/"), ["n".repeat(255)]);
     fs.close().unwrap();
 }
@@ -218,15 +217,15 @@ fn long_names_and_bad_paths() {
 #[test]
 fn bad_descriptors_are_ebadf() {
     let pool = TestPool::new("badfd", 16 << 20);
-    check("badfd", &pool.0);
+    check("badfd", &pool.path);
 }
 
 #[test]
 fn full_pool_is_enospc_and_recovers() {
     let pool = TestPool::new("full", 8 << 20);
-    let out = check("full", &pool.0);
+    let out = check("full", &pool.path);
     assert!(out.contains("bytes before ENOSPC"), "{out}");
-    let fs = Fs::open(&pool.0).unwrap();
+    let fs = Fs::open(&pool.path).unwrap();
     assert_eq!(names(&fs, "/"), ["small"]);
     assert_eq!(fs.session(Cred::root()).stat("/small").unwrap().size, 4096);
     fs.close().unwrap();
@@ -235,8 +234,8 @@ fn full_pool_is_enospc_and_recovers() {
 #[test]
 fn path_calls() {
     let pool = TestPool::new("paths", 16 << 20);
-    check("paths", &pool.0);
-    let fs = Fs::open(&pool.0).unwrap();
+    check("paths", &pool.path);
+    let fs = Fs::open(&pool.path).unwrap();
     assert_eq!(names(&fs, "/"), ["c", "s"]);
     let st = fs.session(Cred::root()).stat("/c").unwrap();
     assert_eq!((st.size, st.mode & 0o7777, st.gid), (10, 0o640, 0));
@@ -246,8 +245,8 @@ fn path_calls() {
 #[test]
 fn threads_share_a_handle() {
     let pool = TestPool::new("threads", 64 << 20);
-    check("threads", &pool.0);
-    let fs = Fs::open(&pool.0).unwrap();
+    check("threads", &pool.path);
+    let fs = Fs::open(&pool.path).unwrap();
     assert_eq!(names(&fs, "/t").len(), 4 * 200);
     fs.close().unwrap();
 }
@@ -272,5 +271,5 @@ fn tmpfiles_answer_as_on_tmpfs() {
 #[test]
 fn fiemap_lists_a_sparse_files_extents() {
     let pool = TestPool::new("fiemap", 16 << 20);
-    check("fiemap", &pool.0);
+    check("fiemap", &pool.path);
 }

@@ -45,7 +45,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8)]
     pub max_threads: usize,
     /// apps: the tarball to extract (.tar, or .tar.xz decompressed once into
-    /// /dev/shm), or `generated` for a generated tree of --files files. Default:
+    /// /dev/shm/lynxfs-bench-UID), or `generated` for a generated tree of --files files. Default:
     /// /usr/src/linux-source-*.tar.xz (apt-get install linux-source), else a generated
     /// tree.
     #[arg(long, value_name = "TAR")]

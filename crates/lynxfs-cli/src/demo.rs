@@ -1,10 +1,16 @@
 //! `lynxfs demo`: make the default pool and run a short real workload on it through the
 //! library, next to the same work on tmpfs through system calls, printing both.
+//!
+//! The demo formats only a pool it creates: a path where something already is (a pool
+//! holding someone's files, say) is refused with the reason, unless `--force` says to
+//! format it anyway (`mkfs --force` rules: never through a symlink, only the caller's
+//! own file). A pool the demo created is removed when it ends, so it can run again.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fs, MkfsOptions, Pool};
 
@@ -20,11 +26,15 @@ struct Phases {
     remove: f64,
 }
 
-pub fn run(path: &Path, size: u64) -> Result<()> {
+pub fn run(path: &Path, size: u64, force: bool) -> Result<()> {
+    if !force {
+        refuse_what_is_there(path)?;
+    }
     let mut opts = MkfsOptions::new(size);
-    opts.force = true;
+    opts.force = force;
     let t = Instant::now();
     Pool::mkfs(path, &opts, PmemBackend::default())?;
+    let _made = (!force).then(|| MadeHere::new(path)).transpose()?;
     println!(
         "mkfs {} ({} MiB): {:.1} ms",
         path.display(),
@@ -42,8 +52,10 @@ pub fn run(path: &Path, size: u64) -> Result<()> {
     let shm = tempdir_in_shm()?;
     let archive = make_archive(&shm)?;
     let mnt = private_dir(&std::env::temp_dir(), "lynxfs-demo-mnt")?;
-    let mount = lynxfs_fuse::mount_background(path, &mnt, &lynxfs_fuse::MountOptions::default())
-        .context("mount the pool with FUSE")?;
+    // nosuid,nodev whatever root's defaults: the tree unpacked there is open to others.
+    let options = lynxfs_fuse::MountOptions::parse("nosuid,nodev")?;
+    let mount =
+        lynxfs_fuse::mount_background(path, &mnt, &options).context("mount the pool with FUSE")?;
     let fuse = dir_workload(&mnt, &archive);
     mount.unmount().context("unmount")?;
     std::fs::remove_dir(&mnt).ok();
@@ -89,6 +101,56 @@ pub fn run(path: &Path, size: u64) -> Result<()> {
          above 1 means LynxFS was faster.)"
     );
     Ok(())
+}
+
+/// Refuses `path` if anything is there (looked at without following a symlink).
+fn refuse_what_is_there(path: &Path) -> Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("{}", path.display())),
+        Ok(m) => m,
+    };
+    let what = if meta.file_type().is_symlink() {
+        "a symbolic link"
+    } else if meta.is_file() {
+        "a file: if a pool, formatting would erase the files in it"
+    } else {
+        "not a regular file"
+    };
+    bail!(
+        "{} exists ({what}): the demo formats only a pool it creates itself; give a path \
+         where nothing is, or remove it, or pass --force to format it anyway",
+        path.display()
+    )
+}
+
+/// The pool the demo created, removed when the demo ends (if it is still the file
+/// made, not one put in its place meanwhile).
+struct MadeHere {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl MadeHere {
+    fn new(path: &Path) -> Result<MadeHere> {
+        let m = std::fs::symlink_metadata(path).with_context(|| format!("{}", path.display()))?;
+        Ok(MadeHere {
+            path: path.to_path_buf(),
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
+impl Drop for MadeHere {
+    fn drop(&mut self) {
+        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
+            if (m.dev(), m.ino()) == (self.dev, self.ino) {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
 }
 
 /// A tar archive of the demo tree, built on tmpfs.

@@ -74,7 +74,13 @@ enum Cmd {
         pool: PathBuf,
     },
     /// Make the default pool and run a short workload on it, printing what it measured.
+    /// Refuses a path where something already is, unless --force; removes the pool it
+    /// made when done.
     Demo {
+        /// Format POOL even if something is there (as mkfs --force: only a file of
+        /// yours, never through a symlink); it is then kept afterwards.
+        #[arg(long)]
+        force: bool,
         #[arg(long, default_value = "256M", value_parser = size::parse)]
         size: u64,
         #[arg(default_value = DEFAULT_POOL)]
@@ -243,8 +249,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Demo { size, pool } => {
-            demo::run(&pool, size)?;
+        Cmd::Demo { force, size, pool } => {
+            demo::run(&pool, size, force)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Fsck {

@@ -189,6 +189,83 @@ fn the_demo_does_not_follow_a_planted_symlink() {
     assert_eq!(std::fs::read(&victim).unwrap(), b"root's secret");
 }
 
+/// Whether the pool holds `name` in its root, read without changing the pool.
+fn pool_has(pool: &Path, name: &str) -> bool {
+    let p = lynxfs::Pool::open(
+        pool,
+        lynxfs::Access::ReadOnly,
+        lynxfs::pmem::PmemBackend::default(),
+    )
+    .unwrap();
+    let fs = lynxfs::Fs::new(p);
+    let found = fs.session(lynxfs::Cred::root()).stat(name).is_ok();
+    fs.pool().crash_in_place(); // a read-only look
+    found
+}
+
+/// The demo formats only a pool it creates (issue 30): an existing pool keeps its
+/// files, and so does any other file at the path; --force is how to format it anyway.
+#[test]
+fn the_demo_refuses_an_existing_pool_and_keeps_its_files() {
+    let dir = shared_dir();
+    let pool = dir.path().join("lynxfs.pool");
+    let o = lynxfs(&["mkfs", "--size", "16M", s(&pool)]);
+    assert!(o.status.success(), "mkfs: {}", o.stderr);
+    let fs = lynxfs::Fs::open(&pool).unwrap();
+    let fd = fs
+        .session(lynxfs::Cred::root())
+        .create("/mine", 0o644)
+        .unwrap();
+    fs.write(fd, b"a user's file").unwrap();
+    fs.close_fd(fd).unwrap();
+    fs.close().unwrap();
+    drop(fs);
+    let o = lynxfs(&["demo", "--size", "16M", s(&pool)]);
+    assert_eq!(o.status.code(), Some(8), "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains("exists") && o.stderr.contains("--force"),
+        "{}",
+        o.stderr
+    );
+    assert!(pool_has(&pool, "/mine"), "the demo formatted the pool");
+
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, b"not a pool").unwrap();
+    let o = lynxfs(&["demo", "--size", "16M", s(&file)]);
+    assert_eq!(o.status.code(), Some(8), "{}{}", o.stdout, o.stderr);
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a pool");
+    assert_eq!(names_in(dir.path()), ["lynxfs.pool", "notes.txt"]);
+}
+
+/// On a path where nothing is, the demo makes its pool, runs, and removes the pool,
+/// so it can run again; with --force it formats what is there and keeps it.
+#[test]
+fn the_demo_runs_on_a_pool_of_its_own_and_removes_it() {
+    let dir = shared_dir();
+    let pool = dir.path().join("lynxfs.pool");
+    for round in 0..2 {
+        let o = lynxfs(&["demo", "--size", "64M", s(&pool)]);
+        assert!(
+            o.status.success(),
+            "round {round}: {}{}",
+            o.stdout,
+            o.stderr
+        );
+        assert!(o.stdout.contains("workload:"), "{}", o.stdout);
+        assert!(
+            names_in(dir.path()).is_empty(),
+            "{:?}",
+            names_in(dir.path())
+        );
+    }
+    let o = lynxfs(&["mkfs", "--size", "16M", s(&pool)]);
+    assert!(o.status.success(), "mkfs: {}", o.stderr);
+    let o = lynxfs(&["demo", "--force", "--size", "64M", s(&pool)]);
+    assert!(o.status.success(), "{}{}", o.stdout, o.stderr);
+    let o = lynxfs(&["fsck", s(&pool)]);
+    assert!(o.status.success(), "{}{}", o.stdout, o.stderr);
+}
+
 #[test]
 fn a_failed_mkfs_changes_nothing_and_says_why_once() {
     let dir = shared_dir();

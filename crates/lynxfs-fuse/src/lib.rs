@@ -90,6 +90,9 @@ pub fn null_config(options: &NullOptions) -> Config {
         MountOption::Subtype("lynxfs-null".to_string()),
         MountOption::RW,
         MountOption::NoAtime,
+        // A scratch tree (the benchmarks extract tarballs there as root).
+        MountOption::NoSuid,
+        MountOption::NoDev,
     ];
     config.n_threads = Some(options.threads.max(1));
     // One fd per worker avoids all workers contending on (and being woken for) one

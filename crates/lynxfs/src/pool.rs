@@ -304,8 +304,8 @@ impl<B: Backend> Pool<B> {
         let pm = Pm::new(map, backend);
         let attachment = match access {
             Access::ReadWrite => {
-                let bytes = RuntimeLayout::compute(&sb.layout).total;
-                let a = Attachment::new(RuntimeFile::attach(path, &file, sb.uuid, bytes)?);
+                let shape = RuntimeLayout::compute(&sb.layout).shape();
+                let a = Attachment::new(RuntimeFile::attach(path, &file, sb.uuid, shape)?);
                 if attach::read_only_elsewhere(&file).map_err(|e| Error::io(path, e))? {
                     let _ = a.detach(|| Ok(()));
                     return Err(Error::Locked {

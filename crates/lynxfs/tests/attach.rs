@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use lynxfs::pmem::PmemBackend;
 use lynxfs::runtime::attach::RUNTIME_DIR_ENV;
 use lynxfs::runtime::procs::{self, MAX_PROCS, SCAN_EVERY};
-use lynxfs::runtime::{bytes_needed, Attached, Health, Interrupted, RuntimeFile, Watch};
+use lynxfs::runtime::{bytes_needed, Attached, Health, Interrupted, RuntimeFile, Shape, Watch};
 use lynxfs::{MkfsOptions, Pool};
 
 /// Child mode: the pool to attach (the runtime directory comes in `RUNTIME_DIR_ENV`).
@@ -25,8 +25,14 @@ const CHILD_POOL: &str = "LYNXFS_ATTACH_CHILD_POOL";
 /// Child mode: "1" to leave one operation in flight after attaching.
 const CHILD_BUSY: &str = "LYNXFS_ATTACH_CHILD_BUSY";
 const UUID: [u8; 16] = *b"attach-test-uuid";
+/// Entries of each open table (a few pages).
+const ENTRIES: usize = 4096;
 /// The header and tables, plus a page standing for the rest of the runtime state.
-const BYTES: usize = bytes_needed() + 4096;
+const BYTES: usize = bytes_needed(ENTRIES) + 4096;
+const SHAPE: Shape = Shape {
+    bytes: BYTES,
+    open_entries: ENTRIES,
+};
 /// How long a child may live before its watchdog kills it.
 const CHILD_LIMIT: Duration = Duration::from_secs(60);
 
@@ -50,7 +56,7 @@ fn open_rw(p: &Path) -> File {
 }
 
 fn attach(rt: &Path, pool: &Path, f: &File) -> lynxfs::Result<Attached> {
-    RuntimeFile::attach_in(rt, pool, f, UUID, BYTES)
+    RuntimeFile::attach_in(rt, pool, f, UUID, SHAPE)
 }
 
 fn live(a: &Attached) -> usize {
@@ -66,7 +72,7 @@ fn child() {
     };
     let pool = PathBuf::from(pool);
     let f = open_rw(&pool);
-    let a = RuntimeFile::attach(&pool, &f, UUID, BYTES).unwrap();
+    let a = RuntimeFile::attach(&pool, &f, UUID, SHAPE).unwrap();
     a.publish().unwrap();
     if std::env::var(CHILD_BUSY).is_ok_and(|v| v == "1") {
         std::mem::forget(a.procs.enter_op(a.slot).unwrap());
@@ -355,7 +361,11 @@ fn a_wrong_header_is_refused_while_attached() {
     file.write_at(b"NOTLYNX!", 0).unwrap();
     refuse("bad magic");
     file.write_at(b"LYNXRUN\0", 0).unwrap();
-    let msg = RuntimeFile::attach_in(dir.path(), &pool, &f2, UUID, BYTES + 4096)
+    let bigger = Shape {
+        bytes: BYTES + 4096,
+        ..SHAPE
+    };
+    let msg = RuntimeFile::attach_in(dir.path(), &pool, &f2, UUID, bigger)
         .err()
         .unwrap()
         .to_string();
@@ -491,13 +501,20 @@ fn a_full_runtime_directory_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let pool = make_pool(dir.path(), "p.pool");
     let f = open_rw(&pool);
-    let huge = 1usize << 50;
+    let huge = Shape {
+        bytes: 1usize << 50,
+        ..SHAPE
+    };
     let e = RuntimeFile::attach_in(dir.path(), &pool, &f, UUID, huge)
         .err()
         .unwrap();
     let msg = e.to_string();
+    // Reserved by the first attacher: all but the other processes' open tables.
+    let need = huge.bytes - (MAX_PROCS as usize - 1) * ENTRIES * 8;
     assert!(
-        msg.contains("bytes free") && msg.contains(&format!("needs {huge}")),
+        msg.starts_with(&dir.path().display().to_string())
+            && msg.contains("bytes free")
+            && msg.contains(&format!("needs {need}")),
         "{msg}"
     );
     assert!(msg.contains(&pool.display().to_string()), "{msg}");
@@ -507,7 +524,11 @@ fn a_full_runtime_directory_is_a_clear_error() {
         1,
         "nothing left behind"
     );
-    let small = RuntimeFile::attach_in(dir.path(), &pool, &f, UUID, 4096)
+    let small = Shape {
+        bytes: 4096,
+        ..SHAPE
+    };
+    let small = RuntimeFile::attach_in(dir.path(), &pool, &f, UUID, small)
         .err()
         .unwrap();
     assert_eq!(small.errno(), libc::EINVAL);

@@ -67,8 +67,12 @@ fn runtime_dir() -> &'static Path {
         let d = match std::env::var_os(RUNTIME_DIR_ENV) {
             Some(d) if !d.is_empty() => PathBuf::from(d),
             _ => {
-                let d = std::env::temp_dir().join(format!("lynxfs-desc-rt-{}", std::process::id()));
-                std::fs::create_dir_all(&d).unwrap();
+                // A new directory (a fixed name in /tmp could be another user's).
+                let d = tempfile::Builder::new()
+                    .prefix("lynxfs-desc-rt-")
+                    .tempdir()
+                    .unwrap()
+                    .keep();
                 std::env::set_var(RUNTIME_DIR_ENV, &d);
                 d
             }

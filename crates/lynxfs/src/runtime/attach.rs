@@ -12,6 +12,12 @@
 //! The first attacher (re)creates the runtime file and builds its contents, holding the
 //! transition lock until it publishes them; later attachers validate it and join.
 //! The last detacher (byte 1 exclusive while holding byte 0) removes it.
+//!
+//! Every page of the file has its memory reserved (`fallocate`) before anyone touches
+//! it: the first attacher reserves all but the open tables when it makes the file, and
+//! each process its own open table when it takes a slot. A full directory (any user can
+//! fill `/dev/shm`) is then an ENOSPC error at attach, naming the directory and the
+//! size, never a SIGBUS in the middle of an operation.
 
 use std::ffi::CString;
 use std::fs::{File, Metadata, OpenOptions};
@@ -28,7 +34,7 @@ use super::Region;
 use crate::error::{Error, Result};
 
 /// The version of the runtime file's layout, checked by every attacher.
-pub const RUNTIME_VERSION: u32 = 5;
+pub const RUNTIME_VERSION: u32 = 6;
 /// Environment variable naming the directory of runtime files (default `/dev/shm`).
 pub const RUNTIME_DIR_ENV: &str = "LYNXFS_RUNTIME_DIR";
 const DEFAULT_DIR: &str = "/dev/shm";
@@ -41,6 +47,7 @@ const UUID_OFF: usize = 16;
 const DEV_OFF: usize = 32;
 const INO_OFF: usize = 40;
 const SIZE_OFF: usize = 48;
+const OPEN_ENTRIES_OFF: usize = 56;
 
 /// Bytes of the pool file locked (see the module documentation).
 const TRANSITION: i64 = 0;
@@ -77,6 +84,33 @@ impl PoolId {
     }
 }
 
+/// How a pool's runtime region is laid out, as far as attaching is concerned (from the
+/// pool's layout: `RuntimeLayout::shape`), checked against the file's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// The region's size.
+    pub bytes: usize,
+    /// Entries of each open table (`procs::open_entries_for`).
+    pub open_entries: usize,
+}
+
+impl Shape {
+    /// Bytes of one process's open table (reserved when it takes a slot).
+    fn table_bytes(&self) -> usize {
+        self.open_entries * 8
+    }
+
+    /// Bytes the first attacher reserves: everything but the open tables, and its own.
+    fn first_reserve(&self) -> usize {
+        let tables = procs::open_tables(self.open_entries);
+        self.bytes - tables.len() + self.table_bytes()
+    }
+
+    fn check(&self) -> Result<()> {
+        procs::check_shape(self.bytes, self.open_entries)
+    }
+}
+
 /// The runtime file of a pool: where it is, and attaching to it.
 pub struct RuntimeFile;
 
@@ -100,15 +134,15 @@ impl RuntimeFile {
     }
 
     /// Attach this process to the runtime state of the pool open (read-write) as
-    /// `pool_file`, whose superblock holds `uuid`; the region is `bytes` long (at least
-    /// [`procs::bytes_needed`]). Waits while another process attaches or detaches.
+    /// `pool_file`, whose superblock holds `uuid`; the region is laid out as `shape`
+    /// says. Waits while another process attaches or detaches.
     pub fn attach(
         pool_path: &Path,
         pool_file: &File,
         uuid: [u8; 16],
-        bytes: usize,
+        shape: Shape,
     ) -> Result<Attached> {
-        Self::attach_in(&Self::dir(), pool_path, pool_file, uuid, bytes)
+        Self::attach_in(&Self::dir(), pool_path, pool_file, uuid, shape)
     }
 
     /// [`RuntimeFile::attach`] with the runtime file in `dir`.
@@ -117,35 +151,29 @@ impl RuntimeFile {
         pool_path: &Path,
         pool_file: &File,
         uuid: [u8; 16],
-        bytes: usize,
+        shape: Shape,
     ) -> Result<Attached> {
-        if bytes < procs::bytes_needed() {
-            return Err(Error::Invalid(format!(
-                "a runtime region of {bytes} bytes cannot hold the process table ({} bytes)",
-                procs::bytes_needed()
-            )));
-        }
+        shape.check()?;
         let id = PoolId::of(pool_path, pool_file, uuid)?;
         let path = dir.join(id.file_name());
         let locks = Locks::take(pool_file, pool_path)?;
         let first = locks.try_set(ATTACHMENT, libc::F_WRLCK)?;
         let region = if first {
-            create(dir, &path, pool_path, &id, bytes)?
+            create(dir, &path, pool_path, &id, shape)?
         } else {
-            open_existing(&path, pool_path, &id, bytes)?
+            open_existing(&path, pool_path, &id, shape)?
         };
         // Nobody holds byte 1 exclusively without byte 0, which we hold: this succeeds.
         if !locks.try_set(ATTACHMENT, libc::F_RDLCK)? {
             return Err(locks.error("the attachment lock is held exclusively".into()));
         }
-        let procs = Procs::new(region.clone())?;
-        let slot = procs.register().map_err(|_| Error::Runtime {
-            path: path.clone(),
-            what: format!(
-                "{MAX_PROCS} processes are attached to pool {} already",
-                pool_path.display()
-            ),
-            errno: libc::EUSERS,
+        let procs = Procs::new(region.clone(), shape.open_entries)?;
+        let slot = procs.register().map_err(|e| {
+            if first {
+                // Nobody else can have mapped the file yet: leave no reserved memory.
+                let _ = std::fs::remove_file(&path);
+            }
+            register_error(e, &path, pool_path, shape.table_bytes())
         })?;
         let attached = Attached {
             region,
@@ -248,11 +276,7 @@ impl Attached {
         if !locks.try_set(ATTACHMENT, libc::F_RDLCK)? {
             return Err(locks.error("the attachment lock is held exclusively".into()));
         }
-        let slot = self.procs.register().map_err(|_| Error::Runtime {
-            path: self.path.clone(),
-            what: format!("{MAX_PROCS} processes are attached to the pool already"),
-            errno: libc::EUSERS,
-        })?;
+        let slot = self.procs.register().map_err(|e| self.register_error(e))?;
         if let Err(e) = locks.set(TRANSITION, libc::F_UNLCK) {
             self.procs.unregister(slot);
             return Err(e);
@@ -260,6 +284,13 @@ impl Attached {
         let mut inherited = std::mem::replace(&mut self.locks, locks);
         inherited.owned = false;
         Ok(std::mem::replace(&mut self.slot, slot))
+    }
+
+    /// What a failed `Procs::register` (or `adopt`) of a process attaching to this
+    /// runtime state means, said with the runtime file and pool's names.
+    pub fn register_error(&self, e: Error) -> Error {
+        let table = self.procs.reserved_per_process();
+        register_error(e, &self.path, &self.locks.pool_path, table)
     }
 
     /// Whether the runtime file's path still names the file we mapped (something put
@@ -382,6 +413,26 @@ fn ofd_lock(file: &File, start: i64, len: i64, kind: libc::c_int, wait: bool) ->
     }
 }
 
+/// What a failed `Procs::register` means for the process attaching to the pool at
+/// `pool_path`, whose runtime file is `path`.
+fn register_error(e: Error, path: &Path, pool_path: &Path, table: usize) -> Error {
+    match e.errno() {
+        libc::EUSERS => runtime_error(
+            path,
+            format!(
+                "{MAX_PROCS} processes are attached to pool {} already",
+                pool_path.display()
+            ),
+            libc::EUSERS,
+        ),
+        libc::ENOSPC => {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            no_room(dir, pool_path, table, "this process's open table")
+        }
+        _ => e,
+    }
+}
+
 fn runtime_error(path: &Path, what: String, errno: i32) -> Error {
     Error::Runtime {
         path: path.to_path_buf(),
@@ -435,8 +486,8 @@ fn remove_stale(path: &Path, pool_path: &Path) -> Result<()> {
     }
 }
 
-/// Refuse to create a runtime file of `bytes` where fewer are free.
-fn check_space(dir: &Path, pool_path: &Path, bytes: usize) -> Result<()> {
+/// Bytes free for the caller in `dir`.
+fn free_bytes(dir: &Path) -> Result<u64> {
     let c = CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| Error::Invalid(format!("{}: a NUL in the path", dir.display())))?;
     // SAFETY: statvfs fills the struct we pass (zeroed, valid) from a NUL-terminated path.
@@ -445,18 +496,41 @@ fn check_space(dir: &Path, pool_path: &Path, bytes: usize) -> Result<()> {
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return Err(Error::io(dir, io::Error::last_os_error()));
     }
-    let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
-    if free < bytes as u64 {
-        return Err(runtime_error(
-            dir,
-            format!(
-                "{free} bytes free, the runtime state of pool {} needs {bytes}",
-                pool_path.display()
-            ),
-            libc::ENOSPC,
-        ));
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// The ENOSPC error of a runtime directory without room for `bytes` of `what`.
+fn no_room(dir: &Path, pool_path: &Path, bytes: usize, what: &str) -> Error {
+    let free = match free_bytes(dir) {
+        Ok(free) => format!("{free} bytes free"),
+        Err(_) => "no room".into(),
+    };
+    runtime_error(
+        dir,
+        format!(
+            "{free}, {what} of pool {} needs {bytes} (the runtime directory is full: free \
+             some space there, or set {RUNTIME_DIR_ENV} to another directory)",
+            pool_path.display()
+        ),
+        libc::ENOSPC,
+    )
+}
+
+/// Refuse to create a runtime file reserving `bytes` where fewer are free (before
+/// making anything: the reservation itself is what guarantees the room).
+fn check_space(dir: &Path, pool_path: &Path, bytes: usize) -> Result<()> {
+    if free_bytes(dir)? < bytes as u64 {
+        return Err(no_room(dir, pool_path, bytes, "the runtime state"));
     }
     Ok(())
+}
+
+/// Reserve the memory of every part of a new runtime file but the open tables (each
+/// process reserves its own when it takes a slot).
+fn reserve_shared(region: &Region, shape: Shape) -> io::Result<()> {
+    let tables = procs::open_tables(shape.open_entries);
+    region.reserve(0, tables.start)?;
+    region.reserve(tables.end, shape.bytes - tables.end)
 }
 
 /// A file being created, removed unless it was renamed into place.
@@ -481,14 +555,15 @@ fn create(
     path: &Path,
     pool_path: &Path,
     id: &PoolId,
-    bytes: usize,
+    shape: Shape,
 ) -> Result<Arc<Region>> {
+    let bytes = shape.bytes;
     remove_stale(path, pool_path)?;
     let name = path.file_name().expect("a runtime path ends in its name");
     let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
     // Only the first attacher (holding both locks) creates: a temporary file is stale.
     remove_stale(&tmp, pool_path)?;
-    check_space(dir, pool_path, bytes)?;
+    check_space(dir, pool_path, shape.first_reserve())?;
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -507,8 +582,12 @@ fn create(
         .and_then(|_| file.set_len(bytes as u64))
         .map_err(|e| Error::io(&tmp, e))?;
     let region = Arc::new(Region::map_file(file, bytes).map_err(|e| Error::io(&tmp, e))?);
-    write_header(&region, id, bytes);
-    Procs::new(region.clone())?.set_generation(1);
+    reserve_shared(&region, shape).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOSPC) => no_room(dir, pool_path, shape.first_reserve(), "the runtime state"),
+        _ => Error::io(&tmp, e),
+    })?;
+    write_header(&region, id, shape);
+    Procs::new(region.clone(), shape.open_entries)?.set_generation(1);
     rename_noreplace(&tmp, path).map_err(|e| {
         if e.raw_os_error() == Some(libc::EEXIST) {
             runtime_error(
@@ -554,7 +633,7 @@ fn rename_noreplace(from_path: &Path, to_path: &Path) -> io::Result<()> {
     std::fs::remove_file(from_path)
 }
 
-fn write_header(region: &Region, id: &PoolId, bytes: usize) {
+fn write_header(region: &Region, id: &PoolId, shape: Shape) {
     let w = |off: usize, v: u64| region.words(off, 1)[0].store(v, Ordering::Relaxed);
     w(MAGIC_OFF, MAGIC);
     region.u32s(VERSION_OFF, 1)[0].store(RUNTIME_VERSION, Ordering::Relaxed);
@@ -563,12 +642,14 @@ fn write_header(region: &Region, id: &PoolId, bytes: usize) {
     w(UUID_OFF + 8, b);
     w(DEV_OFF, id.dev);
     w(INO_OFF, id.ino);
-    w(SIZE_OFF, bytes as u64);
+    w(SIZE_OFF, shape.bytes as u64);
+    w(OPEN_ENTRIES_OFF, shape.open_entries as u64);
 }
 
 /// Open the runtime file another attached process made, refusing anything that is
 /// not ours or not the runtime state of this pool as this build lays it out.
-fn open_existing(path: &Path, pool_path: &Path, id: &PoolId, bytes: usize) -> Result<Arc<Region>> {
+fn open_existing(path: &Path, pool_path: &Path, id: &PoolId, shape: Shape) -> Result<Arc<Region>> {
+    let bytes = shape.bytes;
     let pool = pool_path.display();
     let meta = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
         ErrorKind::NotFound => runtime_error(
@@ -598,15 +679,16 @@ fn open_existing(path: &Path, pool_path: &Path, id: &PoolId, bytes: usize) -> Re
         )));
     }
     let region = Arc::new(Region::map_file(file, bytes).map_err(|e| Error::io(path, e))?);
-    check_header(&region, id, bytes).map_err(|what| wrong(format!("{what} (pool {pool})")))?;
-    let state = Procs::new(region.clone())?.state();
+    check_header(&region, id, shape).map_err(|what| wrong(format!("{what} (pool {pool})")))?;
+    let state = Procs::new(region.clone(), shape.open_entries)?.state();
     if state != procs::READY && state != procs::REPAIRING {
         return Err(wrong(format!("runtime state in state {state}, not built")));
     }
     Ok(region)
 }
 
-fn check_header(region: &Region, id: &PoolId, bytes: usize) -> Result<(), String> {
+fn check_header(region: &Region, id: &PoolId, shape: Shape) -> Result<(), String> {
+    let bytes = shape.bytes;
     let r = |off: usize| region.words(off, 1)[0].load(Ordering::Acquire);
     if r(MAGIC_OFF) != MAGIC {
         return Err("not a LynxFS runtime state file (bad magic)".into());
@@ -628,6 +710,13 @@ fn check_header(region: &Region, id: &PoolId, bytes: usize) -> Result<(), String
         return Err(format!(
             "header says {} bytes, this build lays out {bytes}",
             r(SIZE_OFF)
+        ));
+    }
+    if r(OPEN_ENTRIES_OFF) != shape.open_entries as u64 {
+        return Err(format!(
+            "header says open tables of {} entries, this build lays out {}",
+            r(OPEN_ENTRIES_OFF),
+            shape.open_entries
         ));
     }
     Ok(())

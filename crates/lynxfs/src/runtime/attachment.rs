@@ -69,7 +69,13 @@ impl Attachment {
     /// open table.
     pub fn after_fork(&self) -> crate::Result<()> {
         let mut a = self.attached.lock();
-        let new = self.procs.adopt(self.slot())?;
+        let new = self
+            .procs
+            .adopt(self.slot())
+            .map_err(|e| match a.as_ref() {
+                Some(at) => at.register_error(e),
+                None => e,
+            })?;
         self.slot.store(new, Ordering::Relaxed);
         if let Some(a) = a.as_mut() {
             a.slot = new;

@@ -7,6 +7,7 @@ use crate::alloc::Allocators;
 use crate::format::Layout;
 use crate::meta::shared::Parts;
 
+use super::attach::Shape;
 use super::{procs, Carve};
 
 #[derive(Clone, Debug)]
@@ -27,12 +28,15 @@ pub struct RuntimeLayout {
     pub rebuilt: Range<usize>,
     /// The region's size.
     pub total: usize,
+    /// Entries of each process's open table.
+    pub open_entries: usize,
 }
 
 impl RuntimeLayout {
     pub fn compute(l: &Layout) -> RuntimeLayout {
         let mut c = Carve::default();
-        c.take(procs::bytes_needed());
+        let open_entries = procs::open_entries_for(l.total_inodes());
+        c.take(procs::bytes_needed(open_entries));
         let alloc = c.take(Allocators::bytes_needed(l));
         let journals = c.take(crate::log::Journals::bytes_needed(l.lanes()));
         let namespace = Parts::carve(&mut c, l);
@@ -47,6 +51,15 @@ impl RuntimeLayout {
             journals,
             namespace,
             total,
+            open_entries,
+        }
+    }
+
+    /// What attaching needs to know of the layout.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            bytes: self.total,
+            open_entries: self.open_entries,
         }
     }
 }

@@ -12,12 +12,12 @@ pub mod procs;
 pub mod region;
 pub mod testing;
 
-pub use attach::{Attached, RuntimeFile, RUNTIME_VERSION};
+pub use attach::{Attached, RuntimeFile, Shape, RUNTIME_VERSION};
 pub use attachment::Attachment;
 pub use descriptions::{DescKey, Descriptions};
 pub use layout::RuntimeLayout;
 pub use lock::{Interrupted, Watch};
-pub use procs::{bytes_needed, Health, Procs, HEADER_BYTES};
+pub use procs::{bytes_needed, open_entries_for, Health, Procs, HEADER_BYTES};
 pub use region::{Carve, Region, Span};
 
 /// Moves a descriptor the engine keeps open (the pool file, the runtime file) above

@@ -17,11 +17,20 @@ use crate::error::{Error, Result};
 pub const HEADER_BYTES: usize = 4096;
 /// Processes that may be attached at once.
 pub const MAX_PROCS: u32 = 128;
-/// Entries of each process's open table: distinct inodes one process may hold open or
+/// The most entries an open table has: distinct inodes one process may hold open or
 /// held. A FUSE daemon holds every inode the kernel caches (a tree walk of a large
-/// source tree reaches 100,000 and more), hence a million; the tables are sparse, so
-/// only the pages a process uses take memory.
-pub const OPEN_ENTRIES: usize = 1 << 20;
+/// source tree reaches 100,000 and more), hence a million for a pool that has them.
+pub const MAX_OPEN_ENTRIES: usize = 1 << 20;
+/// Entries of an open table's page (tables are whole pages, so each can be reserved
+/// and given back alone).
+const PAGE_ENTRIES: usize = super::region::PAGE / 8;
+
+/// Entries of each open table for a pool of `inodes` inode numbers: a process cannot
+/// hold more distinct inodes than the pool has, so a small pool's tables are small.
+pub fn open_entries_for(inodes: u64) -> usize {
+    let want = inodes.min(MAX_OPEN_ENTRIES as u64) as usize;
+    want.next_multiple_of(PAGE_ENTRIES).max(PAGE_ENTRIES)
+}
 
 /// The state word: zero in a fresh file, so a file whose builder died stays BUILDING.
 pub const BUILDING: u32 = 0;
@@ -37,21 +46,52 @@ const GENERATION_OFF: usize = 72;
 /// The process table: one cache line per slot (its identity word).
 const PROCS_OFF: usize = HEADER_BYTES;
 const SLOT_BYTES: usize = 64;
-/// The open tables, one per slot, of one word per entry.
-const OPEN_OFF: usize = PROCS_OFF + MAX_PROCS as usize * SLOT_BYTES;
-const OPEN_TABLE_BYTES: usize = OPEN_ENTRIES * 8;
 
 /// Each slot's operation counters: several, each on its own cache line, so threads of
 /// one process count their operations without taking a line from each other (a
 /// thread always uses the same one); a slot's operations in flight are their sum.
-const OPS_OFF: usize = OPEN_OFF + MAX_PROCS as usize * OPEN_TABLE_BYTES;
+const OPS_OFF: usize = PROCS_OFF + MAX_PROCS as usize * SLOT_BYTES;
 const OPS_LINES: usize = 8;
 const LINE: usize = 64;
 
-/// Bytes of the region used by the header, the process table, the open tables and
-/// the operation counters; the rest of the runtime state is carved after them.
-pub const fn bytes_needed() -> usize {
-    OPS_OFF + MAX_PROCS as usize * OPS_LINES * LINE
+/// The open tables, one per slot, of one word per entry, after everything else (they
+/// are the part reserved slot by slot, see [`open_tables`]).
+const OPEN_OFF: usize = OPS_OFF + MAX_PROCS as usize * OPS_LINES * LINE;
+
+/// Bytes of the region used by the header, the process table, the operation counters
+/// and the open tables of `open_entries` entries; the rest of the runtime state is
+/// carved after them.
+pub const fn bytes_needed(open_entries: usize) -> usize {
+    OPEN_OFF + MAX_PROCS as usize * open_entries * 8
+}
+
+/// Where the open tables lie in the region. Unlike everything else (reserved whole
+/// when the file is made), a table's pages are reserved when a process takes its slot
+/// and given back when the slot is freed: only attached processes' tables take memory.
+pub fn open_tables(open_entries: usize) -> std::ops::Range<usize> {
+    OPEN_OFF..bytes_needed(open_entries)
+}
+
+/// Refuse open tables of `open_entries` entries (whole pages, at most
+/// [`MAX_OPEN_ENTRIES`]) in a region of `len` bytes that cannot hold them.
+pub fn check_shape(len: usize, open_entries: usize) -> Result<()> {
+    if open_entries == 0
+        || !open_entries.is_multiple_of(PAGE_ENTRIES)
+        || open_entries > MAX_OPEN_ENTRIES
+    {
+        return Err(Error::Invalid(format!(
+            "open tables of {open_entries} entries (whole pages of {PAGE_ENTRIES}, at most \
+             {MAX_OPEN_ENTRIES})"
+        )));
+    }
+    if len < bytes_needed(open_entries) {
+        return Err(Error::Invalid(format!(
+            "a runtime region of {len} bytes is smaller than its header and process table \
+             ({})",
+            bytes_needed(open_entries)
+        )));
+    }
+    Ok(())
 }
 
 /// The counter line of the calling thread (threads are spread over the lines in the
@@ -89,6 +129,8 @@ pub const MAX_OPEN_INO: u64 = (1 << (64 - COUNT_BITS)) - 1;
 #[derive(Clone)]
 pub struct Procs {
     region: Arc<Region>,
+    /// Entries of each open table.
+    entries: usize,
 }
 
 /// Slots still busy (live, with operations in flight) when a quiescence wait ran out.
@@ -117,16 +159,27 @@ impl Drop for Op<'_> {
 }
 
 impl Procs {
-    /// A view of `region`'s header and process table.
-    pub fn new(region: Arc<Region>) -> Result<Procs> {
-        if region.len() < bytes_needed() {
-            return Err(Error::Invalid(format!(
-                "runtime region of {} bytes is smaller than its header and process table ({})",
-                region.len(),
-                bytes_needed()
-            )));
-        }
-        Ok(Procs { region })
+    /// A view of `region`'s header and process table, whose open tables have
+    /// `open_entries` entries (see [`open_entries_for`]).
+    pub fn new(region: Arc<Region>, open_entries: usize) -> Result<Procs> {
+        check_shape(region.len(), open_entries)?;
+        Ok(Procs {
+            region,
+            entries: open_entries,
+        })
+    }
+
+    /// Entries of each open table.
+    pub fn open_entries(&self) -> usize {
+        self.entries
+    }
+
+    /// Byte offset of slot `slot`'s open table.
+    fn table_off(&self, slot: u32) -> usize {
+        OPEN_OFF + slot as usize * self.table_bytes()
+    }
+    fn table_bytes(&self) -> usize {
+        self.entries * 8
     }
 
     fn state_word(&self) -> &AtomicU32 {
@@ -157,8 +210,7 @@ impl Procs {
     }
     fn open_table(&self, slot: u32) -> &[AtomicU64] {
         assert!(slot < MAX_PROCS, "process slot {slot} out of range");
-        self.region
-            .words(OPEN_OFF + slot as usize * OPEN_TABLE_BYTES, OPEN_ENTRIES)
+        self.region.words(self.table_off(slot), self.entries)
     }
 
     /// BUILDING, READY or REPAIRING.
@@ -217,16 +269,32 @@ impl Procs {
         self.state_word().store(READY, Ordering::SeqCst);
     }
 
-    /// Claim a free slot for this process.
+    /// Claim a free slot for this process and reserve its open table's memory, so
+    /// that no store to it can find the runtime directory full (a fault there would
+    /// kill the process). EUSERS when every slot is taken; the reservation's error
+    /// (ENOSPC when the directory is full) when it fails, the slot given back.
     pub fn register(&self) -> Result<u32> {
         let me = own_identity()?;
-        (0..MAX_PROCS)
+        let slot = (0..MAX_PROCS)
             .find(|&s| {
                 self.identity(s)
                     .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
             })
-            .ok_or(Error::Errno(libc::EUSERS))
+            .ok_or(Error::Errno(libc::EUSERS))?;
+        if let Err(e) = self
+            .region
+            .reserve(self.table_off(slot), self.table_bytes())
+        {
+            self.identity(slot).store(0, Ordering::SeqCst);
+            return Err(Error::Errno(e.raw_os_error().unwrap_or(libc::EIO)));
+        }
+        Ok(slot)
+    }
+
+    /// Bytes of memory a process reserves when it registers (its open table).
+    pub fn reserved_per_process(&self) -> usize {
+        self.table_bytes()
     }
 
     /// Give `slot` up (its open table and counter cleared first, so a free slot is
@@ -237,11 +305,10 @@ impl Procs {
     }
 
     fn clear_slot(&self, slot: u32) {
-        // The table is sparse: give its pages back rather than read every word.
-        self.region.discard(
-            OPEN_OFF + slot as usize * OPEN_TABLE_BYTES,
-            OPEN_TABLE_BYTES,
-        );
+        // Give the table's pages back (the next process in the slot reserves them
+        // again) rather than write every word.
+        self.region
+            .discard(self.table_off(slot), self.table_bytes());
         for l in 0..OPS_LINES {
             self.ops(slot, l).store(0, Ordering::SeqCst);
         }
@@ -350,7 +417,7 @@ impl Procs {
     pub fn open_inc(&self, slot: u32, ino: u64) -> Result<()> {
         check_ino(ino)?;
         let table = self.open_table(slot);
-        for i in probe(ino) {
+        for i in probe(ino, self.entries) {
             let e = &table[i];
             let mut w = e.load(Ordering::Acquire);
             loop {
@@ -373,7 +440,7 @@ impl Procs {
     pub fn open_dec(&self, slot: u32, ino: u64) -> Result<()> {
         check_ino(ino)?;
         let table = self.open_table(slot);
-        for i in probe(ino) {
+        for i in probe(ino, self.entries) {
             let e = &table[i];
             let mut w = e.load(Ordering::Acquire);
             while w != 0 && w >> COUNT_BITS == ino {
@@ -393,10 +460,10 @@ impl Procs {
     /// Every inode the process in `slot` holds open, with its count, by inode.
     pub fn opens_of(&self, slot: u32) -> Vec<(u64, u64)> {
         let mut m = BTreeMap::new();
-        // The table is sparse: only its pages in memory can hold entries (reading the
-        // others would fault in 2,048 zero pages per call).
-        let at = OPEN_OFF + slot as usize * OPEN_TABLE_BYTES;
-        let resident = self.region.resident(at, OPEN_TABLE_BYTES);
+        // A free slot's table has no memory behind it (reading it would give it some,
+        // and could fault in a full directory): only pages in memory can hold entries.
+        let at = self.table_off(slot);
+        let resident = self.region.resident(at, self.table_bytes());
         let table = self.open_table(slot);
         let page = crate::runtime::region::PAGE;
         // Page p of `resident` starts `lead` bytes before the table (if it is not
@@ -437,13 +504,13 @@ fn check_ino(ino: u64) -> Result<()> {
 /// The home is the inode number itself (modulo the table), not a hash of it: a thread
 /// creates and opens inodes from its own allocation lane, numbered one after another,
 /// so its entries share cache lines and pages instead of landing each on a random
-/// line of the 8 MiB table (a cache and TLB miss, and at first a page fault, per open,
+/// line of a table of up to 8 MiB (a cache and TLB miss, and at first a page fault, per open,
 /// which two threads opening at once paid over each other; issue 16). Threads on
 /// other lanes use other parts of the table. Only this process's calls probe its
 /// table (a repair reads it whole), so the home may change between versions.
-fn probe(ino: u64) -> impl Iterator<Item = usize> {
-    let home = (ino % OPEN_ENTRIES as u64) as usize;
-    (0..OPEN_ENTRIES).map(move |k| (home + k) % OPEN_ENTRIES)
+fn probe(ino: u64, entries: usize) -> impl Iterator<Item = usize> {
+    let home = (ino % entries as u64) as usize;
+    (0..entries).map(move |k| (home + k) % entries)
 }
 
 /// This process's identity word.
@@ -536,16 +603,34 @@ mod tests {
     use super::*;
 
     fn procs() -> Procs {
-        Procs::new(Arc::new(Region::anonymous(bytes_needed()).unwrap())).unwrap()
+        procs_of(MAX_OPEN_ENTRIES)
+    }
+
+    fn procs_of(entries: usize) -> Procs {
+        let region = Region::anonymous(bytes_needed(entries)).unwrap();
+        Procs::new(Arc::new(region), entries).unwrap()
+    }
+
+    #[test]
+    fn open_tables_are_sized_by_the_pools_inodes_in_whole_pages() {
+        assert_eq!(open_entries_for(0), PAGE_ENTRIES);
+        assert_eq!(open_entries_for(8192), 8192);
+        assert_eq!(open_entries_for(8193), 8192 + PAGE_ENTRIES);
+        assert_eq!(open_entries_for(u64::MAX), MAX_OPEN_ENTRIES);
+        let region = || Arc::new(Region::anonymous(bytes_needed(1024)).unwrap());
+        assert!(Procs::new(region(), 1000).is_err(), "not whole pages");
+        assert!(Procs::new(region(), 2048).is_err(), "past the region");
     }
 
     /// A thread opening the inodes of its lane, numbered one after another, uses one
-    /// stretch of its 8 MiB open table (a page per 512 inodes), not a line and a page
+    /// stretch of its open table (a page per 512 inodes), not a line and a page
     /// per inode (issue 16). (Counted by the entries' homes: pages resident would
     /// depend on the machine's huge page setting.)
     #[test]
     fn consecutive_inodes_share_the_open_tables_lines() {
-        let homes: Vec<usize> = (70_000..70_512).map(|i| probe(i).next().unwrap()).collect();
+        let homes: Vec<usize> = (70_000..70_512)
+            .map(|i| probe(i, MAX_OPEN_ENTRIES).next().unwrap())
+            .collect();
         let lines: std::collections::BTreeSet<usize> = homes.iter().map(|h| h / 8).collect();
         assert!(lines.len() <= 65, "512 inodes on {} lines", lines.len());
         let p = procs();
@@ -581,19 +666,20 @@ mod tests {
 
     #[test]
     fn a_full_open_table_says_enfile_and_frees_on_close() {
-        let p = procs();
+        const N: usize = 4 * PAGE_ENTRIES;
+        let p = procs_of(N);
         let s = p.register().unwrap();
-        for ino in 1..=OPEN_ENTRIES as u64 {
+        for ino in 1..=N as u64 {
             p.open_inc(s, ino).unwrap();
         }
         assert_eq!(
-            p.open_inc(s, OPEN_ENTRIES as u64 + 1).unwrap_err().errno(),
+            p.open_inc(s, N as u64 + 1).unwrap_err().errno(),
             libc::ENFILE
         );
         p.open_inc(s, 7).unwrap(); // one more of an inode already in: still counted
         p.open_dec(s, 9).unwrap();
-        p.open_inc(s, OPEN_ENTRIES as u64 + 1).unwrap();
-        assert_eq!(p.opens_of(s).len(), OPEN_ENTRIES);
+        p.open_inc(s, N as u64 + 1).unwrap();
+        assert_eq!(p.opens_of(s).len(), N);
     }
 
     #[test]

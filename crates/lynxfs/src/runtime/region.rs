@@ -99,8 +99,22 @@ impl Region {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off).cast(), n) }
     }
 
+    /// Give the memory behind `[off, off+len)` to the file's file system ahead of
+    /// use, so that no later access to it can fault for want of room (a fault that
+    /// finds the directory full kills the process with SIGBUS). ENOSPC when there is
+    /// no room. Nothing to do for anonymous memory, which no file system limits.
+    pub fn reserve(&self, off: usize, len: usize) -> io::Result<()> {
+        self.check(off, len, 1);
+        match &self.file {
+            Some(f) => allocate(f, off, len),
+            None => Ok(()),
+        }
+    }
+
     /// Set `[off, off+len)` to zeros, giving whole pages back to the system (so a
-    /// large part that is reset does not become resident by being written).
+    /// large part that is reset does not become resident by being written). In a
+    /// file, those pages are no longer reserved: the caller reserves them again
+    /// ([`Region::reserve`]) before they are used.
     pub fn discard(&self, off: usize, len: usize) {
         self.check(off, len, 8);
         let end = off + len;
@@ -125,6 +139,20 @@ impl Region {
             zero(b, end);
         } else {
             zero(off, end);
+        }
+    }
+
+    /// Set `[off, off+len)` to zeros, keeping its memory: a file's pages stay
+    /// reserved (written, not given back, since giving them back would let another
+    /// user's file take their room); anonymous memory is given back
+    /// ([`Region::discard`]).
+    pub fn clear(&self, off: usize, len: usize) {
+        if self.file.is_none() {
+            return self.discard(off, len);
+        }
+        self.check(off, len, 8);
+        for w in self.words(off, len / 8) {
+            w.store(0, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -159,6 +187,27 @@ impl Region {
             "runtime region access out of bounds: {off}+{bytes} of {}",
             self.len
         );
+    }
+}
+
+/// `fallocate` `[off, off+len)` of `file` (mode 0: allocate, size unchanged).
+fn allocate(file: &File, off: usize, len: usize) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (off, len) = (
+        libc::off_t::try_from(off).map_err(io::Error::other)?,
+        libc::off_t::try_from(len).map_err(io::Error::other)?,
+    );
+    loop {
+        // SAFETY: fallocate on a descriptor we hold open; no memory is passed.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
     }
 }
 
@@ -218,10 +267,10 @@ impl Span {
         self.bytes
     }
 
-    /// Set every word to zero (a repair starting the state afresh), giving whole
-    /// pages back to the system.
+    /// Set every word to zero (a repair starting the state afresh), its memory still
+    /// reserved ([`Region::clear`]).
     pub fn zero(&self) {
-        self.region.discard(self.off, self.bytes / 8 * 8);
+        self.region.clear(self.off, self.bytes / 8 * 8);
     }
 
     /// The part `[start, start+len)` (bytes, 64-aligned) of this span.
