@@ -7,7 +7,9 @@
 //! sees what the next open would see. With `--repair` it is opened read-write (which
 //! runs recovery if it was not closed cleanly and rewrites the older superblock copy);
 //! if problems remain, the recovery walk is forced and the pool checked again.
+//! A pool in use (mounted) can only be looked at, from a copy (see [`check_a_copy`]).
 
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -24,11 +26,53 @@ pub const UNCORRECTED: u8 = 4;
 pub const OPERATIONAL: u8 = 8;
 
 pub fn run(path: &Path, repair: bool, kind: BackendKind) -> ExitCode {
-    let code = match kind {
+    let code = run_kind(path, repair, kind).unwrap_or_else(|| check_a_copy(path, kind));
+    ExitCode::from(code)
+}
+
+/// The check's exit code; `None` if the pool is in use and only a look was asked for.
+fn run_kind(path: &Path, repair: bool, kind: BackendKind) -> Option<u8> {
+    match kind {
         BackendKind::Pmem => run_with(path, repair, PmemBackend::default()),
         BackendKind::Msync => run_with(path, repair, MsyncBackend),
-    };
-    ExitCode::from(code)
+    }
+}
+
+/// A read-only check of a pool in use (mounted, or attached by a preloaded program):
+/// as `e2fsck -n` on a mounted file system, it checks what is there now, from a copy
+/// taken at once (in memory), which it sees as after a crash at that instant: the
+/// in-memory recovery finishes what the journals hold, and an operation in flight may
+/// still show as a problem.
+fn check_a_copy(path: &Path, kind: BackendKind) -> u8 {
+    println!(
+        "{} is in use (mounted, or attached by a program): checking a copy taken now, as \
+         after a crash at this instant; changes in flight may show as problems (run again, \
+         or unmount, to be sure)",
+        path.display()
+    );
+    match copy_into_memory(path) {
+        Ok(copy) => {
+            let at = std::path::PathBuf::from(format!("/proc/self/fd/{}", copy.as_raw_fd()));
+            run_kind(&at, false, kind).unwrap_or(OPERATIONAL)
+        }
+        Err(e) => {
+            eprintln!("lynxfs fsck: copying {}: {e}", path.display());
+            OPERATIONAL
+        }
+    }
+}
+
+fn copy_into_memory(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut from = std::fs::File::open(path)?;
+    // SAFETY: the name is a NUL-terminated literal; the flags are plain bits.
+    let fd = unsafe { libc::memfd_create(c"lynxfs-fsck-copy".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create just returned this descriptor, owned by nobody else.
+    let mut to = unsafe { std::fs::File::from_raw_fd(fd) };
+    std::io::copy(&mut from, &mut to)?;
+    Ok(to)
 }
 
 /// Only a file or a block device is read: opening a FIFO, say, would hang. (A missing
@@ -53,7 +97,7 @@ fn print_report(rep: &FsckReport) {
     }
 }
 
-fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
+fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {
     println!(
         "checking {}{}",
         path.display(),
@@ -61,7 +105,7 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
     );
     if let Err(e) = check_type(path) {
         eprintln!("lynxfs fsck: {e}");
-        return OPERATIONAL;
+        return Some(OPERATIONAL);
     }
     // The superblock copies as the file holds them: a read-write open rewrites the
     // older copy, which would hide damage to it.
@@ -70,7 +114,7 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(), // open says it
         Err(e) => {
             eprintln!("lynxfs fsck: {}: {e}", path.display());
-            return OPERATIONAL;
+            return Some(OPERATIONAL);
         }
     };
     let access = if repair {
@@ -83,6 +127,7 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
     bar.finish();
     let mut pool = match opened {
         Ok(p) => p,
+        Err(Error::Locked { .. }) if !repair => return None,
         Err(e) => {
             // The copies' damage explains a corrupt pool; for anything else (empty,
             // too small, foreign, missing, ...) the open's own error says it all.
@@ -92,11 +137,11 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
                 }
             }
             eprintln!("lynxfs fsck: {e}");
-            return match e {
+            return Some(match e {
                 // Ours, but damaged beyond what opening can get past.
                 Error::Corrupt { .. } => UNCORRECTED,
                 _ => OPERATIONAL,
-            };
+            });
         }
     };
     let mut found = sb_problems.len();
@@ -183,10 +228,10 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> u8 {
     if repair {
         if let Err(e) = pool.close() {
             eprintln!("lynxfs fsck: {e}");
-            return OPERATIONAL;
+            return Some(OPERATIONAL);
         }
     } else {
         pool.crash(); // a read-only look: nothing to save
     }
-    code
+    Some(code)
 }

@@ -26,7 +26,7 @@ pub fn print(path: &Path, kind: BackendKind) -> Result<()> {
         let mp = path
             .canonicalize()
             .with_context(|| format!("{}", path.display()))?;
-        let pool = pool_at(&mp)?;
+        let pool = pool_at(&mp).map_err(|e| not_a_mount_hint(e, &mp))?;
         return print_live(&pool, &mp, kind);
     }
     // A read-only mount holds the pool's lock shared, so the pool would open here too:
@@ -81,7 +81,10 @@ fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
             "MAP_SHARED (not DAX)"
         }
     );
-    println!("durability:       {backend_name}");
+    println!(
+        "durability:       {backend_name} (chosen each time the pool is opened, by where \
+         it lives or by --backend / -o backend=; not recorded in the pool)"
+    );
     println!(
         "state:            {}",
         if pool.was_clean {
@@ -147,8 +150,9 @@ fn live_usage(mountpoint: &Path) -> Result<LiveUsage> {
     let raw = xattr::get(mountpoint, USAGE_XATTR)
         .with_context(|| {
             format!(
-                "asking the daemon of {} for its usage",
-                mountpoint.display()
+                "asking the daemon of {} for its usage{}",
+                mountpoint.display(),
+                " (only the user who mounted it and root may)"
             )
         })?
         .with_context(|| format!("{}: the daemon has no usage figures", mountpoint.display()))?;
@@ -307,6 +311,27 @@ fn print_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<()> {
         print_shared(view);
     }
     Ok(())
+}
+
+/// A directory that is not a LynxFS mount point: the user may have meant a pool, so
+/// say what `info` takes and which pools are mounted now.
+fn not_a_mount_hint(e: anyhow::Error, dir: &Path) -> anyhow::Error {
+    let mounted: Vec<String> = lynxfs_fuse::mountinfo::mounts()
+        .into_iter()
+        .filter(|m| m.fstype == "fuse.lynxfs" || m.fstype == "fuse")
+        .map(|m| format!("{} on {}", m.source, m.mountpoint))
+        .collect();
+    let now = if mounted.is_empty() {
+        "no pool is mounted now".to_string()
+    } else {
+        format!("mounted now: {}", mounted.join(", "))
+    };
+    e.context(format!(
+        "{} is a directory: `lynxfs info` takes a pool file (such as {}) or the \
+         directory a pool is mounted on ({now})",
+        dir.display(),
+        crate::DEFAULT_POOL
+    ))
 }
 
 #[cfg(test)]

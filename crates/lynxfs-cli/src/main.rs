@@ -43,7 +43,7 @@ enum Cmd {
         /// device for a block device.
         #[arg(long, value_parser = size::parse)]
         size: Option<u64>,
-        /// Lanes (per-CPU partitions); default: one per CPU.
+        /// Lanes (per-CPU partitions), 1 to 256; default: one per CPU.
         #[arg(long)]
         lanes: Option<u32>,
         /// Number of inodes; default: one per 8 KiB of pool.
@@ -113,7 +113,8 @@ enum Cmd {
     /// attr_timeout=S (default 60: the kernel's cached names, attributes and pages
     /// are dropped at once when another process changes the pool), allow_other
     /// (implies default_permissions), default_permissions, daemon_permissions,
-    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev, noexec,
+    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev (root's mount of
+    /// a pool only root can write is dev,suid by default, any other nosuid,nodev), noexec,
     /// noatime|relatime|strictatime (when reads update atime; relatime by default),
     /// nodiratime, lazytime, writeback (the kernel's writeback cache, off by default:
     /// faster small writes, but writes are then durable only at fsync or close, not
@@ -171,14 +172,16 @@ enum Cmd {
 
 fn main() -> ExitCode {
     // Installed (linked) as /sbin/mount.lynxfs, this is the helper mount(8) runs for
-    // `mount -t lynxfs POOL DIR`.
-    // mount.fuse(8) runs `lynxfs SOURCE DIR -o OPTIONS` for type fuse.lynxfs (a
-    // remount of a live mount): SOURCE, the pool's absolute path, is never a command.
+    // `mount -t lynxfs POOL DIR`; as /sbin/mount.fuse.lynxfs, the one it runs for a
+    // live mount (type fuse.lynxfs: `mount -o remount,ro DIR`), which without it
+    // falls back to mount.fuse(8), which needs `lynxfs` on the PATH and runs
+    // `lynxfs SOURCE DIR -o OPTIONS`: SOURCE, the pool's absolute path, is never a
+    // command.
     let args: Vec<_> = std::env::args_os().collect();
     let helper_name = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|n| n == "mount.lynxfs");
+        .is_some_and(|n| n == "mount.lynxfs" || n == "mount.fuse.lynxfs");
     let fuse_form = args
         .get(1)
         .is_some_and(|a| a.as_encoded_bytes().starts_with(b"/"));
@@ -196,9 +199,28 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lynxfs: {e:#}");
+            if disconnected(&e) {
+                eprintln!("lynxfs: {DISCONNECTED_HINT}");
+            }
             ExitCode::from(8)
         }
     }
+}
+
+/// What to do about a mount whose daemon is gone (ENOTCONN).
+pub const DISCONNECTED_HINT: &str = "a mount on the way is disconnected: its daemon is gone \
+     (killed, or it crashed); `lynxfs umount DIR` (or `fusermount3 -u DIR`, or `umount -l \
+     DIR`) removes the dead mount, then mount the pool again (the pool itself is safe: \
+     recovery runs at its next open)";
+
+/// Did `e` come from a mount whose daemon is gone?
+pub fn disconnected(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ENOTCONN))
+            || c.downcast_ref::<lynxfs::Error>()
+                .is_some_and(|l| l.errno() == libc::ENOTCONN)
+    })
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use lynxfs::format::layout::MAX_LANES;
 use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
 use lynxfs::{MkfsOptions, Pool};
 
@@ -46,6 +47,9 @@ pub fn run(r: &Request<'_>) -> Result<()> {
         opts.lanes = lynxfs::pool::default_lanes().div_ceil(n.max(1)) * n.max(1);
     }
     if let Some(l) = r.lanes {
+        if !(1..=MAX_LANES).contains(&l) {
+            bail!("--lanes {l}: must be 1 to {MAX_LANES}");
+        }
         opts.lanes = l;
     }
     opts.inodes = r.inodes;

@@ -95,14 +95,10 @@ fn is_lynxfs_type(fstype: &str) -> bool {
     fstype == "fuse.lynxfs" || fstype == "fuse"
 }
 
-/// The (fstype, source) of the mount at `mountpoint`, from /proc/self/mountinfo.
-fn mount_at(mountpoint: &Path) -> Option<(String, String)> {
+/// The topmost mount at `mountpoint`, from /proc/self/mountinfo.
+fn mount_at(mountpoint: &Path) -> Option<MountEntry> {
     let want = mountpoint.to_string_lossy();
-    mounts()
-        .into_iter()
-        .rev()
-        .find(|m| m.mountpoint == want)
-        .map(|m| (m.fstype, m.source))
+    mounts().into_iter().rev().find(|m| m.mountpoint == want)
 }
 
 /// Where `pool` (a canonical path) is mounted, if it is: mounts record the pool's
@@ -119,8 +115,12 @@ pub fn mountpoint_of_pool(pool: &Path) -> Option<PathBuf> {
 /// The pool mounted at `mountpoint` (canonical), if that is a LynxFS mount.
 pub fn pool_at(mountpoint: &Path) -> Result<PathBuf> {
     match mount_at(mountpoint) {
-        Some((t, source)) if is_lynxfs_type(&t) => Ok(PathBuf::from(source)),
-        Some((t, _)) => bail!("{}: not a LynxFS mount (type {t})", mountpoint.display()),
+        Some(m) if is_lynxfs_type(&m.fstype) => Ok(PathBuf::from(m.source)),
+        Some(m) => bail!(
+            "{}: not a LynxFS mount (type {})",
+            mountpoint.display(),
+            m.fstype
+        ),
         None => bail!("{}: not a mount point", mountpoint.display()),
     }
 }
@@ -135,10 +135,29 @@ fn pool_released(pool: &Path) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
-/// Unmounts the topmost mount at `mp` (checked to be LynxFS by the caller). A busy
-/// mount is retried for a moment: a process that forked while holding a file there
-/// holds a copy until it `exec`s.
-fn unmount_path(mp: &Path) -> Result<()> {
+/// Who holds the file system on `device` (`major:minor`): processes using files on
+/// it, and copies of it in other mount namespaces; empty if nobody we can see.
+fn holders(device: &str) -> String {
+    let users = lynxfs_fuse::mountinfo::users_of(device)
+        .into_iter()
+        .map(|(pid, cmd)| format!("pid {pid} ({cmd}) uses files on it"));
+    let copies = lynxfs_fuse::mountinfo::copies_elsewhere(device)
+        .into_iter()
+        .map(|c| {
+            format!(
+                "the mount namespace of pid {} ({}) has a copy of it at {}",
+                c.pid,
+                c.command,
+                c.mountpoints.join(", ")
+            )
+        });
+    users.chain(copies).collect::<Vec<_>>().join("; ")
+}
+
+/// Unmounts the topmost mount at `mp` (checked to be LynxFS by the caller, its device
+/// `device`). A busy mount is retried for a moment: a process that forked while
+/// holding a file there holds a copy until it `exec`s.
+fn unmount_path(mp: &Path, device: &str) -> Result<()> {
     // SAFETY: geteuid has no arguments and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         let st = Command::new("fusermount3")
@@ -161,7 +180,16 @@ fn unmount_path(mp: &Path) -> Result<()> {
             return Ok(());
         }
         let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EBUSY) || start.elapsed() > BUSY_PATIENCE {
+        if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() > BUSY_PATIENCE {
+            bail!(
+                "umount {}: {e}: {} (`umount -l {}` detaches it now and lets them \
+                 finish)",
+                mp.display(),
+                nonempty(holders(device), "held by a process we cannot see"),
+                mp.display()
+            );
+        }
+        if e.raw_os_error() != Some(libc::EBUSY) {
             bail!("umount {}: {e}", mp.display());
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -176,25 +204,38 @@ pub fn umount(mountpoint: &Path) -> Result<()> {
     let mp = mountpoint
         .canonicalize()
         .with_context(|| format!("{}", mountpoint.display()))?;
-    let source = match mount_at(&mp) {
-        Some((t, source)) if is_lynxfs_type(&t) => PathBuf::from(source),
-        Some((t, _)) => bail!("{}: not a LynxFS mount (type {t})", mp.display()),
+    let entry = match mount_at(&mp) {
+        Some(m) if is_lynxfs_type(&m.fstype) => m,
+        Some(m) => bail!("{}: not a LynxFS mount (type {})", mp.display(), m.fstype),
         None => bail!("{}: not mounted", mp.display()),
     };
-    unmount_path(&mp)?;
+    let source = PathBuf::from(&entry.source);
+    unmount_path(&mp, &entry.device)?;
     let start = Instant::now();
     while source.exists() && !pool_released(&source) && mountpoint_of_pool(&source).is_none() {
         if start.elapsed() > CLOSE_WAIT {
             bail!(
-                "{} unmounted, but its pool {} is still held after {:?}",
+                "{} unmounted, but its pool {} is still held after {:?}: {}",
                 mp.display(),
                 source.display(),
-                CLOSE_WAIT
+                CLOSE_WAIT,
+                nonempty(
+                    holders(&entry.device),
+                    "by its daemon (`kill -TERM` it to stop it)"
+                )
             );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+fn nonempty(s: String, otherwise: &str) -> String {
+    if s.is_empty() {
+        otherwise.to_string()
+    } else {
+        s
+    }
 }
 
 /// `mount.lynxfs POOL DIR [-sfnv] [-N NS] [-o OPTIONS] [-t TYPE]`, as mount(8) calls it.
@@ -265,13 +306,16 @@ const REMOUNT_FLAGS: [(u64, libc::c_ulong); 7] = [
 
 /// `mount -o remount,OPTIONS DIR`: the live mount's kernel flags with OPTIONS applied
 /// (`ro` makes the kernel refuse every change with EROFS while open files stay
-/// readable; `rw` undoes it). Options that would need a new daemon are refused.
+/// readable; `rw` undoes it). mount(8) passes back every option the mount has now
+/// (`relatime`, `user_id=0`, `default_permissions`, ...): an option equal to what the
+/// mount has is no change. Options that would need a new daemon are refused.
 fn remount(dir: &Path, options: &[String]) -> Result<()> {
     let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .context("mount point has a NUL byte")?;
     let mut flags = current_flags(&path).with_context(|| format!("{}", dir.display()))?;
+    let live = live_options(dir)?;
     for o in options.iter().flat_map(|l| l.split(',')).map(str::trim) {
-        apply_remount_option(&mut flags, o)?;
+        apply_remount_option(&mut flags, o, &live)?;
     }
     // SAFETY: path is a valid C string; NULL source, type and data are allowed for
     // MS_REMOUNT.
@@ -291,6 +335,40 @@ fn remount(dir: &Path, options: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The options the LynxFS mount at `dir` has now, its own and its superblock's, as
+/// /proc/self/mountinfo lists them.
+fn live_options(dir: &Path) -> Result<Vec<String>> {
+    let mp = dir
+        .canonicalize()
+        .with_context(|| format!("{}", dir.display()))?;
+    let want = mp.to_string_lossy();
+    let m = mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == want)
+        .with_context(|| format!("remount: {} is not a mount point", mp.display()))?;
+    if !is_lynxfs_type(&m.fstype) {
+        bail!(
+            "remount: {} is not a LynxFS mount (type {})",
+            mp.display(),
+            m.fstype
+        );
+    }
+    Ok(m.options.into_iter().chain(m.super_options).collect())
+}
+
+/// Is `o` what the mount has now (`live`, from [`live_options`])? The atime modes are
+/// read from the flags mountinfo shows: none of them means strictatime.
+fn is_current(o: &str, live: &[String]) -> bool {
+    let has = |x: &str| live.iter().any(|l| l == x);
+    match o {
+        "strictatime" => !has("relatime") && !has("noatime"),
+        // `atime` is relatime for LynxFS (MountOptions::apply).
+        "atime" => has("relatime"),
+        _ => has(o),
+    }
+}
+
 /// The mount flags of the mount at `path` now.
 fn current_flags(path: &std::ffi::CStr) -> Result<libc::c_ulong> {
     // SAFETY: a zeroed statvfs is a valid out-buffer.
@@ -305,8 +383,8 @@ fn current_flags(path: &std::ffi::CStr) -> Result<libc::c_ulong> {
         .fold(0, |f, (_, ms)| f | ms))
 }
 
-/// One remount option applied to the kernel flags.
-fn apply_remount_option(flags: &mut libc::c_ulong, o: &str) -> Result<()> {
+/// One remount option applied to the kernel flags; `live` is what the mount has now.
+fn apply_remount_option(flags: &mut libc::c_ulong, o: &str, live: &[String]) -> Result<()> {
     let (set, clear) = match o {
         "" | "remount" | "defaults" => (0, 0),
         _ if o.starts_with("x-") => (0, 0),
@@ -322,10 +400,12 @@ fn apply_remount_option(flags: &mut libc::c_ulong, o: &str) -> Result<()> {
         "diratime" => (0, libc::MS_NODIRATIME),
         "lazytime" => (libc::MS_LAZYTIME, 0),
         "nolazytime" => (0, libc::MS_LAZYTIME),
+        _ if is_current(o, live) => (0, 0),
         _ => bail!(
             "remount: option {o:?} cannot change on a live mount (ro, rw, suid, nosuid, \
              dev, nodev, exec, noexec, nodiratime, lazytime can; the atime mode and the \
-             daemon's options need a new mount)"
+             daemon's options need a new mount; the mount has {})",
+            live.join(",")
         ),
     };
     *flags = (*flags | set) & !clear;

@@ -50,6 +50,9 @@ pub fn run(req: &Request) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("lynxfs run: {e:#}");
+            if crate::disconnected(&e) {
+                eprintln!("lynxfs run: {}", crate::DISCONNECTED_HINT);
+            }
             return ExitCode::from(FAILED);
         }
     };

@@ -513,3 +513,38 @@ fn mkfs_nodes_and_info_per_node() {
     );
     assert!(!bad.exists());
 }
+
+#[test]
+fn lanes_out_of_range_are_refused_and_info_says_the_backend_is_not_recorded() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    for lanes in ["0", "1000"] {
+        let o = Command::new(BIN)
+            .args(["mkfs", "--size", "64M", "--lanes", lanes])
+            .arg(&pool)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "--lanes {lanes}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("must be 1 to 256"), "{err}");
+        assert!(!pool.exists(), "nothing made");
+    }
+    let o = Command::new(BIN)
+        .args([
+            "mkfs",
+            "--size",
+            "64M",
+            "--lanes",
+            "3",
+            "--backend",
+            "msync",
+        ])
+        .arg(&pool)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let o = Command::new(BIN).arg("info").arg(&pool).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("lanes:            3\n"), "{out}");
+    assert!(out.contains("not recorded in the pool"), "{out}");
+}

@@ -865,3 +865,320 @@ fn remount_read_only_and_back_keeps_open_files_readable() {
     let o = run(&[p("umount"), mnt]);
     assert!(o.status.success(), "umount: {}", stderr(&o));
 }
+
+/// Runs `body` on a thread of its own in a private mount namespace (the thread's
+/// alone: `unshare(CLONE_NEWNS)` also gives it its own root and cwd), so mounts made
+/// there, and the commands it runs, are invisible to the rest of the machine.
+fn in_private_mount_namespace<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: unshare affects this thread only (CLONE_NEWNS implies CLONE_FS).
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare -m");
+        let o = output_within(
+            Command::new("mount").args(["--make-rprivate", "/"]),
+            COMMAND_LIMIT,
+        );
+        assert!(
+            o.status.success(),
+            "mount --make-rprivate /: {}",
+            stderr(&o)
+        );
+        body()
+    })
+    .join()
+    .expect("the namespace thread")
+}
+
+/// Makes /usr/sbin (so /sbin) writable in this thread's mount namespace, with an
+/// overlay whose changes live in `scratch`, and links the mount(8) helpers there, as
+/// `./lynx demo` does in the real /sbin.
+fn install_helpers(scratch: &Path) {
+    let (upper, work) = (scratch.join("upper"), scratch.join("work"));
+    std::fs::create_dir_all(&upper).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let o = output_within(
+        Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o"])
+            .arg(format!(
+                "lowerdir=/usr/sbin,upperdir={},workdir={}",
+                upper.display(),
+                work.display()
+            ))
+            .arg("/usr/sbin"),
+        COMMAND_LIMIT,
+    );
+    assert!(o.status.success(), "overlay on /usr/sbin: {}", stderr(&o));
+    for name in ["mount.lynxfs", "mount.fuse.lynxfs"] {
+        let link = Path::new("/usr/sbin").join(name);
+        // One a `./lynx demo` linked (to another build) is replaced in the overlay only.
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(BIN, link).unwrap();
+    }
+}
+
+/// mount(8) as root runs it, with a PATH that does not hold `lynxfs`.
+fn mount8(args: &[&str], target: &Path) -> Output {
+    output_within(
+        Command::new("mount")
+            .args(args)
+            .arg(target)
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        COMMAND_LIMIT,
+    )
+}
+
+/// The mount's options in this thread's namespace.
+fn thread_mount_options(mp: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
+    let mp = mp.to_string_lossy();
+    let line = info
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(mp.as_ref()))
+        .expect("mounted");
+    let (left, right) = line.split_once(" - ").unwrap();
+    let own = left.split(' ').nth(5).unwrap_or("");
+    let sup = right.split(' ').nth(2).unwrap_or("");
+    own.split(',')
+        .chain(sup.split(','))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn remount_through_mount8_which_passes_back_the_live_options() {
+    let _w = bound("remount_through_mount8_which_passes_back_the_live_options");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    in_private_mount_namespace(move || {
+        install_helpers(dir.path());
+        // A mount through mount(8) and /sbin/mount.lynxfs, letting other users in.
+        let o = output_within(
+            Command::new("mount")
+                .args(["-t", "lynxfs", "-o", "allow_other"])
+                .arg(&pool)
+                .arg(&mnt)
+                .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            COMMAND_LIMIT,
+        );
+        assert!(o.status.success(), "mount -t lynxfs: {}", stderr(&o));
+        std::fs::write(mnt.join("f"), b"before").unwrap();
+        let mut open = File::open(mnt.join("f")).unwrap();
+
+        let o = mount8(&["-o", "remount,ro"], &mnt);
+        assert!(o.status.success(), "mount -o remount,ro: {}", stderr(&o));
+        let opts = thread_mount_options(&mnt);
+        assert!(opts.contains(&"ro".to_string()), "{opts:?}");
+        assert!(opts.contains(&"allow_other".to_string()), "{opts:?}");
+        let refused = std::fs::write(mnt.join("g"), b"x").unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+        let mut text = String::new();
+        open.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "before", "an open file stays readable");
+
+        let o = mount8(&["-o", "remount,rw,allow_other"], &mnt);
+        assert!(o.status.success(), "mount -o remount,rw: {}", stderr(&o));
+        assert!(thread_mount_options(&mnt).contains(&"rw".to_string()));
+        std::fs::write(mnt.join("g"), b"after").unwrap();
+
+        // What the mount does not have is still a change a live mount cannot make.
+        let o = mount8(&["-o", "remount,noatime"], &mnt);
+        assert!(!o.status.success(), "the atime mode needs a new mount");
+        assert!(stderr(&o).contains("noatime"), "{}", stderr(&o));
+        drop(open);
+        let o = run(&[p("umount"), &mnt]);
+        assert!(o.status.success(), "umount: {}", stderr(&o));
+        drop(dir);
+    });
+}
+
+/// `unshare -m --propagation private sleep 60`: a mount namespace that took a copy
+/// of every mount, `mnt` among them (waited for); killed when dropped.
+struct NamespaceCopy(Child);
+
+impl NamespaceCopy {
+    fn holding(mnt: &Path) -> NamespaceCopy {
+        let child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sleep", "60"])
+            .spawn()
+            .expect("unshare");
+        let copy = NamespaceCopy(child);
+        let table = format!("/proc/{}/mountinfo", copy.0.id());
+        let mnt = mnt.to_string_lossy().into_owned();
+        wait_until("the namespace's copy", Duration::from_secs(20), || {
+            // Before unshare's exec its table is still ours: wait for sleep's.
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", copy.0.id()));
+            comm.is_ok_and(|c| c.trim() == "sleep")
+                && std::fs::read_to_string(&table)
+                    .is_ok_and(|t| t.lines().any(|l| l.split(' ').nth(4) == Some(&mnt)))
+        });
+        copy
+    }
+}
+
+impl Drop for NamespaceCopy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn umount_lets_go_of_a_pool_another_mount_namespace_holds_a_copy_of() {
+    let _w = bound("umount_lets_go_of_a_pool_another_mount_namespace_holds_a_copy_of");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let daemons = daemons_of(&pool);
+    let _copy = NamespaceCopy::holding(&mnt);
+    let start = std::time::Instant::now();
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "umount took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+    wait_until("the daemon's exit", Duration::from_secs(30), || {
+        daemons.iter().all(|&d| exited(d))
+    });
+}
+
+#[test]
+fn sigterm_stops_a_daemon_whose_mount_another_namespace_holds_a_copy_of() {
+    let _w = bound("sigterm_stops_a_daemon_whose_mount_another_namespace_holds_a_copy_of");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let mut d = Daemon::start(&pool, &mnt, dir.path());
+    let _copy = NamespaceCopy::holding(&mnt);
+    d.signal(libc::SIGTERM);
+    let st = d.wait();
+    assert!(st.success(), "exited with {st}: {}", d.log());
+    assert!(d.log().contains("detached the copy"), "{}", d.log());
+    assert!(
+        info_state(&pool).ends_with(" clean, not mounted"),
+        "{}",
+        info_state(&pool)
+    );
+}
+
+#[test]
+fn umount_of_a_busy_mount_names_who_uses_it() {
+    let _w = bound("umount_of_a_busy_mount_names_who_uses_it");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    let held = File::open(mnt.join("f")).unwrap();
+    let o = run(&[p("umount"), &mnt]);
+    assert!(!o.status.success(), "a busy mount stays");
+    let me = format!("pid {} (", std::process::id());
+    assert!(stderr(&o).contains(&me), "{}", stderr(&o));
+    drop(held);
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+}
+
+#[test]
+fn a_pool_is_not_mounted_twice_on_one_directory() {
+    let _w = bound("a_pool_is_not_mounted_twice_on_one_directory");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(!o.status.success(), "a second mount on the same directory");
+    assert!(stderr(&o).contains("already mounted"), "{}", stderr(&o));
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let here = mnt.to_string_lossy();
+    let count = info
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(here.as_ref()))
+        .count();
+    assert_eq!(count, 1, "nothing stacked");
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+}
+
+#[test]
+fn a_read_only_fsck_checks_a_mounted_pool_and_repair_is_refused() {
+    let _w = bound("a_read_only_fsck_checks_a_mounted_pool_and_repair_is_refused");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path();
+    let o = run(&[p("mount"), &pool, mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    let o = run(&[p("fsck"), &pool]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    assert!(out.contains("in use") && out.contains("1 files"), "{out}");
+    let o = run(&[p("fsck"), p("--repair"), &pool]);
+    assert_eq!(o.status.code(), Some(8), "repair of a mounted pool");
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    let o = run(&[p("umount"), mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+}
+
+#[test]
+fn only_the_mounter_and_root_read_the_daemons_usage() {
+    let _w = bound("only_the_mounter_and_root_read_the_daemons_usage");
+    let (_dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let o = run(&[p("mount"), p("-o"), p("allow_other"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let o = run(&[p("info"), &mnt]);
+    assert!(o.status.success(), "root's info: {}", stderr(&o));
+    let o = run_as_user(&[p("info"), &mnt]);
+    assert!(!o.status.success(), "another user's info of the daemon");
+    assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+    let o = run(&[p("umount"), &mnt]);
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+}
+
+#[test]
+fn errors_say_their_cause_once_and_a_dead_mount_says_how_to_recover() {
+    let _w = bound("errors_say_their_cause_once_and_a_dead_mount_says_how_to_recover");
+    let (dir, pool, mnt) = pool_and_mountpoint();
+    let mnt = mnt.path().canonicalize().unwrap();
+    // A directory given as the pool.
+    let o = run(&[p("mount"), dir.path(), &mnt]);
+    assert!(!o.status.success());
+    assert_eq!(
+        stderr(&o).matches("Is a directory").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+    // A directory that is no mount point, given to info.
+    let o = run(&[p("info"), dir.path()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("takes a pool file"), "{}", stderr(&o));
+    // A mount whose daemon was killed.
+    let o = run(&[p("mount"), &pool, &mnt]);
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    for pid in daemons_of(&pool) {
+        // SAFETY: kill takes plain integers; the pid is the daemon we started.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    wait_until("the daemon's death", Duration::from_secs(20), || {
+        daemons_of(&pool).is_empty()
+    });
+    let o = run(&[p("info"), &mnt]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not connected") && stderr(&o).contains("lynxfs umount"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[p("umount"), &mnt]);
+    assert!(
+        o.status.success(),
+        "umount of the dead mount: {}",
+        stderr(&o)
+    );
+}

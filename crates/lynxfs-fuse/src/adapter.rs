@@ -774,6 +774,11 @@ fn protected_hardlinks() -> bool {
     std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").is_ok_and(|v| v.trim() == "1")
 }
 
+/// The usage attribute's readers: root and the user the daemon runs as (the mounter).
+fn may_read_usage(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
 fn reply_empty(r: Res<()>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
@@ -1380,6 +1385,11 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name_bytes(name);
         if ino.0 == lynxfs::format::ROOT_INO && name == USAGE_XATTR.as_bytes() {
+            // The daemon's memory and transport are the mounter's business: only the
+            // mounter and root may read them (an allow_other mount lets others ask).
+            if !may_read_usage(req.uid()) {
+                return reply.error(Errno::EACCES);
+            }
             let text = LiveUsage::of(self.ns(), self.transport.get().map(transport_of)).encode();
             return reply_xattr(Ok(text.into_bytes()), size, reply);
         }

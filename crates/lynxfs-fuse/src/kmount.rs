@@ -406,7 +406,7 @@ impl OwnMount {
 
     /// Is the FUSE connection alive? After the kernel unmounted the last mount of
     /// our superblock it aborts the connection, and `/dev/fuse` polls `POLLERR`.
-    fn connected(&self) -> bool {
+    pub fn connected(&self) -> bool {
         loop {
             let mut fds = [PollFd::new(self.device.as_fd(), PollFlags::empty())];
             match poll(&mut fds, PollTimeout::ZERO) {
@@ -434,6 +434,34 @@ impl OwnMount {
         } else {
             State::Gone
         }
+    }
+
+    /// Is the connection alive while no mount of it is left in this process's mount
+    /// namespace? Then copies in other namespaces hold it, or processes still use a
+    /// lazily detached mount.
+    pub fn gone_from_here_but_alive(&self) -> bool {
+        let dev = self.device();
+        self.connected() && !crate::mountinfo::mounts().iter().any(|m| m.device == dev)
+    }
+
+    /// Detaches lazily the copies of this mount that other mount namespaces hold
+    /// (`unshare -m`, a service's PrivateTmp: each took a copy of every mount, and the
+    /// file system lives while one is left), so that once our own mount is gone the
+    /// session ends as soon as nobody uses the file system. Needs the right to enter
+    /// those namespaces (root). Returns one line per namespace saying what was done.
+    pub fn detach_copies(&self) -> Vec<String> {
+        let dev = (self.id.dev_major, self.id.dev_minor);
+        crate::mountinfo::copies_elsewhere(&self.device())
+            .into_iter()
+            .map(|c| {
+                let at = c.mountpoints.join(", ");
+                let whose = format!("the mount namespace of pid {} ({})", c.pid, c.command);
+                match detach_in_namespace(c.pid, c.mountpoints, dev) {
+                    Ok(()) => format!("detached the copy at {at} in {whose}"),
+                    Err(e) => format!("cannot detach the copy at {at} in {whose}: {e}"),
+                }
+            })
+            .collect()
     }
 
     /// Unmounts this mount, and only it: if the kernel already unmounted it, or
@@ -481,6 +509,49 @@ impl OwnMount {
         }
         Ok(())
     }
+}
+
+/// In the mount namespace of process `pid`, detaches (`umount -l`) each of
+/// `mountpoints` that is still a mount of device `dev` (checked there, just before).
+/// Runs on a thread of its own: entering a mount namespace needs a thread that
+/// shares no root and working directory with the others.
+fn detach_in_namespace(pid: u32, mountpoints: Vec<String>, dev: (u32, u32)) -> io::Result<()> {
+    let entered =
+        thread::Builder::new()
+            .name("ns-detach".to_string())
+            .spawn(move || -> io::Result<()> {
+                let ns = File::open(format!("/proc/{pid}/ns/mnt"))?;
+                // SAFETY: unshare(CLONE_FS) gives this thread its own root and cwd and
+                // touches nothing else; setns takes an open namespace descriptor.
+                unsafe {
+                    if libc::unshare(libc::CLONE_FS) != 0
+                        || libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                for mp in mountpoints.iter().rev() {
+                    let path = Path::new(mp);
+                    let ours =
+                        identity_at(path).is_ok_and(|id| (id.dev_major, id.dev_minor) == dev);
+                    if !ours {
+                        continue;
+                    }
+                    let c = CString::new(path.as_os_str().as_bytes())
+                        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+                    // SAFETY: c is a NUL-terminated path.
+                    if unsafe {
+                        libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW)
+                    } != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            })?;
+    entered
+        .join()
+        .map_err(|_| io::Error::other("the namespace thread panicked"))?
 }
 
 /// Unmounts `mount` (see [`OwnMount::unmount`]) and waits for the session served

@@ -291,6 +291,7 @@ impl MountOptions {
                 opts.push(e.clone());
             }
         }
+        opts.extend(default_dev_suid(&opts, &source));
         config.mount_options = opts;
         if self.allow_other {
             config.acl = SessionACL::All;
@@ -300,6 +301,28 @@ impl MountOptions {
         config.io_uring = self.io_uring != IoUringMode::Off;
         config
     }
+}
+
+/// `dev` and `suid` for root's mount of a pool only root can write, as kernel file
+/// systems mount (device nodes open, set-user-ID programs run as their owner); none
+/// for anyone else's mount (fusermount3 makes those nosuid,nodev) or a pool another
+/// user can write, who could otherwise forge a set-user-ID-root file in it by
+/// attaching to it. An explicit `[no]dev` or `[no]suid` is kept.
+fn default_dev_suid(opts: &[MountOption], pool: &Path) -> Vec<MountOption> {
+    use std::os::unix::fs::MetadataExt;
+    let root_only = nix::unistd::geteuid().is_root()
+        && std::fs::metadata(pool).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
+    if !root_only {
+        return Vec::new();
+    }
+    let mut add = Vec::new();
+    if !opts.contains(&MountOption::Dev) && !opts.contains(&MountOption::NoDev) {
+        add.push(MountOption::Dev);
+    }
+    if !opts.contains(&MountOption::Suid) && !opts.contains(&MountOption::NoSuid) {
+        add.push(MountOption::Suid);
+    }
+    add
 }
 
 /// A mounted pool whose session has not started serving yet: the mount is live (the
@@ -428,6 +451,23 @@ fn check_mountpoint(mountpoint: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// Mounting a pool again on the directory where it is mounted would only stack a
+/// second mount over the first: refused, as mount(8) refuses it for a disk.
+fn check_not_mounted_there(pool: &Path, mountpoint: &Path) -> anyhow::Result<()> {
+    let (Ok(pool), Ok(mp)) = (pool.canonicalize(), mountpoint.canonicalize()) else {
+        return Ok(()); // the open and the mount say what is wrong
+    };
+    let (pool, mp) = (pool.to_string_lossy(), mp.to_string_lossy());
+    let top = crate::mountinfo::mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == mp);
+    if top.is_some_and(|m| m.fstype.starts_with("fuse") && m.source == pool) {
+        bail!("{pool} is already mounted on {mp}");
+    }
+    Ok(())
+}
+
 /// [`prepare`], telling `progress` how recovery goes if the pool needs it.
 pub fn prepare_with_progress(
     pool: &Path,
@@ -437,6 +477,7 @@ pub fn prepare_with_progress(
 ) -> anyhow::Result<Prepared> {
     crate::check_fuse_device()?;
     check_mountpoint(mountpoint)?;
+    check_not_mounted_there(pool, mountpoint)?;
     let (inner, mount) = match o.backend.unwrap_or_else(|| BackendChoice::auto(pool)) {
         BackendChoice::Pmem => session(pool, mountpoint, o, PmemBackend::default(), progress)?,
         BackendChoice::Msync => session(pool, mountpoint, o, MsyncBackend, progress)?,
@@ -470,8 +511,9 @@ pub fn block_stop_signals() -> anyhow::Result<SigSet> {
 
 /// Handles every stop signal for the life of the process, on a thread of its own:
 /// each one unmounts `mount` (and only it); a busy mount is retried, then detached
-/// lazily, so the session ends (and the pool is closed) when its last user goes. A
-/// mount hidden under another one is left alone and reported.
+/// lazily, and so are copies of it in other mount namespaces, so the session ends
+/// (and the pool is closed) when its last user goes. A mount hidden under another
+/// one is left alone and reported.
 pub fn unmount_on_signals(
     signals: SigSet,
     mount: Arc<OwnMount>,
@@ -505,8 +547,58 @@ pub fn unmount_on_signals(
                 ),
                 Err(e) => eprintln!("{who}: {e:#}"),
             }
+            if mount.gone_from_here_but_alive() {
+                for line in mount.detach_copies() {
+                    eprintln!("{who}: {line}");
+                }
+            }
         })
         .context("spawning the signal thread")?;
+    Ok(())
+}
+
+/// Watches this process's mount table, on a thread of its own: once `mount` has left
+/// it (`umount DIR`, `lynxfs umount`) while its file system lives on in copies that
+/// other mount namespaces took (`unshare -m`, a service's PrivateTmp), those copies
+/// are detached too, as the unmount meant the pool to be let go; processes still
+/// using files there keep them until they close them. Ends with the connection.
+pub fn follow_unmount_into_namespaces(
+    mount: Arc<OwnMount>,
+    who: &'static str,
+) -> anyhow::Result<()> {
+    let table = std::fs::File::open("/proc/self/mountinfo").context("/proc/self/mountinfo")?;
+    thread::Builder::new()
+        .name("mount-watch".to_string())
+        .spawn(move || {
+            use std::os::fd::AsFd;
+            let mut tried: Vec<String> = Vec::new();
+            loop {
+                // A change of this namespace's mount table wakes the poll (POLLPRI);
+                // the timeout only bounds how late the end of the connection is seen.
+                let mut fds = [nix::poll::PollFd::new(
+                    table.as_fd(),
+                    nix::poll::PollFlags::POLLPRI,
+                )];
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
+                if !mount.gone_from_here_but_alive() {
+                    if mount.connected() {
+                        continue;
+                    }
+                    return;
+                }
+                for line in mount.detach_copies() {
+                    // A copy that cannot be detached is reported once, not every second.
+                    if !tried.contains(&line) {
+                        eprintln!(
+                            "{who}: {} is unmounted: {line}",
+                            mount.mountpoint().display()
+                        );
+                        tried.push(line);
+                    }
+                }
+            }
+        })
+        .context("spawning the mount watch thread")?;
     Ok(())
 }
 
@@ -527,8 +619,10 @@ impl Prepared {
     /// kernel already did, and the path may now show another file system.
     pub fn run(mut self, signals: Option<SigSet>) -> anyhow::Result<()> {
         let (inner, mount) = self.take();
+        let mount = Arc::new(mount);
+        follow_unmount_into_namespaces(mount.clone(), "lynxfs")?;
         if let Some(signals) = signals {
-            unmount_on_signals(signals, Arc::new(mount), "lynxfs")?;
+            unmount_on_signals(signals, mount, "lynxfs")?;
         }
         kmount::session_ended(inner.run()).context("FUSE session")
     }

@@ -487,14 +487,15 @@ fn device_and_setuid(mnt: &Path) -> (Result<(), i32>, String) {
     (dev, String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// `-o dev,suid` (issue 17, item 1): a device node on the mount opens as the device
-/// and a set-user-ID program runs as its owner; by default (nodev, nosuid, as for
-/// every FUSE mount) the node cannot be opened and the bit is ignored.
+/// Root's mount of root's pool is `dev,suid` by default, as kernel file systems
+/// mount (issue 30, item 15): a device node on it opens as the device, also for
+/// writing on a read-only mount, and a set-user-ID program runs as its owner;
+/// `-o nodev,nosuid` (issue 17, item 1) turns both off.
 #[test]
-fn dev_and_suid_are_honoured_when_asked() {
-    let _w = bound("dev_and_suid_are_honoured_when_asked");
+fn roots_mounts_are_dev_and_suid_unless_told_otherwise() {
+    let _w = bound("roots_mounts_are_dev_and_suid_unless_told_otherwise");
     let (_dir, pool, mnt) = setup();
-    let opts = MountOptions::parse("dev,suid,allow_other").unwrap();
+    let opts = MountOptions::parse("allow_other").unwrap();
     let m = mount_background(&pool, mnt.path(), &opts).unwrap();
     let node = CString::new(
         mnt.path()
@@ -512,12 +513,23 @@ fn dev_and_suid_are_honoured_when_asked() {
     assert_eq!(unsafe { libc::chmod(id.as_ptr(), 0o4755) }, 0);
     let (dev, euid) = device_and_setuid(mnt.path());
     m.unmount().unwrap();
-    let plain = MountOptions::parse("allow_other").unwrap();
-    let m = mount_background(&pool, mnt.path(), &plain).unwrap();
+    let ro = MountOptions::parse("allow_other,ro").unwrap();
+    let m = mount_background(&pool, mnt.path(), &ro).unwrap();
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.path().join("null"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"gone"));
+    m.unmount().unwrap();
+    let off = MountOptions::parse("nodev,nosuid,allow_other").unwrap();
+    let m = mount_background(&pool, mnt.path(), &off).unwrap();
     let (nodev, nosuid) = device_and_setuid(mnt.path());
     m.unmount().unwrap();
     assert_eq!(dev, Ok(()), "dev: the device node opens");
     assert_eq!(euid, "0", "suid: id runs as its owner");
+    assert!(
+        written.is_ok(),
+        "a write to /dev/null on a read-only mount: {written:?}"
+    );
     assert_eq!(nodev, Err(libc::EACCES), "nodev: the node does not open");
     assert_eq!(nosuid, "1000", "nosuid: the bit is ignored");
 }

@@ -7,10 +7,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
+    /// The message says the cause, so the cause is not also the error's `source()`
+    /// (a field named `source` would be): a chain printer (`{:#}`) would say it twice.
+    #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: no such pool file (create one with `lynxfs mkfs {path}`)")]
     Missing { path: PathBuf },
@@ -58,10 +60,10 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn io(path: &Path, source: std::io::Error) -> Self {
+    pub fn io(path: &Path, cause: std::io::Error) -> Self {
         Error::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         }
     }
 
@@ -77,7 +79,7 @@ impl Error {
         match self {
             Error::Errno(e) => *e,
             Error::Outside(_) => libc::EXDEV,
-            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            Error::Io { cause, .. } => cause.raw_os_error().unwrap_or(libc::EIO),
             Error::Missing { .. } => libc::ENOENT,
             Error::Locked { .. } => libc::EBUSY,
             Error::Exists { .. } => libc::EEXIST,
