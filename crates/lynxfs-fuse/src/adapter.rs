@@ -283,6 +283,17 @@ fn kind_of(mode: u32) -> FileType {
 }
 
 /// The FUSE attributes for an engine `Stat`.
+/// The generation an entry reply gives for `st`: the kernel wants none for the root
+/// (it warns "root generation should be zero" and ignores it), whatever the pool's
+/// root inode has counted.
+fn entry_generation(st: &Stat) -> Generation {
+    if st.ino == lynxfs::format::ROOT_INO {
+        Generation(0)
+    } else {
+        Generation(st.generation)
+    }
+}
+
 pub fn file_attr(st: &Stat) -> FileAttr {
     FileAttr {
         ino: INodeNo(st.ino),
@@ -556,7 +567,7 @@ impl<B: Backend> LynxFuse<B> {
             Ok((st, fd)) => reply.created(
                 &self.entry_ttl,
                 &file_attr(&st),
-                Generation(st.generation),
+                entry_generation(&st),
                 FileHandle(fd),
                 Self::open_flags(),
             ),
@@ -570,7 +581,7 @@ impl<B: Backend> LynxFuse<B> {
                 &self.attr_ttl,
                 &self.entry_ttl,
                 &file_attr(&st),
-                Generation(st.generation),
+                entry_generation(&st),
             ),
             Err(e) => reply.error(e),
         }
@@ -1278,7 +1289,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 let Ok(st) = self.stat(e.ino) else {
                     return false;
                 };
-                let generation = Generation(st.generation);
+                let generation = entry_generation(&st);
                 return reply.add(
                     INodeNo(e.ino),
                     e.next,
@@ -1295,7 +1306,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             let Ok(st) = self.fs.hold_new(ino.0, &e.name, e.ino) else {
                 return false;
             };
-            let generation = Generation(st.generation);
+            let generation = entry_generation(&st);
             let full = reply.add(
                 INodeNo(st.ino),
                 e.next,
@@ -1571,5 +1582,29 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             Ok(at) => reply.offset(at as i64),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lynxfs::pmem::PmemBackend;
+    use lynxfs::MkfsOptions;
+
+    /// The pool's root counts generation 1 (as every inode starts), but an entry reply
+    /// for the root must say 0 (issue 30, item 17).
+    #[test]
+    fn the_roots_entry_generation_is_zero() {
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 2;
+        let fs = Fs::in_memory(&o, PmemBackend::default()).expect("in-memory pool");
+        let s = fs.session(Cred::root());
+        let root = s.stat("/").unwrap();
+        assert_eq!(root.ino, lynxfs::format::ROOT_INO);
+        assert_ne!(root.generation, 0);
+        assert_eq!(entry_generation(&root), Generation(0));
+        s.mkdir("/d", 0o755).unwrap();
+        let d = s.stat("/d").unwrap();
+        assert_eq!(entry_generation(&d), Generation(d.generation));
     }
 }
