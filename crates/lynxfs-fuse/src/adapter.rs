@@ -436,6 +436,9 @@ impl<B: Backend> LynxFuse<B> {
     fn set_flags(&self, req: &Request, ino: u64, flags: u32) -> Res<Vec<u8>> {
         self.writable()?;
         self.as_caller(req, |c| self.ns().set_inode_flags(ino, flags, c))?;
+        // An ioctl is answered without attributes, and the kernel keeps its cached
+        // ctime (and flags) for the attribute timeout: drop them now.
+        self.privs_dropped(ino);
         Ok(Vec::new())
     }
 
@@ -498,8 +501,8 @@ impl<B: Backend> LynxFuse<B> {
     }
 
     /// The engine cleared S_ISUID/S_ISGID of `ino` during a write (which FUSE answers
-    /// without attributes): drop the kernel's cached attributes now, before the
-    /// writer is answered, or it would go on granting the old set-user-ID bit to
+    /// without attributes), or changed its attributes in another call answered without
+    /// them: drop the kernel's cached attributes now, before the caller is answered, or it would go on granting the old set-user-ID bit to
     /// exec for up to the attribute timeout.
     fn privs_dropped(&self, ino: u64) {
         if let Some(n) = self.notices.get() {

@@ -1067,8 +1067,16 @@ fn inode_flags(c: &mut Ctx) {
         let r = ioctl_flags(c, name, Some(f));
         c.rec(&format!("setflags {name}"), r);
     }
+    let before = c.stat("stat before setflags d A", "t/fl/fd");
+    // Apart from the clock's granularity.
+    std::thread::sleep(std::time::Duration::from_millis(20));
     let r = ioctl_flags(c, "t/fl/fd", Some(D | NOATIME));
     c.rec("setflags d A", r);
+    let after = c.stat("stat after setflags d A", "t/fl/fd");
+    if let (Some(b), Some(a)) = (before, after) {
+        let moved = (a.st_ctime, a.st_ctime_nsec) > (b.st_ctime, b.st_ctime_nsec);
+        c.rec("setflags moves ctime", format!("{moved}"));
+    }
     for name in ["t/fl/fi", "t/fl/fa", "t/fl/fd", "t/fl/di"] {
         let r = ioctl_flags(c, name, None);
         c.rec(&format!("getflags {name}"), r);
