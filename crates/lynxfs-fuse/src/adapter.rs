@@ -532,6 +532,21 @@ impl<B: Backend> LynxFuse<B> {
         }
     }
 
+    /// May `name` be made in `parent`? On a read-only mount a name that exists is
+    /// EEXIST, as Linux answers (it looks the name up before asking for write access),
+    /// and only a new one EROFS.
+    fn may_make(&self, parent: u64, name: &OsStr) -> Res<()> {
+        if self.read_only
+            && self
+                .ns()
+                .lookup(parent, name_bytes(name), &Cred::root())
+                .is_ok()
+        {
+            return Err(Errno::EEXIST);
+        }
+        self.writable()
+    }
+
     /// Runs `f` with the caller's credentials. A refusal (EACCES, EPERM) for a caller
     /// other than root is retried once with the supplementary groups read from /proc:
     /// the engine checks permissions before it changes anything, so a refused call
@@ -670,7 +685,7 @@ impl<B: Backend> LynxFuse<B> {
 
     /// Creates a node of any kind and returns its attributes.
     fn make(&self, req: &Request, parent: u64, name: &OsStr, node: NewNode<'_>) -> Res<Stat> {
-        self.writable()?;
+        self.may_make(parent, name)?;
         let (ino, _) = self.as_caller(req, |c| {
             self.ns().create(parent, name_bytes(name), node, c, true)
         })?;
@@ -1083,7 +1098,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.writable().and_then(|()| {
+        let r = self.may_make(newparent.0, newname).and_then(|()| {
             self.as_caller(req, |c| {
                 self.may_link(ino.0, c)?;
                 self.ns().link(ino.0, newparent.0, name_bytes(newname), c)
@@ -1450,6 +1465,9 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         reply: ReplyCreate,
     ) {
         let r = (|| {
+            if flags & libc::O_EXCL != 0 {
+                self.may_make(parent.0, name)?;
+            }
             self.writable()?;
             let node = NewNode {
                 mode: libc::S_IFREG | masked(self.ns(), parent.0, mode, umask),
@@ -1609,5 +1627,20 @@ mod tests {
         s.mkdir("/d", 0o755).unwrap();
         let d = s.stat("/d").unwrap();
         assert_eq!(entry_generation(&d), Generation(d.generation));
+    }
+
+    /// On a read-only mount, making a name that exists is EEXIST, a new one EROFS, as
+    /// on Linux (issue 30, item 15): before, both were EROFS.
+    #[test]
+    fn a_read_only_mount_answers_eexist_for_a_name_that_exists() {
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 2;
+        let fs = Fs::in_memory(&o, PmemBackend::default()).expect("in-memory pool");
+        fs.session(Cred::root()).mkdir("/d", 0o755).unwrap();
+        let ttl = Duration::from_secs(1);
+        let fuse = LynxFuse::new(Arc::new(fs), ttl, ttl, true);
+        let root = lynxfs::format::ROOT_INO;
+        assert_eq!(fuse.may_make(root, OsStr::new("d")), Err(Errno::EEXIST));
+        assert_eq!(fuse.may_make(root, OsStr::new("new")), Err(Errno::EROFS));
     }
 }
