@@ -1431,6 +1431,19 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_bytes(name);
+        if name == lynxfs::meta::CAPABILITY && req.uid() != 0 {
+            // The kernel refuses this name to a caller without CAP_SETFCAP, so what
+            // reaches us is its own removal before another user's write, truncate
+            // or fallocate (`file_remove_privs`), which Linux makes regardless of
+            // the writer's rights.
+            let r = self.writable().and_then(|()| {
+                let root = Cred::root();
+                self.ns()
+                    .removexattr(ino.0, name, &root)
+                    .map_err(|e| errno(&e))
+            });
+            return reply_empty(r, reply);
+        }
         let r = self
             .writable()
             .and_then(|()| self.as_caller(req, |c| self.ns().removexattr(ino.0, name, c)));

@@ -20,6 +20,8 @@ use lynxfs::{MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
 use lynxfs_fuse::usage::{LiveUsage, Transport, USAGE_XATTR};
 
+#[path = "conformance/killpriv.rs"]
+mod killpriv;
 #[path = "conformance/owner.rs"]
 mod owner;
 #[path = "conformance/race.rs"]
@@ -1314,6 +1316,7 @@ fn prepare_user(c: &mut Ctx) {
     c.path1("prep chmod x001", "t/pub/x001", |p| unsafe {
         chmod(p, 0o001)
     });
+    killpriv::prepare(c);
 }
 
 fn as_user(c: &mut Ctx) {
@@ -1442,6 +1445,7 @@ fn as_user(c: &mut Ctx) {
     // SAFETY: as above.
     let r = unsafe { setxattr(mine.as_ptr(), n.as_ptr(), b"x".as_ptr().cast(), 1, 0) };
     c.call("user setxattr trusted", r);
+    killpriv::as_user(c);
 }
 
 /// Runs `f` on a new thread whose file-system identity is uid 1000, gid 1000,
