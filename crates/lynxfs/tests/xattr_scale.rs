@@ -114,3 +114,42 @@ fn a_files_attributes_have_a_limit_met_with_enospc() {
     fs.close_fd(fd).unwrap();
     s.setxattr("/g", "user.other", b"file", 0).unwrap();
 }
+
+/// Two attachments of one pool (as the daemon and a preloaded program are) each keep
+/// an index of a large set: each sees what the other appended, replaced, removed and
+/// compacted, never a stale value.
+#[test]
+fn two_attachments_see_each_others_changes_to_a_large_set() {
+    let dir = tempfile::Builder::new()
+        .prefix("lynxfs-xattr")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let path = dir.path().join("pool");
+    let mut o = MkfsOptions::new(64 << 20);
+    o.lanes = 2;
+    lynxfs::Pool::mkfs(&path, &o, lynxfs::pmem::PmemBackend::default()).unwrap();
+    let (a, b) = (Fs::open(&path).unwrap(), Fs::open(&path).unwrap());
+    let (sa, sb) = (a.session(Cred::root()), b.session(Cred::root()));
+    let fd = sa.open("/f", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    a.close_fd(fd).unwrap();
+    for i in 0..2000 {
+        sa.setxattr("/f", name(i), &value(i), 0).unwrap();
+    }
+    assert_eq!(sb.getxattr("/f", name(1999)).unwrap(), value(1999));
+    sb.setxattr("/f", name(5), b"from b", 0).unwrap();
+    sb.removexattr("/f", name(6)).unwrap();
+    sb.setxattr("/f", name(2000), b"new in b", 0).unwrap();
+    assert_eq!(sa.getxattr("/f", name(5)).unwrap(), b"from b");
+    assert_eq!(sa.getxattr("/f", name(6)).unwrap_err().errno(), libc::ENODATA);
+    assert_eq!(sa.getxattr("/f", name(2000)).unwrap(), b"new in b");
+    // Enough removals in `a` to compact the set (a new head): `b` follows.
+    for i in 100..2000 {
+        sa.removexattr("/f", name(i)).unwrap();
+    }
+    assert_eq!(sb.getxattr("/f", name(150)).unwrap_err().errno(), libc::ENODATA);
+    assert_eq!(sb.getxattr("/f", name(5)).unwrap(), b"from b");
+    assert_eq!(sb.listxattr("/f").unwrap().len(), 100 - 1 + 1);
+    drop((sa, sb));
+    a.close().unwrap();
+    b.close().unwrap();
+}
