@@ -39,7 +39,8 @@ fn names_change(fs: &Fs<PmemBackend>, r: usize) {
     make(&s, fs, &format!("/a/v{r}"));
     s.link(format!("/a/v{r}"), format!("/b/v{r}")).unwrap();
     make(&s, fs, &format!("/a/src{r}"));
-    s.rename(format!("/a/src{r}"), format!("/a/v{r}"), 0).unwrap();
+    s.rename(format!("/a/src{r}"), format!("/a/v{r}"), 0)
+        .unwrap();
     // Rename a hard-linked file across directories, then unlink where it went.
     make(&s, fs, &format!("/a/h{r}"));
     s.link(format!("/a/h{r}"), format!("/a/h{r}-2")).unwrap();

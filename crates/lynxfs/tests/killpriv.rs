@@ -2,7 +2,7 @@
 //! the preload and the C API call), as Linux's `file_remove_privs` (issue 30, item
 //! 15): set-user-ID, and set-group-ID when the file is group-executable or the
 //! writer is outside its group, for a writer other than root; `security.capability`
-//! for every writer, root too.
+//! for every writer, root too, and for every chown.
 
 mod common;
 
@@ -93,4 +93,24 @@ fn any_change_removes_file_capabilities() {
     s.setxattr(&p, "user.keep", b"1", 0).unwrap();
     change(&fs, Cred::root(), &p, "write");
     assert_eq!(s.getxattr(&p, "user.keep").unwrap(), b"1");
+}
+
+#[test]
+fn chown_removes_file_capabilities() {
+    let fs = fs(16 << 20);
+    let root = fs.session(Cred::root());
+    for (name, uid, gid) in [("to-user", Some(2000), None), ("same", Some(0), Some(1000))] {
+        let p = prepare(&fs, name, 0o755, true);
+        root.chown(&p, uid, gid).unwrap();
+        let e = root.getxattr(&p, CAP).unwrap_err();
+        assert_eq!(e.errno(), libc::ENODATA, "chown {name} left capabilities");
+    }
+    // A refused chown takes nothing.
+    let p = prepare(&fs, "refused", 0o755, true);
+    let user = fs.session(Cred::user(2000, 2000));
+    assert_eq!(
+        user.chown(&p, Some(2000), None).unwrap_err().errno(),
+        libc::EPERM
+    );
+    assert_eq!(root.getxattr(&p, CAP).unwrap(), CAPS);
 }

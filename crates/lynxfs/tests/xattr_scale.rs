@@ -140,13 +140,19 @@ fn two_attachments_see_each_others_changes_to_a_large_set() {
     sb.removexattr("/f", name(6)).unwrap();
     sb.setxattr("/f", name(2000), b"new in b", 0).unwrap();
     assert_eq!(sa.getxattr("/f", name(5)).unwrap(), b"from b");
-    assert_eq!(sa.getxattr("/f", name(6)).unwrap_err().errno(), libc::ENODATA);
+    assert_eq!(
+        sa.getxattr("/f", name(6)).unwrap_err().errno(),
+        libc::ENODATA
+    );
     assert_eq!(sa.getxattr("/f", name(2000)).unwrap(), b"new in b");
     // Enough removals in `a` to compact the set (a new head): `b` follows.
     for i in 100..2000 {
         sa.removexattr("/f", name(i)).unwrap();
     }
-    assert_eq!(sb.getxattr("/f", name(150)).unwrap_err().errno(), libc::ENODATA);
+    assert_eq!(
+        sb.getxattr("/f", name(150)).unwrap_err().errno(),
+        libc::ENODATA
+    );
     assert_eq!(sb.getxattr("/f", name(5)).unwrap(), b"from b");
     assert_eq!(sb.listxattr("/f").unwrap().len(), 100 - 1 + 1);
     drop((sa, sb));

@@ -227,6 +227,12 @@ impl<B: Backend> Namespace<B> {
                 self.commit_words(&words)?;
             }
             drop(_g);
+            drop(_xw);
+            // chown takes file capabilities away too (Linux's ATTR_KILL_PRIV), after
+            // the change it was allowed.
+            if (a.uid.is_some() || a.gid.is_some()) && mode & libc::S_IFMT != libc::S_IFDIR {
+                self.drop_capability(ino)?;
+            }
             self.notices.attrs(ino);
             self.getattr(ino)
         })
