@@ -457,6 +457,9 @@ impl<B: Backend> Fs<B> {
         if access(f) == libc::O_RDONLY {
             return Err(errno::EBADF);
         }
+        // Refused writes take nothing away (checked again under the lock).
+        self.ns
+            .may_write_data(f.ino, self.flags_of(f)? & libc::O_APPEND != 0)?;
         self.ns.drop_capability(f.ino)?;
         // For update: readers of the file go on while the new bytes are copied; the
         // lock is held alone only for the commit (the gate below).
