@@ -14,7 +14,9 @@ use parking_lot::Mutex;
 use crate::alloc::{Allocators, UsedSets};
 use crate::data::DataMode;
 use crate::error::{Error, Result};
-use crate::format::superblock::{SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, SB_LEN};
+use crate::format::superblock::{
+    SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_XATTR_LOG, SB_LEN,
+};
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::{Backend, Mapping, Pm};
@@ -156,6 +158,10 @@ pub struct Pool<B: Backend> {
     data_mode: AtomicBool,
     /// Creates use consistency without ordering (`INCOMPAT_CWON`, `log::cwon`).
     pub cwon: bool,
+    /// Large attribute sets are logs (`INCOMPAT_XATTR_LOG`, `data::xattr`).
+    pub xattr_log: bool,
+    /// This process's indexes of large attribute sets.
+    pub xattr_indexes: crate::data::xattr::Indexes,
 }
 
 impl<B: Backend> Pool<B> {
@@ -388,6 +394,8 @@ impl<B: Backend> Pool<B> {
         let inplace = sb.compat & COMPAT_DATA_INPLACE != 0;
         Ok(Pool {
             cwon: sb.incompat & INCOMPAT_CWON != 0,
+            xattr_log: sb.incompat & INCOMPAT_XATTR_LOG != 0,
+            xattr_indexes: Default::default(),
             data_mode: AtomicBool::new(inplace),
             alloc,
             runtime,
@@ -584,7 +592,7 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout, (uid, gid): (u32, u32), data: 
     let _ = b.persist();
     save_state(pm, &layout, &UsedSets::empty(&layout));
     let mut sb = Superblock::new(layout, uuid(), now);
-    sb.incompat |= INCOMPAT_CWON;
+    sb.incompat |= INCOMPAT_CWON | INCOMPAT_XATTR_LOG;
     if data == DataMode::Inplace {
         sb.compat |= COMPAT_DATA_INPLACE;
     }
