@@ -345,17 +345,22 @@ impl Bench {
 
     /// `lynxfs run --pool P --at D -- sh -c SCRIPT` in D.
     fn preloaded(&self, script: &str, env: &[(&str, &str)]) -> Command {
-        let sh = self.shell(script, self.d.path(), env);
+        self.preloaded_at(script, self.d.path(), self.d.path(), env)
+    }
+
+    /// `lynxfs run --pool P --at AT -- sh -c SCRIPT` in CWD.
+    fn preloaded_at(&self, script: &str, at: &Path, cwd: &Path, env: &[(&str, &str)]) -> Command {
+        let sh = self.shell(script, cwd, env);
         let mut c = Command::new(&built().lynxfs);
         c.arg("run")
             .arg("--pool")
             .arg(&self.pool)
             .arg("--at")
-            .arg(self.d.path())
+            .arg(at)
             .arg("--")
             .arg(sh.get_program())
             .args(sh.get_args())
-            .current_dir(self.d.path())
+            .current_dir(cwd)
             .env("LYNXFS_PRELOAD_LIB", &built().preload)
             .envs(sh.get_envs().filter_map(|(k, v)| Some((k, v?))));
         c
@@ -710,6 +715,88 @@ fn a_full_pool_fails_the_write_with_enospc_and_recovers() {
     let tree = pool_tree(&b.pool, &[]);
     assert_eq!(tree.keys().collect::<Vec<_>>(), [b"small"]);
     assert_file(&tree, "small", b"after\n");
+    b.fsck_clean();
+}
+
+// ---- paths entering the pool's directory from outside ----
+
+/// Run in the directory above the pool's directory `p` (no mount there): every path
+/// below reaches `p` from outside it, by name, and must land in the pool, never in the
+/// host directory under it.
+const ENTERING: &str = r#"
+set -e
+echo hi > p/a
+cp p/a p/b
+mkdir p/d
+cd p/d
+echo in > x
+pwd > ../pwd.out
+cd ../..
+mkdir -p q/sub
+cd q/sub
+echo up > ../../p/c
+cd ../..
+ln -s . here
+echo link > here/p/e
+echo abs > "$PWD/q/../p/g"
+git init -q p/repo
+printf 'one\n' > q/sub/f
+rsync -a q/ p/r/
+python3 -c '
+import os
+fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+os.close(os.open("p/h", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+os.mkdir("p/i", dir_fd=fd)
+print(sorted(os.listdir("p/i/..")))
+'
+cat p/a p/d/x p/r/sub/f
+"#;
+
+#[test]
+fn paths_that_enter_the_pools_directory_from_outside_reach_the_pool() {
+    let _w = common::watchdog(
+        "paths_that_enter_the_pools_directory_from_outside_reach_the_pool",
+        TEST_LIMIT,
+    );
+    need("git", "git");
+    need("rsync", "rsync");
+    need("python3", "python3");
+    let b = Bench::new("entering");
+    let outer = tempfile::tempdir().expect("outer");
+    let outer = outer.path().canonicalize().expect("canonical");
+    let at = outer.join("p");
+    std::fs::create_dir(&at).expect("mkdir p");
+    let out = run_bounded(b.preloaded_at(ENTERING, &at, &outer, &[]), "entering");
+    assert!(
+        out.status.success(),
+        "the script fails ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let host: Vec<_> = std::fs::read_dir(&at).expect("read p").flatten().collect();
+    assert!(
+        host.is_empty(),
+        "written to the host directory under the pool's: {host:?}"
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "['a', 'b', 'c', 'd', 'e', 'g', 'h', 'i', 'pwd.out', 'r', 'repo']\nhi\nin\none\n"
+    );
+    let tree = pool_tree(&b.pool, &[]);
+    for (name, want) in [
+        ("a", "hi\n"),
+        ("b", "hi\n"),
+        ("c", "up\n"),
+        ("d/x", "in\n"),
+        ("e", "link\n"),
+        ("g", "abs\n"),
+        ("h", ""),
+        ("r/sub/f", "one\n"),
+    ] {
+        assert_file(&tree, name, want.as_bytes());
+    }
+    assert_file(&tree, "pwd.out", format!("{}/d\n", at.display()).as_bytes());
+    assert!(tree.contains_key(b"repo/.git/HEAD".as_slice()), "git init");
     b.fsck_clean();
 }
 

@@ -204,7 +204,7 @@ fn runnable_copy(path: *const c_char) -> Option<Runnable> {
     };
     let a = state::attached()?;
     let bytes = route::with_base(a, &base, |s| -> lynxfs::Result<Vec<u8>> {
-        let fd = s.open(rel, libc::O_RDONLY | lynxfs::api::FMODE_EXEC, 0)?;
+        let fd = s.open(&rel, libc::O_RDONLY | lynxfs::api::FMODE_EXEC, 0)?;
         let mut all = Vec::new();
         let mut chunk = vec![0u8; 1 << 20];
         let r = loop {
