@@ -299,17 +299,32 @@ impl Fail for i64 {
 pub unsafe fn at_path<R: Fail>(
     dirfd: c_int,
     path: *const c_char,
-    mut pool: impl FnMut(&Caller, &[u8]) -> lynxfs::Result<R>,
+    pool: impl FnMut(&Caller, &[u8]) -> lynxfs::Result<R>,
     kernel: impl FnOnce(c_int, *const c_char) -> R,
 ) -> R {
     if crate::guard::inside() {
         return kernel(dirfd, path);
     }
+    let _inside = crate::guard::Inside::enter();
+    // SAFETY: as this function's contract.
+    unsafe { follow(dirfd, path, pool, kernel) }
+}
+
+/// [`at_path`] for a caller already inside this library (which has entered
+/// [`crate::guard::Inside`]).
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string valid for the call.
+pub unsafe fn follow<R: Fail>(
+    dirfd: c_int,
+    path: *const c_char,
+    mut pool: impl FnMut(&Caller, &[u8]) -> lynxfs::Result<R>,
+    kernel: impl FnOnce(c_int, *const c_char) -> R,
+) -> R {
     // SAFETY: as this function's contract.
     let Some(bytes) = (unsafe { state::cpath(path) }) else {
         return kernel(dirfd, path);
     };
-    let _inside = crate::guard::Inside::enter();
     // The path once it left the pool: absolute, so from the process's root.
     let mut cur: Option<CString> = None;
     for _ in 0..MAX_CROSSINGS {

@@ -800,6 +800,56 @@ fn paths_that_enter_the_pools_directory_from_outside_reach_the_pool() {
     b.fsck_clean();
 }
 
+// ---- programs reached through pool symlinks and scripts ----
+
+/// Programs run by pool paths whose resolution leaves the pool (a venv's python is a
+/// symlink to /usr/bin/python3), symlink chains in the pool, and scripts whose
+/// interpreter is reached through the pool (pip's "#!DIR/venv/bin/python3").
+const EXEC: &str = r#"
+set -e
+/usr/bin/python3 -m venv venv
+venv/bin/python -c 'import sys; print(sys.prefix != sys.base_prefix)'
+venv/bin/pip --version > /dev/null
+ln -s /bin/echo e
+./e outside
+ln -s e e2
+./e2 chain
+printf '#!/bin/sh\necho script "$@"\n' > s
+chmod +x s
+ln -s "$PWD/s" s2
+./s2 abs
+printf '#!%s/s2 x\n' "$PWD" > s3
+chmod +x s3
+./s3 y
+/usr/bin/python3 -c 'import os; os.waitpid(os.posix_spawn("./e2", ["e2", "spawned"], os.environ), 0)'
+mkdir bin
+ln -s ../e2 bin/found
+PATH="$PWD/bin:$PATH" /usr/bin/python3 -c 'import os; os.waitpid(os.posix_spawnp("found", ["found", "on PATH"], os.environ), 0)'
+"#;
+
+#[test]
+fn programs_reached_through_pool_symlinks_and_scripts_run() {
+    let _w = common::watchdog(
+        "programs_reached_through_pool_symlinks_and_scripts_run",
+        TEST_LIMIT,
+    );
+    need("python3", "python3");
+    let b = Bench::new("exec");
+    let out = run_bounded(b.preloaded(EXEC, &[]), "exec");
+    assert!(
+        out.status.success(),
+        "the script fails ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "True\noutside\nchain\nscript abs\nscript x ./s3 y\nspawned\non PATH\n"
+    );
+    assert_eq!(std::fs::read_dir(b.d.path()).unwrap().count(), 0);
+    b.fsck_clean();
+}
+
 // ---- a program killed mid-run ----
 
 /// Churns files in its own directory until killed.
