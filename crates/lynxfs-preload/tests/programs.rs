@@ -800,6 +800,106 @@ fn paths_that_enter_the_pools_directory_from_outside_reach_the_pool() {
     b.fsck_clean();
 }
 
+// ---- shared mappings without a mount ----
+
+/// sqlite3 in WAL mode: its index ("-shm") is a shared mapping every connection's
+/// process must see the same (no FUSE mount: the preload serves the mappings
+/// itself). Two processes keep a connection open each and take turns: each insert
+/// must be seen by the other's next count at once.
+const SQLITE_WAL: &str = r#"
+set -e
+sqlite3 db.sqlite 'PRAGMA journal_mode=WAL; CREATE TABLE t(v);'
+cat > worker.py <<'EOF'
+import sqlite3, sys
+c = sqlite3.connect("db.sqlite", timeout=30, isolation_level=None)
+for line in sys.stdin:
+    print(c.execute(line).fetchall(), flush=True)
+EOF
+cat > turns.py <<'EOF'
+import subprocess
+ws = [subprocess.Popen(["/usr/bin/python3", "worker.py"], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True) for _ in range(2)]
+def ask(w, q):
+    w.stdin.write(q + "\n")
+    w.stdin.flush()
+    return w.stdout.readline().strip()
+seen = []
+for i in range(100):
+    ask(ws[i % 2], "INSERT INTO t VALUES(%d)" % i)
+    seen.append(ask(ws[1 - i % 2], "SELECT count(*) FROM t"))
+print(seen == ["[(%d,)]" % (i + 1) for i in range(100)])
+for w in ws:
+    w.stdin.close()
+    w.wait()
+EOF
+/usr/bin/python3 turns.py
+sqlite3 db.sqlite "PRAGMA integrity_check; SELECT count(*), sum(v) FROM t; PRAGMA journal_mode;"
+ls
+"#;
+
+#[test]
+fn sqlite3_in_wal_mode_without_a_mount() {
+    let _w = common::watchdog("sqlite3_in_wal_mode_without_a_mount", TEST_LIMIT);
+    need("sqlite3", "sqlite3");
+    need("python3", "python3");
+    let b = Bench::new("wal");
+    let out = run_bounded(b.preloaded(SQLITE_WAL, &[]), "sqlite3 wal");
+    assert!(
+        out.status.success(),
+        "the script fails ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "wal\nTrue\nok\n100|4950\nwal\ndb.sqlite\nturns.py\nworker.py\n"
+    );
+    b.fsck_clean();
+}
+
+/// Another user's directory where the memory files would go is not used: the
+/// mapping is refused (sqlite says "disk I/O error"), the directory named, nothing
+/// written there.
+#[test]
+fn a_planted_directory_for_shared_mappings_is_refused() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let _w = common::watchdog(
+        "a_planted_directory_for_shared_mappings_is_refused",
+        TEST_LIMIT,
+    );
+    need("sqlite3", "sqlite3");
+    let b = Bench::new("planted");
+    let runtime = tempfile::tempdir_in("/dev/shm").expect("runtime dir");
+    // SAFETY: geteuid has no preconditions.
+    let planted = runtime
+        .path()
+        .join(format!("lynxfs-maps-{}", unsafe { libc::geteuid() }));
+    std::fs::create_dir(&planted).expect("plant");
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    // SAFETY: as above.
+    if unsafe { libc::geteuid() } == 0 {
+        chown(&planted, Some(1000), Some(1000)).expect("chown to uid 1000");
+    }
+    let runtime_dir = runtime.path().to_str().expect("utf-8");
+    let out = run_bounded(
+        b.preloaded(
+            "sqlite3 db 'PRAGMA journal_mode=WAL; CREATE TABLE t(v);'",
+            &[("LYNXFS_RUNTIME_DIR", runtime_dir)],
+        ),
+        "sqlite3 wal",
+    );
+    assert!(
+        !out.status.success(),
+        "WAL mode worked through a planted directory"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&planted.display().to_string()) && err.contains("disk I/O error"),
+        "stderr: {err}"
+    );
+    assert_eq!(std::fs::read_dir(&planted).expect("read").count(), 0);
+}
+
 // ---- programs reached through pool symlinks and scripts ----
 
 /// Programs run by pool paths whose resolution leaves the pool (a venv's python is a

@@ -748,6 +748,7 @@ pub fn detach() {
         unsafe { libc::fflush(std::ptr::null_mut()) };
         let leave = std::thread::Builder::new().spawn(move || {
             let _inside = crate::guard::Inside::enter();
+            super::shared_map::write_back_all(a);
             // The working directory's hold is an open reference too: let it go.
             let root = a.root.read().at(lynxfs::format::ROOT_INO);
             *a.cwd.write() = root;
