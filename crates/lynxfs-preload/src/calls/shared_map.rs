@@ -1,10 +1,10 @@
 //! Shared mappings of pool files when no FUSE mount shows the pool (the kernel has no
-//! file to map). Every process of the user that maps a file maps one memory file of
-//! its own for it, so their mappings see each other's stores at once, as mappings of
-//! one file do (sqlite's WAL index, the "-shm" file, needs exactly that). The memory
-//! file is loaded from the pool file by the first mapper (no other mapping of it
-//! alive), and its bytes are written back to the pool file at msync, munmap and
-//! exit. The memory files live in a directory of the user's own,
+//! file to map). Every process of a user that maps a pool file maps one and the same
+//! memory file for it, so their mappings see each other's stores at once, as mappings
+//! of one file do (sqlite's WAL index, the "-shm" file, needs exactly that). The
+//! memory file is loaded from the pool file by the first mapper (no other mapping of
+//! it alive), and its bytes are written back to the pool file at msync, munmap, exec
+//! and exit. The memory files live in a directory of the user's own,
 //! `/dev/shm/lynxfs-maps-UID` (or under `$LYNXFS_RUNTIME_DIR`; mode 0700, checked
 //! before use), so nobody else can plant or read them: processes of different users
 //! mapping one file do not share stores (each user's are written back to the file).
