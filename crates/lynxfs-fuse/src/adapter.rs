@@ -162,7 +162,11 @@ impl<B: Backend> Invalidate<B> {
     fn apply(&mut self, c: Change) {
         match c {
             Change::Name { parent, name, ino } => {
-                self.entry(parent, &name);
+                if self.removed(ino) {
+                    self.delete(parent, ino, &name);
+                } else {
+                    self.entry(parent, &name);
+                }
                 // The parent's mtime and link count, the file's ctime and link count.
                 self.inode(parent, -1, 0);
                 if ino != 0 {
@@ -216,6 +220,30 @@ impl<B: Backend> Invalidate<B> {
             .inval_entry(INodeNo(parent), OsStr::from_bytes(name));
         report(r, || {
             format!("the name {:?} in {parent}", OsStr::from_bytes(name))
+        });
+    }
+
+    /// Whether `ino`, whose name changed, has no name left (unlinked, removed, or
+    /// freed already): the kernel may then drop the name and the file as deleted.
+    fn removed(&self, ino: u64) -> bool {
+        ino != 0 && self.fs.ns().getattr(ino).map_or(true, |st| st.nlink == 0)
+    }
+
+    /// FUSE_NOTIFY_DELETE: the kernel drops the name and, its last link gone, the
+    /// file, which is what raises IN_DELETE_SELF for watchers of the file (the only
+    /// inotify event a FUSE daemon can cause). A directory the kernel still caches
+    /// children of (ENOTEMPTY) or a mount point (EBUSY) only has its name dropped.
+    fn delete(&self, parent: u64, ino: u64, name: &[u8]) {
+        let r = self
+            .notifier
+            .delete(INodeNo(parent), INodeNo(ino), OsStr::from_bytes(name));
+        if let Err(e) = &r {
+            if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EBUSY)) {
+                return self.entry(parent, name);
+            }
+        }
+        report(r, || {
+            format!("the removed name {:?} in {parent}", OsStr::from_bytes(name))
         });
     }
 
