@@ -410,10 +410,18 @@ impl<B: Backend> LynxFuse<B> {
     fn with_stand_ins(mut self) -> Self {
         if self.fs.pool().attachment().is_some() {
             let fs = self.fs.clone();
-            self.locks = Some(Locks::new(Box::new(move |ino| {
+            let open = Box::new(move |ino| {
                 fs.lock_stand_in(ino)
                     .unwrap_or_else(|| Err(std::io::Error::from_raw_os_error(libc::ENOLCK)))
-            })));
+            });
+            // What other processes wrote before letting the lock go is read anew.
+            let notices = self.notices.clone();
+            let granted = Box::new(move |ino| {
+                if let Some(n) = notices.get() {
+                    report(n.inval_inode(INodeNo(ino), 0, 0), || format!("inode {ino}"));
+                }
+            });
+            self.locks = Some(Locks::new(open, granted));
         }
         self
     }

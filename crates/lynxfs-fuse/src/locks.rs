@@ -12,6 +12,13 @@
 //! file, as close(2) does; RELEASE (the last close of an open file) drops what was
 //! locked through that open (its OFD locks, its flock).
 //!
+//! A lock had is a moment the file may have changed under the kernel's cache (a
+//! preloaded writer let the lock go a moment ago; its change notices may still be on
+//! their way): before the grant is answered, the file's cached pages and attributes
+//! are dropped ([`Locks::new`]'s `granted`), as NFS does, so what the holder reads is
+//! what the lock protects. That is done away from the request loop (dropping pages
+//! waits for reads the loop may have yet to serve).
+//!
 //! A lock that must wait (F_SETLKW, flock without LOCK_NB) waits on a thread of its
 //! own, retrying with a growing pause (at most [`MAX_PAUSE`]), so the request loop
 //! goes on; it ends with EINTR when the kernel interrupts the request (a signal to
@@ -35,6 +42,8 @@ const EARLY_INTERRUPTS: usize = 256;
 
 /// Opens a new file description of an inode's stand-in.
 pub type Opener = Box<dyn Fn(u64) -> io::Result<OwnedFd> + Send + Sync>;
+/// Called with the inode before a lock on it is granted.
+pub type Granted = Box<dyn Fn(u64) + Send + Sync>;
 
 /// Whose locks: the inode, the kernel's owner, and whether they are flock's.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,6 +82,10 @@ pub struct Conflict {
 
 pub struct Locks {
     open: Opener,
+    granted: Granted,
+    /// To the thread that answers grants made in the request loop (see the module
+    /// documentation); started at the first.
+    grants: Mutex<Option<std::sync::mpsc::Sender<(u64, ReplyEmpty)>>>,
     held: Mutex<HashMap<Key, Held>>,
     /// The requests waiting for a lock, by unique id: set when interrupted.
     waiting: Mutex<HashMap<u64, Arc<AtomicBool>>>,
@@ -149,9 +162,11 @@ fn unlock_all(fd: &OwnedFd, flock: bool) {
 }
 
 impl Locks {
-    pub fn new(open: Opener) -> Arc<Locks> {
+    pub fn new(open: Opener, granted: Granted) -> Arc<Locks> {
         Arc::new(Locks {
             open,
+            granted,
+            grants: Mutex::new(None),
             held: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashMap::new()),
             early: Mutex::new(VecDeque::new()),
@@ -228,10 +243,42 @@ impl Locks {
             Err(e) => return reply.error(errno(&e)),
         };
         match try_lock(&fd, &r) {
-            Ok(true) => reply.ok(),
+            Ok(true) if unlock => reply.ok(),
+            Ok(true) => self.grant(r.ino, reply),
             Ok(false) if !sleep => reply.error(Errno::EAGAIN),
             Ok(false) => self.wait(key, r, unique, reply),
             Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// Answers a lock had in the request loop, from the grants thread.
+    fn grant(self: &Arc<Self>, ino: u64, reply: ReplyEmpty) {
+        let mut tx = guard(&self.grants);
+        if tx.is_none() && !self.ending.load(Ordering::Acquire) {
+            let (send, recv) = std::sync::mpsc::channel::<(u64, ReplyEmpty)>();
+            let me = Arc::downgrade(self);
+            let started = std::thread::Builder::new()
+                .name("lynxfs-lock-grants".into())
+                .spawn(move || {
+                    for (ino, reply) in recv {
+                        if let Some(me) = me.upgrade() {
+                            (me.granted)(ino);
+                        }
+                        reply.ok();
+                    }
+                });
+            if started.is_ok() {
+                *tx = Some(send);
+            }
+        }
+        match tx.as_ref() {
+            Some(t) => {
+                if let Err(std::sync::mpsc::SendError((_, reply))) = t.send((ino, reply)) {
+                    reply.ok();
+                }
+            }
+            // No thread: the lock is had; the cache stays as the notices leave it.
+            None => reply.ok(),
         }
     }
 
@@ -252,7 +299,10 @@ impl Locks {
                 let answer = me.wait_for(key, &r, &cancel);
                 guard(&me.waiting).remove(&unique);
                 match answer {
-                    Ok(()) => reply.ok(),
+                    Ok(()) => {
+                        (me.granted)(r.ino);
+                        reply.ok()
+                    }
                     Err(e) => reply.error(e),
                 }
             });
@@ -366,5 +416,6 @@ impl Locks {
     pub fn end(&self) {
         self.ending.store(true, Ordering::Release);
         guard(&self.held).clear();
+        guard(&self.grants).take();
     }
 }
