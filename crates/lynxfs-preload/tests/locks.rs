@@ -280,6 +280,70 @@ fn the_preload_and_the_mount_exclude_each_other() {
 }
 
 #[test]
+fn locks_outlive_the_exec_of_the_program_that_took_them() {
+    let _w = common::watchdog(
+        "locks_outlive_the_exec_of_the_program_that_took_them",
+        TEST_LIMIT,
+    );
+    let m = Mounted::new();
+    let f = m.file("exec.lock");
+    let f_arg = f.to_str().unwrap();
+    // The shell's idiom: flock(1), a program of its own, locks the shell's open file
+    // and exits; the lock belongs to the open file, which the shell still has.
+    let idiom = format!("exec 9>>{f_arg}; flock -x 9; echo locked; read x");
+    let h = Holder::start(
+        m.preloaded(&["sh".as_ref(), "-c".as_ref(), idiom.as_ref()]),
+        "sh with flock(1)",
+    );
+    assert_eq!(
+        attempt(
+            m.locker(false, 0, "try", "flock", &f),
+            "flock after flock(1) exited"
+        ),
+        "busy",
+        "the flock went with flock(1), though the shell still has the open file"
+    );
+    drop(h);
+    // A process's record locks stay through its exec.
+    let script = format!(
+        "import fcntl, os; f = open({f_arg:?}, 'r+'); fcntl.lockf(f, fcntl.LOCK_EX); \
+         os.set_inheritable(f.fileno(), True); \
+         os.execvp('sh', ['sh', '-c', 'echo locked; read x'])"
+    );
+    let h = Holder::start(
+        m.preloaded(&["python3".as_ref(), "-c".as_ref(), script.as_ref()]),
+        "lockf, then exec",
+    );
+    assert_eq!(
+        attempt(
+            m.locker(false, 0, "try", "fcntl", &f),
+            "lockf after the exec"
+        ),
+        "busy",
+        "the record lock went with the exec"
+    );
+    drop(h);
+    // Nor do they go when the library opens more of its own fds of the file (for a
+    // fork, a flock): only a close of the program's own does that.
+    let script = format!(
+        "import fcntl, os, sys; f = open({f_arg:?}, 'r+'); fcntl.lockf(f, fcntl.LOCK_EX); \
+         pid = os.fork(); \
+         pid == 0 and os._exit(0); os.waitpid(pid, 0); \
+         fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.read()"
+    );
+    let h = Holder::start(
+        m.preloaded(&["python3".as_ref(), "-c".as_ref(), script.as_ref()]),
+        "lockf, fork, flock",
+    );
+    assert_eq!(
+        attempt(m.locker(false, 0, "try", "fcntl", &f), "lockf after a fork"),
+        "busy",
+        "the record lock went when the library opened a stand-in"
+    );
+    drop(h);
+}
+
+#[test]
 fn two_users_exclude_each_other_through_the_preload_and_the_mount() {
     let _w = common::watchdog(
         "two_users_exclude_each_other_through_the_preload_and_the_mount",

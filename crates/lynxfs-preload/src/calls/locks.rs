@@ -21,24 +21,42 @@ use crate::state::Attached;
 /// This process's stand-in fd per inode, for classic (per-process) locks.
 static CLASSIC: Mutex<Option<HashMap<u64, c_int>>> = Mutex::new(None);
 
-/// A new fd on the stand-in of `ino`, out of programs' way and kept from them.
-fn open_stand_in(a: &Attached, ino: u64) -> lynxfs::Result<c_int> {
+/// A new fd on the stand-in of `ino`, kept from programs; out of their way (moved up
+/// to the engine's numbers) if `movable`: not while the process may hold record
+/// locks on `ino`, since moving closes the first fd, and a close of any fd of a file
+/// drops the process's record locks on it.
+fn open_stand_in(a: &Attached, ino: u64, movable: bool) -> lynxfs::Result<c_int> {
     let fd = match a.fs.lock_stand_in(ino) {
         Some(Ok(fd)) => fd,
         // Attached processes have stand-ins: missing or refused, the lock cannot be
         // one every path to the pool sees.
         Some(Err(_)) | None => return Err(err(libc::ENOLCK)),
     };
-    let fd = lynxfs::runtime::out_of_the_way(std::fs::File::from(fd)).into_raw_fd();
+    let file = std::fs::File::from(fd);
+    let fd = if movable {
+        lynxfs::runtime::out_of_the_way(file).into_raw_fd()
+    } else {
+        file.into_raw_fd()
+    };
     fds::keep(fd);
     Ok(fd)
 }
 
+/// Whether this process has a classic-lock stand-in of `ino` (and so may hold record
+/// locks on it).
+fn classic_held(ino: u64) -> bool {
+    ANY_CLASSIC.load(std::sync::atomic::Ordering::Relaxed)
+        && CLASSIC
+            .lock()
+            .as_ref()
+            .is_some_and(|m| m.contains_key(&ino))
+}
+
 /// This description's own open of its inode's stand-in (its OFD locks and its flock).
-fn description_fd(a: &Attached, o: &Open) -> lynxfs::Result<c_int> {
+pub fn description_fd(a: &Attached, o: &Open) -> lynxfs::Result<c_int> {
     let fd = *o
         .lock_fd
-        .get_or_init(|| open_stand_in(a, o.ino).unwrap_or(-1));
+        .get_or_init(|| open_stand_in(a, o.ino, !classic_held(o.ino)).unwrap_or(-1));
     if fd < 0 {
         Err(err(libc::ENOLCK))
     } else {
@@ -53,7 +71,8 @@ fn classic_fd(a: &Attached, ino: u64) -> lynxfs::Result<c_int> {
     if let Some(&fd) = m.get(&ino) {
         return Ok(fd);
     }
-    let fd = open_stand_in(a, ino)?;
+    // None held yet (this fd is the only way to hold them): it may be moved up.
+    let fd = open_stand_in(a, ino, true)?;
     m.insert(ino, fd);
     Ok(fd)
 }
@@ -202,4 +221,112 @@ pub fn lockf(a: &Attached, o: &Open, cmd: c_int, len: libc::off64_t) -> lynxfs::
         return Err(err(libc::EACCES));
     }
     Ok(0)
+}
+
+/// In a new program's environment: the lock stand-in fds it inherits, so its locks
+/// outlive the exec as the kernel's do. `d<key>:<fd>` is a shared description's (its
+/// OFD locks and flock belong to the description, which the program inherits);
+/// `c<ino>:<fd>` is the process's own for `ino` (an exec keeps the process's record
+/// locks). Entries are separated by commas.
+pub const ENV_LOCKS: &str = "LYNXFS_LOCK_FDS";
+
+/// Stand-in fds opened to a new program (close-on-exec cleared) for as long as it
+/// takes to start it, and the environment entry naming them.
+pub struct Passed {
+    fds: Vec<c_int>,
+    pub env: Option<String>,
+}
+
+impl Passed {
+    /// The new program did not start, or has its copies: close-on-exec again.
+    pub fn restore(&self) {
+        for &fd in &self.fds {
+            // SAFETY: F_SETFD on a stand-in fd of ours.
+            unsafe { real::fcntl64(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
+        }
+    }
+}
+
+/// Opens to the next program the stand-ins of `descriptions` (key and description)
+/// and, for an exec (`classic`), the process's classic-lock stand-ins.
+pub fn pass_on(descriptions: &[(u64, &Open)], classic: bool) -> Passed {
+    let mut entries: Vec<(char, u64, c_int)> = descriptions
+        .iter()
+        .filter_map(|(key, o)| Some(('d', *key, *o.lock_fd.get().filter(|&&fd| fd >= 0)?)))
+        .collect();
+    if classic {
+        if let Some(m) = CLASSIC.lock().as_ref() {
+            entries.extend(m.iter().map(|(&ino, &fd)| ('c', ino, fd)));
+        }
+    }
+    let mut fds = Vec::new();
+    let mut env = Vec::new();
+    for (kind, id, fd) in entries {
+        // SAFETY: F_SETFD on a stand-in fd of ours.
+        if unsafe { real::fcntl64(fd, libc::F_SETFD, 0) } == 0 {
+            fds.push(fd);
+            env.push(format!("{kind}{id}:{fd}"));
+        }
+    }
+    let env = (!env.is_empty()).then(|| format!("{ENV_LOCKS}={}", env.join(",")));
+    Passed { fds, env }
+}
+
+/// At load, after the inherited descriptions are adopted (`by_key`): takes back the
+/// stand-in fds the previous program passed on, each checked to be the stand-in of
+/// its file (an fd number the environment names may be anything by now).
+pub fn adopt_passed(a: &Attached, by_key: &HashMap<u64, std::sync::Arc<Open>>) {
+    let Some(list) = std::env::var_os(ENV_LOCKS) else {
+        return;
+    };
+    for entry in list.to_string_lossy().split(',') {
+        let Some((id, fd)) = entry.get(1..).and_then(|e| e.split_once(':')) else {
+            continue;
+        };
+        let (Ok(id), Ok(fd)) = (id.parse::<u64>(), fd.parse::<c_int>()) else {
+            continue;
+        };
+        let (description, ino) = match entry.as_bytes()[0] {
+            b'd' => match by_key.get(&id) {
+                Some(o) => (Some(o), o.ino),
+                None => continue,
+            },
+            b'c' => (None, id),
+            _ => continue,
+        };
+        if !is_stand_in_of(a, fd, ino) {
+            continue;
+        }
+        // SAFETY: F_SETFD on the stand-in fd just checked.
+        unsafe { real::fcntl64(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
+        let taken = match description {
+            Some(o) => o.lock_fd.set(fd).is_ok(),
+            None => {
+                let mut m = CLASSIC.lock();
+                let m = m.get_or_insert_with(HashMap::new);
+                ANY_CLASSIC.store(true, std::sync::atomic::Ordering::Relaxed);
+                m.insert(ino, fd).is_none()
+            }
+        };
+        if taken {
+            fds::keep(fd);
+        }
+    }
+}
+
+/// Whether `fd` is open on the stand-in of `ino` (looked at by path: opening and
+/// closing another fd of it would drop this process's record locks on it).
+fn is_stand_in_of(a: &Attached, fd: c_int, ino: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = a.fs.lock_stand_in_path(ino) else {
+        return false;
+    };
+    let Ok(want) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    // SAFETY: plain data, filled in by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into our own struct.
+    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    ok && want.is_file() && (st.st_dev, st.st_ino) == (want.dev(), want.ino())
 }

@@ -193,6 +193,11 @@ impl<B: Backend> Fs<B> {
         Some(self.pool().attachment()?.lock_stand_in(ino))
     }
 
+    /// Where `ino`'s lock stand-in is, for a pool with stand-ins.
+    pub fn lock_stand_in_path(&self, ino: u64) -> Option<std::path::PathBuf> {
+        self.pool().attachment()?.lock_stand_in_path(ino)
+    }
+
     /// Watch the changes other processes attached to the pool make (names,
     /// attributes, data), to drop what this process caches of them; every attached
     /// process posts its changes while a watcher lives. `None` for a pool no other

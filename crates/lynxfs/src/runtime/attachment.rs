@@ -104,6 +104,12 @@ impl Attachment {
         }
     }
 
+    /// Where `ino`'s lock stand-in is (see [`super::stand_ins::StandIns::path_of`]).
+    pub fn lock_stand_in_path(&self, ino: u64) -> Option<std::path::PathBuf> {
+        let a = self.attached.lock();
+        Some(a.as_ref()?.stand_ins()?.path_of(ino))
+    }
+
     /// Whether this process built the runtime state (no other was attached).
     pub fn first(&self) -> bool {
         self.attached.lock().as_ref().is_some_and(|a| a.first)

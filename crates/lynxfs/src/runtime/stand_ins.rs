@@ -72,6 +72,12 @@ impl StandIns {
         &self.path
     }
 
+    /// Where `ino`'s stand-in is (to recognise an fd of it without opening another:
+    /// a process's close of any fd of a file drops its record locks on the file).
+    pub fn path_of(&self, ino: u64) -> PathBuf {
+        self.path.join(ino.to_string())
+    }
+
     /// A new open file description of `ino`'s stand-in (made if missing), read-write
     /// so that it takes read and write locks alike, close-on-exec.
     pub fn open(&self, ino: u64) -> io::Result<OwnedFd> {
