@@ -865,9 +865,14 @@ impl<B: Backend> LynxFuse<B> {
                 .add_capabilities(fuser::InitFlags::FUSE_FLOCK_LOCKS)
                 .is_ok();
         if !flock {
+            let which = if self.locks_on {
+                "flock locks"
+            } else {
+                "locks"
+            };
             eprintln!(
-                "lynxfs: the kernel keeps this mount's locks to itself: they do not exclude \
-                 the pool's other users' (preloaded programs, other mounts)"
+                "lynxfs: the kernel keeps this mount's {which} to itself: they do not \
+                 exclude the pool's other users' (preloaded programs, other mounts)"
             );
         }
     }

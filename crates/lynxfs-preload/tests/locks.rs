@@ -198,7 +198,6 @@ impl Drop for Mounted {
             "umount",
             LIMIT,
         );
-        let _ = &self.dir;
     }
 }
 
