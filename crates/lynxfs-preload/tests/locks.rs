@@ -2,8 +2,10 @@
 //! process (`lynxfs run`) and a process going through the pool's FUSE mount, of the
 //! same user or not, exclude each other with `fcntl` record locks and `flock`; flock
 //! on one pool file does not block another, nor does anyone's flock on an eventfd of
-//! their own; a lock directory another user plants does not stop locks; and sqlite3
-//! writing one database from both sides at once leaves it sound.
+//! their own; locks outlive the exec of the program that took them (flock(1) on a
+//! shell's open file, a process's record locks); a lock directory another user
+//! plants does not stop locks; and sqlite3 writing one database from both sides at
+//! once leaves it sound.
 //!
 //! Locks are taken by a small Python script (fcntl.lockf is F_SETLK, fcntl.flock is
 //! flock(2)): `hold` takes the lock, says "locked" and keeps it until its stdin
