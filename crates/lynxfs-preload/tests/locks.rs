@@ -345,6 +345,43 @@ fn locks_outlive_the_exec_of_the_program_that_took_them() {
 }
 
 #[test]
+fn a_wait_through_the_mount_ends_when_interrupted_or_when_the_lock_comes_free() {
+    let _w = common::watchdog(
+        "a_wait_through_the_mount_ends_when_interrupted_or_when_the_lock_comes_free",
+        TEST_LIMIT,
+    );
+    let m = Mounted::new();
+    let f = m.file("wait.lock");
+    let h = Holder::start(m.locker(true, 0, "hold", "flock", &f), "preloaded flock");
+    // flock -w 1: a timer's signal interrupts the wait, which must end (not sit in
+    // the kernel until the lock comes free).
+    let start = std::time::Instant::now();
+    let out = built::run_bounded(
+        Command::new("flock").args(["-w", "1"]).arg(&f).arg("true"),
+        "flock -w 1",
+        LIMIT,
+    );
+    let took = start.elapsed();
+    assert!(!out.status.success(), "flock -w 1 got a held lock");
+    assert!(
+        took < Duration::from_secs(10),
+        "the interrupted wait took {took:?}"
+    );
+    // A waiter gets the lock once the holder lets go.
+    let waiter = built::spawn_group(
+        Command::new("flock").args(["-w", "60"]).arg(&f).arg("true"),
+        "flock -w 60",
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    drop(h);
+    let out = built::finish_within(waiter, "flock -w 60", LIMIT);
+    assert!(
+        out.status.success(),
+        "the waiter never got the lock: {out:?}"
+    );
+}
+
+#[test]
 fn two_users_exclude_each_other_through_the_preload_and_the_mount() {
     let _w = common::watchdog(
         "two_users_exclude_each_other_through_the_preload_and_the_mount",
