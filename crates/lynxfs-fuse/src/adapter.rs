@@ -18,9 +18,10 @@
 //! a call was refused without them, so the common case costs no `/proc` read). With
 //! the `default_permissions` mount option the kernel checks as well.
 //!
-//! Locks (`flock`, `fcntl`) are left to the kernel: `getlk`/`setlk` are not
-//! implemented, so the kernel keeps the locks locally, which is right for a file
-//! system only this machine mounts.
+//! Locks (`fcntl` record and OFD locks, `flock`) of a pool other processes can
+//! attach are kept on the pool's lock stand-ins, which preloaded processes and other
+//! mounts lock too ([`crate::locks`]); a pool only this process has (in memory) leaves
+//! them to the kernel, which keeps them locally.
 //!
 //! Engine errors become errnos in one place, [`errno`].
 //!
@@ -42,8 +43,8 @@ use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
     Filesystem, FopenFlags, Generation, INodeNo, IoUringState, IoctlFlags, LockOwner, Notifier,
     OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyStatx, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lynxfs::meta::perm;
 use lynxfs::meta::NewNode;
@@ -51,6 +52,7 @@ use lynxfs::pmem::Backend;
 use lynxfs::runtime::notices::{Change, Watcher};
 use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet, Timestamp};
 
+use crate::locks::Locks;
 use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
 
 /// How many directory entries to ask the engine for at a time while filling one
@@ -83,6 +85,10 @@ pub struct LynxFuse<B: Backend> {
     /// asking (FUSE_NO_OPENDIR_SUPPORT). Only when the kernel checks permissions
     /// itself, since read permission is all OPENDIR checks (see [`Self::init`]).
     no_opendir: bool,
+    /// The locks kept on the pool's stand-ins (for a pool other processes can attach).
+    locks: Option<Arc<Locks>>,
+    /// The kernel sends lock requests (FUSE_POSIX_LOCKS agreed at INIT).
+    locks_on: bool,
 }
 
 /// The largest write the kernel sends in one request (with FUSE_MAX_PAGES, 256 pages):
@@ -433,7 +439,30 @@ impl<B: Backend> LynxFuse<B> {
             forwarder: Arc::new(Mutex::new(None)),
             writeback: false,
             no_opendir: false,
+            locks: None,
+            locks_on: false,
         }
+        .with_stand_ins()
+    }
+
+    /// Locks on the pool's stand-ins, when it has them (see [`crate::locks`]).
+    fn with_stand_ins(mut self) -> Self {
+        if self.fs.pool().attachment().is_some() {
+            let fs = self.fs.clone();
+            let open = Box::new(move |ino| {
+                fs.lock_stand_in(ino)
+                    .unwrap_or_else(|| Err(std::io::Error::from_raw_os_error(libc::ENOLCK)))
+            });
+            // What other processes wrote before letting the lock go is read anew.
+            let notices = self.notices.clone();
+            let granted = Box::new(move |ino| {
+                if let Some(n) = notices.get() {
+                    report(n.inval_inode(INodeNo(ino), 0, 0), || format!("inode {ino}"));
+                }
+            });
+            self.locks = Some(Locks::new(open, granted));
+        }
+        self
     }
 
     /// Lets the kernel keep written pages and send them later (FUSE_WRITEBACK_CACHE):
@@ -883,6 +912,34 @@ impl<B: Backend> LynxFuse<B> {
     }
 }
 
+impl<B: Backend> LynxFuse<B> {
+    /// Asks the kernel to send lock requests (POSIX, then flock) when the pool has
+    /// stand-ins; without them (an older kernel) locks through the mount stay local.
+    fn init_locks(&mut self, config: &mut fuser::KernelConfig) {
+        if self.locks.is_none() {
+            return;
+        }
+        self.locks_on = config
+            .add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS)
+            .is_ok();
+        let flock = self.locks_on
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_FLOCK_LOCKS)
+                .is_ok();
+        if !flock {
+            let which = if self.locks_on {
+                "flock locks"
+            } else {
+                "locks"
+            };
+            eprintln!(
+                "lynxfs: the kernel keeps this mount's {which} to itself: they do not \
+                 exclude the pool's other users' (preloaded programs, other mounts)"
+            );
+        }
+    }
+}
+
 impl<B: Backend> Filesystem for LynxFuse<B> {
     fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
         // The engine clears S_ISUID/S_ISGID itself on write, truncate and chown, so
@@ -917,10 +974,14 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 .add_capabilities(fuser::InitFlags::FUSE_NO_OPENDIR_SUPPORT)
                 .is_ok();
         self.init_caches(config);
+        self.init_locks(config);
         Ok(())
     }
 
     fn destroy(&mut self) {
+        if let Some(l) = &self.locks {
+            l.end();
+        }
         // No more notices (the kernel is gone).
         drop(
             self.forwarder
@@ -1236,28 +1297,91 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // Every write is durable when it is answered and nothing is buffered here.
-        // ENOSYS says so once: the kernel then stops sending FLUSH at every close
-        // (and takes it as success), saving a round trip per close.
-        reply.error(Errno::ENOSYS);
+        // Without locks, ENOSYS says so once: the kernel then stops sending FLUSH at
+        // every close (and takes it as success), saving a round trip per close. With
+        // them, FLUSH is where a close drops the closing process's POSIX locks.
+        match (&self.locks, self.locks_on) {
+            (Some(l), true) => {
+                l.flush(ino.0, lock_owner.0);
+                reply.ok();
+            }
+            _ => reply.error(Errno::ENOSYS),
+        }
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(l) = &self.locks {
+            l.release(ino.0, fh.0, lock_owner.map(|o| o.0));
+        }
         reply_empty(self.fs.close_fd(fh.0).map_err(|e| errno(&e)), reply);
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        let Some(l) = &self.locks else {
+            return reply.error(Errno::ENOSYS);
+        };
+        let r = lock_request(ino, fh, lock_owner, start, end, typ, false);
+        match l.get(&r) {
+            Ok(c) => reply.locked(c.start, c.end, c.typ, c.pid),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        flock: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(l) = &self.locks else {
+            return reply.error(Errno::ENOSYS);
+        };
+        let r = lock_request(ino, fh, lock_owner, start, end, typ, flock);
+        l.set(r, sleep, req.unique().0, reply);
+    }
+
+    fn interrupt(&self, unique: fuser::RequestId) -> bool {
+        match &self.locks {
+            Some(l) => {
+                l.interrupt(unique.0);
+                true
+            }
+            None => false,
+        }
     }
 
     fn fsync(
@@ -1654,6 +1778,27 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             Ok(at) => reply.offset(at as i64),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+/// A lock request as [`Locks`] takes it.
+fn lock_request(
+    ino: INodeNo,
+    fh: FileHandle,
+    owner: LockOwner,
+    start: u64,
+    end: u64,
+    typ: i32,
+    flock: bool,
+) -> crate::locks::Request {
+    crate::locks::Request {
+        ino: ino.0,
+        fh: fh.0,
+        owner: owner.0,
+        start,
+        end,
+        typ,
+        flock,
     }
 }
 

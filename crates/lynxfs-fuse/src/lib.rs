@@ -55,6 +55,7 @@ use kmount::OwnMount;
 
 pub mod adapter;
 pub mod kmount;
+pub mod locks;
 pub mod mount;
 pub mod mountinfo;
 pub mod null;

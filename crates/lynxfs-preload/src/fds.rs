@@ -19,8 +19,9 @@ pub struct Open {
     pub handle: lynxfs::Fd,
     pub ino: u64,
     pub is_dir: bool,
-    /// A stand-in fd for this description's OFD record locks (see `calls::locks`).
-    pub ofd_lock: OnceLock<c_int>,
+    /// This description's own open of its inode's lock stand-in, for its OFD record
+    /// locks and its flock (see `calls::locks`).
+    pub lock_fd: OnceLock<c_int>,
 }
 
 impl Open {
@@ -29,15 +30,16 @@ impl Open {
             handle,
             ino,
             is_dir,
-            ofd_lock: OnceLock::new(),
+            lock_fd: OnceLock::new(),
         }
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        if let Some(&fd) = self.ofd_lock.get() {
+        if let Some(&fd) = self.lock_fd.get() {
             if fd >= 0 {
+                unkeep(fd);
                 // SAFETY: closing the stand-in fd this description owned.
                 unsafe { crate::real::close(fd) };
             }
@@ -189,10 +191,24 @@ pub fn reserve(cloexec: bool) -> Result<c_int, i32> {
     }
 }
 
-/// Whether `fd` is one of this library's own (the placeholder): programs must not
-/// close it from under the library.
+/// Whether `fd` is one of this library's own (the placeholder, the engine's, a lock
+/// stand-in): programs must not close it from under the library.
 pub fn is_own(fd: c_int) -> bool {
-    own().contains(&fd)
+    matches!(PLACEHOLDER.get(), Some(Ok(p)) if *p == fd)
+        || ENGINE.read().contains(&fd)
+        || KEPT.read().contains(&fd)
+}
+
+/// The lock stand-in fds (see `calls::locks`), kept from programs as the engine's are.
+static KEPT: RwLock<Vec<c_int>> = RwLock::new(Vec::new());
+
+/// `fd` (a lock stand-in of this library) is the library's own until [`unkeep`].
+pub fn keep(fd: c_int) {
+    KEPT.write().push(fd);
+}
+
+pub fn unkeep(fd: c_int) {
+    KEPT.write().retain(|&k| k != fd);
 }
 
 /// The engine's descriptors (the pool file, its lock, the runtime file), found when
@@ -228,6 +244,7 @@ pub fn recording_own<T>(attach: impl FnOnce() -> T) -> T {
 /// The library's own descriptors: programs must not close or replace them.
 pub fn own() -> Vec<c_int> {
     let mut v = ENGINE.read().clone();
+    v.extend(KEPT.read().iter());
     if let Some(Ok(p)) = PLACEHOLDER.get() {
         v.push(*p);
     }

@@ -94,6 +94,8 @@ real! {
     fn dup2(fd: c_int, new: c_int) -> c_int;
     fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int;
     fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int;
+    fn flock(fd: c_int, op: c_int) -> c_int;
+    fn lockf64(fd: c_int, cmd: c_int, len: off64_t) -> c_int;
     // Variadic in C; its one optional argument passed as a fixed one (see `calls`).
     fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int;
     fn fdopendir(fd: c_int) -> *mut DIR;

@@ -538,3 +538,101 @@ fn a_full_runtime_directory_is_a_clear_error() {
     // The failures released the locks: a normal attach goes through.
     assert!(attach(dir.path(), &pool, &f).unwrap().first);
 }
+
+/// An OFD write lock on all of `fd`'s file, without waiting: whether it was had.
+fn ofd_write_lock(fd: &impl std::os::fd::AsRawFd) -> bool {
+    // SAFETY: a plain C struct; all-zero is valid (the whole file) and then filled in.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: fcntl on a descriptor the caller owns, with a live flock struct.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &fl as *const libc::flock) == 0 }
+}
+
+#[test]
+fn attachers_share_one_lock_stand_in_per_inode_removed_by_the_last() {
+    let _dog = watchdog("attachers_share_one_lock_stand_in_per_inode_removed_by_the_last");
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path(), "p.pool");
+    let files: Vec<File> = (0..2).map(|_| open_rw(&pool)).collect();
+    let mut att: Vec<Attached> = files
+        .iter()
+        .map(|f| {
+            let a = attach(dir.path(), &pool, f).unwrap();
+            a.publish().unwrap();
+            a
+        })
+        .collect();
+    let locks = att[0].stand_ins().expect("stand-ins").path().to_path_buf();
+    let m = std::fs::symlink_metadata(&locks).unwrap();
+    assert!(m.is_dir() && m.mode() & 0o7777 == 0o700, "{m:?}");
+    let s = |a: &Attached, ino| a.stand_ins().unwrap().open(ino).unwrap();
+    let (mine, theirs, other) = (s(&att[0], 7), s(&att[1], 7), s(&att[1], 8));
+    assert!(ofd_write_lock(&mine));
+    assert!(!ofd_write_lock(&theirs), "one inode, one lock");
+    assert!(ofd_write_lock(&other), "another inode, another lock");
+    drop((mine, theirs, other));
+    for want_last in [false, true] {
+        let a = att.pop().unwrap();
+        assert_eq!(a.detach_begin().unwrap(), want_last);
+        a.detach_end().unwrap();
+        assert_eq!(locks.exists(), !want_last, "{}", locks.display());
+    }
+}
+
+#[test]
+fn a_planted_lock_directory_is_refused_naming_it() {
+    let _dog = watchdog("a_planted_lock_directory_is_refused_naming_it");
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "needs root (to act as uid 1000)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // A shared directory as /dev/shm is: anyone may create, nobody may remove another's.
+    let rt = dir.path().join("shm");
+    std::fs::create_dir(&rt).unwrap();
+    std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pool = make_pool(dir.path(), "p.pool");
+    let f = open_rw(&pool);
+    let run = RuntimeFile::path_in(&rt, &pool, &f, UUID).unwrap();
+    let locks = lynxfs::runtime::stand_ins::StandIns::path_for(&run);
+
+    // Planted by uid 1000 before any attach, with the mode we would give it.
+    use std::os::unix::process::CommandExt;
+    let st = Command::new("mkdir")
+        .args(["-m", "0700"])
+        .arg(&locks)
+        .uid(1000)
+        .gid(1000)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkdir as uid 1000");
+    let e = attach(&rt, &pool, &f)
+        .err()
+        .expect("a planted lock directory was used");
+    let msg = e.to_string();
+    assert!(msg.contains(&locks.display().to_string()), "{msg}");
+    assert!(msg.contains("owned by uid 1000"), "{msg}");
+    assert_eq!(std::fs::metadata(&locks).unwrap().uid(), 1000, "left alone");
+    std::fs::remove_dir(&locks).unwrap();
+
+    // A symbolic link, and a directory of ours others can reach into.
+    std::os::unix::fs::symlink(dir.path(), &locks).unwrap();
+    let msg = attach(&rt, &pool, &f).err().expect("a symlink").to_string();
+    assert!(msg.contains("symbolic link") && msg.contains(&locks.display().to_string()));
+    std::fs::remove_file(&locks).unwrap();
+    std::fs::create_dir(&locks).unwrap();
+    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let msg = attach(&rt, &pool, &f).err().expect("mode 0777").to_string();
+    assert!(msg.contains("mode is 0777"), "{msg}");
+    std::fs::remove_dir(&locks).unwrap();
+
+    // A stale one of ours (a crash) is used, and the runtime file attached.
+    std::fs::create_dir(&locks).unwrap();
+    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let a = attach(&rt, &pool, &f).unwrap();
+    assert_eq!(a.stand_ins().unwrap().path(), locks);
+}

@@ -919,6 +919,8 @@ pub trait Filesystem: Send + Sync + 'static {
     /// used to fill in this field in `getlk()`. Note: if the locking methods are not
     /// implemented, the kernel will still allow file locking to work locally.
     /// Hence these are only interesting for network filesystems and similar.
+    /// `flock` (LynxFS's fork): a flock(2) lock of the open file (FUSE_LK_FLOCK, sent
+    /// once FUSE_FLOCK_LOCKS is agreed), `lock_owner` being the open file's.
     fn setlk(
         &self,
         _req: &Request,
@@ -930,13 +932,23 @@ pub trait Filesystem: Send + Sync + 'static {
         typ: i32,
         pid: u32,
         sleep: bool,
+        flock: bool,
         reply: ReplyEmpty,
     ) {
         warn!(
             "[Not Implemented] setlk(ino: {ino:#x?}, fh: {fh}, lock_owner: {lock_owner}, \
-            start: {start}, end: {end}, typ: {typ}, pid: {pid}, sleep: {sleep})"
+            start: {start}, end: {end}, typ: {typ}, pid: {pid}, sleep: {sleep}, flock: {flock})"
         );
         reply.error(Errno::ENOSYS);
+    }
+
+    /// The kernel asks to interrupt request `unique` (its caller got a signal):
+    /// LynxFS's fork. Return true if taken (the request should then be answered soon,
+    /// EINTR if it was waiting); no reply is sent to the interrupt itself. The default
+    /// takes none, and the kernel, told ENOSYS, sends no more.
+    fn interrupt(&self, unique: RequestId) -> bool {
+        let _ = unique;
+        false
     }
 
     /// Map block index within file to block index within device.

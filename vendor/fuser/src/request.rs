@@ -130,9 +130,12 @@ impl<'a> RequestWithSender<'a> {
                 return Err(Errno::EIO);
             }
 
-            ll::Operation::Interrupt(_) => {
-                // TODO: handle FUSE_INTERRUPT
-                return Err(Errno::ENOSYS);
+            // LynxFS: passed on; a file system that does not take it says ENOSYS (the
+            // kernel then sends no more). Taken, it is answered by no reply at all.
+            ll::Operation::Interrupt(x) => {
+                if !filesystem.interrupt(x.unique()) {
+                    return Err(Errno::ENOSYS);
+                }
             }
 
             ll::Operation::Lookup(x) => {
@@ -432,6 +435,8 @@ impl<'a> RequestWithSender<'a> {
                     x.lock().typ,
                     x.lock().pid,
                     x.sleep(),
+                    // LynxFS: flock(2) locks (FUSE_LK_FLOCK).
+                    x.flock(),
                     self.reply(),
                 );
             }

@@ -97,3 +97,29 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     // SAFETY: forwarded as received.
     unsafe { fcntl64(fd, cmd, arg) }
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+    on_fd(
+        fd,
+        |a, o| locks::flock(a, o, op),
+        // SAFETY: the C library's flock with the caller's arguments.
+        || unsafe { real::flock(fd, op) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: libc::off64_t) -> c_int {
+    on_fd(
+        fd,
+        |a, o| locks::lockf(a, o, cmd, len),
+        // SAFETY: the C library's lockf with the caller's arguments.
+        || unsafe { real::lockf64(fd, cmd, len) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: libc::off_t) -> c_int {
+    // SAFETY: forwarded as received (off_t is 64 bits on the targets built for).
+    unsafe { lockf64(fd, cmd, len) }
+}

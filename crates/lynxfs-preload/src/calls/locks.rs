@@ -1,68 +1,78 @@
-//! Record locks (fcntl F_SETLK and friends) on pool files. The kernel keeps them:
-//! each locked pool inode has a stand-in file in a directory of the caller's own
-//! beside the pool's runtime state, and a lock on a pool file is the same lock on
-//! its stand-in, so processes exclude each other exactly as POSIX says (per process
-//! for classic locks, per open file description for OFD locks).
+//! Record locks (fcntl F_SETLK and friends, lockf) and flock on pool files. The
+//! kernel keeps them, on the pool's stand-in file of the inode
+//! ([`lynxfs::runtime::stand_ins`]), which every process attached to the pool opens,
+//! the FUSE daemon included: a lock on a pool file is the same lock on its stand-in,
+//! so a preloaded process, a program through the mount and any other attached
+//! process exclude each other exactly as POSIX says (per process for classic locks,
+//! per open file description for OFD locks and flock). The stand-in descriptors are
+//! the library's own: programs cannot close them from under it.
 
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::IntoRawFd;
 
 use libc::c_int;
 use parking_lot::Mutex;
 
 use super::err;
-use crate::fds::Open;
+use crate::fds::{self, Open};
 use crate::real;
-use crate::state::{self, Attached};
+use crate::state::Attached;
 
 /// This process's stand-in fd per inode, for classic (per-process) locks.
 static CLASSIC: Mutex<Option<HashMap<u64, c_int>>> = Mutex::new(None);
 
-/// The directory of stand-ins: one per user and pool, mode 0700.
-fn dir() -> lynxfs::Result<Vec<u8>> {
-    let c = state::config().ok_or(err(libc::ENOLCK))?;
-    let md = std::fs::metadata(&c.pool).map_err(|_| err(libc::ENOLCK))?;
-    let base = std::env::var_os("LYNXFS_RUNTIME_DIR").unwrap_or_else(|| "/dev/shm".into());
-    // SAFETY: geteuid only returns an id.
-    let uid = unsafe { libc::geteuid() };
-    let mut d = base.as_bytes().to_vec();
-    d.extend_from_slice(format!("/lynxfs-locks-{uid}-{}-{}", md.dev(), md.ino()).as_bytes());
-    let cd = CString::new(d.clone()).map_err(|_| err(libc::ENOLCK))?;
-    // SAFETY: a C string we own.
-    unsafe { libc::mkdir(cd.as_ptr(), 0o700) };
-    // Only a real directory of ours, nobody else's and not a symlink, holds stand-ins.
-    let ok = std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(&d))
-        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0);
-    if !ok {
-        return Err(err(libc::ENOLCK));
-    }
-    Ok(d)
-}
-
-/// A new fd on the stand-in of `ino`.
-fn open_stand_in(ino: u64) -> lynxfs::Result<c_int> {
-    let mut p = dir()?;
-    p.extend_from_slice(format!("/{ino}").as_bytes());
-    let p = CString::new(p).map_err(|_| err(libc::ENOLCK))?;
-    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-    // SAFETY: a C string we own.
-    let fd = unsafe { real::open64(p.as_ptr(), flags, 0o600) };
-    if fd < 0 {
-        return Err(err(libc::ENOLCK));
-    }
+/// A new fd on the stand-in of `ino`, kept from programs; out of their way (moved up
+/// to the engine's numbers) if `movable`: not while the process may hold record
+/// locks on `ino`, since moving closes the first fd, and a close of any fd of a file
+/// drops the process's record locks on it.
+fn open_stand_in(a: &Attached, ino: u64, movable: bool) -> lynxfs::Result<c_int> {
+    let fd = match a.fs.lock_stand_in(ino) {
+        Some(Ok(fd)) => fd,
+        // Attached processes have stand-ins: missing or refused, the lock cannot be
+        // one every path to the pool sees.
+        Some(Err(_)) | None => return Err(err(libc::ENOLCK)),
+    };
+    let file = std::fs::File::from(fd);
+    let fd = if movable {
+        lynxfs::runtime::out_of_the_way(file).into_raw_fd()
+    } else {
+        file.into_raw_fd()
+    };
+    fds::keep(fd);
     Ok(fd)
 }
 
-fn classic_fd(ino: u64) -> lynxfs::Result<c_int> {
+/// Whether this process has a classic-lock stand-in of `ino` (and so may hold record
+/// locks on it).
+fn classic_held(ino: u64) -> bool {
+    ANY_CLASSIC.load(std::sync::atomic::Ordering::Relaxed)
+        && CLASSIC
+            .lock()
+            .as_ref()
+            .is_some_and(|m| m.contains_key(&ino))
+}
+
+/// This description's own open of its inode's stand-in (its OFD locks and its flock).
+pub fn description_fd(a: &Attached, o: &Open) -> lynxfs::Result<c_int> {
+    let fd = *o
+        .lock_fd
+        .get_or_init(|| open_stand_in(a, o.ino, !classic_held(o.ino)).unwrap_or(-1));
+    if fd < 0 {
+        Err(err(libc::ENOLCK))
+    } else {
+        Ok(fd)
+    }
+}
+
+fn classic_fd(a: &Attached, ino: u64) -> lynxfs::Result<c_int> {
     ANY_CLASSIC.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut m = CLASSIC.lock();
     let m = m.get_or_insert_with(HashMap::new);
     if let Some(&fd) = m.get(&ino) {
         return Ok(fd);
     }
-    let fd = open_stand_in(ino)?;
+    // None held yet (this fd is the only way to hold them): it may be moved up.
+    let fd = open_stand_in(a, ino, true)?;
     m.insert(ino, fd);
     Ok(fd)
 }
@@ -154,24 +164,169 @@ pub unsafe fn fcntl(
         libc::F_OFD_GETLK | libc::F_OFD_SETLK | libc::F_OFD_SETLKW
     );
     let fd = if ofd {
-        *o.ofd_lock
-            .get_or_init(|| open_stand_in(o.ino).unwrap_or(-1))
+        description_fd(a, o)?
     } else {
-        classic_fd(o.ino)?
+        classic_fd(a, o.ino)?
     };
-    if fd < 0 {
-        return Err(err(libc::ENOLCK));
-    }
     // SAFETY: an fcntl on our stand-in with a valid flock of ours.
     let r = unsafe { real::fcntl64(fd, cmd, &mut abs as *mut _ as libc::c_ulong) };
     if r < 0 {
-        return Err(err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::ENOLCK)));
+        return Err(last_error());
     }
     if matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
         // The answer's positions are absolute, which the caller accepts.
         *l = abs;
     }
     Ok(r)
+}
+
+fn last_error() -> lynxfs::Error {
+    err(std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::ENOLCK))
+}
+
+/// flock on pool file `o`: the description's lock on the stand-in (flock locks
+/// belong to the open file description, as the description's stand-in fd does).
+pub fn flock(a: &Attached, o: &Open, op: c_int) -> lynxfs::Result<c_int> {
+    let fd = description_fd(a, o)?;
+    // SAFETY: flock on our own stand-in fd.
+    if unsafe { real::flock(fd, op) } < 0 {
+        return Err(last_error());
+    }
+    Ok(0)
+}
+
+/// lockf on pool file `o`, as the C library makes it of fcntl (whose own calls would
+/// reach the kernel's fd, not the stand-in): a write lock of `len` bytes from the
+/// file position (back from it for a negative `len`; 0 is to the end and beyond).
+pub fn lockf(a: &Attached, o: &Open, cmd: c_int, len: libc::off64_t) -> lynxfs::Result<c_int> {
+    // SAFETY: plain data: all-zero is valid and then filled in.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_whence = libc::SEEK_CUR as i16;
+    l.l_len = len;
+    let (fcmd, kind) = match cmd {
+        libc::F_TEST => (libc::F_GETLK, libc::F_RDLCK),
+        libc::F_ULOCK => (libc::F_SETLK, libc::F_UNLCK),
+        libc::F_LOCK => (libc::F_SETLKW, libc::F_WRLCK),
+        libc::F_TLOCK => (libc::F_SETLK, libc::F_WRLCK),
+        _ => return Err(err(libc::EINVAL)),
+    };
+    l.l_type = kind as i16;
+    // SAFETY: a flock of ours, live for the call.
+    unsafe { fcntl(a, o, fcmd, &mut l) }?;
+    // SAFETY: getpid only returns an id.
+    let me = unsafe { libc::getpid() };
+    if fcmd == libc::F_GETLK && l.l_type != libc::F_UNLCK as i16 && l.l_pid != me {
+        return Err(err(libc::EACCES));
+    }
+    Ok(0)
+}
+
+/// In a new program's environment: the lock stand-in fds it inherits, so its locks
+/// outlive the exec as the kernel's do. `d<key>:<fd>` is a shared description's (its
+/// OFD locks and flock belong to the description, which the program inherits);
+/// `c<ino>:<fd>` is the process's own for `ino` (an exec keeps the process's record
+/// locks). Entries are separated by commas.
+pub const ENV_LOCKS: &str = "LYNXFS_LOCK_FDS";
+
+/// Stand-in fds opened to a new program (close-on-exec cleared) for as long as it
+/// takes to start it, and the environment entry naming them.
+pub struct Passed {
+    fds: Vec<c_int>,
+    pub env: Option<String>,
+}
+
+impl Passed {
+    /// The new program did not start, or has its copies: close-on-exec again.
+    pub fn restore(&self) {
+        for &fd in &self.fds {
+            // SAFETY: F_SETFD on a stand-in fd of ours.
+            unsafe { real::fcntl64(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
+        }
+    }
+}
+
+/// Opens to the next program the stand-ins of `descriptions` (key and description)
+/// and, for an exec (`classic`), the process's classic-lock stand-ins.
+pub fn pass_on(descriptions: &[(u64, &Open)], classic: bool) -> Passed {
+    let mut entries: Vec<(char, u64, c_int)> = descriptions
+        .iter()
+        .filter_map(|(key, o)| Some(('d', *key, *o.lock_fd.get().filter(|&&fd| fd >= 0)?)))
+        .collect();
+    if classic {
+        if let Some(m) = CLASSIC.lock().as_ref() {
+            entries.extend(m.iter().map(|(&ino, &fd)| ('c', ino, fd)));
+        }
+    }
+    let mut fds = Vec::new();
+    let mut env = Vec::new();
+    for (kind, id, fd) in entries {
+        // SAFETY: F_SETFD on a stand-in fd of ours.
+        if unsafe { real::fcntl64(fd, libc::F_SETFD, 0) } == 0 {
+            fds.push(fd);
+            env.push(format!("{kind}{id}:{fd}"));
+        }
+    }
+    let env = (!env.is_empty()).then(|| format!("{ENV_LOCKS}={}", env.join(",")));
+    Passed { fds, env }
+}
+
+/// At load, after the inherited descriptions are adopted (`by_key`): takes back the
+/// stand-in fds the previous program passed on, each checked to be the stand-in of
+/// its file (an fd number the environment names may be anything by now).
+pub fn adopt_passed(a: &Attached, by_key: &HashMap<u64, std::sync::Arc<Open>>) {
+    let Some(list) = std::env::var_os(ENV_LOCKS) else {
+        return;
+    };
+    for entry in list.to_string_lossy().split(',') {
+        let Some((id, fd)) = entry.get(1..).and_then(|e| e.split_once(':')) else {
+            continue;
+        };
+        let (Ok(id), Ok(fd)) = (id.parse::<u64>(), fd.parse::<c_int>()) else {
+            continue;
+        };
+        let (description, ino) = match entry.as_bytes()[0] {
+            b'd' => match by_key.get(&id) {
+                Some(o) => (Some(o), o.ino),
+                None => continue,
+            },
+            b'c' => (None, id),
+            _ => continue,
+        };
+        if !is_stand_in_of(a, fd, ino) {
+            continue;
+        }
+        // SAFETY: F_SETFD on the stand-in fd just checked.
+        unsafe { real::fcntl64(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
+        let taken = match description {
+            Some(o) => o.lock_fd.set(fd).is_ok(),
+            None => {
+                let mut m = CLASSIC.lock();
+                let m = m.get_or_insert_with(HashMap::new);
+                ANY_CLASSIC.store(true, std::sync::atomic::Ordering::Relaxed);
+                m.insert(ino, fd).is_none()
+            }
+        };
+        if taken {
+            fds::keep(fd);
+        }
+    }
+}
+
+/// Whether `fd` is open on the stand-in of `ino` (looked at by path: opening and
+/// closing another fd of it would drop this process's record locks on it).
+fn is_stand_in_of(a: &Attached, fd: c_int, ino: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = a.fs.lock_stand_in_path(ino) else {
+        return false;
+    };
+    let Ok(want) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    // SAFETY: plain data, filled in by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into our own struct.
+    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    ok && want.is_file() && (st.st_dev, st.st_ino) == (want.dev(), want.ino())
 }

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 
 use libc::{c_char, c_int, pid_t};
 
+use super::locks;
 use crate::fds;
 use crate::real;
 use crate::route;
@@ -57,7 +58,8 @@ extern "C" fn in_child() {
 
 /// Shares every description not yet shared, giving it an eventfd of its own whose
 /// count is its key (a program exec'd later finds it there): every fd of the
-/// description becomes a copy of that eventfd, each keeping its close-on-exec flag.
+/// description becomes a copy of that eventfd, each keeping its close-on-exec flag;
+/// and opens its lock stand-in (see `locks::pass_on`).
 fn share_all(a: &Attached) {
     let all = fds::all();
     let mut done = std::collections::HashSet::new();
@@ -68,6 +70,10 @@ fn share_all(a: &Attached) {
         let Ok(key) = a.fs.share(o.handle) else {
             continue;
         };
+        // The description's locks go where it goes: its stand-in fd is opened now,
+        // before the fork or exec that hands the description on (a lock taken later
+        // by any holder is then on the one open all holders share).
+        let _ = locks::description_fd(a, o);
         let Ok(efd) = fds::new_eventfd(true) else {
             continue;
         };
@@ -90,6 +96,22 @@ fn cloexec(fd: c_int) -> bool {
     // SAFETY: F_GETFD on an fd of ours.
     let f = unsafe { real::fcntl64(fd, libc::F_GETFD, 0) };
     f >= 0 && f & libc::FD_CLOEXEC != 0
+}
+
+/// The stand-ins of the descriptions `keys` (and, for an exec, of the process's
+/// classic locks) opened to the next program (see `locks::pass_on`).
+fn pass_locks(a: &Attached, keys: &[u64], exec: bool) -> locks::Passed {
+    let all = fds::all();
+    let mut seen = std::collections::HashSet::new();
+    let descriptions: Vec<(u64, &fds::Open)> = all
+        .iter()
+        .filter(|(_, o)| seen.insert(o.handle))
+        .filter_map(|(_, o)| match a.fs.desc_of(o.handle) {
+            Ok(Some(key)) if keys.contains(&key) => Some((key, &**o)),
+            _ => None,
+        })
+        .collect();
+    locks::pass_on(&descriptions, exec)
 }
 
 /// The descriptions with an fd that survives exec, and those without.
@@ -117,7 +139,11 @@ fn passed_on(a: &Attached) -> (Vec<u64>, Vec<u64>) {
 /// The environment a new program gets: the caller's, with this library's variables
 /// put back if the caller dropped them, and the previous-image mark when this
 /// process is attached (and not otherwise).
-fn environment(envp: *const *const c_char, attached: bool) -> (Vec<CString>, Vec<*const c_char>) {
+fn environment(
+    envp: *const *const c_char,
+    attached: bool,
+    locks: Option<&str>,
+) -> (Vec<CString>, Vec<*const c_char>) {
     let mut out = Vec::new();
     let mut have = [false; 3];
     let ours = ours_env();
@@ -128,7 +154,7 @@ fn environment(envp: *const *const c_char, attached: bool) -> (Vec<CString>, Vec
         let e = unsafe { CStr::from_ptr(*p) };
         let b = e.to_bytes();
         let mine = |n: &str| b.starts_with(n.as_bytes()) && b.get(n.len()) == Some(&b'=');
-        if !mine(ENV_PREVIOUS) && !mine(ENV_CWD) {
+        if !mine(ENV_PREVIOUS) && !mine(ENV_CWD) && !mine(locks::ENV_LOCKS) {
             for (i, (name, _)) in ours.iter().enumerate() {
                 if b.starts_with(name.as_bytes()) && b.get(name.len()) == Some(&b'=') {
                     have[i] = true;
@@ -148,6 +174,9 @@ fn environment(envp: *const *const c_char, attached: bool) -> (Vec<CString>, Vec
     }
     if attached {
         out.push(CString::new(format!("{ENV_PREVIOUS}=1")).expect("no NUL"));
+    }
+    if let Some(l) = locks {
+        out.push(CString::new(l).expect("digits and letters hold no NUL"));
     }
     if let Some(cwd) = cwd_to_pass() {
         let mut e = format!("{ENV_CWD}=").into_bytes();
@@ -426,20 +455,23 @@ pub unsafe extern "C" fn execve(
         }
     };
     let mut released = Vec::new();
+    let mut passed = None;
     if let Some(a) = a {
         share_all(a);
-        let (_, drop) = passed_on(a);
+        let (keep, drop) = passed_on(a);
         for key in drop {
             if a.fs.release(key).is_ok() {
                 released.push(key);
             }
         }
+        passed = Some(pass_locks(a, &keep, true));
     }
     let target = prepared.as_ref().map_or(path, |p| p.path.as_ptr());
     let (_args, argv) = prepared
         .as_ref()
         .map_or((Vec::new(), argv), |p| p.argv_or(argv));
-    let (_keep, env) = environment(envp, a.is_some());
+    let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
+    let (_keep, env) = environment(envp, a.is_some(), lock_env);
     // SAFETY: the C library's execve with valid arguments and environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
     // Still here: the exec failed; the descriptions released for it are held again.
@@ -447,6 +479,9 @@ pub unsafe extern "C" fn execve(
         for key in released {
             let _ = a.fs.claim(key);
         }
+    }
+    if let Some(p) = passed {
+        p.restore();
     }
     r
 }
@@ -601,13 +636,16 @@ unsafe fn spawn(
             }
         }
     };
+    // A new process inherits the descriptions' locks, not the spawner's own.
+    let passed = state::attached_now().map(|a| pass_locks(a, &claimed, false));
     let target = prepared.as_ref().map_or(path, |p| p.path.as_ptr());
     let (_args, argv) = prepared
         .as_ref()
         .map_or((Vec::new(), argv.cast()), |p| p.argv_or(argv.cast()));
     let argv = argv.cast::<*mut c_char>();
     // A spawned program is a new process: no previous image of it to take over.
-    let (_keep, env) = environment(envp.cast(), false);
+    let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
+    let (_keep, env) = environment(envp.cast(), false, lock_env);
     let env = env.as_ptr().cast::<*mut c_char>();
     // SAFETY: the C library's spawn with the caller's arguments and a valid env.
     let r = unsafe {
@@ -617,6 +655,9 @@ unsafe fn spawn(
             real::posix_spawn(pid, target, fa, at, argv, env)
         }
     };
+    if let Some(p) = passed {
+        p.restore();
+    }
     if r != 0 {
         release_all(&claimed);
     }
@@ -793,6 +834,7 @@ pub fn adopt_inherited() {
         fds::insert(fd, o.clone());
         by_key.insert(key, o);
     }
+    locks::adopt_passed(a, &by_key);
     if let Err(e) = a.fs.forget_previous_image() {
         crate::say(&format!("taking over from the program before exec: {e}"));
     }

@@ -188,6 +188,19 @@ impl<B: Backend> Fs<B> {
         &self.ns.pool
     }
 
+    /// A new open file description of the kernel file `ino`'s record locks and flock
+    /// are kept on, shared by every process attached to the pool
+    /// ([`crate::runtime::stand_ins`]). `None` for a pool no other process can attach
+    /// (in memory, opened exclusively): the caller's own kernel then keeps its locks.
+    pub fn lock_stand_in(&self, ino: u64) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
+        Some(self.pool().attachment()?.lock_stand_in(ino))
+    }
+
+    /// Where `ino`'s lock stand-in is, for a pool with stand-ins.
+    pub fn lock_stand_in_path(&self, ino: u64) -> Option<std::path::PathBuf> {
+        self.pool().attachment()?.lock_stand_in_path(ino)
+    }
+
     /// Watch the changes other processes attached to the pool make (names,
     /// attributes, data), to drop what this process caches of them; every attached
     /// process posts its changes while a watcher lives. `None` for a pool no other

@@ -18,6 +18,9 @@
 //! each process its own open table when it takes a slot. A full directory (any user can
 //! fill `/dev/shm`) is then an ENOSPC error at attach, naming the directory and the
 //! size, never a SIGBUS in the middle of an operation.
+//!
+//! Beside it, `lynxfs-<uuid>-<dev>-<ino>.locks/` holds the stand-ins of the pool's
+//! file locks ([`super::stand_ins`]), made by an attacher and removed by the last.
 
 use std::ffi::CString;
 use std::fs::{File, Metadata, OpenOptions};
@@ -30,6 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::procs::{self, Procs, MAX_PROCS};
+use super::stand_ins::StandIns;
 use super::Region;
 use crate::error::{Error, Result};
 
@@ -163,6 +167,7 @@ impl RuntimeFile {
         } else {
             open_existing(&path, pool_path, &id, shape)?
         };
+        let stand_ins = StandIns::open_or_make(&path, pool_path)?;
         // Nobody holds byte 1 exclusively without byte 0, which we hold: this succeeds.
         if !locks.try_set(ATTACHMENT, libc::F_RDLCK)? {
             return Err(locks.error("the attachment lock is held exclusively".into()));
@@ -181,6 +186,7 @@ impl RuntimeFile {
             first,
             slot,
             path,
+            stand_ins: Some(stand_ins),
             locks,
             building: AtomicBool::new(first),
             leaving: AtomicU8::new(STAYING),
@@ -212,6 +218,9 @@ pub struct Attached {
     pub slot: u32,
     /// The runtime file.
     pub path: PathBuf,
+    /// The stand-ins the kernel keeps the pool's file locks on (taken by the last
+    /// detacher, which removes them).
+    stand_ins: Option<StandIns>,
     locks: Locks,
     /// The first attacher still holds the transition lock (until it publishes).
     building: AtomicBool,
@@ -253,6 +262,9 @@ impl Attached {
         self.detached = true;
         if self.leaving.load(Ordering::SeqCst) == LAST && self.path_is_ours()? {
             std::fs::remove_file(&self.path).map_err(|e| Error::io(&self.path, e))?;
+            if let Some(s) = self.stand_ins.take() {
+                s.remove()?;
+            }
         }
         Ok(())
         // Dropping `self.locks` releases both bytes.
@@ -260,6 +272,11 @@ impl Attached {
 }
 
 impl Attached {
+    /// The stand-ins of the pool's file locks.
+    pub fn stand_ins(&self) -> Option<&StandIns> {
+        self.stand_ins.as_ref()
+    }
+
     /// In the child of a fork (which shares its parent's open of the pool file, and so
     /// its locks): attach anew through `pool_file`, the child's own open of the pool
     /// file, as an attacher that is not first would: its own share of the attachment

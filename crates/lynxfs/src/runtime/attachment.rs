@@ -100,6 +100,22 @@ impl Attachment {
         a.as_ref().expect("attached").region.clone()
     }
 
+    /// A new open file description of the stand-in the pool's locks on `ino` are
+    /// kept on ([`super::stand_ins`]).
+    pub fn lock_stand_in(&self, ino: u64) -> std::io::Result<std::os::fd::OwnedFd> {
+        let a = self.attached.lock();
+        match a.as_ref().and_then(|a| a.stand_ins()) {
+            Some(s) => s.open(ino),
+            None => Err(std::io::Error::from_raw_os_error(libc::ENOLCK)),
+        }
+    }
+
+    /// Where `ino`'s lock stand-in is (see [`super::stand_ins::StandIns::path_of`]).
+    pub fn lock_stand_in_path(&self, ino: u64) -> Option<std::path::PathBuf> {
+        let a = self.attached.lock();
+        Some(a.as_ref()?.stand_ins()?.path_of(ino))
+    }
+
     /// Whether this process built the runtime state (no other was attached).
     pub fn first(&self) -> bool {
         self.attached.lock().as_ref().is_some_and(|a| a.first)

@@ -10,6 +10,7 @@ pub mod lock;
 pub mod notices;
 pub mod procs;
 pub mod region;
+pub mod stand_ins;
 pub mod testing;
 
 pub use attach::{Attached, RuntimeFile, Shape, RUNTIME_VERSION};

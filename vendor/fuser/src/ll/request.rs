@@ -1232,6 +1232,11 @@ mod op {
         pub(crate) fn sleep(&self) -> bool {
             self.wait
         }
+        /// LynxFS: a flock(2) lock (FUSE_LK_FLOCK, sent with FUSE_FLOCK_LOCKS), not a
+        /// POSIX record lock.
+        pub(crate) fn flock(&self) -> bool {
+            self.arg.lk_flags & crate::consts::FUSE_LK_FLOCK != 0
+        }
     }
 
     /// Check file access permissions.
