@@ -341,13 +341,17 @@ impl<B: Backend> Pool<B> {
     /// attaching to a pool others already use takes the shared state as it is.
     fn start_attached(
         pm: Pm<B>,
-        mut sb: Superblock,
+        sb: Superblock,
         path: &Path,
         lock: Option<File>,
         access: Access,
         progress: &dyn Progress,
         attachment: Option<Attachment>,
     ) -> Result<Pool<B>> {
+        let mut sb = match attachment {
+            Some(_) => current_superblock(&pm, path, &sb)?,
+            None => sb,
+        };
         let layout = sb.layout;
         let runtime_layout = RuntimeLayout::compute(&layout);
         let runtime = attachment.map(Arc::new);
@@ -721,6 +725,29 @@ fn pick_superblock(path: &Path, size: u64, read: impl Fn(u64, &mut [u8])) -> Res
         });
     }
     Ok(sb)
+}
+
+/// The superblock as the pool holds it once this process is attached. The one read
+/// before attaching (to find the runtime state) may be stale: other processes may
+/// have attached, used the pool and left meanwhile (each first attach and last detach
+/// writes a newer generation, under the transition lock that attaching waits for). A
+/// first attacher that started from it would write "in use" under a generation the
+/// pool already has, leaving the newer "clean" copy to be trusted after a crash; a
+/// later attacher would stamp with an old epoch. Refused if the pool was formatted
+/// anew meanwhile (the runtime state attached to was laid out for the old one).
+fn current_superblock<B: Backend>(
+    pm: &Pm<B>,
+    path: &Path,
+    read: &Superblock,
+) -> Result<Superblock> {
+    let now = pick_superblock(path, pm.len(), |off, buf| pm.read(off, buf))?;
+    if now.uuid != read.uuid || now.geo != read.geo || now.layout != read.layout {
+        return Err(Error::Invalid(format!(
+            "{}: the pool was formatted anew while it was being opened",
+            path.display()
+        )));
+    }
+    Ok(now)
 }
 
 fn load_state<B: Backend>(pm: &Pm<B>, l: &Layout) -> UsedSets {

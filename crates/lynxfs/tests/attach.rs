@@ -636,3 +636,103 @@ fn a_planted_lock_directory_is_refused_naming_it() {
     let a = attach(&rt, &pool, &f).unwrap();
     assert_eq!(a.stand_ins().unwrap().path(), locks);
 }
+
+/// Set or clear (`F_UNLCK`) an open-file-description lock on byte `at` of `f`, as
+/// the engine's attach and detach do (`runtime::attach`: byte 0 is the transition lock).
+fn ofd_lock(f: &File, at: i64, kind: i32) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain C struct; all-zero is a valid value that we then fill in.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = at;
+    fl.l_len = 1;
+    // SAFETY: fcntl on a descriptor `f` owns, with a pointer to a live flock struct.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &fl as *const libc::flock) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// Waits until some open of the file whose inode is `ino` waits for a lock on it
+/// (`/proc/locks` lists waiters with "->").
+fn wait_for_a_lock_waiter(ino: u64) {
+    let start = Instant::now();
+    loop {
+        let locks = std::fs::read_to_string("/proc/locks").unwrap();
+        let waiting = locks.lines().any(|l| {
+            l.contains("->")
+                && l.split_whitespace()
+                    .any(|w| w.rsplit(':').next() == Some(&ino.to_string()))
+        });
+        if waiting {
+            return;
+        }
+        assert!(
+            start.elapsed() < TEST_LIMIT / 2,
+            "nobody waits on the pool's locks"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The flake of lynxfs-preload's `a_program_killed_mid_run_leaves_the_others_and_the_pool_sound`
+/// ("N data block(s) / inode(s) in use are marked free"): a process read the
+/// superblock (pool clean) and, before it took the transition lock, another process
+/// attached first, made files and left last, saving the allocator state and marking
+/// the pool clean with a newer generation. The waiting process then attached first
+/// with its stale superblock: it wrote "in use" under the generation the other had
+/// already used, so the pool still read clean (the other's newer copy) while it made
+/// files. When it left without saving (killed, or a process died), the next open
+/// trusted the old saved bitmaps: everything made since was "free". The superblock
+/// must be read under the transition lock.
+#[test]
+fn a_first_attacher_reads_the_superblock_under_the_transition_lock() {
+    let _w = watchdog("a_first_attacher_reads_the_superblock_under_the_transition_lock");
+    use lynxfs::{Cred, Fs};
+    let dir = tempfile::tempdir().unwrap();
+    let pool = make_pool(dir.path(), "p.pool");
+    let write_files = |fs: &Fs, prefix: &str| {
+        let s = fs.session(Cred::root());
+        for i in 0..10 {
+            let fd = s
+                .open(
+                    format!("/{prefix}{i}"),
+                    libc::O_CREAT | libc::O_WRONLY,
+                    0o644,
+                )
+                .unwrap();
+            fs.write(fd, b"some data").unwrap();
+            fs.close_fd(fd).unwrap();
+        }
+    };
+    // The pool as the late process reads its superblock, and as the other leaves it.
+    let before = std::fs::read(&pool).unwrap();
+    let fs = Fs::open(&pool).unwrap();
+    write_files(&fs, "a");
+    fs.close().unwrap();
+    drop(fs);
+    let after = std::fs::read(&pool).unwrap();
+    let f = open_rw(&pool);
+    f.write_all_at(&before, 0).unwrap();
+    // The late process reads the superblock, then waits for the transition lock,
+    // during which the other's whole life (its bytes) happens.
+    ofd_lock(&f, 0, libc::F_WRLCK);
+    let late = std::thread::spawn({
+        let pool = pool.clone();
+        move || Fs::open(&pool).unwrap()
+    });
+    wait_for_a_lock_waiter(f.metadata().unwrap().ino());
+    f.write_all_at(&after, 0).unwrap();
+    ofd_lock(&f, 0, libc::F_UNLCK);
+    let fs = late.join().unwrap();
+    write_files(&fs, "b");
+    // It dies without saving anything: the next open must recover.
+    fs.pool().crash_in_place();
+    drop(fs);
+    let p = Pool::open(&pool, lynxfs::Access::ReadOnly, PmemBackend::default()).unwrap();
+    let rep = lynxfs::fsck::check(&p);
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+    assert!(
+        !p.was_clean,
+        "the pool reads clean after a process died in it"
+    );
+}

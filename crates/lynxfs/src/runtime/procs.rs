@@ -241,7 +241,8 @@ impl Procs {
     }
 
     /// Become the one process that rebuilds the runtime, unless a live one already
-    /// is (a repairer that died is replaced). True if `me` is now the repairer.
+    /// is (a repairer that died is replaced) or no repair is under way. True if `me`
+    /// is now the repairer.
     pub fn claim_repair(&self, me: u32) -> bool {
         let w = self.repairer_word();
         loop {
@@ -255,18 +256,26 @@ impl Procs {
             if w.compare_exchange(cur, me + 1, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                return true;
+                break;
             }
         }
+        // The caller saw REPAIRING before its claim, but the repair may have ended
+        // since (`end_repair` lets operations run before it frees the claim): a
+        // rebuild now would clear the state under running operations.
+        if self.state() == REPAIRING {
+            return true;
+        }
+        let _ = w.compare_exchange(me + 1, 0, Ordering::SeqCst, Ordering::SeqCst);
+        false
     }
 
-    /// The rebuild is done: record its generation, release the repair claim and let
-    /// operations run again.
+    /// The rebuild is done: record its generation, let operations run again, and
+    /// only then release the repair claim (see [`Procs::claim_repair`]).
     pub fn end_repair(&self, new_generation: u64) {
         self.generation_word()
             .store(new_generation, Ordering::SeqCst);
-        self.repairer_word().store(0, Ordering::SeqCst);
         self.state_word().store(READY, Ordering::SeqCst);
+        self.repairer_word().store(0, Ordering::SeqCst);
     }
 
     /// Claim a free slot for this process and reserve its open table's memory, so
@@ -565,9 +574,12 @@ pub const SCAN_EVERY: Duration = Duration::from_millis(10);
 
 impl Health {
     pub fn new(procs: Procs) -> Health {
+        // The base lies a whole period back, so the first look is due at once (a
+        // process attaching finds a death nobody waited on, see `Attachment::new`).
+        let now = Instant::now();
         Health {
             procs,
-            base: Instant::now(),
+            base: now.checked_sub(SCAN_EVERY).unwrap_or(now),
             last_scan: AtomicU64::new(0),
         }
     }
@@ -736,6 +748,35 @@ mod tests {
         p.end_repair(2);
         assert_eq!((p.state(), p.generation()), (READY, 2));
         assert!(p.dead_slots().is_empty());
+    }
+
+    /// A process that saw REPAIRING, then lost the time slice while the repairer
+    /// finished, must not take the freed claim and rebuild the runtime state under
+    /// the operations that run again (they would lose what they allocated meanwhile).
+    #[test]
+    fn a_claim_after_the_repair_ended_is_refused() {
+        let p = procs();
+        p.set_ready();
+        let (a, b) = (p.register().unwrap(), p.register().unwrap());
+        assert!(p.begin_repair());
+        assert!(p.claim_repair(a));
+        assert!(!p.claim_repair(b), "one repairer at a time");
+        p.end_repair(2);
+        assert!(!p.claim_repair(b), "no repair is under way");
+        assert!(p.begin_repair(), "the refused claim is not left held");
+        assert!(p.claim_repair(b));
+    }
+
+    /// A process attaching while a dead one is in the table starts the repair at its
+    /// first look (`Attachment::new` looks once), not only 10 ms later.
+    #[test]
+    fn a_new_health_looks_at_once() {
+        let p = procs();
+        p.set_ready();
+        let ghost = p.register().unwrap();
+        p.identity(ghost).store(1 << PID_BITS, Ordering::SeqCst);
+        assert_eq!(Health::new(p.clone()).check(), Err(Interrupted));
+        assert_eq!(p.state(), REPAIRING);
     }
 
     #[test]
