@@ -469,7 +469,9 @@ impl<B: Backend> Fs<B> {
             Ok(())
         };
         let lane = self.ns.lane();
-        let n = crate::data::write_at(pool, f.ino, lane, (at, data), &self.map_of(f), &mut gate)?;
+        let n = crate::alloc::within_reserve_of(f.privileged, || {
+            crate::data::write_at(pool, f.ino, lane, (at, data), &self.map_of(f), &mut gate)
+        })?;
         if !f.privileged {
             self.clear_suid(f.ino);
         }
@@ -685,15 +687,19 @@ impl<B: Backend> Fs<B> {
             self.ns
                 .may_write_data(f.ino, mode & !libc::FALLOC_FL_KEEP_SIZE == 0)?;
             let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
-            crate::data::fallocate(
-                &self.ns.pool,
-                f.ino,
-                self.ns.lane(),
-                mode,
-                off,
-                len,
-                &self.map_of(&f),
-            )?;
+            // A punch frees space: it may take a block of the reserve to record that.
+            let adds = mode & libc::FALLOC_FL_PUNCH_HOLE == 0;
+            crate::alloc::within_reserve_of(f.privileged || !adds, || {
+                crate::data::fallocate(
+                    &self.ns.pool,
+                    f.ino,
+                    self.ns.lane(),
+                    mode,
+                    off,
+                    len,
+                    &self.map_of(&f),
+                )
+            })?;
             self.ns.notices.data(f.ino, off, len);
             Ok(())
         })
