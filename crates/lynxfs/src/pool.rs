@@ -859,12 +859,13 @@ mod tests {
     /// zeroed and fenced before the new superblocks are written.
     #[test]
     fn a_device_loses_its_old_superblocks_first_and_gets_new_ones_last() {
-        let layout = MkfsOptions::new(8 << 20).geometry().unwrap();
+        let opts = MkfsOptions::new(8 << 20);
+        let layout = opts.geometry().unwrap();
         let rec = RecordingBackend::new();
         let pm = Pm::new(Mapping::anonymous(8 << 20).unwrap(), rec.clone());
         zero_metadata(&pm, &layout, &Quiet);
         let zeroing = rec.take();
-        format(&pm, layout, (0, 0), DataMode::Atomic);
+        format(&pm, layout, &opts);
         let formatting = rec.take();
 
         let first_fence = zeroing.iter().position(|e| matches!(e, Event::Fence));
