@@ -92,9 +92,6 @@ fn print_report(rep: &FsckReport) {
     for p in &rep.problems {
         println!("problem: {p}");
     }
-    for n in &rep.notes {
-        println!("note: {n}");
-    }
 }
 
 fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {

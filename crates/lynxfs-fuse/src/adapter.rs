@@ -162,7 +162,11 @@ impl<B: Backend> Invalidate<B> {
     fn apply(&mut self, c: Change) {
         match c {
             Change::Name { parent, name, ino } => {
-                self.entry(parent, &name);
+                if self.removed(ino) {
+                    self.delete(parent, ino, &name);
+                } else {
+                    self.entry(parent, &name);
+                }
                 // The parent's mtime and link count, the file's ctime and link count.
                 self.inode(parent, -1, 0);
                 if ino != 0 {
@@ -216,6 +220,30 @@ impl<B: Backend> Invalidate<B> {
             .inval_entry(INodeNo(parent), OsStr::from_bytes(name));
         report(r, || {
             format!("the name {:?} in {parent}", OsStr::from_bytes(name))
+        });
+    }
+
+    /// Whether `ino`, whose name changed, has no name left (unlinked, removed, or
+    /// freed already): the kernel may then drop the name and the file as deleted.
+    fn removed(&self, ino: u64) -> bool {
+        ino != 0 && self.fs.ns().getattr(ino).map_or(true, |st| st.nlink == 0)
+    }
+
+    /// FUSE_NOTIFY_DELETE: the kernel drops the name and, its last link gone, the
+    /// file, which is what raises IN_DELETE_SELF for watchers of the file (the only
+    /// inotify event a FUSE daemon can cause). A directory the kernel still caches
+    /// children of (ENOTEMPTY) or a mount point (EBUSY) only has its name dropped.
+    fn delete(&self, parent: u64, ino: u64, name: &[u8]) {
+        let r = self
+            .notifier
+            .delete(INodeNo(parent), INodeNo(ino), OsStr::from_bytes(name));
+        if let Err(e) = &r {
+            if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EBUSY)) {
+                return self.entry(parent, name);
+            }
+        }
+        report(r, || {
+            format!("the removed name {:?} in {parent}", OsStr::from_bytes(name))
         });
     }
 
@@ -283,6 +311,17 @@ fn kind_of(mode: u32) -> FileType {
 }
 
 /// The FUSE attributes for an engine `Stat`.
+/// The generation an entry reply gives for `st`: the kernel wants none for the root
+/// (it warns "root generation should be zero" and ignores it), whatever the pool's
+/// root inode has counted.
+fn entry_generation(st: &Stat) -> Generation {
+    if st.ino == lynxfs::format::ROOT_INO {
+        Generation(0)
+    } else {
+        Generation(st.generation)
+    }
+}
+
 pub fn file_attr(st: &Stat) -> FileAttr {
     FileAttr {
         ino: INodeNo(st.ino),
@@ -425,6 +464,9 @@ impl<B: Backend> LynxFuse<B> {
     fn set_flags(&self, req: &Request, ino: u64, flags: u32) -> Res<Vec<u8>> {
         self.writable()?;
         self.as_caller(req, |c| self.ns().set_inode_flags(ino, flags, c))?;
+        // An ioctl is answered without attributes, and the kernel keeps its cached
+        // ctime (and flags) for the attribute timeout: drop them now.
+        self.privs_dropped(ino);
         Ok(Vec::new())
     }
 
@@ -487,8 +529,8 @@ impl<B: Backend> LynxFuse<B> {
     }
 
     /// The engine cleared S_ISUID/S_ISGID of `ino` during a write (which FUSE answers
-    /// without attributes): drop the kernel's cached attributes now, before the
-    /// writer is answered, or it would go on granting the old set-user-ID bit to
+    /// without attributes), or changed its attributes in another call answered without
+    /// them: drop the kernel's cached attributes now, before the caller is answered, or it would go on granting the old set-user-ID bit to
     /// exec for up to the attribute timeout.
     fn privs_dropped(&self, ino: u64) {
         if let Some(n) = self.notices.get() {
@@ -516,6 +558,21 @@ impl<B: Backend> LynxFuse<B> {
         } else {
             Ok(())
         }
+    }
+
+    /// May `name` be made in `parent`? On a read-only mount a name that exists is
+    /// EEXIST, as Linux answers (it looks the name up before asking for write access),
+    /// and only a new one EROFS.
+    fn may_make(&self, parent: u64, name: &OsStr) -> Res<()> {
+        if self.read_only
+            && self
+                .ns()
+                .lookup(parent, name_bytes(name), &Cred::root())
+                .is_ok()
+        {
+            return Err(Errno::EEXIST);
+        }
+        self.writable()
     }
 
     /// Runs `f` with the caller's credentials. A refusal (EACCES, EPERM) for a caller
@@ -556,7 +613,7 @@ impl<B: Backend> LynxFuse<B> {
             Ok((st, fd)) => reply.created(
                 &self.entry_ttl,
                 &file_attr(&st),
-                Generation(st.generation),
+                entry_generation(&st),
                 FileHandle(fd),
                 Self::open_flags(),
             ),
@@ -570,7 +627,7 @@ impl<B: Backend> LynxFuse<B> {
                 &self.attr_ttl,
                 &self.entry_ttl,
                 &file_attr(&st),
-                Generation(st.generation),
+                entry_generation(&st),
             ),
             Err(e) => reply.error(e),
         }
@@ -656,7 +713,7 @@ impl<B: Backend> LynxFuse<B> {
 
     /// Creates a node of any kind and returns its attributes.
     fn make(&self, req: &Request, parent: u64, name: &OsStr, node: NewNode<'_>) -> Res<Stat> {
-        self.writable()?;
+        self.may_make(parent, name)?;
         let (ino, _) = self.as_caller(req, |c| {
             self.ns().create(parent, name_bytes(name), node, c, true)
         })?;
@@ -1074,7 +1131,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.writable().and_then(|()| {
+        let r = self.may_make(newparent.0, newname).and_then(|()| {
             self.as_caller(req, |c| {
                 self.may_link(ino.0, c)?;
                 self.ns().link(ino.0, newparent.0, name_bytes(newname), c)
@@ -1283,7 +1340,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 let Ok(st) = self.stat(e.ino) else {
                     return false;
                 };
-                let generation = Generation(st.generation);
+                let generation = entry_generation(&st);
                 return reply.add(
                     INodeNo(e.ino),
                     e.next,
@@ -1300,7 +1357,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             let Ok(st) = self.fs.hold_new(ino.0, &e.name, e.ino) else {
                 return false;
             };
-            let generation = Generation(st.generation);
+            let generation = entry_generation(&st);
             let full = reply.add(
                 INodeNo(st.ino),
                 e.next,
@@ -1412,6 +1469,19 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_bytes(name);
+        if name == lynxfs::meta::CAPABILITY && req.uid() != 0 {
+            // The kernel refuses this name to a caller without CAP_SETFCAP, so what
+            // reaches us is its own removal before another user's write, truncate
+            // or fallocate (`file_remove_privs`), which Linux makes regardless of
+            // the writer's rights.
+            let r = self.writable().and_then(|()| {
+                let root = Cred::root();
+                self.ns()
+                    .removexattr(ino.0, name, &root)
+                    .map_err(|e| errno(&e))
+            });
+            return reply_empty(r, reply);
+        }
         let r = self
             .writable()
             .and_then(|()| self.as_caller(req, |c| self.ns().removexattr(ino.0, name, c)));
@@ -1446,6 +1516,9 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         reply: ReplyCreate,
     ) {
         let r = (|| {
+            if flags & libc::O_EXCL != 0 {
+                self.may_make(parent.0, name)?;
+            }
             self.writable()?;
             let node = NewNode {
                 mode: libc::S_IFREG | masked(self.ns(), parent.0, mode, umask),
@@ -1581,5 +1654,44 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             Ok(at) => reply.offset(at as i64),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lynxfs::pmem::PmemBackend;
+    use lynxfs::MkfsOptions;
+
+    /// The pool's root counts generation 1 (as every inode starts), but an entry reply
+    /// for the root must say 0 (issue 30, item 17).
+    #[test]
+    fn the_roots_entry_generation_is_zero() {
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 2;
+        let fs = Fs::in_memory(&o, PmemBackend::default()).expect("in-memory pool");
+        let s = fs.session(Cred::root());
+        let root = s.stat("/").unwrap();
+        assert_eq!(root.ino, lynxfs::format::ROOT_INO);
+        assert_ne!(root.generation, 0);
+        assert_eq!(entry_generation(&root), Generation(0));
+        s.mkdir("/d", 0o755).unwrap();
+        let d = s.stat("/d").unwrap();
+        assert_eq!(entry_generation(&d), Generation(d.generation));
+    }
+
+    /// On a read-only mount, making a name that exists is EEXIST, a new one EROFS, as
+    /// on Linux (issue 30, item 15): before, both were EROFS.
+    #[test]
+    fn a_read_only_mount_answers_eexist_for_a_name_that_exists() {
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 2;
+        let fs = Fs::in_memory(&o, PmemBackend::default()).expect("in-memory pool");
+        fs.session(Cred::root()).mkdir("/d", 0o755).unwrap();
+        let ttl = Duration::from_secs(1);
+        let fuse = LynxFuse::new(Arc::new(fs), ttl, ttl, true);
+        let root = lynxfs::format::ROOT_INO;
+        assert_eq!(fuse.may_make(root, OsStr::new("d")), Err(Errno::EEXIST));
+        assert_eq!(fuse.may_make(root, OsStr::new("new")), Err(Errno::EROFS));
     }
 }

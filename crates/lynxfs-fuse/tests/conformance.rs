@@ -20,6 +20,8 @@ use lynxfs::{MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
 use lynxfs_fuse::usage::{LiveUsage, Transport, USAGE_XATTR};
 
+#[path = "conformance/killpriv.rs"]
+mod killpriv;
 #[path = "conformance/owner.rs"]
 mod owner;
 #[path = "conformance/race.rs"]
@@ -1067,8 +1069,16 @@ fn inode_flags(c: &mut Ctx) {
         let r = ioctl_flags(c, name, Some(f));
         c.rec(&format!("setflags {name}"), r);
     }
+    let before = c.stat("stat before setflags d A", "t/fl/fd");
+    // Apart from the clock's granularity.
+    std::thread::sleep(std::time::Duration::from_millis(20));
     let r = ioctl_flags(c, "t/fl/fd", Some(D | NOATIME));
     c.rec("setflags d A", r);
+    let after = c.stat("stat after setflags d A", "t/fl/fd");
+    if let (Some(b), Some(a)) = (before, after) {
+        let moved = (a.st_ctime, a.st_ctime_nsec) > (b.st_ctime, b.st_ctime_nsec);
+        c.rec("setflags moves ctime", format!("{moved}"));
+    }
     for name in ["t/fl/fi", "t/fl/fa", "t/fl/fd", "t/fl/di"] {
         let r = ioctl_flags(c, name, None);
         c.rec(&format!("getflags {name}"), r);
@@ -1306,6 +1316,7 @@ fn prepare_user(c: &mut Ctx) {
     c.path1("prep chmod x001", "t/pub/x001", |p| unsafe {
         chmod(p, 0o001)
     });
+    killpriv::prepare(c);
 }
 
 fn as_user(c: &mut Ctx) {
@@ -1434,6 +1445,7 @@ fn as_user(c: &mut Ctx) {
     // SAFETY: as above.
     let r = unsafe { setxattr(mine.as_ptr(), n.as_ptr(), b"x".as_ptr().cast(), 1, 0) };
     c.call("user setxattr trusted", r);
+    killpriv::as_user(c);
 }
 
 /// Runs `f` on a new thread whose file-system identity is uid 1000, gid 1000,

@@ -236,6 +236,81 @@ fn cached_misses_and_kept_pages_go_when_another_process_changes_the_pool() {
     m.unmount().expect("unmount");
 }
 
+/// The inotify events a watcher on the mount gets for what another process (here a
+/// library process; a preloaded program is one) does to the pool: the kernel raises
+/// inotify events only for the operations it makes itself, and of the FUSE notices a
+/// daemon can send only FUSE_NOTIFY_DELETE causes one, IN_DELETE_SELF (then
+/// IN_IGNORED) on a file or directory whose last name went. So a watch on a file
+/// or directory removed sees it go; a file that keeps a name sees nothing (a file
+/// replaced by a rename may: the daemon can see the notice before the file's link
+/// count drops, and then only drops the name).
+#[test]
+fn a_watcher_on_the_mount_sees_files_another_process_removes_go() {
+    let _w = watchdog(
+        "a_watcher_on_the_mount_sees_files_another_process_removes_go",
+        Duration::from_secs(120),
+    );
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let m = mount_background(&pool, mnt.path(), &MountOptions::default()).expect("mount");
+    let root = m.mountpoint().to_path_buf();
+    for f in ["gone", "kept"] {
+        fs::write(root.join(f), f).unwrap();
+    }
+    fs::create_dir(root.join("sub")).unwrap();
+    // SAFETY: inotify_init1 only makes a descriptor, closed at the end.
+    let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+    assert!(
+        ino >= 0,
+        "inotify_init1: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut watches = std::collections::HashMap::new();
+    for f in ["gone", "kept", "sub"] {
+        let p = std::ffi::CString::new(root.join(f).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: our inotify descriptor and a C string.
+        let wd = unsafe { libc::inotify_add_watch(ino, p.as_ptr(), libc::IN_DELETE_SELF) };
+        assert!(wd >= 0, "watch {f}: {}", std::io::Error::last_os_error());
+        watches.insert(wd, f);
+    }
+    let mut lib = Library::start(&pool);
+    lib.step("unlink gone");
+    lib.step("rename kept kept2");
+    lib.step("rmdir sub");
+    let mut seen = std::collections::BTreeSet::new();
+    let start = Instant::now();
+    while seen.len() < 2 && start.elapsed() < AT_ONCE {
+        let mut buf = [0u8; 4096];
+        // SAFETY: reading into our own buffer of its length.
+        let n = unsafe { libc::read(ino, buf.as_mut_ptr().cast(), buf.len()) };
+        let mut at = 0;
+        while n > 0 && at < n as usize {
+            // SAFETY: the kernel wrote whole inotify_event records; read unaligned.
+            let ev: libc::inotify_event =
+                unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+            if ev.mask & libc::IN_DELETE_SELF != 0 {
+                seen.insert(watches[&ev.wd]);
+            }
+            at += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(ino) };
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["gone", "sub"],
+        "IN_DELETE_SELF seen for"
+    );
+    assert_eq!(fs::read(root.join("kept2")).unwrap(), b"kept");
+    lib.step("detach");
+    drop(lib);
+    m.unmount().expect("unmount");
+}
+
 /// What a raw system call on `fd` gave: its value, or the errno.
 fn outcome(r: i64) -> Result<i64, i32> {
     if r < 0 {

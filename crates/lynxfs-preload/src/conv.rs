@@ -55,7 +55,16 @@ pub fn statx(s: &Stat, dev: u64) -> libc::statx {
     st.stx_rdev_minor = libc::minor(s.rdev as libc::dev_t);
     st.stx_dev_major = libc::major(dev);
     st.stx_dev_minor = libc::minor(dev);
+    (st.stx_attributes, st.stx_attributes_mask) = attributes(s.flags);
     st
+}
+
+/// statx's `stx_attributes` for inode flags `flags`, and the mask of those LynxFS
+/// keeps (immutable, append-only, nodump: the same bits as `FS_*_FL`, as in Linux).
+fn attributes(flags: u32) -> (u64, u64) {
+    let kept =
+        (libc::STATX_ATTR_IMMUTABLE | libc::STATX_ATTR_APPEND | libc::STATX_ATTR_NODUMP) as u64;
+    (u64::from(flags) & kept, kept)
 }
 
 /// One of utimensat's times as the engine's setting; EINVAL for a nanosecond field
@@ -67,5 +76,22 @@ pub fn time_set(t: &libc::timespec) -> lynxfs::Result<Option<lynxfs::TimeSet>> {
         ns => Timestamp::new(t.tv_sec, ns)
             .map(|t| Some(lynxfs::TimeSet::At(t)))
             .ok_or(lynxfs::Error::Errno(libc::EINVAL)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// statx reports chattr's flags (issue 30, item 15).
+    #[test]
+    fn statx_reports_the_inode_flags() {
+        use lynxfs::meta::flags::{APPEND, IMMUTABLE, NOATIME, NODUMP};
+        let (attrs, mask) = attributes(IMMUTABLE | APPEND | NODUMP | NOATIME);
+        let want =
+            (libc::STATX_ATTR_IMMUTABLE | libc::STATX_ATTR_APPEND | libc::STATX_ATTR_NODUMP) as u64;
+        assert_eq!((attrs, mask), (want, want));
+        assert_eq!(attributes(APPEND).0, libc::STATX_ATTR_APPEND as u64);
+        assert_eq!(attributes(0).0, 0);
     }
 }

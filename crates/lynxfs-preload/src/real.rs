@@ -132,6 +132,8 @@ real! {
     fn posix_spawnp(pid: *mut libc::pid_t, path: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn _exit(status: c_int) -> ();
     fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t) -> *mut c_void;
+    fn munmap(addr: *mut c_void, len: size_t) -> c_int;
+    fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int;
     fn posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int;
     fn sendfile64(out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t;
     fn copy_file_range(inp: c_int, ioff: *mut off64_t, out: c_int, ooff: *mut off64_t, n: size_t, flags: c_uint) -> ssize_t;

@@ -1,7 +1,9 @@
-//! Which calls the pool serves: a path under the pool's directory (by its text, or
-//! relative to a working directory or directory fd inside the pool). Everything else
-//! goes to the C library untouched.
+//! Which calls the pool serves: a path that resolves under the pool's directory (by
+//! its text, relative to a working directory or directory fd inside the pool, or
+//! entering the pool's directory from outside by name). Everything else goes to the C
+//! library untouched.
 
+use std::borrow::Cow;
 use std::ffi::CString;
 use std::sync::Arc;
 
@@ -38,7 +40,7 @@ impl Base {
 
 pub enum Route<'p> {
     Kernel,
-    Pool(Base, &'p [u8]),
+    Pool(Base, Cow<'p, [u8]>),
 }
 
 /// What follows `at` in `path`, if `path` (absolute) names `at` or something under
@@ -77,22 +79,163 @@ pub fn route(dirfd: c_int, path: &[u8]) -> Route<'_> {
         return Route::Kernel;
     };
     if path.starts_with(b"/") {
-        return match under(&c.at, path) {
-            Some(rest) => Route::Pool(Base::Root, state::rest_or_dot(rest)),
-            None => Route::Kernel,
-        };
+        if let Some(rest) = under(&c.at, path) {
+            return Route::Pool(Base::Root, Cow::Borrowed(state::rest_or_dot(rest)));
+        }
+    } else if dirfd == libc::AT_FDCWD {
+        if state::cwd_in_pool() {
+            return Route::Pool(Base::Cwd, Cow::Borrowed(path));
+        }
+    } else if let Some(o) = fds::get(dirfd) {
+        return Route::Pool(Base::Dir(o), Cow::Borrowed(path));
     }
-    if dirfd == libc::AT_FDCWD {
-        return if state::cwd_in_pool() {
-            Route::Pool(Base::Cwd, path)
-        } else {
-            Route::Kernel
-        };
-    }
-    match fds::get(dirfd) {
-        Some(o) => Route::Pool(Base::Dir(o), path),
+    match entering(&c.at, dirfd, path) {
+        Some(rest) => Route::Pool(Base::Root, Cow::Owned(state::rest_or_dot(&rest).to_vec())),
         None => Route::Kernel,
     }
+}
+
+/// The components of `path` (empty ones and "." left out).
+fn components(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.split(|&c| c == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+}
+
+/// What follows the pool's directory in `path`, when `path` starts outside the pool
+/// (from `dirfd`, a kernel directory) and reaches the pool's directory by its name:
+/// relative from a working directory above it, through "..", or through a symlink
+/// on the way (the kernel would go to the directory under the pool's instead, the
+/// host file system's). The walk looks at the host directories only while the path
+/// still to go names the pool's directory, so paths that cannot reach it cost nothing
+/// more. A symlink outside the pool whose target leads into it, where the path
+/// itself does not name the pool's directory, is the kernel's to follow.
+fn entering(at: &[u8], dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
+    let name = at.rsplit(|&c| c == b'/').next().filter(|n| !n.is_empty())?;
+    if !components(path).any(|c| c == name) {
+        return None;
+    }
+    let mut cur = if path.starts_with(b"/") {
+        Vec::new()
+    } else {
+        kernel_dir(dirfd)?
+    };
+    let mut rest = path.to_vec();
+    let mut links = 0;
+    loop {
+        if !components(&rest).any(|c| c == name) {
+            return None;
+        }
+        let start = rest.iter().position(|&c| c != b'/')?;
+        let end = rest[start..]
+            .iter()
+            .position(|&c| c == b'/')
+            .map_or(rest.len(), |i| start + i);
+        let comp = rest[start..end].to_vec();
+        rest.drain(..end);
+        match comp.as_slice() {
+            b"." => continue,
+            b".." => {
+                let up = cur.iter().rposition(|&c| c == b'/').unwrap_or(0);
+                cur.truncate(up);
+                continue;
+            }
+            _ => {}
+        }
+        let mut cand = cur.clone();
+        cand.push(b'/');
+        cand.extend_from_slice(&comp);
+        if cand == at {
+            return Some(rest);
+        }
+        match host_entry(&cand)? {
+            Host::Dir => cur = cand,
+            Host::Link(target) => {
+                links += 1;
+                if links > MAX_CROSSINGS {
+                    return None;
+                }
+                if target.starts_with(b"/") {
+                    cur.clear();
+                }
+                let mut r = target;
+                r.push(b'/');
+                r.extend_from_slice(&rest);
+                rest = r;
+            }
+        }
+    }
+}
+
+/// What a host path is, for the walk of [`entering`]: anything else (missing, not a
+/// directory) ends the walk, the kernel then saying why.
+enum Host {
+    Dir,
+    Link(Vec<u8>),
+}
+
+fn host_entry(path: &[u8]) -> Option<Host> {
+    let c = CString::new(path).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::stat64>::uninit();
+    // SAFETY: a C string we own and a buffer of the right type.
+    if unsafe {
+        crate::real::fstatat64(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    } != 0
+    {
+        return None;
+    }
+    // SAFETY: fstatat succeeded, so it filled `st`.
+    match unsafe { st.assume_init() }.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Some(Host::Dir),
+        libc::S_IFLNK => read_link(&c).map(Host::Link),
+        _ => None,
+    }
+}
+
+/// A symlink's target, read by the C library.
+fn read_link(c: &CString) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: a C string we own and a buffer of `buf.len()` bytes.
+    let n = unsafe {
+        crate::real::readlinkat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let n = usize::try_from(n).ok().filter(|&n| n < buf.len())?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+/// The absolute path of a kernel directory a relative path starts from: the working
+/// directory, or the directory `dirfd` is open on (as the kernel names it; a
+/// removed one has no path).
+fn kernel_dir(dirfd: c_int) -> Option<Vec<u8>> {
+    let p = if dirfd == libc::AT_FDCWD {
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: a buffer of `buf.len()` bytes; the C library's own getcwd.
+        let r = unsafe { crate::real::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
+        if r.is_null() {
+            return None;
+        }
+        let n = buf.iter().position(|&c| c == 0)?;
+        buf.truncate(n);
+        buf
+    } else {
+        let link = CString::new(format!("/proc/self/fd/{dirfd}")).ok()?;
+        read_link(&link)?
+    };
+    if !p.starts_with(b"/") || p.ends_with(b" (deleted)") {
+        return None;
+    }
+    // The root is the empty path here (components are appended with their '/').
+    Some(if p == b"/" { Vec::new() } else { p })
 }
 
 /// Runs `f` with the caller positioned at `base`.
@@ -156,17 +299,32 @@ impl Fail for i64 {
 pub unsafe fn at_path<R: Fail>(
     dirfd: c_int,
     path: *const c_char,
-    mut pool: impl FnMut(&Caller, &[u8]) -> lynxfs::Result<R>,
+    pool: impl FnMut(&Caller, &[u8]) -> lynxfs::Result<R>,
     kernel: impl FnOnce(c_int, *const c_char) -> R,
 ) -> R {
     if crate::guard::inside() {
         return kernel(dirfd, path);
     }
+    let _inside = crate::guard::Inside::enter();
+    // SAFETY: as this function's contract.
+    unsafe { follow(dirfd, path, pool, kernel) }
+}
+
+/// [`at_path`] for a caller already inside this library (which has entered
+/// [`crate::guard::Inside`]).
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string valid for the call.
+pub unsafe fn follow<R: Fail>(
+    dirfd: c_int,
+    path: *const c_char,
+    mut pool: impl FnMut(&Caller, &[u8]) -> lynxfs::Result<R>,
+    kernel: impl FnOnce(c_int, *const c_char) -> R,
+) -> R {
     // SAFETY: as this function's contract.
     let Some(bytes) = (unsafe { state::cpath(path) }) else {
         return kernel(dirfd, path);
     };
-    let _inside = crate::guard::Inside::enter();
     // The path once it left the pool: absolute, so from the process's root.
     let mut cur: Option<CString> = None;
     for _ in 0..MAX_CROSSINGS {
@@ -179,7 +337,7 @@ pub unsafe fn at_path<R: Fail>(
                     set_errno(libc::EIO);
                     return R::FAIL;
                 };
-                match crate::guard::on_live_thread(|| with_base(a, &base, |s| pool(s, rel))) {
+                match crate::guard::on_live_thread(|| with_base(a, &base, |s| pool(s, &rel))) {
                     Ok(v) => return v,
                     Err(Error::Outside(rest)) => rest,
                     Err(e) => {

@@ -345,17 +345,22 @@ impl Bench {
 
     /// `lynxfs run --pool P --at D -- sh -c SCRIPT` in D.
     fn preloaded(&self, script: &str, env: &[(&str, &str)]) -> Command {
-        let sh = self.shell(script, self.d.path(), env);
+        self.preloaded_at(script, self.d.path(), self.d.path(), env)
+    }
+
+    /// `lynxfs run --pool P --at AT -- sh -c SCRIPT` in CWD.
+    fn preloaded_at(&self, script: &str, at: &Path, cwd: &Path, env: &[(&str, &str)]) -> Command {
+        let sh = self.shell(script, cwd, env);
         let mut c = Command::new(&built().lynxfs);
         c.arg("run")
             .arg("--pool")
             .arg(&self.pool)
             .arg("--at")
-            .arg(self.d.path())
+            .arg(at)
             .arg("--")
             .arg(sh.get_program())
             .args(sh.get_args())
-            .current_dir(self.d.path())
+            .current_dir(cwd)
             .env("LYNXFS_PRELOAD_LIB", &built().preload)
             .envs(sh.get_envs().filter_map(|(k, v)| Some((k, v?))));
         c
@@ -710,6 +715,238 @@ fn a_full_pool_fails_the_write_with_enospc_and_recovers() {
     let tree = pool_tree(&b.pool, &[]);
     assert_eq!(tree.keys().collect::<Vec<_>>(), [b"small"]);
     assert_file(&tree, "small", b"after\n");
+    b.fsck_clean();
+}
+
+// ---- paths entering the pool's directory from outside ----
+
+/// Run in the directory above the pool's directory `p` (no mount there): every path
+/// below reaches `p` from outside it, by name, and must land in the pool, never in the
+/// host directory under it.
+const ENTERING: &str = r#"
+set -e
+echo hi > p/a
+cp p/a p/b
+mkdir p/d
+cd p/d
+echo in > x
+pwd > ../pwd.out
+cd ../..
+mkdir -p q/sub
+cd q/sub
+echo up > ../../p/c
+cd ../..
+ln -s . here
+echo link > here/p/e
+echo abs > "$PWD/q/../p/g"
+git init -q p/repo
+printf 'one\n' > q/sub/f
+rsync -a q/ p/r/
+python3 -c '
+import os
+fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+os.close(os.open("p/h", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+os.mkdir("p/i", dir_fd=fd)
+print(sorted(os.listdir("p/i/..")))
+'
+cat p/a p/d/x p/r/sub/f
+"#;
+
+#[test]
+fn paths_that_enter_the_pools_directory_from_outside_reach_the_pool() {
+    let _w = common::watchdog(
+        "paths_that_enter_the_pools_directory_from_outside_reach_the_pool",
+        TEST_LIMIT,
+    );
+    need("git", "git");
+    need("rsync", "rsync");
+    need("python3", "python3");
+    let b = Bench::new("entering");
+    let outer = tempfile::tempdir().expect("outer");
+    let outer = outer.path().canonicalize().expect("canonical");
+    let at = outer.join("p");
+    std::fs::create_dir(&at).expect("mkdir p");
+    let out = run_bounded(b.preloaded_at(ENTERING, &at, &outer, &[]), "entering");
+    assert!(
+        out.status.success(),
+        "the script fails ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let host: Vec<_> = std::fs::read_dir(&at).expect("read p").flatten().collect();
+    assert!(
+        host.is_empty(),
+        "written to the host directory under the pool's: {host:?}"
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "['a', 'b', 'c', 'd', 'e', 'g', 'h', 'i', 'pwd.out', 'r', 'repo']\nhi\nin\none\n"
+    );
+    let tree = pool_tree(&b.pool, &[]);
+    for (name, want) in [
+        ("a", "hi\n"),
+        ("b", "hi\n"),
+        ("c", "up\n"),
+        ("d/x", "in\n"),
+        ("e", "link\n"),
+        ("g", "abs\n"),
+        ("h", ""),
+        ("r/sub/f", "one\n"),
+    ] {
+        assert_file(&tree, name, want.as_bytes());
+    }
+    assert_file(&tree, "pwd.out", format!("{}/d\n", at.display()).as_bytes());
+    assert!(tree.contains_key(b"repo/.git/HEAD".as_slice()), "git init");
+    b.fsck_clean();
+}
+
+// ---- shared mappings without a mount ----
+
+/// sqlite3 in WAL mode: its index ("-shm") is a shared mapping every connection's
+/// process must see the same (no FUSE mount: the preload serves the mappings
+/// itself). Two processes keep a connection open each and take turns: each insert
+/// must be seen by the other's next count at once.
+const SQLITE_WAL: &str = r#"
+set -e
+sqlite3 db.sqlite 'PRAGMA journal_mode=WAL; CREATE TABLE t(v);'
+cat > worker.py <<'EOF'
+import sqlite3, sys
+c = sqlite3.connect("db.sqlite", timeout=30, isolation_level=None)
+for line in sys.stdin:
+    print(c.execute(line).fetchall(), flush=True)
+EOF
+cat > turns.py <<'EOF'
+import subprocess
+ws = [subprocess.Popen(["/usr/bin/python3", "worker.py"], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True) for _ in range(2)]
+def ask(w, q):
+    w.stdin.write(q + "\n")
+    w.stdin.flush()
+    return w.stdout.readline().strip()
+seen = []
+for i in range(100):
+    ask(ws[i % 2], "INSERT INTO t VALUES(%d)" % i)
+    seen.append(ask(ws[1 - i % 2], "SELECT count(*) FROM t"))
+print(seen == ["[(%d,)]" % (i + 1) for i in range(100)])
+for w in ws:
+    w.stdin.close()
+    w.wait()
+EOF
+/usr/bin/python3 turns.py
+sqlite3 db.sqlite "PRAGMA integrity_check; SELECT count(*), sum(v) FROM t; PRAGMA journal_mode;"
+ls
+"#;
+
+#[test]
+fn sqlite3_in_wal_mode_without_a_mount() {
+    let _w = common::watchdog("sqlite3_in_wal_mode_without_a_mount", TEST_LIMIT);
+    need("sqlite3", "sqlite3");
+    need("python3", "python3");
+    let b = Bench::new("wal");
+    let out = run_bounded(b.preloaded(SQLITE_WAL, &[]), "sqlite3 wal");
+    assert!(
+        out.status.success(),
+        "the script fails ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "wal\nTrue\nok\n100|4950\nwal\ndb.sqlite\nturns.py\nworker.py\n"
+    );
+    b.fsck_clean();
+}
+
+/// Another user's directory where the memory files would go is not used: the
+/// mapping is refused (sqlite says "disk I/O error"), the directory named, nothing
+/// written there.
+#[test]
+fn a_planted_directory_for_shared_mappings_is_refused() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let _w = common::watchdog(
+        "a_planted_directory_for_shared_mappings_is_refused",
+        TEST_LIMIT,
+    );
+    need("sqlite3", "sqlite3");
+    let b = Bench::new("planted");
+    let runtime = tempfile::tempdir_in("/dev/shm").expect("runtime dir");
+    // SAFETY: geteuid has no preconditions.
+    let planted = runtime
+        .path()
+        .join(format!("lynxfs-maps-{}", unsafe { libc::geteuid() }));
+    std::fs::create_dir(&planted).expect("plant");
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    // SAFETY: as above.
+    if unsafe { libc::geteuid() } == 0 {
+        chown(&planted, Some(1000), Some(1000)).expect("chown to uid 1000");
+    }
+    let runtime_dir = runtime.path().to_str().expect("utf-8");
+    let out = run_bounded(
+        b.preloaded(
+            "sqlite3 db 'PRAGMA journal_mode=WAL; CREATE TABLE t(v);'",
+            &[("LYNXFS_RUNTIME_DIR", runtime_dir)],
+        ),
+        "sqlite3 wal",
+    );
+    assert!(
+        !out.status.success(),
+        "WAL mode worked through a planted directory"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&planted.display().to_string()) && err.contains("disk I/O error"),
+        "stderr: {err}"
+    );
+    assert_eq!(std::fs::read_dir(&planted).expect("read").count(), 0);
+}
+
+// ---- programs reached through pool symlinks and scripts ----
+
+/// Programs run by pool paths whose resolution leaves the pool (a venv's python is a
+/// symlink to /usr/bin/python3), symlink chains in the pool, and scripts whose
+/// interpreter is reached through the pool (pip's "#!DIR/venv/bin/python3").
+const EXEC: &str = r#"
+set -e
+/usr/bin/python3 -m venv venv
+venv/bin/python -c 'import sys; print(sys.prefix != sys.base_prefix)'
+venv/bin/pip --version > /dev/null
+ln -s /bin/echo e
+./e outside
+ln -s e e2
+./e2 chain
+printf '#!/bin/sh\necho script "$@"\n' > s
+chmod +x s
+ln -s "$PWD/s" s2
+./s2 abs
+printf '#!%s/s2 x\n' "$PWD" > s3
+chmod +x s3
+./s3 y
+/usr/bin/python3 -c 'import os; os.waitpid(os.posix_spawn("./e2", ["e2", "spawned"], os.environ), 0)'
+mkdir bin
+ln -s ../e2 bin/found
+PATH="$PWD/bin:$PATH" /usr/bin/python3 -c 'import os; os.waitpid(os.posix_spawnp("found", ["found", "on PATH"], os.environ), 0)'
+"#;
+
+#[test]
+fn programs_reached_through_pool_symlinks_and_scripts_run() {
+    let _w = common::watchdog(
+        "programs_reached_through_pool_symlinks_and_scripts_run",
+        TEST_LIMIT,
+    );
+    need("python3", "python3");
+    let b = Bench::new("exec");
+    let out = run_bounded(b.preloaded(EXEC, &[]), "exec");
+    assert!(
+        out.status.success(),
+        "the script fails ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "True\noutside\nchain\nscript abs\nscript x ./s3 y\nspawned\non PATH\n"
+    );
+    assert_eq!(std::fs::read_dir(b.d.path()).unwrap().count(), 0);
     b.fsck_clean();
 }
 

@@ -20,9 +20,11 @@
 //! rebuilds the allocators from the walk. Repair loses what it cuts: a file whose map is
 //! unreadable becomes empty, an entry with a bad name disappears.
 //!
-//! A stale back pointer of a non-directory (left by unlinking the name it pointed at
-//! while another hard link remains) is reported as a note, not a problem: only a
-//! directory's back pointer is ever followed (for `..` and getcwd).
+//! Only a directory's back pointer is checked: it is the only one followed (for `..`
+//! and getcwd), and a directory has one name, which every rename moves it to. A
+//! non-directory's names the entry that made it or last moved it, which unlinking that
+//! name while another hard link remains (or renaming over it) leaves removed: nothing
+//! reads it but `log::cwon::settle`, which checks the entry still names the inode.
 
 use std::collections::HashSet;
 
@@ -39,8 +41,6 @@ use crate::progress::{Progress, Quiet};
 pub struct FsckReport {
     /// Broken invariants, one sentence each.
     pub problems: Vec<String>,
-    /// Harmless oddities (not counted as errors).
-    pub notes: Vec<String>,
     pub directories: u64,
     pub files: u64,
     pub symlinks: u64,
@@ -696,19 +696,17 @@ impl<'a, B: Backend> Walker<'a, B> {
             if ino == ROOT_INO {
                 continue;
             }
+            if !is_dir(self.pm.load_u64(at + inode::MODE)) {
+                continue;
+            }
             let back = self.pm.load_u64(at + inode::DENTRY);
             let ok = l.dentry_id(back).is_some_and(|id| {
                 bit(&self.dentries, id) && self.pm.load_u64(back + dentry::INO) == ino
             });
-            let dir = is_dir(self.pm.load_u64(at + inode::MODE));
             if !ok {
-                let msg =
-                    format!("inode {ino}: back pointer {back:#x} does not name one of its entries");
-                if dir {
-                    self.problem(msg);
-                } else {
-                    self.rep.notes.push(msg);
-                }
+                self.problem(format!(
+                    "inode {ino}: back pointer {back:#x} does not name its entry"
+                ));
                 if self.fix {
                     let first = self.first_dentry[ino as usize];
                     self.set(

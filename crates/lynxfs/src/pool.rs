@@ -15,7 +15,7 @@ use crate::alloc::{Allocators, UsedSets};
 use crate::data::DataMode;
 use crate::error::{Error, Result};
 use crate::format::superblock::{
-    SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, MAX_RESERVED_PERCENT, SB_LEN,
+    SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_XATTR_LOG, MAX_RESERVED_PERCENT, SB_LEN,
 };
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
@@ -171,6 +171,10 @@ pub struct Pool<B: Backend> {
     data_mode: AtomicBool,
     /// Creates use consistency without ordering (`INCOMPAT_CWON`, `log::cwon`).
     pub cwon: bool,
+    /// Large attribute sets are logs (`INCOMPAT_XATTR_LOG`, `data::xattr`).
+    pub xattr_log: bool,
+    /// This process's indexes of large attribute sets.
+    pub xattr_indexes: crate::data::xattr::Indexes,
 }
 
 impl<B: Backend> Pool<B> {
@@ -405,6 +409,8 @@ impl<B: Backend> Pool<B> {
         let inplace = sb.compat & COMPAT_DATA_INPLACE != 0;
         Ok(Pool {
             cwon: sb.incompat & INCOMPAT_CWON != 0,
+            xattr_log: sb.incompat & INCOMPAT_XATTR_LOG != 0,
+            xattr_indexes: Default::default(),
             data_mode: AtomicBool::new(inplace),
             alloc,
             runtime,
@@ -602,7 +608,7 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout, opts: &MkfsOptions) {
     let _ = b.persist();
     save_state(pm, &layout, &UsedSets::empty(&layout));
     let mut sb = Superblock::new(layout, uuid(), now);
-    sb.incompat |= INCOMPAT_CWON;
+    sb.incompat |= INCOMPAT_CWON | INCOMPAT_XATTR_LOG;
     if opts.data == DataMode::Inplace {
         sb.compat |= COMPAT_DATA_INPLACE;
     }

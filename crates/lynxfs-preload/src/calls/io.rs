@@ -537,7 +537,9 @@ pub unsafe extern "C" fn copy_file_range(
 
 /// A private mapping of a pool file is a copy of its bytes (changes made to the file
 /// afterwards are not seen: POSIX leaves that open for private mappings); a shared
-/// one goes through the FUSE mount of the pool's directory, when there is one.
+/// one goes through the FUSE mount of the pool's directory, when there is one, and
+/// through a memory file shared by the user's processes otherwise (see
+/// [`super::shared_map`]).
 #[no_mangle]
 pub unsafe extern "C" fn mmap64(
     addr: *mut c_void,
@@ -553,8 +555,16 @@ pub unsafe extern "C" fn mmap64(
     };
     let _inside = crate::guard::Inside::enter();
     let r = if flags & libc::MAP_SHARED != 0 {
-        // SAFETY: maps through the mount with the caller's arguments.
-        unsafe { map_through_mount(a, &o, addr, len, prot, flags, off) }
+        // SAFETY: maps through the mount, or else a memory file, with the caller's
+        // arguments.
+        unsafe {
+            map_through_mount(a, &o, addr, len, prot, flags, off).or_else(|e| {
+                if e.errno() != libc::ENODEV {
+                    return Err(e);
+                }
+                super::shared_map::map(a, &o, addr, len, prot, flags, off)
+            })
+        }
     } else {
         // SAFETY: a fresh private mapping, filled here.
         unsafe { map_copy(a, &o, addr, len, prot, flags, off) }

@@ -17,6 +17,7 @@ pub mod names;
 pub mod open;
 pub mod process;
 pub mod scan;
+pub mod shared_map;
 pub mod stat;
 pub mod stdio;
 pub mod temp;

@@ -152,10 +152,10 @@ unsafe fn two_paths(
             };
             let r = if ob.same(&nb) {
                 // One starting directory for both: no need to spell either out.
-                with_base(a, &ob, |s| pool(s, orel, nrel))
+                with_base(a, &ob, |s| pool(s, &orel, &nrel))
             } else {
-                from_root(a, &ob, orel)
-                    .and_then(|o| Ok((o, from_root(a, &nb, nrel)?)))
+                from_root(a, &ob, &orel)
+                    .and_then(|o| Ok((o, from_root(a, &nb, &nrel)?)))
                     .and_then(|(o, n)| pool(&a.root.read(), &o, &n))
             };
             match r {

@@ -12,7 +12,7 @@ use libc::{c_char, c_int, pid_t};
 
 use crate::fds;
 use crate::real;
-use crate::route::{self, Route};
+use crate::route;
 use crate::state::{self, Attached};
 
 /// Set in the environment of a program exec'd by an attached process: the new
@@ -195,33 +195,203 @@ impl Drop for Runnable {
     }
 }
 
-/// A program file in the pool, copied into a memory file (see [`Runnable`]).
-fn runnable_copy(path: *const c_char) -> Option<Runnable> {
-    // SAFETY: execve's path, null or a C string.
-    let p = unsafe { state::cpath(path) }?;
-    let Route::Pool(base, rel) = route::route(libc::AT_FDCWD, p) else {
-        return None;
-    };
-    let a = state::attached()?;
-    let bytes = route::with_base(a, &base, |s| -> lynxfs::Result<Vec<u8>> {
-        let fd = s.open(rel, libc::O_RDONLY | lynxfs::api::FMODE_EXEC, 0)?;
-        let mut all = Vec::new();
-        let mut chunk = vec![0u8; 1 << 20];
-        let r = loop {
-            match s.fs().read(fd, &mut chunk) {
-                Ok(0) => break Ok(all),
-                Ok(n) => all.extend_from_slice(&chunk[..n]),
-                Err(e) => break Err(e),
-            }
+/// How many interpreters a script may go through before ELOOP, as Linux allows
+/// (BINPRM_MAX_RECURSION).
+const MAX_INTERPRETERS: u32 = 4;
+
+/// What the kernel is asked to run for the path an exec was given.
+struct Prepared {
+    /// The file the kernel runs: a host path, or a pool program's copy in memory.
+    path: CString,
+    /// The arguments when they are not the caller's (a script whose interpreter is
+    /// reached through the pool).
+    argv: Option<Vec<CString>>,
+    /// The memory copy `path` names, held open until the exec.
+    _copy: Option<Runnable>,
+}
+
+impl Prepared {
+    /// The arguments for the kernel: these, or the caller's.
+    fn argv_or(&self, caller: *const *const c_char) -> (Vec<*const c_char>, *const *const c_char) {
+        let Some(args) = &self.argv else {
+            return (Vec::new(), caller);
         };
-        let _ = s.fs().close_fd(fd);
-        r
-    })
-    .ok()?;
+        let mut v: Vec<*const c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        v.push(std::ptr::null());
+        let p = v.as_ptr();
+        (v, p)
+    }
+}
+
+/// Where a program's path leads.
+enum Found {
+    /// A host file, by the path the kernel runs it by.
+    Kernel(CString),
+    /// A pool file's contents.
+    Pool(Vec<u8>),
+}
+
+/// Follows `path` into the pool and out of it, as the kernel would follow it (a pool
+/// symlink to a host program, a host path naming the pool's directory): the pool
+/// program's contents, or the host path left. The pool's refusal is an errno.
+fn find(path: &CStr) -> Result<Found, c_int> {
+    let found = std::cell::Cell::new(None);
+    // SAFETY: a C string of the caller's, valid for the call; the kernel's side only
+    // copies the path it is given.
+    let r = unsafe {
+        route::follow(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            |s, rel| {
+                found.set(Some(Found::Pool(read_program(s, rel)?)));
+                Ok(0)
+            },
+            |_, p| {
+                found.set(Some(Found::Kernel(CStr::from_ptr(p).to_owned())));
+                0
+            },
+        )
+    };
+    match found.into_inner() {
+        Some(f) if r == 0 => Ok(f),
+        _ => Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOENT)),
+    }
+}
+
+/// A pool program's contents, opened for execution (its execute permission checked).
+fn read_program(s: &state::Caller, rel: &[u8]) -> lynxfs::Result<Vec<u8>> {
+    let fd = s.open(rel, libc::O_RDONLY | lynxfs::api::FMODE_EXEC, 0)?;
+    let mut all = Vec::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let r = loop {
+        match s.fs().read(fd, &mut chunk) {
+            Ok(0) => break Ok(all),
+            Ok(n) => all.extend_from_slice(&chunk[..n]),
+            Err(e) => break Err(e),
+        }
+    };
+    let _ = s.fs().close_fd(fd);
+    r
+}
+
+/// A script's "#!" line, as Linux reads it: the interpreter and at most one argument
+/// (the rest of the line), within the first 256 bytes.
+fn shebang(file: &[u8]) -> Option<(CString, Option<CString>)> {
+    let head = &file[..file.len().min(256)];
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&c| c == b'\n').unwrap_or(line.len())];
+    let blank = |c: &u8| *c == b' ' || *c == b'\t';
+    let start = line.iter().position(|c| !blank(c))?;
+    let end = line.iter().rposition(|c| !blank(c))? + 1;
+    let line = &line[start..end];
+    let split = line.iter().position(blank).unwrap_or(line.len());
+    let interp = CString::new(&line[..split]).ok()?;
+    let arg = &line[split..];
+    let arg = match arg.iter().position(|c| !blank(c)) {
+        Some(i) => Some(CString::new(&arg[i..]).ok()?),
+        None => None,
+    };
+    Some((interp, arg))
+}
+
+/// The caller's arguments after the program name.
+///
+/// # Safety
+/// `argv` is null or a NULL-terminated array of C strings.
+unsafe fn args_after_name(argv: *const *const c_char) -> Vec<CString> {
+    let mut out = Vec::new();
+    if argv.is_null() {
+        return out;
+    }
+    // SAFETY: a NULL-terminated array, as the contract says; the name is skipped.
+    unsafe {
+        if (*argv).is_null() {
+            return out;
+        }
+        let mut p = argv.add(1);
+        while !(*p).is_null() {
+            out.push(CStr::from_ptr(*p).to_owned());
+            p = p.add(1);
+        }
+    }
+    out
+}
+
+/// What to run for `path` with the caller's `argv`: a host program as the kernel
+/// finds it, a pool program from a copy in memory, and a pool script whose
+/// interpreter is reached through the pool (the kernel could not find it) run by
+/// that interpreter here, with the arguments Linux gives one.
+///
+/// # Safety
+/// `argv` is null or a NULL-terminated array of C strings.
+unsafe fn prepare(path: &CStr, argv: *const *const c_char) -> Result<Prepared, c_int> {
+    let mut path = path.to_owned();
+    let mut args: Option<Vec<CString>> = None;
+    let mut found = find(&path)?;
+    for _ in 0..=MAX_INTERPRETERS {
+        let bytes = match found {
+            Found::Kernel(p) => {
+                return Ok(Prepared {
+                    path: p,
+                    argv: args,
+                    _copy: None,
+                })
+            }
+            Found::Pool(bytes) => bytes,
+        };
+        let via_pool = shebang(&bytes).and_then(|(interp, arg)| match find(&interp) {
+            Ok(Found::Kernel(p)) if p == interp => None,
+            f => Some((interp, arg, f)),
+        });
+        let Some((interp, arg, f)) = via_pool else {
+            let copy = runnable_copy(&bytes)?;
+            return Ok(Prepared {
+                path: copy.path.clone(),
+                argv: args,
+                _copy: Some(copy),
+            });
+        };
+        let rest = match args {
+            Some(a) => a.into_iter().skip(1).collect(),
+            // SAFETY: as this function's contract.
+            None => unsafe { args_after_name(argv) },
+        };
+        let mut next = vec![interp.clone()];
+        next.extend(arg);
+        next.push(path);
+        next.extend(rest);
+        args = Some(next);
+        path = interp;
+        found = f?;
+    }
+    Err(libc::ELOOP)
+}
+
+/// [`prepare`] for a path that may be null (the kernel then answers EFAULT).
+///
+/// # Safety
+/// `path` is null or a C string; `argv` as [`prepare`]'s.
+unsafe fn prepare_for(
+    path: *const c_char,
+    argv: *const *const c_char,
+) -> Result<Option<Prepared>, c_int> {
+    if path.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: a C string, as the contract says.
+    unsafe { prepare(CStr::from_ptr(path), argv) }.map(Some)
+}
+
+/// A pool program's contents in a memory file (see [`Runnable`]).
+fn runnable_copy(bytes: &[u8]) -> Result<Runnable, c_int> {
     // SAFETY: creates a new memory file.
     let m = unsafe { libc::memfd_create(c"lynxfs-exec".as_ptr(), 0) };
     if m < 0 {
-        return None;
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOMEM));
     }
     let copy = Runnable {
         fd: m,
@@ -232,11 +402,11 @@ fn runnable_copy(path: *const c_char) -> Option<Runnable> {
         // SAFETY: writing our own buffer to our own memfd.
         let n = unsafe { real::write(m, bytes[done..].as_ptr().cast(), bytes.len() - done) };
         if n <= 0 {
-            return None;
+            return Err(libc::EIO);
         }
         done += n as usize;
     }
-    Some(copy)
+    Ok(copy)
 }
 
 #[no_mangle]
@@ -247,6 +417,14 @@ pub unsafe extern "C" fn execve(
 ) -> c_int {
     let _inside = crate::guard::Inside::enter();
     let a = state::attached_now();
+    // SAFETY: execve's path and argv, as the caller gave them.
+    let prepared = match unsafe { prepare_for(path, argv) } {
+        Ok(p) => p,
+        Err(e) => {
+            route::set_errno(e);
+            return -1;
+        }
+    };
     let mut released = Vec::new();
     if let Some(a) = a {
         share_all(a);
@@ -257,10 +435,12 @@ pub unsafe extern "C" fn execve(
             }
         }
     }
-    let copy = runnable_copy(path);
-    let target = copy.as_ref().map_or(path, |c| c.path.as_ptr());
+    let target = prepared.as_ref().map_or(path, |p| p.path.as_ptr());
+    let (_args, argv) = prepared
+        .as_ref()
+        .map_or((Vec::new(), argv), |p| p.argv_or(argv));
     let (_keep, env) = environment(envp, a.is_some());
-    // SAFETY: the C library's execve with the caller's argv and a valid environment.
+    // SAFETY: the C library's execve with valid arguments and environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
     // Still here: the exec failed; the descriptions released for it are held again.
     if let Some(a) = a {
@@ -404,8 +584,28 @@ unsafe fn spawn(
 ) -> c_int {
     let _inside = crate::guard::Inside::enter();
     let claimed = claim_for_child();
-    let copy = if search { None } else { runnable_copy(path) };
-    let target = copy.as_ref().map_or(path, |c| c.path.as_ptr());
+    let found = if search { searched(path) } else { None };
+    let (path, search) = match &found {
+        Some(p) => (p.as_ptr(), false),
+        None => (path, search),
+    };
+    let prepared = if search {
+        None
+    } else {
+        // SAFETY: posix_spawn's path and argv (one layout with execve's).
+        match unsafe { prepare_for(path, argv.cast()) } {
+            Ok(p) => p,
+            Err(e) => {
+                release_all(&claimed);
+                return e;
+            }
+        }
+    };
+    let target = prepared.as_ref().map_or(path, |p| p.path.as_ptr());
+    let (_args, argv) = prepared
+        .as_ref()
+        .map_or((Vec::new(), argv.cast()), |p| p.argv_or(argv.cast()));
+    let argv = argv.cast::<*mut c_char>();
     // A spawned program is a new process: no previous image of it to take over.
     let (_keep, env) = environment(envp.cast(), false);
     let env = env.as_ptr().cast::<*mut c_char>();
@@ -421,6 +621,41 @@ unsafe fn spawn(
         release_all(&claimed);
     }
     r
+}
+
+/// The program posix_spawnp runs for `file`, when the search is this library's to
+/// make (the C library's would look in the host directory under the pool's): a path,
+/// or a name looked for on a PATH with a directory of the pool. The first candidate
+/// that is a pool program or an executable host file; `None` leaves the search (and
+/// its error) to the C library.
+fn searched(file: *const c_char) -> Option<CString> {
+    // SAFETY: posix_spawnp's file, null or a C string.
+    let f = unsafe { state::cpath(file) }.filter(|f| !f.is_empty())?;
+    if f.contains(&b'/') {
+        return CString::new(f).ok();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    let path = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+    let dirs: Vec<&[u8]> = path
+        .split(|&c| c == b':')
+        .map(|d| if d.is_empty() { &b"."[..] } else { d })
+        .collect();
+    let in_pool = |p: &[u8]| matches!(route::route(libc::AT_FDCWD, p), route::Route::Pool(..));
+    if !dirs.iter().any(|d| in_pool(d)) {
+        return None;
+    }
+    dirs.iter().find_map(|d| {
+        let full = CString::new([*d, b"/", f].concat()).ok()?;
+        let runs = if in_pool(full.to_bytes()) {
+            find(&full).is_ok()
+        } else {
+            // SAFETY: a C string we own.
+            unsafe {
+                libc::faccessat(libc::AT_FDCWD, full.as_ptr(), libc::X_OK, libc::AT_EACCESS) == 0
+            }
+        };
+        runs.then_some(full)
+    })
 }
 
 /// Before starting a new program in a child: every description with an fd the child
@@ -513,6 +748,7 @@ pub fn detach() {
         unsafe { libc::fflush(std::ptr::null_mut()) };
         let leave = std::thread::Builder::new().spawn(move || {
             let _inside = crate::guard::Inside::enter();
+            super::shared_map::write_back_all(a);
             // The working directory's hold is an open reference too: let it go.
             let root = a.root.read().at(lynxfs::format::ROOT_INO);
             *a.cwd.write() = root;

@@ -31,6 +31,7 @@ impl<B: Backend> Fs<B> {
                 ino: f.ino,
                 flags: f.flags.load(Ordering::Acquire),
                 privileged: f.privileged,
+                in_group: f.in_group,
             };
             let key = self.ns.descriptions.create(d, *pos)?;
             f.desc.store(key, Ordering::Release);
@@ -54,6 +55,7 @@ impl<B: Backend> Fs<B> {
                 handles: AtomicU32::new(1),
                 map: Default::default(),
                 privileged: d.privileged,
+                in_group: d.in_group,
                 atime: Default::default(),
             }))
         })

@@ -45,6 +45,9 @@ struct OpenFile {
     map: crate::data::LocalMap,
     /// Opened by root (CAP_FSETID): its writes keep set-user-ID bits, as on Linux.
     privileged: bool,
+    /// The opener was in the file's group: its writes keep set-group-ID on a file
+    /// that is not group-executable (Linux's `in_group_or_capable`).
+    in_group: bool,
     /// relatime's last answer for this handle (see [`QuietAtime`]).
     atime: QuietAtime,
 }
@@ -255,7 +258,8 @@ impl<B: Backend> Fs<B> {
             may_open_flagged(self.ns.inode_flags(ino), flags)?;
             self.open_ref(ino)?;
             if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
-                if let Err(e) = self.truncate_to_zero(ino) {
+                let in_group = cred.is_root() || cred.in_group(o.gid);
+                if let Err(e) = self.truncate_to_zero(ino, cred.is_root(), in_group) {
                     self.drop_open_ref(ino);
                     return Err(e);
                 }
@@ -268,6 +272,7 @@ impl<B: Backend> Fs<B> {
                 handles: AtomicU32::new(1),
                 map: Default::default(),
                 privileged: cred.is_root(),
+                in_group: cred.is_root() || cred.in_group(o.gid),
                 atime: Default::default(),
             }))
         })
@@ -281,7 +286,8 @@ impl<B: Backend> Fs<B> {
     }
 
     /// O_TRUNC: empty the file (held open by the caller).
-    fn truncate_to_zero(&self, ino: u64) -> Result<()> {
+    fn truncate_to_zero(&self, ino: u64, privileged: bool, in_group: bool) -> Result<()> {
+        self.ns.drop_capability(ino)?;
         let c = self.ns.cachelets.get(ino);
         let _w = c.write(self.ns.watch())?;
         let size = self
@@ -292,6 +298,9 @@ impl<B: Backend> Fs<B> {
         if size > 0 {
             let cache = crate::data::MapCache::new(c.map_version(), 0, None);
             crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &cache)?;
+            if !privileged {
+                self.clear_setid(ino, in_group);
+            }
             self.ns.notices.data(ino, 0, 0);
             Ok(())
         } else {
@@ -448,6 +457,10 @@ impl<B: Backend> Fs<B> {
         if access(f) == libc::O_RDONLY {
             return Err(errno::EBADF);
         }
+        // Refused writes take nothing away (checked again under the lock).
+        self.ns
+            .may_write_data(f.ino, self.flags_of(f)? & libc::O_APPEND != 0)?;
+        self.ns.drop_capability(f.ino)?;
         // For update: readers of the file go on while the new bytes are copied; the
         // lock is held alone only for the commit (the gate below).
         let update = self.ns.cachelets.get(f.ino).update(self.ns.watch())?;
@@ -473,7 +486,7 @@ impl<B: Backend> Fs<B> {
             crate::data::write_at(pool, f.ino, lane, (at, data), &self.map_of(f), &mut gate)
         })?;
         if !f.privileged {
-            self.clear_suid(f.ino);
+            self.clear_setid(f.ino, f.in_group);
         }
         self.ns.notices.data(f.ino, at, n as u64);
         Ok((at, n))
@@ -524,12 +537,13 @@ impl<B: Backend> Fs<B> {
         })
     }
 
-    /// Writing to a file clears its set-user-ID bit (and set-group-ID if group
-    /// executable), as Linux does for writers without CAP_FSETID (not root).
-    fn clear_suid(&self, ino: u64) {
+    /// Writing to a file clears its set-user-ID bit, and set-group-ID if it is group
+    /// executable or the writer is outside its group (`in_group` false), as Linux does
+    /// for writers without CAP_FSETID (not root).
+    fn clear_setid(&self, ino: u64, in_group: bool) {
         let mode = self.ns.mode(ino);
         let mut new = mode & !libc::S_ISUID;
-        if mode & 0o010 != 0 {
+        if mode & 0o010 != 0 || !in_group {
             new &= !libc::S_ISGID;
         }
         if new != mode {
@@ -636,7 +650,7 @@ impl<B: Backend> Fs<B> {
             if access(&f) == libc::O_RDONLY {
                 return Err(errno::EINVAL);
             }
-            self.truncate_ino(f.ino, len, Some(&f.map), f.privileged)
+            self.truncate_ino(f.ino, len, Some(&f.map), (f.privileged, f.in_group))
         })
     }
 
@@ -645,7 +659,7 @@ impl<B: Backend> Fs<B> {
         ino: u64,
         len: u64,
         local: Option<&crate::data::LocalMap>,
-        privileged: bool,
+        (privileged, in_group): (bool, bool),
     ) -> Result<()> {
         if is_dir(self.ns.mode(ino)) {
             return Err(errno::EISDIR);
@@ -654,12 +668,13 @@ impl<B: Backend> Fs<B> {
             return Err(errno::EINVAL);
         }
         self.ns.may_change(ino)?;
+        self.ns.drop_capability(ino)?;
         let c = self.ns.cachelets.get(ino);
         let _w = c.write(self.ns.watch())?;
         let cache = crate::data::MapCache::new(c.map_version(), self.ns.rt.generation(), local);
         crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), len, &cache)?;
         if !privileged {
-            self.clear_suid(ino);
+            self.clear_setid(ino, in_group);
         }
         self.ns.notices.data(ino, 0, 0);
         Ok(())
@@ -670,7 +685,8 @@ impl<B: Backend> Fs<B> {
         self.op(|| {
             self.ns.live(ino)?;
             self.ns.may(ino, cred, perm::W)?;
-            self.truncate_ino(ino, len, None, cred.is_root())
+            let in_group = cred.is_root() || cred.in_group(self.ns.owner(ino).gid);
+            self.truncate_ino(ino, len, None, (cred.is_root(), in_group))
         })
     }
 
@@ -686,6 +702,8 @@ impl<B: Backend> Fs<B> {
             // Append-only files may only grow (plain allocation past the end).
             self.ns
                 .may_write_data(f.ino, mode & !libc::FALLOC_FL_KEEP_SIZE == 0)?;
+            // As a write does (Linux's `file_modified`).
+            self.ns.drop_capability(f.ino)?;
             let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
             // A punch frees space: it may take a block of the reserve to record that.
             let adds = mode & libc::FALLOC_FL_PUNCH_HOLE == 0;
@@ -700,6 +718,9 @@ impl<B: Backend> Fs<B> {
                     &self.map_of(&f),
                 )
             })?;
+            if !f.privileged {
+                self.clear_setid(f.ino, f.in_group);
+            }
             self.ns.notices.data(f.ino, off, len);
             Ok(())
         })

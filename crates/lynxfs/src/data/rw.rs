@@ -19,7 +19,8 @@ use crate::time::now_ns;
 use super::map::{self, MapCache};
 use super::{prealloc, DataMode};
 
-/// The largest file: file block numbers are 32-bit.
+/// The largest file: file block numbers are 32-bit, so (2^32 - 1) blocks, as ext4's
+/// limit with 4 KiB blocks (docs/FORMAT.md).
 pub const MAX_FILE: u64 = (u32::MAX as u64) * BLOCK;
 
 fn size_of<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
@@ -225,7 +226,9 @@ fn next_hole(ext: &[Extent], off: u64) -> u64 {
     }
 }
 
-/// Write `data` at `off`, atomically and durably; returns `data.len()`. The caller
+/// Write `data` at `off`, atomically and durably; returns `data.len()`, or less when
+/// the write would pass [`MAX_FILE`]: cut short there, as Linux's
+/// `generic_write_checks` does (EFBIG for a write starting at or past it). The caller
 /// holds the file's lock for update (no other writer; readers may come and go) and
 /// `gate` makes it hold the lock alone: it is called once the new bytes and map are
 /// prepared where no reader looks, just before the commit (and not at all when the
@@ -241,12 +244,13 @@ pub fn write_at<B: Backend>(
     if data.is_empty() {
         return Ok(0);
     }
-    // Its first change since its create settles it (a no-op after that).
-    pool.settle(ino);
-    let end = off.checked_add(data.len() as u64).ok_or(errno::EFBIG)?;
-    if end > MAX_FILE {
+    if off >= MAX_FILE {
         return Err(errno::EFBIG);
     }
+    let data = &data[..data.len().min((MAX_FILE - off) as usize)];
+    // Its first change since its create settles it (a no-op after that).
+    pool.settle(ino);
+    let end = off + data.len() as u64;
     let size = size_of(pool, ino);
     let m = cache.get(pool, ino)?;
     let first = off / BLOCK;
@@ -839,10 +843,7 @@ pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]
 /// Blocks a file holds: data, tree nodes, xattr blocks, directory log pages.
 pub fn blocks_used<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
     let at = pool.layout.inode_addr(ino);
-    let xattr = match pool.pm.load_u64(at + inode::XATTR) {
-        0 => 0,
-        _ => super::xattr::blocks(pool, ino).len() as u64,
-    };
+    let xattr = super::xattr::block_count(pool, ino);
     let mode = pool.pm.load_u64(at + inode::MODE) as u32;
     let dir_pages = if mode & libc::S_IFMT == libc::S_IFDIR {
         dir_pages(pool, ino).len() as u64

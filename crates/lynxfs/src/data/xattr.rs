@@ -1,13 +1,30 @@
-//! Extended attributes. An inode's xattr word names a head block. When the entries
-//! fit in it, the head holds them all: a u64 count of bytes used, then entries (u8
-//! name length, u16 value length, name, value). A larger set is chained: the head's
-//! first word has bit 63 set and holds the entries' length in its low bits, the words
-//! after it name the continuation blocks, and the entries (u8 name length, u32 value
-//! length, name, value) run through those blocks in order. A change writes a new head
-//! (and continuation blocks) and publishes them with one store of the inode's xattr
-//! word (copy-on-write), then frees the old blocks. A change that also sets other
-//! inode words (an access ACL and the mode kept in step) publishes the xattr word and
-//! those words in one journal transaction ([`store_with`]).
+//! Extended attributes. An inode's xattr word names a head block, in one of three
+//! forms (docs/FORMAT.md):
+//! - **single**: the entries fit in the head: a u64 count of bytes used, then entries
+//!   (u8 name length, u16 value length, name, value). A change rewrites the block
+//!   (copy-on-write: at most 4 KiB).
+//! - **log** (pools with `INCOMPAT_XATTR_LOG`): the head's first word has bit 62 set
+//!   and the log's length in its low bits, the second the set's id, the others name
+//!   index blocks, each naming 512 data blocks that hold the log: entries (u8 name
+//!   length, u32 value length, name, value), a later entry of a name replacing an
+//!   earlier one and a value length of `u32::MAX` removing the name. A change appends
+//!   one entry past the end and publishes it by storing the new length (one 8-byte
+//!   commit), so it costs the entry's bytes whatever the set's size; each process
+//!   keeps an index of the names of the large sets it uses ([`Indexes`]). When the
+//!   dead entries outweigh the live ones (or the log is full), the set is rewritten
+//!   compacted, as a whole-set change is.
+//! - **chained** (written by pools without the log bit): bit 63 set, the entries'
+//!   length in the low bits, the words after it naming up to 511 continuation blocks
+//!   through which the entries (u32 value lengths) run. A change rewrites it whole.
+//!
+//! A whole-set change writes a new head (and its other blocks) and publishes them with
+//! one store of the inode's xattr word (copy-on-write), then frees the old blocks. A
+//! change that also sets other inode words (an access ACL and the mode kept in step)
+//! publishes the xattr word and those words in one journal transaction
+//! ([`store_with`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use crate::error::{errno, Result};
 use crate::format::{inode, Layout, BLOCK};
@@ -21,8 +38,29 @@ pub const SIZE_MAX: usize = 65536;
 const HEADER: usize = 8;
 /// Bit 63 of the head's first word: the entries live in continuation blocks.
 const CHAINED: u64 = 1 << 63;
-/// Continuation blocks one head can name: 511, about 2 MiB of attributes.
+/// Continuation blocks one chained head can name: 511, about 2 MiB of attributes.
 pub const MAX_CHAIN: usize = (BLOCK as usize - HEADER) / 8;
+/// Bit 62 of the head's first word: the set is a log.
+const LOG: u64 = 1 << 62;
+/// A log's length: the head's first word without its form bits.
+const LENGTH: u64 = LOG - 1;
+/// Where a log head's index block pointers start (after the length and the id).
+const LOG_HEADER: usize = 16;
+/// Data block pointers one index block holds.
+const PER_INDEX: u64 = BLOCK / 8;
+/// The longest a log may grow: 8,192 data blocks (32 MiB; 16 index blocks).
+pub const MAX_LOG: u64 = 8192 * BLOCK;
+/// The most one file's attributes may take (each name and value plus 5 bytes): half
+/// the log, so that a full log compacts to at most half of it and the rewrites a
+/// growing log needs stay proportional to what was appended. Beyond it: ENOSPC.
+pub const MAX_LIVE: u64 = MAX_LOG / 2;
+/// A log entry's value length that removes the name.
+const TOMBSTONE: u32 = u32::MAX;
+/// Dead bytes a log of more than a block's worth of live entries keeps before a
+/// compaction is worth its copy.
+const COMPACT_MIN: u64 = 16 * BLOCK;
+/// Large sets whose index one process keeps.
+const INDEXED_SETS: usize = 64;
 
 pub const CREATE: i32 = libc::XATTR_CREATE;
 pub const REPLACE: i32 = libc::XATTR_REPLACE;
@@ -49,6 +87,15 @@ pub fn read_set<B: Backend>(
         .ok_or(format!("xattr pointer {head:#x} is not a data block"))?;
     let raw = pm.read_vec(head, BLOCK as usize);
     let word = u64::from_le_bytes(raw[..8].try_into().expect("8"));
+    if word & CHAINED == 0 && word & LOG != 0 {
+        let log = LogBlocks::load(pm, l, head)?;
+        let stream = log.read(pm, 0, log.len);
+        let attrs = replay(&stream, head)?;
+        return Ok(Stored {
+            blocks: log.all_blocks(l, hb),
+            attrs,
+        });
+    }
     if word & CHAINED == 0 {
         let used = word as usize;
         if used > raw.len() - HEADER {
@@ -60,12 +107,25 @@ pub fn read_set<B: Backend>(
             attrs,
         });
     }
+    let (blocks, stream) = read_chain(pm, l, head, &raw, word)?;
+    let attrs = parse(&stream, 4, head)?;
+    Ok(Stored { blocks, attrs })
+}
+
+/// A chained set's blocks (head first) and entry stream.
+fn read_chain<B: Backend>(
+    pm: &Pm<B>,
+    l: &Layout,
+    head: u64,
+    raw: &[u8],
+    word: u64,
+) -> std::result::Result<(Vec<u64>, Vec<u8>), String> {
     let used = (word & !CHAINED) as usize;
     let n = used.div_ceil(BLOCK as usize);
     if n > MAX_CHAIN {
         return Err(format!("xattr block at {head:#x} claims {used} bytes"));
     }
-    let mut blocks = vec![hb];
+    let mut blocks = vec![l.block_of(head).expect("checked by the caller")];
     let mut stream = Vec::with_capacity(n * BLOCK as usize);
     for i in 0..n {
         let at = HEADER + 8 * i;
@@ -79,8 +139,8 @@ pub fn read_set<B: Backend>(
         blocks.push(b);
         stream.extend_from_slice(&pm.read_vec(next, BLOCK as usize));
     }
-    let attrs = parse(&stream[..used], 4, head)?;
-    Ok(Stored { blocks, attrs })
+    stream.truncate(used);
+    Ok((blocks, stream))
 }
 
 /// Entries packed in `bytes`, each with a `vlen`-byte value length.
@@ -106,14 +166,274 @@ fn parse(bytes: &[u8], vlen: usize, head: u64) -> std::result::Result<Attrs, Str
     Ok(out)
 }
 
-/// The data blocks of `ino`'s attribute set (none when it has none or it is
-/// unreadable).
-pub fn blocks<B: Backend>(pool: &Pool<B>, ino: u64) -> Vec<u64> {
-    let head = pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::XATTR);
-    match head {
-        0 => Vec::new(),
-        h => read_set(&pool.pm, &pool.layout, h).map_or(Vec::new(), |s| s.blocks),
+/// One log entry: its name, and its value's place in the log (`None`: a removal).
+struct LogEntry<'a> {
+    name: &'a [u8],
+    value: Option<(u64, u32)>,
+}
+
+/// The log entries in `bytes`, which start at log offset `base`.
+fn log_entries(
+    bytes: &[u8],
+    base: u64,
+    head: u64,
+) -> std::result::Result<Vec<LogEntry<'_>>, String> {
+    let mut out = Vec::new();
+    let mut p = 0;
+    while p < bytes.len() {
+        let ns = p + 5;
+        if ns > bytes.len() {
+            return Err(format!("xattr log at {head:#x} has a torn entry"));
+        }
+        let nl = bytes[p] as usize;
+        let vl = u32::from_le_bytes(bytes[p + 1..ns].try_into().expect("4"));
+        let vs = ns + nl;
+        let len = if vl == TOMBSTONE { 0 } else { vl as usize };
+        if nl == 0 || (vl != TOMBSTONE && len > SIZE_MAX) || vs + len > bytes.len() {
+            return Err(format!("xattr log at {head:#x} has a bad entry"));
+        }
+        out.push(LogEntry {
+            name: &bytes[ns..vs],
+            value: (vl != TOMBSTONE).then_some((base + vs as u64, vl)),
+        });
+        p = vs + len;
     }
+    Ok(out)
+}
+
+/// The attributes a whole log leaves, in the order their names were first set.
+fn replay(stream: &[u8], head: u64) -> std::result::Result<Attrs, String> {
+    let mut slots: Vec<Option<(Vec<u8>, Vec<u8>)>> = Vec::new();
+    let mut at: HashMap<&[u8], usize> = HashMap::new();
+    for e in log_entries(stream, 0, head)? {
+        let value = e
+            .value
+            .map(|(off, len)| stream[off as usize..off as usize + len as usize].to_vec());
+        match (at.get(e.name), value) {
+            (Some(&i), Some(v)) if slots[i].is_some() => slots[i] = Some((e.name.to_vec(), v)),
+            (Some(&i), None) => slots[i] = None,
+            (_, Some(v)) => {
+                at.insert(e.name, slots.len());
+                slots.push(Some((e.name.to_vec(), v)));
+            }
+            (None, None) => {}
+        }
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+/// Where a log's bytes are: its length, index blocks and data blocks (pool offsets).
+struct LogBlocks {
+    len: u64,
+    index: Vec<u64>,
+    data: Vec<u64>,
+}
+
+impl LogBlocks {
+    /// The blocks of the log headed at `head`, checked: each a data block, none twice.
+    fn load<B: Backend>(
+        pm: &Pm<B>,
+        l: &Layout,
+        head: u64,
+    ) -> std::result::Result<LogBlocks, String> {
+        let len = pm.load_u64(head) & LENGTH;
+        if len > MAX_LOG {
+            return Err(format!("xattr log at {head:#x} claims {len} bytes"));
+        }
+        let n = len.div_ceil(BLOCK);
+        let mut seen = std::collections::HashSet::from([head]);
+        let mut check = |off: u64| {
+            if l.block_of(off).is_none() || !seen.insert(off) {
+                return Err(format!(
+                    "xattr log at {head:#x}: link {off:#x} is not a data block of its own"
+                ));
+            }
+            Ok(off)
+        };
+        let mut index = Vec::new();
+        let mut data = Vec::with_capacity(n as usize);
+        for k in 0..n.div_ceil(PER_INDEX) {
+            let at = pm.load_u64(head + LOG_HEADER as u64 + 8 * k);
+            index.push(check(at)?);
+            let here = (n - k * PER_INDEX).min(PER_INDEX);
+            let words = pm.read_vec(at, 8 * here as usize);
+            for w in words.chunks_exact(8) {
+                data.push(check(u64::from_le_bytes(w.try_into().expect("8")))?);
+            }
+        }
+        Ok(LogBlocks { len, index, data })
+    }
+
+    /// The log's bytes `from..to`.
+    fn read<B: Backend>(&self, pm: &Pm<B>, from: u64, to: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity((to - from) as usize);
+        let mut p = from;
+        while p < to {
+            let (blk, within) = ((p / BLOCK) as usize, p % BLOCK);
+            let n = (BLOCK - within).min(to - p);
+            out.extend_from_slice(&pm.read_vec(self.data[blk] + within, n as usize));
+            p += n;
+        }
+        out
+    }
+
+    /// Every block of the set, as block numbers, head (`hb`) first.
+    fn all_blocks(&self, l: &Layout, hb: u64) -> Vec<u64> {
+        let mut v = vec![hb];
+        for &off in self.index.iter().chain(&self.data) {
+            v.push(l.block_of(off).expect("checked when read"));
+        }
+        v
+    }
+}
+
+/// The name index of one log, as far as this process has read it.
+struct LogIndex {
+    head: u64,
+    id: u64,
+    blocks: LogBlocks,
+    /// Each live name's value: its log offset and length.
+    names: HashMap<Vec<u8>, (u64, u32)>,
+    /// Bytes the live entries take.
+    live: u64,
+}
+
+/// Bytes an entry of a `name_len` name and a `value_len` value takes in a log.
+fn entry_len(name_len: usize, value_len: u64) -> u64 {
+    5 + name_len as u64 + value_len
+}
+
+impl LogIndex {
+    /// Reads the log headed at `head` (id `id`) from its start.
+    fn build<B: Backend>(pm: &Pm<B>, l: &Layout, head: u64, id: u64) -> Result<LogIndex> {
+        let mut idx = LogIndex {
+            head,
+            id,
+            blocks: LogBlocks {
+                len: 0,
+                index: Vec::new(),
+                data: Vec::new(),
+            },
+            names: HashMap::new(),
+            live: 0,
+        };
+        idx.catch_up(pm, l)?;
+        Ok(idx)
+    }
+
+    /// Reads what other processes appended since this index was last brought up to
+    /// date (nothing, usually).
+    fn catch_up<B: Backend>(&mut self, pm: &Pm<B>, l: &Layout) -> Result<()> {
+        let from = self.blocks.len;
+        if pm.load_u64(self.head) & LENGTH == from {
+            return Ok(());
+        }
+        let blocks = LogBlocks::load(pm, l, self.head).map_err(|_| errno::EIO)?;
+        if blocks.len < from {
+            return Err(errno::EIO);
+        }
+        let bytes = blocks.read(pm, from, blocks.len);
+        for e in log_entries(&bytes, from, self.head).map_err(|_| errno::EIO)? {
+            let old = match e.value {
+                Some(v) => self.names.insert(e.name.to_vec(), v),
+                None => self.names.remove(e.name),
+            };
+            if let Some((_, len)) = old {
+                self.live -= entry_len(e.name.len(), u64::from(len));
+            }
+            if let Some((_, len)) = e.value {
+                self.live += entry_len(e.name.len(), u64::from(len));
+            }
+        }
+        self.blocks = blocks;
+        Ok(())
+    }
+
+    fn value<B: Backend>(&self, pm: &Pm<B>, name: &[u8]) -> Option<Vec<u8>> {
+        let &(off, len) = self.names.get(name)?;
+        Some(self.blocks.read(pm, off, off + u64::from(len)))
+    }
+}
+
+/// This process's indexes of large attribute sets (logs), by inode: each is checked
+/// against the inode's xattr word and the log's id and length before use, and brought
+/// up to date with what other processes appended, so a stale one is never believed.
+#[derive(Default)]
+pub struct Indexes(Mutex<HashMap<u64, LogIndex>>);
+
+impl Indexes {
+    /// Runs `f` on the up-to-date index of `ino`'s log headed at `head`.
+    fn with<B: Backend, R>(
+        &self,
+        pool: &Pool<B>,
+        ino: u64,
+        head: u64,
+        f: impl FnOnce(&mut LogIndex) -> Result<R>,
+    ) -> Result<R> {
+        let (pm, l) = (&pool.pm, &pool.layout);
+        let id = pm.load_u64(head + 8);
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = match all.get_mut(&ino) {
+            Some(idx) if idx.head == head && idx.id == id => idx.catch_up(pm, l).is_ok(),
+            _ => false,
+        };
+        if !fresh {
+            all.remove(&ino);
+            if all.len() >= INDEXED_SETS {
+                let victim = *all.keys().next().expect("not empty");
+                all.remove(&victim);
+            }
+            all.insert(ino, LogIndex::build(pm, l, head, id)?);
+        }
+        let idx = all.get_mut(&ino).expect("inserted");
+        f(idx)
+    }
+}
+
+/// The pool offset of `ino`'s head block when its set is a log.
+fn log_head<B: Backend>(pool: &Pool<B>, ino: u64) -> Option<u64> {
+    let head = pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::XATTR);
+    if head == 0 || pool.layout.block_of(head).is_none() {
+        return None;
+    }
+    let word = pool.pm.load_u64(head);
+    (word & CHAINED == 0 && word & LOG != 0).then_some(head)
+}
+
+/// The data blocks of `ino`'s attribute set (none when it has none or it is
+/// unreadable), without reading its entries.
+pub fn blocks<B: Backend>(pool: &Pool<B>, ino: u64) -> Vec<u64> {
+    let (pm, l) = (&pool.pm, &pool.layout);
+    let head = pm.load_u64(l.inode_addr(ino) + inode::XATTR);
+    let Some(hb) = l.block_of(head) else {
+        return Vec::new();
+    };
+    let word = pm.load_u64(head);
+    if word & CHAINED != 0 {
+        let raw = pm.read_vec(head, BLOCK as usize);
+        return read_chain(pm, l, head, &raw, word).map_or(Vec::new(), |(b, _)| b);
+    }
+    if word & LOG != 0 {
+        return LogBlocks::load(pm, l, head).map_or(Vec::new(), |lb| lb.all_blocks(l, hb));
+    }
+    vec![hb]
+}
+
+/// How many blocks `ino`'s attribute set takes, from its head alone (for stat).
+pub fn block_count<B: Backend>(pool: &Pool<B>, ino: u64) -> u64 {
+    let head = pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::XATTR);
+    if head == 0 || pool.layout.block_of(head).is_none() {
+        return 0;
+    }
+    let word = pool.pm.load_u64(head);
+    if word & CHAINED != 0 {
+        return 1 + (word & !CHAINED).div_ceil(BLOCK).min(MAX_CHAIN as u64);
+    }
+    if word & LOG != 0 {
+        let n = (word & LENGTH).min(MAX_LOG).div_ceil(BLOCK);
+        return 1 + n.div_ceil(PER_INDEX) + n;
+    }
+    1
 }
 
 /// All of an inode's attributes.
@@ -140,13 +460,15 @@ fn entries(attrs: &Attrs, vlen: usize) -> Vec<u8> {
 }
 
 /// The head block alone when the set fits in it (and no value needs more than 16
-/// bits of length), else the head's entry stream for continuation blocks.
+/// bits of length), else the entry stream of a log (or, on a pool without logs, of a
+/// chain).
 enum Encoded {
     Single(Vec<u8>),
+    Log(Vec<u8>),
     Chained(Vec<u8>),
 }
 
-fn encode(attrs: &Attrs) -> Result<Encoded> {
+fn encode(attrs: &Attrs, logs: bool) -> Result<Encoded> {
     let fits16 = attrs.iter().all(|(_, v)| v.len() <= u16::MAX as usize);
     if fits16 {
         let e = entries(attrs, 2);
@@ -157,6 +479,12 @@ fn encode(attrs: &Attrs) -> Result<Encoded> {
         }
     }
     let e = entries(attrs, 4);
+    if logs {
+        if e.len() as u64 > MAX_LIVE {
+            return Err(errno::ENOSPC);
+        }
+        return Ok(Encoded::Log(e));
+    }
     if e.len().div_ceil(BLOCK as usize) > MAX_CHAIN {
         return Err(errno::ENOSPC);
     }
@@ -166,7 +494,7 @@ fn encode(attrs: &Attrs) -> Result<Encoded> {
 /// Writes `attrs` (not empty) to new blocks, flushed but not yet fenced or
 /// published; returns the head's pool offset.
 pub fn write_block<B: Backend>(pool: &Pool<B>, lane: u32, attrs: &Attrs) -> Result<u64> {
-    let stream = match encode(attrs)? {
+    let stream = match encode(attrs, pool.xattr_log)? {
         Encoded::Single(bytes) => {
             let head = alloc_blocks(pool, lane, 1)?[0];
             let mut b = pool.pm.batch();
@@ -174,6 +502,7 @@ pub fn write_block<B: Backend>(pool: &Pool<B>, lane: u32, attrs: &Attrs) -> Resu
             b.flushed();
             return Ok(head);
         }
+        Encoded::Log(stream) => return write_log(pool, lane, &stream),
         Encoded::Chained(stream) => stream,
     };
     let n = stream.len().div_ceil(BLOCK as usize);
@@ -189,6 +518,38 @@ pub fn write_block<B: Backend>(pool: &Pool<B>, lane: u32, attrs: &Attrs) -> Resu
     }
     b.flushed();
     Ok(addrs[0])
+}
+
+/// Writes a new log holding `stream` (flushed, not published); its head's offset.
+fn write_log<B: Backend>(pool: &Pool<B>, lane: u32, stream: &[u8]) -> Result<u64> {
+    let n = (stream.len() as u64).div_ceil(BLOCK);
+    let k = n.div_ceil(PER_INDEX);
+    let addrs = alloc_blocks(pool, lane, 1 + k + n)?;
+    let (head, index, data) = (addrs[0], &addrs[1..=k as usize], &addrs[1 + k as usize..]);
+    let mut h = (stream.len() as u64 | LOG).to_le_bytes().to_vec();
+    h.extend_from_slice(&set_id(head).to_le_bytes());
+    for a in index {
+        h.extend_from_slice(&a.to_le_bytes());
+    }
+    let mut b = pool.pm.batch();
+    b.write(head, &h);
+    for (a, ptrs) in index.iter().zip(data.chunks(PER_INDEX as usize)) {
+        let words: Vec<u8> = ptrs.iter().flat_map(|p| p.to_le_bytes()).collect();
+        b.write(*a, &words);
+    }
+    for (a, chunk) in data.iter().zip(stream.chunks(BLOCK as usize)) {
+        b.write(*a, chunk);
+    }
+    b.flushed();
+    Ok(head)
+}
+
+/// An id for a new log headed at `head`, which no earlier log there had: an index
+/// a process kept of an earlier set in a reused head block is then never believed.
+fn set_id(head: u64) -> u64 {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = LAST.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    now_ns() ^ n.rotate_left(48) ^ head.rotate_left(20)
 }
 
 /// `n` fresh blocks' pool offsets.
@@ -264,6 +625,11 @@ fn check_name(name: &[u8]) -> Result<()> {
 
 pub fn get<B: Backend>(pool: &Pool<B>, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
     check_name(name)?;
+    if let Some(head) = log_head(pool, ino) {
+        return pool.xattr_indexes.with(pool, ino, head, |idx| {
+            idx.value(&pool.pm, name).ok_or(errno::ENODATA)
+        });
+    }
     load(pool, ino)?
         .into_iter()
         .find(|(n, _)| n == name)
@@ -283,13 +649,23 @@ pub fn set<B: Backend>(
     value: &[u8],
     flags: i32,
 ) -> Result<()> {
+    if let Some(head) = log_head(pool, ino) {
+        check(name, value, flags)?;
+        return pool.xattr_indexes.with(pool, ino, head, |idx| {
+            match (idx.names.contains_key(name), flags) {
+                (true, f) if f & CREATE != 0 => Err(errno::EEXIST),
+                (false, f) if f & REPLACE != 0 => Err(errno::ENODATA),
+                _ => change_log(pool, ino, lane, idx, name, Some(value)),
+            }
+        });
+    }
     let mut attrs = load(pool, ino)?;
     put(&mut attrs, name, value, flags)?;
     store(pool, ino, lane, &attrs)
 }
 
-/// Sets `name` to `value` in `attrs`, with setxattr's flags and limits.
-pub fn put(attrs: &mut Attrs, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+/// setxattr's checks of the name, value and flags.
+fn check(name: &[u8], value: &[u8], flags: i32) -> Result<()> {
     check_name(name)?;
     if value.len() > SIZE_MAX {
         return Err(errno::E2BIG);
@@ -297,6 +673,12 @@ pub fn put(attrs: &mut Attrs, name: &[u8], value: &[u8], flags: i32) -> Result<(
     if flags & !(CREATE | REPLACE) != 0 {
         return Err(errno::EINVAL);
     }
+    Ok(())
+}
+
+/// Sets `name` to `value` in `attrs`, with setxattr's flags and limits.
+pub fn put(attrs: &mut Attrs, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+    check(name, value, flags)?;
     let pos = attrs.iter().position(|(n, _)| n == name);
     match (pos, flags) {
         (Some(_), f) if f & CREATE != 0 => return Err(errno::EEXIST),
@@ -309,6 +691,14 @@ pub fn put(attrs: &mut Attrs, name: &[u8], value: &[u8], flags: i32) -> Result<(
 
 pub fn remove<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, name: &[u8]) -> Result<()> {
     check_name(name)?;
+    if let Some(head) = log_head(pool, ino) {
+        return pool.xattr_indexes.with(pool, ino, head, |idx| {
+            if !idx.names.contains_key(name) {
+                return Err(errno::ENODATA);
+            }
+            change_log(pool, ino, lane, idx, name, None)
+        });
+    }
     let mut attrs = load(pool, ino)?;
     let pos = attrs
         .iter()
@@ -316,4 +706,122 @@ pub fn remove<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, name: &[u8]) -> R
         .ok_or(errno::ENODATA)?;
     attrs.remove(pos);
     store(pool, ino, lane, &attrs)
+}
+
+/// Sets (`Some`) or removes (`None`) `name` in the log `idx` describes: by appending
+/// one entry, or, when the log would be full or more dead than live, by rewriting
+/// the set compacted. ENOSPC when the file's attributes would pass [`MAX_LIVE`].
+fn change_log<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    idx: &mut LogIndex,
+    name: &[u8],
+    value: Option<&[u8]>,
+) -> Result<()> {
+    let old = idx
+        .names
+        .get(name)
+        .map_or(0, |&(_, len)| entry_len(name.len(), u64::from(len)));
+    let new = value.map_or(0, |v| entry_len(name.len(), v.len() as u64));
+    let live = idx.live - old + new;
+    if live > MAX_LIVE {
+        return Err(errno::ENOSPC);
+    }
+    let end = idx.blocks.len + entry_len(name.len(), value.map_or(0, |v| v.len() as u64));
+    let dead = end - live;
+    // A set small enough for one block is rewritten as one once it is mostly dead:
+    // a bounded copy, and an emptied set gives all its blocks back.
+    if end > MAX_LOG || (dead > live && (dead > COMPACT_MIN || live < BLOCK)) {
+        return compact(pool, ino, lane, idx, name, value);
+    }
+    append(pool, ino, lane, idx, name, value)
+}
+
+/// Rewrites the set of `idx` with `name` set or removed, as a whole-set change.
+fn compact<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    idx: &LogIndex,
+    name: &[u8],
+    value: Option<&[u8]>,
+) -> Result<()> {
+    let stream = idx.blocks.read(&pool.pm, 0, idx.blocks.len);
+    let mut attrs = replay(&stream, idx.head).map_err(|_| errno::EIO)?;
+    attrs.retain(|(n, _)| n != name);
+    if let Some(v) = value {
+        attrs.push((name.to_vec(), v.to_vec()));
+    }
+    store(pool, ino, lane, &attrs)
+}
+
+/// Appends one entry to the log of `idx`: its bytes past the end (in the last data
+/// block's free tail and new blocks, whose pointers go into free index slots), all
+/// flushed, then ctime, one fence; **commit point:** the head's length word. Until
+/// it, nothing the log's length covers has changed.
+fn append<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    idx: &mut LogIndex,
+    name: &[u8],
+    value: Option<&[u8]>,
+) -> Result<()> {
+    let mut entry = vec![name.len() as u8];
+    let vlen = value.map_or(TOMBSTONE, |v| v.len() as u32);
+    entry.extend_from_slice(&vlen.to_le_bytes());
+    entry.extend_from_slice(name);
+    entry.extend_from_slice(value.unwrap_or(&[]));
+    let (start, end) = (idx.blocks.len, idx.blocks.len + entry.len() as u64);
+    let have = idx.blocks.data.len() as u64;
+    let need = end.div_ceil(BLOCK);
+    let new_index = need.div_ceil(PER_INDEX) - have.div_ceil(PER_INDEX);
+    let fresh = if need > have {
+        alloc_blocks(pool, lane, need - have + new_index)?
+    } else {
+        Vec::new()
+    };
+    let (index_blocks, data_blocks) = fresh.split_at(new_index as usize);
+    pool.settle(ino);
+    let mut b = pool.pm.batch();
+    let mut index = idx.blocks.index.clone();
+    for &a in index_blocks {
+        let slot = index.len() as u64;
+        b.write_u64(idx.head + LOG_HEADER as u64 + 8 * slot, a);
+        index.push(a);
+    }
+    let mut data = idx.blocks.data.clone();
+    for &a in data_blocks {
+        let k = data.len() as u64;
+        b.write_u64(index[(k / PER_INDEX) as usize] + 8 * (k % PER_INDEX), a);
+        data.push(a);
+    }
+    let blocks = LogBlocks {
+        len: end,
+        index,
+        data,
+    };
+    let mut p = start;
+    while p < end {
+        let (blk, within) = ((p / BLOCK) as usize, p % BLOCK);
+        let n = (BLOCK - within).min(end - p);
+        let from = (p - start) as usize;
+        b.write(blocks.data[blk] + within, &entry[from..from + n as usize]);
+        p += n;
+    }
+    b.write_u64(pool.layout.inode_addr(ino) + inode::CTIME, now_ns());
+    let ready = b.persist();
+    drop(pool.pm.commit_u64(idx.head, end | LOG, ready));
+    let old = idx.names.remove(name);
+    if let Some((_, len)) = old {
+        idx.live -= entry_len(name.len(), u64::from(len));
+    }
+    if let Some(v) = value {
+        let off = start + 5 + name.len() as u64;
+        idx.names.insert(name.to_vec(), (off, v.len() as u32));
+        idx.live += entry_len(name.len(), v.len() as u64);
+    }
+    idx.blocks = blocks;
+    Ok(())
 }

@@ -8,12 +8,16 @@ pub const MAGIC: [u8; 8] = *b"LYNXFSPM";
 pub const VERSION: u32 = 1;
 /// Feature bits this build understands: an unknown incompat or ro_compat bit refuses
 /// the pool (any open, read-only included, for now).
-pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CWON;
+pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CWON | INCOMPAT_XATTR_LOG;
 /// Incompat bit: creates use consistency without ordering (one fence; every valid
 /// dentry carries a check word, `log::cwon`). A build that does not know it would
 /// write dentries without one, which this pool's recovery drops; so it must refuse.
 /// Pools made before it keep the two-fence create and recovery without checks.
 pub const INCOMPAT_CWON: u32 = 1;
+/// Incompat bit: large attribute sets are logs (`data::xattr`), changed by appending.
+/// A build that does not know it would read a log's replaced and removed entries as
+/// damage. Pools made before it keep chained sets, rewritten whole on each change.
+pub const INCOMPAT_XATTR_LOG: u32 = 2;
 pub const RO_COMPAT_KNOWN: u32 = 0;
 /// Compat bit: the pool's default data mode is `inplace` (docs/CONSISTENCY.md). A build
 /// that does not know it writes in the `atomic` mode, whose promise is the stronger.

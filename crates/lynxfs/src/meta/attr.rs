@@ -34,6 +34,9 @@ pub struct Stat {
     pub rdev: u64,
     pub generation: u64,
     pub blksize: u32,
+    /// The inode flags (`chattr`: `FS_IMMUTABLE_FL`, `FS_APPEND_FL`, `FS_NODUMP_FL`,
+    /// `FS_NOATIME_FL`), which statx reports in `stx_attributes`.
+    pub flags: u32,
 }
 
 /// A time to set: now, or a given instant.
@@ -92,6 +95,7 @@ impl<B: Backend> Namespace<B> {
             rdev: self.load(ino, inode::RDEV),
             generation: self.load(ino, inode::GENERATION),
             blksize: BLOCK as u32,
+            flags: self.inode_flags(ino),
         })
     }
 
@@ -227,6 +231,12 @@ impl<B: Backend> Namespace<B> {
                 self.commit_words(&words)?;
             }
             drop(_g);
+            drop(_xw);
+            // chown takes file capabilities away too (Linux's ATTR_KILL_PRIV), after
+            // the change it was allowed.
+            if (a.uid.is_some() || a.gid.is_some()) && mode & libc::S_IFMT != libc::S_IFDIR {
+                self.drop_capability(ino)?;
+            }
             self.notices.attrs(ino);
             self.getattr(ino)
         })

@@ -21,6 +21,7 @@ pub mod shared;
 mod usage;
 mod xattr;
 pub use evict::Entered;
+pub use xattr::CAPABILITY;
 
 use crate::runtime::lock::MutexGuard;
 use crate::runtime::{Runtime, Watch};

@@ -16,6 +16,9 @@ use super::acl::{self, Acl};
 use super::perm::{self, Cred};
 use super::{is_dir, Namespace};
 
+/// The file capabilities exec grants (`setcap`).
+pub const CAPABILITY: &[u8] = b"security.capability";
+
 fn is_acl(name: &[u8]) -> bool {
     name == acl::ACCESS || name == acl::DEFAULT
 }
@@ -154,6 +157,24 @@ impl<B: Backend> Namespace<B> {
             self.notices.attrs(ino);
             Ok(())
         })
+    }
+
+    /// Removes `security.capability` before a change of `ino`'s data or size, by anyone
+    /// (root too), as Linux's `file_remove_privs` does: a program changed after its
+    /// capabilities were granted must not keep them.
+    pub(crate) fn drop_capability(&self, ino: u64) -> Result<()> {
+        if self.load(ino, inode::XATTR) == 0 {
+            return Ok(());
+        }
+        let _w = self.cachelets.get(ino).write(self.watch())?;
+        match xattr::remove(&self.pool, ino, self.lane(), CAPABILITY) {
+            Ok(()) => {
+                self.notices.attrs(ino);
+                Ok(())
+            }
+            Err(e) if e.errno() == libc::ENODATA => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// removexattr(2); removing an ACL that is not there succeeds, as on ext4.

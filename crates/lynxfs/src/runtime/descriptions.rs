@@ -46,7 +46,7 @@ const KEY: usize = 0;
 /// The generation of the key last made in this slot.
 const GEN: usize = 1;
 const INO: usize = 2;
-/// The open flags (low 32 bits) and [`PRIVILEGED`].
+/// The open flags (low 32 bits), [`PRIVILEGED`] and [`IN_GROUP`].
 const FLAGS: usize = 3;
 const POS: usize = 4;
 /// Word 5 as two 32-bit words: the claims, then the lock.
@@ -56,16 +56,21 @@ const LOCK_U32: usize = 11;
 const RESERVED: u64 = u64::MAX;
 /// In the flags word: the file was opened by root (its writes keep set-user-ID bits).
 pub const PRIVILEGED: u64 = 1 << 32;
+/// In the flags word: the opener was in the file's group (its writes keep set-group-ID
+/// on a file that is not group-executable).
+pub const IN_GROUP: u64 = 1 << 33;
 /// The status flags F_SETFL may change; the others are fixed at open.
 pub const SETTABLE: i32 =
     libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_DIRECT | libc::O_ASYNC;
 
-/// What a description is: the file, its flags and whether root opened it.
+/// What a description is: the file, its flags, whether root opened it and whether
+/// its opener was in the file's group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Described {
     pub ino: u64,
     pub flags: i32,
     pub privileged: bool,
+    pub in_group: bool,
 }
 
 /// The table of shared open file descriptions.
@@ -113,7 +118,11 @@ impl Descriptions {
         s[GEN].store(gen, Ordering::Relaxed);
         s[INO].store(d.ino, Ordering::Relaxed);
         let privileged = if d.privileged { PRIVILEGED } else { 0 };
-        s[FLAGS].store(u64::from(d.flags as u32) | privileged, Ordering::Relaxed);
+        let in_group = if d.in_group { IN_GROUP } else { 0 };
+        s[FLAGS].store(
+            u64::from(d.flags as u32) | privileged | in_group,
+            Ordering::Relaxed,
+        );
         s[POS].store(pos, Ordering::Relaxed);
         self.claims(index).store(1, Ordering::Relaxed);
         let key = gen << INDEX_BITS | index as u64;
@@ -304,6 +313,7 @@ fn described(s: &[AtomicU64]) -> Described {
         ino: s[INO].load(Ordering::Relaxed),
         flags: f as u32 as i32,
         privileged: f & PRIVILEGED != 0,
+        in_group: f & IN_GROUP != 0,
     }
 }
 
@@ -321,6 +331,7 @@ mod tests {
             ino,
             flags: libc::O_RDWR,
             privileged: false,
+            in_group: false,
         }
     }
 
@@ -357,6 +368,7 @@ mod tests {
                     ino: 3,
                     flags: libc::O_WRONLY,
                     privileged: true,
+                    in_group: true,
                 },
                 0,
             )
@@ -365,6 +377,7 @@ mod tests {
             .unwrap();
         assert_eq!(t.flags(k).unwrap(), libc::O_WRONLY | libc::O_APPEND);
         assert!(t.get(k, &Alone).unwrap().privileged);
+        assert!(t.get(k, &Alone).unwrap().in_group);
         t.set_flags(k, 0).unwrap();
         assert_eq!(t.flags(k).unwrap(), libc::O_WRONLY);
     }

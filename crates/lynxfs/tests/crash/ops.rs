@@ -428,10 +428,24 @@ pub fn all_ops() -> Vec<Op> {
             c.s().setxattr("/d1", format!("user.d{i}"), b"v", 0)
         }),
         op("removexattr", |c, _| c.s().removexattr("/x", "user.a")),
-        // A chained set: its head and continuation blocks are replaced at once.
+        // A large set (a log): one entry appended.
         op("setxattr-chained", |c, i| {
             c.s()
                 .setxattr("/xa", format!("user.c{i}"), &pattern(300, 40), 0)
+        }),
+        // A log's replacement and removal: one appended entry each (issue 30, item 11).
+        op("setxattr-log-replace", |c, _| {
+            c.s()
+                .setxattr("/xa", "user.m007", &pattern(33, 9), libc::XATTR_REPLACE)
+        }),
+        op("removexattr-log", |c, _| {
+            c.s().removexattr("/xa", "user.m042")
+        }),
+        // An entry that crosses into a new data block (whose pointer goes into the
+        // index block past the log's end).
+        op("setxattr-log-new-block", |c, i| {
+            c.s()
+                .setxattr("/xa", format!("user.b{i}"), &pattern(4000, 41), 0)
         }),
         // A single-block set becomes chained: a value at Linux's 64 KiB limit.
         op("setxattr-64k", |c, i| {
