@@ -41,10 +41,10 @@ pub fn statvfs(s: &StatFs) -> libc::statvfs {
     v.f_frsize = s.block_size;
     v.f_blocks = s.blocks;
     v.f_bfree = s.blocks_free;
-    v.f_bavail = s.blocks_free;
+    v.f_bavail = s.blocks_avail;
     v.f_files = s.files;
     v.f_ffree = s.files_free;
-    v.f_favail = s.files_free;
+    v.f_favail = s.files_avail;
     v.f_namemax = s.name_max;
     v
 }

@@ -174,6 +174,7 @@ static void paths(lynxfs_t *fs) {
     struct statvfs sv;
     expect("statfs", lynxfs_statfs(fs, &sv), 0);
     expect("statfs has blocks", sv.f_blocks > 0 && sv.f_bfree <= sv.f_blocks, 1);
+    expect("statfs holds root's reserve back", sv.f_bavail < sv.f_bfree, 1);
     expect("rmdir of a full directory", lynxfs_rmdir(fs, "/d"), -ENOTEMPTY);
     expect("unlink /d/b", lynxfs_unlink(fs, "/d/b"), 0);
     expect("rmdir", lynxfs_rmdir(fs, "/d"), 0);

@@ -74,6 +74,13 @@ fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
     println!("NUMA nodes:       {}", sb.geo.nodes);
     println!("data mode:        {}", pool.data_mode());
     println!(
+        "reserved:         {}% for root ({} blocks, {} inodes, {} dentries; mkfs --reserved)",
+        sb.reserved_percent,
+        pool.alloc.blocks.reserved(),
+        pool.alloc.inodes.reserved(),
+        pool.alloc.dentries.reserved()
+    );
+    println!(
         "mapping:          {}",
         if dax {
             "MAP_SHARED_VALIDATE|MAP_SYNC (DAX)"

@@ -70,6 +70,11 @@ enum Cmd {
         /// mke2fs's root_owner.
         #[arg(long, value_name = "UID:GID", value_parser = mkfs::parse_owner)]
         root_owner: Option<(u32, u32)>,
+        /// Percent of the blocks, inodes and dentries held back for root, 0 to 50, as
+        /// ext4's reserved blocks: when users have filled the pool, root can still
+        /// write (df shows the rest as available).
+        #[arg(long, value_name = "PERCENT", default_value_t = lynxfs::pool::DEFAULT_RESERVED_PERCENT)]
+        reserved: u32,
         /// Pool file or block device.
         pool: PathBuf,
     },
@@ -234,6 +239,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             backend,
             data,
             root_owner,
+            reserved,
             pool,
         } => {
             mkfs::run(&mkfs::Request {
@@ -246,6 +252,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 backend,
                 data,
                 root_owner,
+                reserved,
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use lynxfs::format::layout::MAX_LANES;
+use lynxfs::format::superblock::MAX_RESERVED_PERCENT;
 use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
 use lynxfs::{MkfsOptions, Pool};
 
@@ -24,6 +25,8 @@ pub struct Request<'a> {
     pub data: lynxfs::DataMode,
     /// Owner of the root directory; default: the caller.
     pub root_owner: Option<(u32, u32)>,
+    /// Percent held back for root.
+    pub reserved: u32,
 }
 
 /// `UID:GID`, both numeric, for `--root-owner`.
@@ -52,6 +55,13 @@ pub fn run(r: &Request<'_>) -> Result<()> {
         }
         opts.lanes = l;
     }
+    if r.reserved > MAX_RESERVED_PERCENT {
+        bail!(
+            "--reserved {}: must be 0 to {MAX_RESERVED_PERCENT} (percent)",
+            r.reserved
+        );
+    }
+    opts.reserved_percent = r.reserved;
     opts.inodes = r.inodes;
     opts.force = r.force;
     opts.data = r.data;

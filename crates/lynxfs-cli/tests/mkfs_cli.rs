@@ -548,3 +548,43 @@ fn lanes_out_of_range_are_refused_and_info_says_the_backend_is_not_recorded() {
     assert!(out.contains("lanes:            3\n"), "{out}");
     assert!(out.contains("not recorded in the pool"), "{out}");
 }
+
+/// `mkfs --reserved`: a share held back for root, 5% unless asked, 0 for none, shown
+/// by `info`; a share out of 0..=50 is refused and makes no pool.
+#[test]
+fn mkfs_reserved_is_what_info_reports_and_out_of_range_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, want) in [(&[][..], "5%"), (&["--reserved", "0"][..], "0%")] {
+        let pool = dir.path().join(want);
+        let mut all = vec!["mkfs", "--size", "8M", "--lanes", "2"];
+        all.extend_from_slice(args);
+        all.push(s(&pool));
+        let o = lynxfs(&all);
+        assert!(o.status.success(), "mkfs: {}", o.stderr);
+        let o = lynxfs(&["info", s(&pool)]);
+        assert!(o.status.success(), "info: {}", o.stderr);
+        let line = o.stdout.lines().find(|l| l.starts_with("reserved:"));
+        let line = line.unwrap_or_else(|| panic!("no reserve in {}", o.stdout));
+        assert_eq!(line.split_whitespace().nth(1), Some(want), "{line}");
+        if want == "0%" {
+            assert!(line.contains("(0 blocks, 0 inodes, 0 dentries"), "{line}");
+        } else {
+            assert!(!line.contains("(0 blocks"), "{line}");
+        }
+    }
+    let bad = dir.path().join("bad");
+    for pct in ["51", "-1", "five"] {
+        let o = lynxfs(&[
+            "mkfs",
+            "--size",
+            "8M",
+            &format!("--reserved={pct}"),
+            s(&bad),
+        ]);
+        assert!(!o.status.success(), "--reserved {pct}");
+        assert!(o.stderr.contains("--reserved"), "{pct}: {}", o.stderr);
+        assert!(!bad.exists(), "--reserved {pct} made a pool");
+    }
+    let o = lynxfs(&["mkfs", "--size", "8M", "--reserved", "51", s(&bad)]);
+    assert!(o.stderr.contains("must be 0 to 50"), "{}", o.stderr);
+}

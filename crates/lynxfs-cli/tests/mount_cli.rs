@@ -328,9 +328,16 @@ struct Daemon {
 impl Daemon {
     /// Starts the daemon and waits for the mount to appear.
     fn start(pool: &Path, mnt: &Path, logdir: &Path) -> Daemon {
+        Self::start_with(pool, mnt, logdir, &[])
+    }
+
+    /// [`Daemon::start`] with mount options `opts` (`-o` and its list, say).
+    fn start_with(pool: &Path, mnt: &Path, logdir: &Path, opts: &[&str]) -> Daemon {
         let log = logdir.join(format!("daemon-{}.log", std::process::id()));
         let child = Command::new(BIN)
-            .args([p("mount"), p("-f"), pool, mnt])
+            .args([p("mount"), p("-f")])
+            .args(opts)
+            .args([pool, mnt])
             .stdin(Stdio::null())
             .stderr(File::create(&log).unwrap())
             .spawn()
@@ -1181,4 +1188,92 @@ fn errors_say_their_cause_once_and_a_dead_mount_says_how_to_recover() {
         "umount of the dead mount: {}",
         stderr(&o)
     );
+}
+
+/// `statvfs(2)` of `path`.
+fn statvfs(path: &Path) -> libc::statvfs {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: all zeros is a valid statvfs (plain integers), filled in by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs to write to, both live for the call.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0, "statvfs");
+    st
+}
+
+/// `sh -c SCRIPT` as uid/gid `id`, bounded.
+fn sh_as(id: u32, script: &str) -> Output {
+    use std::os::unix::process::CommandExt;
+    output_within(
+        Command::new("sh").args(["-c", script]).uid(id).gid(id),
+        COMMAND_LIMIT,
+    )
+}
+
+/// The reserve mkfs holds back for root (5% by default) through a mount, with and
+/// without the writeback cache (whose write-only opens the daemon makes read-write): a
+/// user who fills the pool stops at it, df counts it free but not available, and root
+/// can still create a file and write a block.
+#[test]
+fn a_user_fills_the_mount_and_root_still_writes() {
+    let _w = bound("a_user_fills_the_mount_and_root_still_writes");
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    for options in ["allow_other", "allow_other,writeback"] {
+        user_fills_and_root_writes(options);
+    }
+}
+
+fn user_fills_and_root_writes(options: &str) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    let o = run(&[p("mkfs"), p("--size"), p("8M"), p("--lanes"), p("2"), &pool]);
+    assert!(o.status.success(), "mkfs: {}", stderr(&o));
+    let mnt = tempfile::tempdir().unwrap();
+    let mnt = mnt.path().canonicalize().unwrap();
+    let mut d = Daemon::start_with(&pool, &mnt, dir.path(), &["-o", options]);
+    let shared = mnt.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let st = statvfs(&mnt);
+    assert!(
+        st.f_bavail < st.f_bfree,
+        "{options}: df of a new pool: {st:?}"
+    );
+    // More than the pool holds (through an open of a file that exists, which the
+    // writeback cache makes read-write), then empty files until names or inodes run
+    // out.
+    let sh = shared.display();
+    sh_as(
+        1000,
+        &format!(
+            ": > {sh}/big; dd if=/dev/zero of={sh}/big bs=64k count=200 conv=fsync 2>/dev/null; \
+             i=0; while [ $i -lt 5000 ] && : > {sh}/f$i 2>/dev/null; do i=$((i+1)); done"
+        ),
+    );
+    let st = statvfs(&mnt);
+    assert!(
+        st.f_bfree > 0 && st.f_bavail < st.f_bfree,
+        "{options}: df: {st:?}"
+    );
+    assert!(
+        st.f_bavail <= st.f_blocks / 100,
+        "{options}: the user filled it: {st:?}"
+    );
+    let o = sh_as(1000, &format!(": > {sh}/one-more"));
+    assert!(
+        !o.status.success(),
+        "{options}: the user got past the reserve"
+    );
+    let o = sh_as(
+        0,
+        &format!("dd if=/dev/zero of={sh}/root bs=4096 count=1 conv=fsync"),
+    );
+    assert!(
+        o.status.success(),
+        "{options}: root's write: {}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::metadata(shared.join("root")).unwrap().len(), 4096);
+    d.signal(libc::SIGHUP);
+    let st = d.wait();
+    assert!(st.success(), "{options}: exited with {st}: {}", d.log());
 }

@@ -501,7 +501,9 @@ impl<B: Backend> LynxFuse<B> {
 
     /// Opens the engine handle for an OPEN as the caller. A write-only open that the
     /// writeback cache turned read-write is checked for what the caller asked
-    /// (write permission), then opened as root: the caller may lack read permission.
+    /// (write permission), then opened unchecked (as if just created): the caller may
+    /// lack read permission. It stays the caller's handle, so its writes keep to the
+    /// caller's share of the pool (not root's reserve).
     fn open_engine(&self, req: &Request, ino: u64, flags: i32, created: bool) -> Res<lynxfs::Fd> {
         let engine = self.engine_flags(flags);
         if engine & libc::O_ACCMODE == flags & libc::O_ACCMODE {
@@ -510,9 +512,7 @@ impl<B: Backend> LynxFuse<B> {
         if !created {
             self.as_caller(req, |c| self.check_perm(ino, c, perm::W))?;
         }
-        self.fs
-            .open_ino(ino, engine, &Cred::root(), created)
-            .map_err(|e| errno(&e))
+        self.as_caller(req, |c| self.fs.open_ino(ino, engine, c, true))
     }
 
     /// How an open file's cached pages are treated: dropped at every open, as FUSE
@@ -1532,7 +1532,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         reply.statfs(
             s.blocks,
             s.blocks_free,
-            s.blocks_free,
+            s.blocks_avail,
             s.files,
             s.files_free,
             bsize,

@@ -179,7 +179,8 @@ pub fn repair_with_progress<B: Backend>(
     let (used, rep) = recover(&pool.pm, &pool.layout, pool.cwon, progress)?;
     out.recovery_problems.extend(rep.problems.iter().cloned());
     out.recovery = rep;
-    pool.alloc = Allocators::from_used(&pool.layout, &used);
+    pool.alloc = Allocators::from_used(&pool.layout, &used)
+        .with_reserve(&pool.layout, pool.superblock().reserved_percent);
     Ok(out)
 }
 

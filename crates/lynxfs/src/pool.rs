@@ -15,7 +15,7 @@ use crate::alloc::{Allocators, UsedSets};
 use crate::data::DataMode;
 use crate::error::{Error, Result};
 use crate::format::superblock::{
-    SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_XATTR_LOG, SB_LEN,
+    SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_XATTR_LOG, MAX_RESERVED_PERCENT, SB_LEN,
 };
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
@@ -46,7 +46,13 @@ pub struct MkfsOptions {
     /// count, or one node when `lanes` cannot be split evenly among them (the default
     /// lane count can: it is rounded up to a multiple).
     pub nodes: Option<u32>,
+    /// Percent of the blocks, inodes and dentries held back for root (0 to
+    /// [`MAX_RESERVED_PERCENT`]), as ext4's reserved blocks.
+    pub reserved_percent: u32,
 }
+
+/// The reserve a new pool holds back for root, as ext4's.
+pub const DEFAULT_RESERVED_PERCENT: u32 = 5;
 
 impl MkfsOptions {
     pub fn new(size: u64) -> Self {
@@ -59,6 +65,7 @@ impl MkfsOptions {
             force: false,
             root_owner: (file::caller_uid(), file::caller_gid()),
             data: DataMode::Atomic,
+            reserved_percent: DEFAULT_RESERVED_PERCENT,
         }
     }
     /// The node count: the one asked for, else the machine's if the lanes split evenly
@@ -75,6 +82,12 @@ impl MkfsOptions {
     }
 
     fn geometry(&self) -> Result<Layout> {
+        if self.reserved_percent > MAX_RESERVED_PERCENT {
+            return Err(Error::Invalid(format!(
+                "a reserve of {}%: it must be 0 to {MAX_RESERVED_PERCENT}%",
+                self.reserved_percent
+            )));
+        }
         let geo = Geometry::for_size(self.size, self.lanes, self.inodes);
         let nodes = self.nodes(geo.lanes);
         let max = crate::format::layout::MAX_NODES;
@@ -196,7 +209,7 @@ impl<B: Backend> Pool<B> {
         };
         let staged = file::Staged::create(path, opts.size)?;
         let pm = Pm::new(Mapping::map_file(staged.file(), len, path)?, backend);
-        format(&pm, layout, opts.root_owner, opts.data);
+        format(&pm, layout, opts);
         drop(pm);
         // `replace` (the old file, locked) is held until the new pool has taken its place.
         staged.commit(replace.is_some())
@@ -218,7 +231,7 @@ impl<B: Backend> Pool<B> {
     pub fn create_in_memory(opts: &MkfsOptions, backend: B) -> Result<Pool<B>> {
         let layout = opts.geometry()?;
         let pm = Pm::new(Mapping::anonymous(opts.size as usize)?, backend);
-        format(&pm, layout, opts.root_owner, opts.data);
+        format(&pm, layout, opts);
         let path = Path::new("<memory>");
         let sb = pick_superblock(path, pm.len(), |off, buf| pm.read(off, buf))?;
         Self::start(pm, sb, path, None, Access::ReadWrite, &Quiet)
@@ -372,6 +385,7 @@ impl<B: Backend> Pool<B> {
         };
         let was_clean = sb.clean;
         let first = runtime.as_ref().is_none_or(|a| a.first());
+        let reserve = sb.reserved_percent;
         let (alloc, recovery) = if first {
             let (used, recovery) = if was_clean {
                 (load_state(&pm, &layout), None)
@@ -391,6 +405,7 @@ impl<B: Backend> Pool<B> {
         } else {
             (Allocators::attach(alloc_span.clone(), &layout), None)
         };
+        let alloc = alloc.with_reserve(&layout, reserve);
         if let Some(a) = &runtime {
             a.publish()?;
         }
@@ -570,13 +585,14 @@ fn mkfs_device<B: Backend>(
     }
     let pm = Pm::new(Mapping::map_file(dev, opts.size as usize, path)?, backend);
     zero_metadata(&pm, &layout, progress);
-    format(&pm, layout, opts.root_owner, opts.data);
+    format(&pm, layout, opts);
     Ok(())
 }
 
 /// Write a new, empty pool: the root directory (owned by `root_owner`), the saved
 /// allocator state, and the superblocks last.
-fn format<B: Backend>(pm: &Pm<B>, layout: Layout, (uid, gid): (u32, u32), data: DataMode) {
+fn format<B: Backend>(pm: &Pm<B>, layout: Layout, opts: &MkfsOptions) {
+    let (uid, gid) = opts.root_owner;
     let now = now_ns();
     let root = inode::InodeImage {
         ino: ROOT_INO,
@@ -597,9 +613,10 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout, (uid, gid): (u32, u32), data: 
     save_state(pm, &layout, &UsedSets::empty(&layout));
     let mut sb = Superblock::new(layout, uuid(), now);
     sb.incompat |= INCOMPAT_CWON | INCOMPAT_XATTR_LOG;
-    if data == DataMode::Inplace {
+    if opts.data == DataMode::Inplace {
         sb.compat |= COMPAT_DATA_INPLACE;
     }
+    sb.set_reserve(opts.reserved_percent);
     write_superblock(pm, &sb);
     sb.generation += 1;
     write_superblock(pm, &sb);
@@ -875,12 +892,13 @@ mod tests {
     /// zeroed and fenced before the new superblocks are written.
     #[test]
     fn a_device_loses_its_old_superblocks_first_and_gets_new_ones_last() {
-        let layout = MkfsOptions::new(8 << 20).geometry().unwrap();
+        let opts = MkfsOptions::new(8 << 20);
+        let layout = opts.geometry().unwrap();
         let rec = RecordingBackend::new();
         let pm = Pm::new(Mapping::anonymous(8 << 20).unwrap(), rec.clone());
         zero_metadata(&pm, &layout, &Quiet);
         let zeroing = rec.take();
-        format(&pm, layout, (0, 0), DataMode::Atomic);
+        format(&pm, layout, &opts);
         let formatting = rec.take();
 
         let first_fence = zeroing.iter().position(|e| matches!(e, Event::Fence));

@@ -734,7 +734,12 @@ fn data_mode_is_kept_by_the_pool_and_overridden_per_open() {
     Pool::mkfs(&p, &opts(8 << 20), PmemBackend::default()).unwrap();
     let pool = open(&p).unwrap();
     assert_eq!(pool.data_mode(), lynxfs::DataMode::Atomic);
-    assert_eq!(pool.superblock().compat, 0, "older pools carry no bit");
+    let data_bit = lynxfs::format::superblock::COMPAT_DATA_INPLACE;
+    assert_eq!(
+        pool.superblock().compat & data_bit,
+        0,
+        "older pools carry no bit"
+    );
     drop(pool);
     let q = dir.path().join("inplace");
     let mut o = opts(8 << 20);

@@ -315,7 +315,7 @@ fn statfs64_of(s: &lynxfs::StatFs) -> libc::statfs64 {
     f.f_frsize = s.block_size as i64;
     f.f_blocks = s.blocks;
     f.f_bfree = s.blocks_free;
-    f.f_bavail = s.blocks_free;
+    f.f_bavail = s.blocks_avail;
     f.f_files = s.files;
     f.f_ffree = s.files_free;
     f.f_namelen = s.name_max as i64;
@@ -329,10 +329,10 @@ fn statvfs64_of(s: &lynxfs::StatFs) -> libc::statvfs64 {
     f.f_frsize = s.block_size;
     f.f_blocks = s.blocks;
     f.f_bfree = s.blocks_free;
-    f.f_bavail = s.blocks_free;
+    f.f_bavail = s.blocks_avail;
     f.f_files = s.files;
     f.f_ffree = s.files_free;
-    f.f_favail = s.files_free;
+    f.f_favail = s.files_avail;
     f.f_namemax = s.name_max;
     f
 }

@@ -24,6 +24,8 @@ pub struct BlockAlloc {
     bits: LaneBits,
     /// NUMA nodes the lanes are spread over (a divisor of their count).
     nodes: u32,
+    /// Free blocks only root may take (the reserve; 0: none).
+    floor: u64,
 }
 
 /// A run of data blocks `[start, start+len)`.
@@ -49,7 +51,12 @@ impl BlockAlloc {
     ) -> BlockAlloc {
         let per = Self::per(&ranges);
         let bits = LaneBits::build(span.sub(HEAD, span.bytes() - HEAD), ranges, per, used);
-        let me = BlockAlloc { span, bits, nodes };
+        let me = BlockAlloc {
+            span,
+            bits,
+            nodes,
+            floor: 0,
+        };
         me.counter().store(me.bits.free_total(), Ordering::Release);
         me
     }
@@ -58,7 +65,21 @@ impl BlockAlloc {
     pub(super) fn attach(span: Span, ranges: Vec<Range<u64>>, nodes: u32) -> BlockAlloc {
         let per = Self::per(&ranges);
         let bits = LaneBits::attach(span.sub(HEAD, span.bytes() - HEAD), ranges, per);
-        BlockAlloc { span, bits, nodes }
+        BlockAlloc {
+            span,
+            bits,
+            nodes,
+            floor: 0,
+        }
+    }
+
+    pub(super) fn set_floor(&mut self, floor: u64) {
+        self.floor = floor;
+    }
+
+    /// Blocks held back for root.
+    pub fn reserved(&self) -> u64 {
+        self.floor
     }
 
     fn counter(&self) -> &AtomicU64 {
@@ -66,13 +87,17 @@ impl BlockAlloc {
     }
 
     fn reserve(&self, n: u64) -> bool {
+        let floor = super::reserve::floor(self.floor);
         self.counter()
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| f.checked_sub(n))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+                f.checked_sub(n).filter(|&left| left >= floor)
+            })
             .is_ok()
     }
 
     /// `n` blocks, in as few runs as a first fit finds, starting in `lane` (and its
-    /// node); `None` (and nothing taken) when fewer than `n` blocks are free.
+    /// node); `None` (and nothing taken) when fewer than `n` blocks are free, or
+    /// taking them would cut into a reserve this thread's caller may not use.
     pub fn alloc(&self, lane: u32, n: u64) -> Option<Vec<Run>> {
         if n == 0 {
             return Some(Vec::new());

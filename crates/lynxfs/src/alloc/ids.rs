@@ -13,6 +13,10 @@ pub struct IdPool {
     bits: LaneBits,
     /// NUMA nodes the lanes are spread over (a divisor of their count).
     nodes: u32,
+    /// Free ids per lane only root may take (the reserve; 0: none). Per lane, so the
+    /// check reads only the lane's own count: racing takers may dip below it by one
+    /// id each, as ext4's per-CPU counters let its reserve be dipped into.
+    lane_floor: u64,
 }
 
 impl IdPool {
@@ -42,6 +46,7 @@ impl IdPool {
         IdPool {
             bits: LaneBits::build(span, owned, per_lane, used),
             nodes,
+            lane_floor: 0,
         }
     }
 
@@ -56,20 +61,36 @@ impl IdPool {
         IdPool {
             bits: LaneBits::attach(span, owned, per_lane),
             nodes,
+            lane_floor: 0,
         }
     }
 
+    pub(super) fn set_lane_floor(&mut self, floor: u64) {
+        self.lane_floor = floor;
+    }
+
+    /// Ids held back for root, in all.
+    pub fn reserved(&self) -> u64 {
+        self.lane_floor * self.bits.lanes() as u64
+    }
+
     /// An id, preferably from `lane`, else from another lane of its node, else from
-    /// another node's; `None` when every lane is empty.
+    /// another node's; `None` when every lane is empty (or down to the reserve, for a
+    /// caller that may not use it).
     pub fn alloc(&self, lane: u32) -> Option<u64> {
         let n = self.bits.lanes() as u32;
         let order = || super::lane::order(lane, n, self.nodes);
+        let floor = super::reserve::floor(self.lane_floor) as i64;
         // First the lanes whose counts say they have ids; then, in case a count is off
-        // (a process died mid-update), every lane.
+        // (a process died mid-update), every lane, but only for one who may empty them.
         order()
-            .filter(|&l| self.bits.lane_free(l) > 0)
+            .filter(|&l| self.bits.lane_free(l) > floor)
             .find_map(|l| self.bits.take_one(l))
-            .or_else(|| order().find_map(|l| self.bits.take_one(l)))
+            .or_else(|| {
+                (floor == 0)
+                    .then(|| order().find_map(|l| self.bits.take_one(l)))
+                    .flatten()
+            })
     }
 
     /// Take a specific id (recovery and tests); false if it is not free.

@@ -7,9 +7,11 @@ mod bitmap;
 mod blocks;
 mod ids;
 pub mod lane;
+mod reserve;
 
 pub use blocks::{BlockAlloc, Run};
 pub use ids::{bit, IdPool};
+pub use reserve::within_reserve_of;
 
 use std::ops::Range;
 
@@ -175,6 +177,16 @@ impl Allocators {
                 }
             })
             .collect()
+    }
+
+    /// Hold `percent` of the blocks, inodes and dentries back from callers that may
+    /// not use the reserve (see [`within_reserve_of`]).
+    pub fn with_reserve(mut self, l: &Layout, percent: u32) -> Allocators {
+        let share = |n: u64| n * percent as u64 / 100;
+        self.blocks.set_floor(share(l.data_blocks));
+        self.inodes.set_lane_floor(share(l.geo.inodes_per_lane));
+        self.dentries.set_lane_floor(share(l.geo.dentries_per_lane));
+        self
     }
 
     pub fn used_sets(&self) -> UsedSets {

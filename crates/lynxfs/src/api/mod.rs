@@ -495,7 +495,9 @@ impl<B: Backend> Fs<B> {
             Ok(())
         };
         let lane = self.ns.lane();
-        let n = crate::data::write_at(pool, f.ino, lane, (at, data), &self.map_of(f), &mut gate)?;
+        let n = crate::alloc::within_reserve_of(f.privileged, || {
+            crate::data::write_at(pool, f.ino, lane, (at, data), &self.map_of(f), &mut gate)
+        })?;
         if !f.privileged {
             self.clear_setid(f.ino, f.in_group);
         }
@@ -716,15 +718,19 @@ impl<B: Backend> Fs<B> {
             // As a write does (Linux's `file_modified`).
             self.ns.drop_capability(f.ino)?;
             let _w = self.ns.cachelets.get(f.ino).write(self.ns.watch())?;
-            crate::data::fallocate(
-                &self.ns.pool,
-                f.ino,
-                self.ns.lane(),
-                mode,
-                off,
-                len,
-                &self.map_of(&f),
-            )?;
+            // A punch frees space: it may take a block of the reserve to record that.
+            let adds = mode & libc::FALLOC_FL_PUNCH_HOLE == 0;
+            crate::alloc::within_reserve_of(f.privileged || !adds, || {
+                crate::data::fallocate(
+                    &self.ns.pool,
+                    f.ino,
+                    self.ns.lane(),
+                    mode,
+                    off,
+                    len,
+                    &self.map_of(&f),
+                )
+            })?;
             if !f.privileged {
                 self.clear_setid(f.ino, f.in_group);
             }

@@ -26,6 +26,12 @@ pub const COMPAT_DATA_INPLACE: u32 = 1;
 /// node count moves no region, so a build that does not know it just allocates without
 /// a node preference (and writes 0 there, which reads as one node).
 pub const COMPAT_NODES: u32 = 2;
+/// Compat bit: a share of the free blocks, inodes and dentries is held back for root
+/// (ext4's reserved blocks), its percentage at byte 164. A build that does not know it
+/// lets every caller use everything (and writes 0 there: no reserve), as before.
+pub const COMPAT_RESERVE: u32 = 4;
+/// The largest reserve mkfs accepts, in percent.
+pub const MAX_RESERVED_PERCENT: u32 = 50;
 pub const SB_LEN: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +47,8 @@ pub struct Superblock {
     pub uuid: [u8; 16],
     pub created_ns: u64,
     pub layout: Layout,
+    /// Percent of the blocks, inodes and dentries only root may use (0: none).
+    pub reserved_percent: u32,
 }
 
 /// Why a superblock copy was rejected.
@@ -76,6 +84,16 @@ fn nodes_of(compat: u32, field: u32) -> u32 {
     }
 }
 
+/// The reserve a superblock records: its field when the compat bit says it is
+/// meaningful, else none (pools made before it, or rewritten by a build without it).
+fn reserve_of(compat: u32, field: u32) -> u32 {
+    if compat & COMPAT_RESERVE != 0 {
+        field
+    } else {
+        0
+    }
+}
+
 impl Superblock {
     pub fn new(layout: Layout, uuid: [u8; 16], created_ns: u64) -> Self {
         Superblock {
@@ -94,6 +112,17 @@ impl Superblock {
             uuid,
             created_ns,
             layout,
+            reserved_percent: 0,
+        }
+    }
+
+    /// Hold `percent` of the pool back for root.
+    pub fn set_reserve(&mut self, percent: u32) {
+        self.reserved_percent = percent;
+        if percent > 0 {
+            self.compat |= COMPAT_RESERVE;
+        } else {
+            self.compat &= !COMPAT_RESERVE;
         }
     }
 
@@ -138,6 +167,7 @@ impl Superblock {
             0
         };
         put32(&mut b, 160, nodes);
+        put32(&mut b, 164, self.reserved_percent);
         let crc = crc32c::crc32c(&b[..SB_LEN - 4]);
         put32(&mut b, SB_LEN - 4, crc);
         b
@@ -198,6 +228,12 @@ impl Superblock {
                 "region offsets disagree with the geometry".into(),
             ));
         }
+        let reserved_percent = reserve_of(get32(b, 16), get32(b, 164));
+        if reserved_percent > MAX_RESERVED_PERCENT {
+            return Err(SbProblem::Geometry(format!(
+                "reserve of {reserved_percent}% (at most {MAX_RESERVED_PERCENT}%)"
+            )));
+        }
         let clean = match get64(b, 72) {
             0 => false,
             1 => true,
@@ -215,6 +251,7 @@ impl Superblock {
             uuid: b[80..96].try_into().expect("16 bytes"),
             created_ns: get64(b, 96),
             layout,
+            reserved_percent,
         })
     }
 }
@@ -266,6 +303,28 @@ mod tests {
         old.compat |= COMPAT_NODES;
         old.geo.nodes = 0;
         assert_eq!(Superblock::decode(&old.encode()).unwrap().geo.nodes, 1);
+    }
+
+    #[test]
+    fn the_reserve_round_trips_and_old_pools_have_none() {
+        let mut sb = sample();
+        sb.set_reserve(5);
+        assert_eq!(sb.compat & COMPAT_RESERVE, COMPAT_RESERVE);
+        assert_eq!(
+            Superblock::decode(&sb.encode()).unwrap().reserved_percent,
+            5
+        );
+        // A pool from before the bit (or a build that dropped it): no reserve.
+        sb.compat &= !COMPAT_RESERVE;
+        assert_eq!(
+            Superblock::decode(&sb.encode()).unwrap().reserved_percent,
+            0
+        );
+        sb.set_reserve(MAX_RESERVED_PERCENT + 1);
+        assert!(matches!(
+            Superblock::decode(&sb.encode()),
+            Err(SbProblem::Geometry(_))
+        ));
     }
 
     #[test]

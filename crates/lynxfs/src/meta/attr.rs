@@ -62,8 +62,12 @@ pub struct StatFs {
     pub block_size: u64,
     pub blocks: u64,
     pub blocks_free: u64,
+    /// Free blocks less the reserve held back for root (statfs's f_bavail).
+    pub blocks_avail: u64,
     pub files: u64,
     pub files_free: u64,
+    /// Free files less the reserve held back for root (statvfs's f_favail).
+    pub files_avail: u64,
     pub name_max: u64,
 }
 
@@ -270,13 +274,18 @@ impl<B: Backend> Namespace<B> {
 
     pub fn statfs(&self) -> StatFs {
         let u = super::Usage::of_pool(&self.pool);
+        let a = &self.pool.alloc;
+        let avail = |free: u64, reserved: u64| free.saturating_sub(reserved);
         StatFs {
             block_size: BLOCK,
             blocks: u.blocks_total,
             blocks_free: u.blocks_free,
+            blocks_avail: avail(u.blocks_free, a.blocks.reserved()),
             files: u.inodes_total,
             // A new file needs an inode and a dentry.
             files_free: u.inodes_free.min(u.dentries_free),
+            files_avail: avail(u.inodes_free, a.inodes.reserved())
+                .min(avail(u.dentries_free, a.dentries.reserved())),
             name_max: crate::format::dentry::NAME_MAX as u64,
         }
     }

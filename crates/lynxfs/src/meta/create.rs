@@ -22,6 +22,7 @@ use super::cachelet::{LINKABLE, ORPHAN};
 use super::index::{self, name_hash, Claim, Entry, State};
 use super::perm::{self, Cred};
 use super::{check_name, dtype, is_dir, Dir, Namespace};
+use crate::alloc::within_reserve_of;
 
 /// What to create.
 #[derive(Clone, Copy, Debug)]
@@ -44,7 +45,9 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
         excl: bool,
     ) -> Result<(u64, bool)> {
-        self.op(|| self.create_once(parent, name, node, cred, excl))
+        within_reserve_of(cred.is_root(), || {
+            self.op(|| self.create_once(parent, name, node, cred, excl))
+        })
     }
 
     /// [`Namespace::create`], within one counted operation.
@@ -299,6 +302,12 @@ impl<B: Backend> Namespace<B> {
     /// the start, freed at its last close (or by recovery: nothing names it). With
     /// `linkable`, [`Namespace::link`] may give it a name.
     pub fn tmpfile(&self, parent: u64, mode: u32, cred: &Cred, linkable: bool) -> Result<u64> {
+        within_reserve_of(cred.is_root(), || {
+            self.tmpfile_op(parent, mode, cred, linkable)
+        })
+    }
+
+    fn tmpfile_op(&self, parent: u64, mode: u32, cred: &Cred, linkable: bool) -> Result<u64> {
         self.op(|| {
             // Linux makes them in a removed directory still held too (vfs_tmpfile has
             // no dead-directory check, and no name is added to it).
@@ -426,7 +435,9 @@ impl<B: Backend> Namespace<B> {
 
     /// A hard link to `ino` named `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
-        self.op(|| self.link_once(ino, parent, name, cred))
+        within_reserve_of(cred.is_root(), || {
+            self.op(|| self.link_once(ino, parent, name, cred))
+        })
     }
 
     /// [`Namespace::link`], within one counted operation.

@@ -6,6 +6,7 @@
 //! writer does), then the inode lock (as chmod does), so a chmod and an ACL change
 //! of one inode are ordered and each sees the other's mode and ACL.
 
+use crate::alloc::within_reserve_of;
 use crate::data::xattr;
 use crate::error::{errno, Result};
 use crate::format::inode;
@@ -121,6 +122,19 @@ impl<B: Backend> Namespace<B> {
 
     /// setxattr(2); the ACL names go through [`Namespace::set_acl`].
     pub fn setxattr(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        cred: &Cred,
+    ) -> Result<()> {
+        within_reserve_of(cred.is_root(), || {
+            self.setxattr_op(ino, name, value, flags, cred)
+        })
+    }
+
+    fn setxattr_op(
         &self,
         ino: u64,
         name: &[u8],
