@@ -3,10 +3,11 @@
 //! another process: not with stat(2) on the path, which refreshes the attributes the
 //! kernel caches and so can hide a stale mode that exec would still honour.
 //!
-//! Root mounts with `suid` (FUSE mounts are nosuid unless asked). Root copies `id`
-//! to files owned by root with modes 04777 and 02777; user 1000 runs them (`id -u`
-//! and `id -g` print the effective ids: 0 while the bits hold), appends a byte from
-//! another process, and runs them again at once: the ids must now be the user's.
+//! Root mounts with `suid` (said explicitly: a pool another user can write is mounted
+//! nosuid even for root). Root copies `id` to files owned by root with modes 04777 and
+//! 02777; user 1000 runs them (`id -u` and `id -g` print the effective ids: 0 while the
+//! bits hold), appends a byte from another process, and runs them again at once: the
+//! ids must now be the user's.
 //! tmpfs gets the same treatment as a reference (its baseline is skipped if /dev/shm
 //! is mounted nosuid, as it often is).
 
