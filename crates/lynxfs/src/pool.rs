@@ -298,7 +298,7 @@ impl<B: Backend> Pool<B> {
         if access == Access::ReadOnly {
             let io = |e| Error::io(path, e);
             attach::claim_read_only(&file).map_err(io)?;
-            if attach::attached_elsewhere(&file).map_err(io)? {
+            if still_after_grace(|| attach::attached_elsewhere(&file)).map_err(io)? {
                 return Err(Error::Locked {
                     path: path.to_path_buf(),
                 });
@@ -325,7 +325,9 @@ impl<B: Backend> Pool<B> {
             Access::ReadWrite => {
                 let shape = RuntimeLayout::compute(&sb.layout).shape();
                 let a = Attachment::new(RuntimeFile::attach(path, &file, sb.uuid, shape)?);
-                if attach::read_only_elsewhere(&file).map_err(|e| Error::io(path, e))? {
+                if still_after_grace(|| attach::read_only_elsewhere(&file))
+                    .map_err(|e| Error::io(path, e))?
+                {
                     let _ = a.detach(|| Ok(()));
                     return Err(Error::Locked {
                         path: path.to_path_buf(),
@@ -828,6 +830,20 @@ fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
             Error::io(path, e)
         });
     }
+}
+
+/// Whether `held` (another open's lock on the pool file) is still true after up to
+/// [`LOCK_GRACE`]: a lock an open that just closed left in a forked child's copy of
+/// its descriptor goes at that child's exec, as in [`lock`].
+fn still_after_grace(mut held: impl FnMut() -> std::io::Result<bool>) -> std::io::Result<bool> {
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    while held()? {
+        if std::time::Instant::now() >= deadline {
+            return Ok(true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(false)
 }
 
 /// How long a busy pool lock is retried before the pool is reported in use: a fork on
