@@ -21,9 +21,8 @@ pub mod runtime;
 pub mod time;
 
 pub use api::{Atime, Fd, Fs, Session};
-pub use data::DataMode;
 pub use error::{Error, Result};
 pub use meta::{Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
-pub use pool::{Access, MkfsOptions, Pool};
+pub use pool::{Access, DataMode, MkfsOptions, Pool};
 pub use progress::{Progress, Quiet};
 pub use time::Timestamp;

@@ -48,7 +48,7 @@ impl<B: Backend> Namespace<B> {
     /// The ACL stored under `name` (`None` when there is none); a stored value that
     /// does not parse is damage (EIO).
     pub fn stored_acl(&self, ino: u64, name: &[u8]) -> Result<Option<Acl>> {
-        match xattr::get(&self.pool, ino, name) {
+        match xattr::get(&self.pool, &self.xattr_indexes, ino, name) {
             Ok(v) => Acl::parse(&v).map_err(|_| errno::EIO),
             Err(e) if e.errno() == libc::ENODATA => Ok(None),
             Err(e) => Err(e),
@@ -107,7 +107,7 @@ impl<B: Backend> Namespace<B> {
 
     pub fn getxattr(&self, ino: u64, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
         self.xattr_access(ino, name, cred, perm::R)?;
-        xattr::get(&self.pool, ino, name)
+        xattr::get(&self.pool, &self.xattr_indexes, ino, name)
     }
 
     /// The names the caller may see (not `trusted.*` unless root, as on Linux).
@@ -153,7 +153,15 @@ impl<B: Backend> Namespace<B> {
             self.xattr_access(ino, name, cred, perm::W)?;
             let _w = self.cachelets.get(ino).write(self.watch())?;
             self.live(ino)?;
-            xattr::set(&self.pool, ino, self.lane(), name, value, flags)?;
+            xattr::set(
+                &self.pool,
+                &self.xattr_indexes,
+                ino,
+                self.lane(),
+                name,
+                value,
+                flags,
+            )?;
             self.notices.attrs(ino);
             Ok(())
         })
@@ -167,7 +175,13 @@ impl<B: Backend> Namespace<B> {
             return Ok(());
         }
         let _w = self.cachelets.get(ino).write(self.watch())?;
-        match xattr::remove(&self.pool, ino, self.lane(), CAPABILITY) {
+        match xattr::remove(
+            &self.pool,
+            &self.xattr_indexes,
+            ino,
+            self.lane(),
+            CAPABILITY,
+        ) {
             Ok(()) => {
                 self.notices.attrs(ino);
                 Ok(())
@@ -187,7 +201,7 @@ impl<B: Backend> Namespace<B> {
             self.xattr_access(ino, name, cred, perm::W)?;
             let _w = self.cachelets.get(ino).write(self.watch())?;
             self.live(ino)?;
-            xattr::remove(&self.pool, ino, self.lane(), name)?;
+            xattr::remove(&self.pool, &self.xattr_indexes, ino, self.lane(), name)?;
             self.notices.attrs(ino);
             Ok(())
         })
