@@ -304,7 +304,8 @@ fn tokens(src: &str) -> Vec<(Tok, usize)> {
             '"' => i = skip_string(&c, i + 1, &mut line),
             '\'' => {
                 if next == Some('\\') {
-                    i = skip_to(i + 2, "'", &mut line);
+                    // An escape (`'\''`, `'\u{7f}'`): the quote after it closes.
+                    i = skip_to(i + 3, "'", &mut line);
                 } else if c.get(i + 2) == Some(&'\'') {
                     i += 3;
                 } else {
@@ -338,7 +339,10 @@ fn tokens(src: &str) -> Vec<(Tok, usize)> {
                         }
                     }
                     ("b", Some('"')) => i = skip_string(&c, i + 1, &mut line),
-                    ("b", Some('\'')) => i = skip_to(i + 2, "'", &mut line),
+                    ("b", Some('\'')) if c.get(i + 1) == Some(&'\\') => {
+                        i = skip_to(i + 3, "'", &mut line)
+                    }
+                    ("b", Some('\'')) => i += 3,
                     _ => out.push((Tok::Ident(word), line)),
                 }
             }
@@ -575,6 +579,25 @@ mod checker {
     }
 
     #[test]
+    fn the_engine_with_a_planted_upward_import_fails() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut sources = read_sources(&src);
+        let journal = sources
+            .iter_mut()
+            .find(|s| s.path == "log/journal.rs")
+            .expect("log/journal.rs");
+        journal.text = format!("use crate::meta::Namespace;\n{}", journal.text);
+        let c = check(&sources, LAYERS, ALLOWED_UPWARD);
+        assert_eq!(
+            c.violations,
+            [
+                "src/log/journal.rs:1: `crate::meta::Namespace`: log (layer journals) uses meta \
+              (layer namespace), a layer above it"
+            ]
+        );
+    }
+
+    #[test]
     fn grouped_inline_super_and_reexported_paths_are_all_seen() {
         let c = run(&[(
             "format/a.rs",
@@ -611,6 +634,8 @@ mod checker {
             "// crate::api::Fs\n/* crate::meta /* nested */ crate::data */\n\
              const S: &str = \"crate::api\"; const R: &str = r#\"crate::data\"#;\n\
              fn f<'a>(x: &'a u8) -> char { 'c' }\n\
+             const Q: (u8, char) = (b'\\'','\"'); const S2: &str = \"crate::api\";\n\
+             const C: [char; 2] = ['\\'','\"']; const S3: &str = \"crate::api\";\n\
              use crate::pmem::flush; use self::flush::x; use super::error::Error;\n",
         )]);
         assert!(c.violations.is_empty(), "{:#?}", c.violations);
