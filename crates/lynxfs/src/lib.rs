@@ -2,13 +2,13 @@
 //!
 //! Layers, lowest first, each using only itself and those below it (drawn in
 //! docs/ARCHITECTURE.md; `tests/layers.rs` fails on a reference upward): [`error`],
-//! [`time`] and [`progress`]; [`pmem`] (persistence); [`format`] (the on-media
-//! structures and their codecs); [`runtime`] (the shared runtime region, its locks and
-//! attachments); [`alloc`] (per-lane allocators); [`log`] (journals and recovery); the
-//! namespace's shared state ([`meta::index`], [`meta::cachelet`], [`meta::gate`],
-//! [`meta::free_slots`], [`meta::shared`]); [`pool`] (an open pool; it lays out the
-//! runtime region); [`data`] (file data and attributes); the namespace ([`meta`]); the
-//! API ([`api`]) and the checker ([`fsck`]).
+//! [`time`] and [`progress`]; [`pmem`] (persistence); [`format`](mod@format) (the
+//! on-media structures and their codecs); [`runtime`] (the shared runtime region, its
+//! locks and attachments); [`alloc`] (per-lane allocators); [`log`] (journals and
+//! recovery); the namespace's shared state ([`meta::index`], [`meta::cachelet`],
+//! [`meta::gate`], [`meta::free_slots`], [`meta::shared`]); [`pool`] (an open pool; it
+//! lays out the runtime region); [`data`] (file data and attributes); the namespace
+//! ([`meta`]); the API ([`api`]) and the checker ([`fsck`]).
 
 #![deny(unused_must_use)]
 
