@@ -475,7 +475,7 @@ impl<'a, B: Backend> Walker<'a, B> {
         if x == 0 {
             return;
         }
-        let set = crate::data::xattr::read_set(self.pm, self.l, x).and_then(|set| {
+        let set = crate::format::xattr::read_set(self.pm, self.l, x).and_then(|set| {
             match set.blocks.iter().find(|&&b| bit(&self.blocks, b)) {
                 Some(&b) => Err(format!(
                     "xattr block {b} is also used by inode {}",

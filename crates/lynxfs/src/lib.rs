@@ -1,8 +1,14 @@
 //! LynxFS: a file system for persistent memory, in user space.
 //!
-//! Layers, each using only those below it: [`pmem`] (persistence), [`format`] (the
-//! on-media structures), [`alloc`] (per-lane allocators), [`log`] (journals and
-//! recovery), then the data path, the namespace and the API.
+//! Layers, lowest first, each using only itself and those below it (drawn in
+//! docs/ARCHITECTURE.md; `tests/layers.rs` fails on a reference upward): [`error`],
+//! [`time`] and [`progress`]; [`pmem`] (persistence); [`format`](mod@format) (the
+//! on-media structures and their codecs); [`runtime`] (the shared runtime region, its
+//! locks and attachments); [`alloc`] (per-lane allocators); [`log`] (journals and
+//! recovery); the namespace's shared state ([`meta::index`], [`meta::cachelet`],
+//! [`meta::gate`], [`meta::free_slots`], [`meta::shared`]); [`pool`] (an open pool; it
+//! lays out the runtime region); [`data`] (file data and attributes); the namespace
+//! ([`meta`]); the API ([`api`]) and the checker ([`fsck`]).
 
 #![deny(unused_must_use)]
 
@@ -21,9 +27,8 @@ pub mod runtime;
 pub mod time;
 
 pub use api::{Atime, Fd, Fs, Session};
-pub use data::DataMode;
 pub use error::{Error, Result};
 pub use meta::{Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
-pub use pool::{Access, MkfsOptions, Pool};
+pub use pool::{Access, DataMode, MkfsOptions, Pool};
 pub use progress::{Progress, Quiet};
 pub use time::Timestamp;

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 
 use crate::alloc::{Allocators, UsedSets};
-use crate::data::DataMode;
 use crate::error::{Error, Result};
 use crate::format::superblock::{
     SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_XATTR_LOG, MAX_RESERVED_PERCENT, SB_LEN,
@@ -22,12 +21,16 @@ use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::{Backend, Mapping, Pm};
 use crate::progress::{Progress, Quiet};
 use crate::runtime::Span;
-use crate::runtime::{attach, Attachment, RuntimeFile, RuntimeLayout};
+use crate::runtime::{attach, Attachment, RuntimeFile};
 use crate::time::now_ns;
 use std::sync::Arc;
 
 mod file;
+mod mode;
+mod runtime_layout;
 pub use file::POOL_MODE;
+pub use mode::{BadDataMode, DataMode};
+pub use runtime_layout::RuntimeLayout;
 
 /// What `mkfs` makes.
 #[derive(Clone, Debug)]
@@ -173,8 +176,6 @@ pub struct Pool<B: Backend> {
     pub cwon: bool,
     /// Large attribute sets are logs (`INCOMPAT_XATTR_LOG`, `data::xattr`).
     pub xattr_log: bool,
-    /// This process's indexes of large attribute sets.
-    pub xattr_indexes: crate::data::xattr::Indexes,
 }
 
 impl<B: Backend> Pool<B> {
@@ -416,7 +417,6 @@ impl<B: Backend> Pool<B> {
         Ok(Pool {
             cwon: sb.incompat & INCOMPAT_CWON != 0,
             xattr_log: sb.incompat & INCOMPAT_XATTR_LOG != 0,
-            xattr_indexes: Default::default(),
             data_mode: AtomicBool::new(inplace),
             alloc,
             runtime,

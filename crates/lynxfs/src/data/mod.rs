@@ -2,13 +2,13 @@
 //! writes, truncate, fallocate, and extended attributes.
 
 pub mod map;
-mod mode;
 pub mod prealloc;
 mod rw;
 pub mod xattr;
 
+/// The data mode is the pool's (chosen at mkfs, changed per mount): `pool::DataMode`.
+pub use crate::pool::DataMode;
 pub use map::{LocalMap, MapCache};
-pub use mode::{BadDataMode, DataMode};
 pub use rw::{
     blocks_used, dir_pages, fallocate, file_extents, free_all, read_at, read_cached, read_hinted,
     seek_data_hole, truncate, write_at, write_fresh, FileExtent, EXTENT_LAST, FALLOC_KEEP_SIZE,

@@ -7,6 +7,7 @@ pub mod inode;
 pub mod journal;
 pub mod layout;
 pub mod superblock;
+pub mod xattr;
 
 pub use layout::{Geometry, Layout, BLOCK, ROOT_INO};
 pub use superblock::Superblock;

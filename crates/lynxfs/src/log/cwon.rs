@@ -95,7 +95,7 @@ pub fn fresh_check<B: Backend>(pm: &Pm<B>, l: &Layout, d: u64, ino: u64) -> Opti
     }
     let x = pm.load_u64(at + inode::XATTR);
     if x != 0 {
-        let set = crate::data::xattr::read_set(pm, l, x).ok()?;
+        let set = crate::format::xattr::read_set(pm, l, x).ok()?;
         for b in set.blocks {
             crc = crc32c::crc32c_append(crc, &pm.read_vec(l.block_addr(b), BLOCK as usize));
         }

@@ -512,7 +512,7 @@ impl<B: Backend> Walker<'_, '_, B> {
         self.note_speculative(ino);
         let x = pm.load_u64(off + inode::XATTR);
         if x != 0 {
-            match crate::data::xattr::read_set(pm, l, x) {
+            match crate::format::xattr::read_set(pm, l, x) {
                 Ok(set) => {
                     for b in set.blocks {
                         self.mark_block(ino, b);

@@ -213,7 +213,7 @@ impl<'a> Cachelet<'a> {
     pub fn tail(&self) -> &'a AtomicU64 {
         &self.words[TAIL]
     }
-    /// The head of a directory's stack of freed slots (`dir::FreeSlots`).
+    /// The head of a directory's stack of freed slots (`free_slots::FreeSlots`).
     pub fn free_head(&self) -> &'a AtomicU64 {
         &self.words[FREE_HEAD]
     }

@@ -12,19 +12,20 @@
 //! creating in one directory neither write the tail's line for every create nor store
 //! their slots into one line of the log. Freed
 //! slots wait in a per-directory stack whose nodes come from a shared pool
-//! ([`FreeSlots`]); a slot freed while that pool is exhausted is not reused until the
+//! ([`FreeSlots`], in `free_slots`); a slot freed while that pool is exhausted is not reused until the
 //! directory is next loaded, and so are slots a thread had in hand and never used.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{errno, Result};
-use crate::format::{dentry, dirlog, inode, Layout, BLOCK};
+use crate::format::{dentry, dirlog, inode, BLOCK};
 use crate::pmem::Backend;
 use crate::pool::Pool;
-use crate::runtime::{Span, Watch};
+use crate::runtime::Watch;
 
 use super::cachelet::{Cachelet, LOADED, REMOVED};
+use super::free_slots::FreeSlots;
 use super::gate::Gates;
 use super::index::{Entry, Index, State};
 
@@ -347,115 +348,6 @@ fn tail_after<B: Backend>(pages: &[u64], pool: &Pool<B>) -> u64 {
         .find(|&i| pool.pm.load_u64(dirlog::slot_addr(last, i)) != 0)
         .map_or(0, |i| i + 1);
     last | used
-}
-
-/// The shared pool of freed-slot nodes and each directory's stack of them. A node is
-/// two words: the slot's address and the next node (index + 1, 0 ends the stack). Stack
-/// heads carry a tag bumped by every change, so a node popped and pushed again between
-/// another popper's read and its compare-and-swap cannot fool it (ABA).
-pub struct FreeSlots {
-    span: Span,
-    nodes: u64,
-}
-
-/// Words before the nodes: the free-node stack head and the never-used node counter.
-const FREE_HEAD: usize = 0;
-const BUMP: usize = 8;
-const NODES_AT: usize = 16;
-
-fn pack(tag: u64, node: u64) -> u64 {
-    tag << 32 | node
-}
-
-impl FreeSlots {
-    /// Region bytes: one node per dentry the pool can hold.
-    pub fn bytes_needed(l: &Layout) -> usize {
-        (NODES_AT + 2 * l.total_dentries() as usize) * 8
-    }
-
-    pub fn new(span: Span, l: &Layout) -> FreeSlots {
-        assert!(span.bytes() >= Self::bytes_needed(l));
-        FreeSlots {
-            span,
-            nodes: l.total_dentries(),
-        }
-    }
-
-    /// Forget every stack (a repair rebuilds them as directories load again).
-    pub fn clear(&self) {
-        self.span.zero();
-    }
-
-    fn w(&self) -> &[AtomicU64] {
-        self.span.words()
-    }
-
-    fn node(&self, n: u64) -> (&AtomicU64, &AtomicU64) {
-        let at = NODES_AT + 2 * (n as usize - 1);
-        (&self.w()[at], &self.w()[at + 1])
-    }
-
-    /// Push node `n` on the stack whose head is `head`.
-    fn push_node(&self, head: &AtomicU64, n: u64) {
-        let mut h = head.load(Ordering::Acquire);
-        loop {
-            self.node(n).1.store(h & 0xffff_ffff, Ordering::Relaxed);
-            match head.compare_exchange(
-                h,
-                pack((h >> 32) + 1, n),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return,
-                Err(now) => h = now,
-            }
-        }
-    }
-
-    /// Pop a node off the stack whose head is `head`.
-    fn pop_node(&self, head: &AtomicU64) -> Option<u64> {
-        let mut h = head.load(Ordering::Acquire);
-        loop {
-            let n = h & 0xffff_ffff;
-            if n == 0 || n > self.nodes {
-                return None;
-            }
-            let next = self.node(n).1.load(Ordering::Relaxed) & 0xffff_ffff;
-            match head.compare_exchange(
-                h,
-                pack((h >> 32) + 1, next),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Some(n),
-                Err(now) => h = now,
-            }
-        }
-    }
-
-    fn new_node(&self) -> Option<u64> {
-        if let Some(n) = self.pop_node(&self.w()[FREE_HEAD]) {
-            return Some(n);
-        }
-        let n = self.w()[BUMP].fetch_add(1, Ordering::AcqRel) + 1;
-        (n <= self.nodes).then_some(n)
-    }
-
-    /// Keep `slot` of directory `c` for reuse (dropped if no node is left).
-    pub fn push(&self, c: Cachelet<'_>, slot: u64) {
-        if let Some(n) = self.new_node() {
-            self.node(n).0.store(slot, Ordering::Relaxed);
-            self.push_node(c.free_head(), n);
-        }
-    }
-
-    /// A freed slot of directory `c`, if any.
-    pub fn pop(&self, c: Cachelet<'_>) -> Option<u64> {
-        let n = self.pop_node(c.free_head())?;
-        let slot = self.node(n).0.load(Ordering::Relaxed);
-        self.push_node(&self.w()[FREE_HEAD], n);
-        Some(slot)
-    }
 }
 
 /// The committed entry in `slot` of directory `dir`, if any.

@@ -10,6 +10,7 @@ pub mod create;
 pub mod dir;
 mod evict;
 pub mod flags;
+pub mod free_slots;
 pub mod gate;
 pub mod index;
 pub mod mechanisms;
@@ -48,7 +49,7 @@ pub struct Namespace<B: Backend> {
     /// Every inode's record, in the shared runtime region.
     pub cachelets: Cachelets,
     /// Freed directory-log slots, in the shared runtime region.
-    pub(crate) free_slots: dir::FreeSlots,
+    pub(crate) free_slots: free_slots::FreeSlots,
     /// Namespace-wide locks, in the shared runtime region.
     locks: shared::Locks,
     /// Directories' gate holds and entry counts per lane, in the shared runtime region.
@@ -67,6 +68,8 @@ pub struct Namespace<B: Backend> {
     clock: evict::Clock,
     /// Mechanisms that the ablation benchmark can turn off.
     pub mechanisms: mechanisms::Mechanisms,
+    /// This process's indexes of large attribute sets.
+    pub(crate) xattr_indexes: crate::data::xattr::Indexes,
 }
 
 /// A number no other namespace of this process has.
@@ -137,7 +140,7 @@ impl<B: Backend> Namespace<B> {
         Namespace {
             index: Index::new(parts.index, &l).expect("a pool layout open accepted"),
             cachelets: Cachelets::new(parts.cachelets, &l),
-            free_slots: dir::FreeSlots::new(parts.free_slots, &l),
+            free_slots: free_slots::FreeSlots::new(parts.free_slots, &l),
             locks: shared::Locks::new(parts.locks),
             gates: gate::Gates::new(parts.gates, &l),
             instance: next_instance(),
@@ -147,6 +150,7 @@ impl<B: Backend> Namespace<B> {
             pool,
             clock: evict::Clock::new(),
             mechanisms: mechanisms::Mechanisms::default(),
+            xattr_indexes: Default::default(),
         }
     }
 

@@ -1,7 +1,14 @@
 //! Permission checks against a caller's credentials, as Linux makes them
-//! (`generic_permission`, `inode_owner_or_capable`, the sticky-bit rule).
+//! (`generic_permission`, `inode_owner_or_capable`, the sticky-bit rule), and
+//! [`Namespace::may`], which applies them to an inode (its flags, mode and access ACL).
 
 use crate::error::{errno, Result};
+use crate::format::inode;
+use crate::pmem::Backend;
+
+use super::acl;
+use super::flags::IMMUTABLE;
+use super::Namespace;
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +104,29 @@ pub fn sticky_ok(cred: &Cred, dir: Owner, victim: Owner) -> Result<()> {
         Ok(())
     } else {
         Err(errno::EPERM)
+    }
+}
+
+impl<B: Backend> Namespace<B> {
+    /// May `cred` access `ino` for `want` (R, W, X)? Through the access ACL when the
+    /// inode has one, as Linux's `generic_permission`.
+    pub fn may(&self, ino: u64, cred: &Cred, want: u32) -> Result<()> {
+        // Even root may not write to an immutable file, or in an immutable directory.
+        if want & W != 0 && self.inode_flags(ino) & IMMUTABLE != 0 {
+            return Err(errno::EPERM);
+        }
+        let o = self.owner(ino);
+        // Only a caller other than root and the owner, of a file whose mode has group
+        // bits and which has attributes at all, can be decided by an ACL.
+        let acl_may_apply = !cred.is_root()
+            && cred.uid != o.uid
+            && o.mode & 0o070 != 0
+            && self.load(ino, inode::XATTR) != 0;
+        if !acl_may_apply {
+            return check(cred, o, want);
+        }
+        let access = self.stored_acl(ino, acl::ACCESS)?;
+        acl::check(cred, o, access.as_ref(), want)
     }
 }
 

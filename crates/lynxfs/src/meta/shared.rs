@@ -9,7 +9,7 @@ use crate::runtime::lock::{self, Interrupted, MutexGuard, Watch};
 use crate::runtime::{Carve, Region, Span};
 
 use super::cachelet::Cachelets;
-use super::dir::FreeSlots;
+use super::free_slots::FreeSlots;
 use super::gate::Gates;
 use super::index::Index;
 

@@ -1,6 +1,6 @@
 //! Extended attributes on the namespace: Linux's access rules per name prefix, POSIX
 //! ACLs (`system.posix_acl_access` kept in step with the mode, `system.posix_acl_default`
-//! on directories only), and permission checks that consult the access ACL.
+//! on directories only).
 //!
 //! Locking: an attribute change holds the inode's cachelet lock (as every xattr
 //! writer does), then the inode lock (as chmod does), so a chmod and an ACL change
@@ -24,31 +24,10 @@ fn is_acl(name: &[u8]) -> bool {
 }
 
 impl<B: Backend> Namespace<B> {
-    /// May `cred` access `ino` for `want` (R, W, X)? Through the access ACL when the
-    /// inode has one, as Linux's `generic_permission`.
-    pub fn may(&self, ino: u64, cred: &Cred, want: u32) -> Result<()> {
-        // Even root may not write to an immutable file, or in an immutable directory.
-        if want & perm::W != 0 && self.inode_flags(ino) & super::flags::IMMUTABLE != 0 {
-            return Err(errno::EPERM);
-        }
-        let o = self.owner(ino);
-        // Only a caller other than root and the owner, of a file whose mode has group
-        // bits and which has attributes at all, can be decided by an ACL.
-        let acl_may_apply = !cred.is_root()
-            && cred.uid != o.uid
-            && o.mode & 0o070 != 0
-            && self.load(ino, inode::XATTR) != 0;
-        if !acl_may_apply {
-            return perm::check(cred, o, want);
-        }
-        let access = self.stored_acl(ino, acl::ACCESS)?;
-        acl::check(cred, o, access.as_ref(), want)
-    }
-
     /// The ACL stored under `name` (`None` when there is none); a stored value that
     /// does not parse is damage (EIO).
     pub fn stored_acl(&self, ino: u64, name: &[u8]) -> Result<Option<Acl>> {
-        match xattr::get(&self.pool, ino, name) {
+        match xattr::get(&self.pool, &self.xattr_indexes, ino, name) {
             Ok(v) => Acl::parse(&v).map_err(|_| errno::EIO),
             Err(e) if e.errno() == libc::ENODATA => Ok(None),
             Err(e) => Err(e),
@@ -107,7 +86,7 @@ impl<B: Backend> Namespace<B> {
 
     pub fn getxattr(&self, ino: u64, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
         self.xattr_access(ino, name, cred, perm::R)?;
-        xattr::get(&self.pool, ino, name)
+        xattr::get(&self.pool, &self.xattr_indexes, ino, name)
     }
 
     /// The names the caller may see (not `trusted.*` unless root, as on Linux).
@@ -153,7 +132,15 @@ impl<B: Backend> Namespace<B> {
             self.xattr_access(ino, name, cred, perm::W)?;
             let _w = self.cachelets.get(ino).write(self.watch())?;
             self.live(ino)?;
-            xattr::set(&self.pool, ino, self.lane(), name, value, flags)?;
+            xattr::set(
+                &self.pool,
+                &self.xattr_indexes,
+                ino,
+                self.lane(),
+                name,
+                value,
+                flags,
+            )?;
             self.notices.attrs(ino);
             Ok(())
         })
@@ -167,7 +154,13 @@ impl<B: Backend> Namespace<B> {
             return Ok(());
         }
         let _w = self.cachelets.get(ino).write(self.watch())?;
-        match xattr::remove(&self.pool, ino, self.lane(), CAPABILITY) {
+        match xattr::remove(
+            &self.pool,
+            &self.xattr_indexes,
+            ino,
+            self.lane(),
+            CAPABILITY,
+        ) {
             Ok(()) => {
                 self.notices.attrs(ino);
                 Ok(())
@@ -187,7 +180,7 @@ impl<B: Backend> Namespace<B> {
             self.xattr_access(ino, name, cred, perm::W)?;
             let _w = self.cachelets.get(ino).write(self.watch())?;
             self.live(ino)?;
-            xattr::remove(&self.pool, ino, self.lane(), name)?;
+            xattr::remove(&self.pool, &self.xattr_indexes, ino, self.lane(), name)?;
             self.notices.attrs(ino);
             Ok(())
         })

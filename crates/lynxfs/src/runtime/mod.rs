@@ -5,7 +5,6 @@
 pub mod attach;
 pub mod attachment;
 pub mod descriptions;
-pub mod layout;
 pub mod lock;
 pub mod notices;
 pub mod procs;
@@ -16,7 +15,6 @@ pub mod testing;
 pub use attach::{Attached, RuntimeFile, Shape, RUNTIME_VERSION};
 pub use attachment::Attachment;
 pub use descriptions::{DescKey, Descriptions};
-pub use layout::RuntimeLayout;
 pub use lock::{Interrupted, Watch};
 pub use procs::{bytes_needed, open_entries_for, Health, Procs, HEADER_BYTES};
 pub use region::{Carve, Region, Span};

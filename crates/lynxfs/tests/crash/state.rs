@@ -215,8 +215,9 @@ pub fn capture<B: Backend>(fs: &Fs<B>) -> Result<State, String> {
         let names =
             lynxfs::data::xattr::list(pool, ino).map_err(|e| format!("{path}: listxattr: {e}"))?;
         let mut xattrs = Vec::new();
+        let indexes = lynxfs::data::xattr::Indexes::default();
         for n in names {
-            let v = lynxfs::data::xattr::get(pool, ino, &n)
+            let v = lynxfs::data::xattr::get(pool, &indexes, ino, &n)
                 .map_err(|e| format!("{path}: getxattr: {e}"))?;
             xattrs.push((n, v));
         }

@@ -1,14 +1,18 @@
-//! Where each part of the runtime state lives in the region: the one place that knows
-//! every part, computed from the pool's layout alone, so every attacher agrees.
+//! Where each part of the runtime state lives in the region, computed from the pool's
+//! layout alone, so every attacher agrees. Each part states its own size; they are
+//! summed here, in the pool, the lowest layer that knows them all (the pool attaches
+//! the region before anything above it runs).
 
 use std::ops::Range;
 
 use crate::alloc::Allocators;
 use crate::format::Layout;
+use crate::log::Journals;
 use crate::meta::shared::Parts;
-
-use super::attach::Shape;
-use super::{procs, Carve};
+use crate::runtime::attach::Shape;
+use crate::runtime::descriptions::Descriptions;
+use crate::runtime::notices::Notices;
+use crate::runtime::{procs, Carve};
 
 #[derive(Clone, Debug)]
 pub struct RuntimeLayout {
@@ -38,10 +42,10 @@ impl RuntimeLayout {
         let open_entries = procs::open_entries_for(l.total_inodes());
         c.take(procs::bytes_needed(open_entries));
         let alloc = c.take(Allocators::bytes_needed(l));
-        let journals = c.take(crate::log::Journals::bytes_needed(l.lanes()));
+        let journals = c.take(Journals::bytes_needed(l.lanes()));
         let namespace = Parts::carve(&mut c, l);
-        let notices = c.take(super::notices::Notices::bytes_needed());
-        let descriptions = c.take(super::descriptions::Descriptions::bytes_needed());
+        let notices = c.take(Notices::bytes_needed());
+        let descriptions = c.take(Descriptions::bytes_needed());
         let total = c.total();
         RuntimeLayout {
             rebuilt: alloc.start..notices.start,
