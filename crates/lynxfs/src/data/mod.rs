@@ -1,10 +1,12 @@
 //! File data: the block map (extents inline, growing into a tree), copy-on-write
-//! writes, truncate, fallocate, and extended attributes.
+//! writes, truncate, fallocate, and extended attributes; the bytes of file data live
+//! behind the storage seam ([`store`]).
 
 pub mod map;
 mod mode;
 pub mod prealloc;
 mod rw;
+pub mod store;
 pub mod xattr;
 
 pub use map::{LocalMap, MapCache};
