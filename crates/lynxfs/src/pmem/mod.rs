@@ -121,10 +121,11 @@ impl<B: Backend> Pm<B> {
     #[inline]
     pub fn read_racing(&self, off: u64, buf: &mut [u8]) {
         let p = self.ptr(off, buf.len());
-        // SAFETY: a sequence-lock read, done with a plain copy, not word-wise atomic
-        // loads (which the memory model would bless, but which cannot be vectorised:
-        // they would cost more than the rest of a 4 KiB pread; RFC 3301's byte-wise
-        // atomic memcpy would be the sanctioned form once it exists). Why it is sound:
+        // SAFETY: a sequence-lock read, done with a plain copy, not word-wise relaxed
+        // atomic loads (which the memory model blesses, but which are not vectorised:
+        // measured with callgrind, 4,717 instructions per 4 KiB `Fs::pread` against
+        // 1,014 with this copy; RFC 3301's byte-wise atomic memcpy would be the
+        // sanctioned form once it exists). Why it is sound:
         // - The copy stays in the mapping: `p` is bounds-checked for `buf.len()` bytes
         //   whatever the offset (the caller computed it from words a writer may be
         //   changing), and `buf` is a distinct Rust buffer.
