@@ -19,6 +19,8 @@ use crate::format::Layout;
 use crate::runtime::{Carve, Span};
 
 pub struct Allocators {
+    /// The pool's blocks. Taken and given back through [`Self::data_blocks`] (file
+    /// data) or [`Self::meta_blocks`] (everything else), which are one allocator today.
     pub blocks: BlockAlloc,
     pub inodes: IdPool,
     pub dentries: IdPool,
@@ -187,6 +189,21 @@ impl Allocators {
         self.inodes.set_lane_floor(share(l.geo.inodes_per_lane));
         self.dentries.set_lane_floor(share(l.geo.dentries_per_lane));
         self
+    }
+
+    /// The allocator of file-data blocks (extents' blocks, read and written through
+    /// `data::DataStore`). A pool whose data lived on another medium would serve them
+    /// from that medium's allocator; callers never mix the two classes up.
+    #[inline]
+    pub fn data_blocks(&self) -> &BlockAlloc {
+        &self.blocks
+    }
+
+    /// The allocator of metadata blocks (directory-log pages, extent-tree nodes,
+    /// attribute blocks): always in the pool, reached through `pmem` directly.
+    #[inline]
+    pub fn meta_blocks(&self) -> &BlockAlloc {
+        &self.blocks
     }
 
     pub fn used_sets(&self) -> UsedSets {

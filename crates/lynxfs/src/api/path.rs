@@ -1,10 +1,101 @@
 //! Path resolution: absolute or relative to a directory, `.` and `..`, symlinks
 //! followed up to 40 times (then ELOOP), Linux's limits on names and paths.
+//!
+//! The walk goes through a [`PathIndex`]: the namespace's index answers one name in one
+//! directory at a time; another index may answer a run of names at once
+//! ([`PathIndex::prefix`]), the walk going on component by component where it does
+//! not. Whichever answers, the rules stay here, once: search permission on every
+//! directory crossed ([`answered`], and `Namespace::lookup` for a single name), and the
+//! exits of a mounted scope (an absolute path, `..` at the root, a symlink's target).
 
 use crate::error::{errno, Error, Result};
 use crate::format::ROOT_INO;
-use crate::meta::{is_dir, Cred, Namespace};
+use crate::meta::{is_dir, perm, Cred, Namespace};
 use crate::pmem::Backend;
+
+/// What resolves names for the walk. [`Namespace`] is the component walk's index (one
+/// probe per name); an index that knows whole paths (full-path areas) also answers a
+/// run of leading names in one probe.
+pub trait PathIndex {
+    type Backend: Backend;
+
+    /// Whether [`Self::prefix`] may answer at all: when not, the walk never asks (nor
+    /// looks for where a path's last name starts), so it costs what the walk alone does.
+    const ANSWERS_RUNS: bool = false;
+
+    /// The namespace: single names, modes, symlink targets.
+    fn namespace(&self) -> &Namespace<Self::Backend>;
+
+    /// The directory that the longest leading run of `run`'s names it knows leads to
+    /// from directory `dir`, and that run's length in bytes (ending at a name's end);
+    /// `Ok(None)` to let the walk look names up one by one. `run` is one or more names
+    /// separated by '/'s, with no '/' first or last (the path's last name is never in
+    /// it: the caller's operation looks that one up). The answer may only cross names
+    /// other than `.` and `..` that are directories (not symlinks), all the way to the
+    /// directory it names, and must call `search` with every directory it crosses, in
+    /// order (`dir` first), returning the first error `search` gives: the walk checks
+    /// permission there, whoever answers. Called again after each name the walk looks
+    /// up itself.
+    #[inline]
+    fn prefix(
+        &self,
+        _dir: u64,
+        _run: &[u8],
+        _search: impl FnMut(u64) -> Result<()>,
+    ) -> Result<Option<Prefix>> {
+        Ok(None)
+    }
+}
+
+/// A run of names an index answered ([`PathIndex::prefix`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefix {
+    /// The directory the run leads to.
+    pub ino: u64,
+    /// The run's length in `run`'s bytes.
+    pub len: usize,
+}
+
+/// The component walk over the namespace's (parent, name) index.
+impl<B: Backend> PathIndex for Namespace<B> {
+    type Backend = B;
+    #[inline]
+    fn namespace(&self) -> &Namespace<B> {
+        self
+    }
+}
+
+/// Ask `ix` for a leading run of the names in `run` from directory `dir`, checking
+/// search permission on each directory it crosses: the directory reached and the
+/// bytes of `run` it covered. An answer that does not account for every name it
+/// covered is not used (the walk looks them up itself).
+#[inline]
+fn answered<I: PathIndex>(
+    ix: &I,
+    dir: u64,
+    run: &[u8],
+    cred: &Cred,
+) -> Result<Option<(u64, usize)>> {
+    let ns = ix.namespace();
+    let mut crossed = 0usize;
+    let found = ix.prefix(dir, run, |d| {
+        crossed += 1;
+        ns.op(|| ns.may(d, cred, perm::X))
+    })?;
+    let Some(p) = found.filter(|p| p.len > 0 && p.len <= run.len()) else {
+        return Ok(None);
+    };
+    let names = components(&run[..p.len]).count();
+    let whole = p.len == run.len() || run[p.len] == b'/';
+    if names != crossed || !whole {
+        debug_assert!(
+            false,
+            "an index answered {p:?} of {run:?} crossing {crossed}"
+        );
+        return Ok(None);
+    }
+    Ok(Some((p.ino, p.len)))
+}
 
 /// Longest path accepted, as Linux's PATH_MAX (which counts the NUL).
 pub const PATH_MAX: usize = 4096;
@@ -56,6 +147,21 @@ fn components(path: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     })
 }
 
+/// Where the last name of `path` starts (its length if it has none).
+fn last_name_start(path: &[u8]) -> usize {
+    let named = trim_slashes(path);
+    named
+        .iter()
+        .rposition(|&b| b == b'/')
+        .map_or(if named.is_empty() { path.len() } else { 0 }, |i| i + 1)
+}
+
+/// `p` without the '/'s that end it.
+fn trim_slashes(p: &[u8]) -> &[u8] {
+    let end = p.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+    &p[..end]
+}
+
 fn is_symlink(mode: u32) -> bool {
     mode & libc::S_IFMT == libc::S_IFLNK
 }
@@ -83,15 +189,15 @@ pub(crate) fn check_path(path: &[u8]) -> Result<()> {
 
 /// Resolve `path` from `base` to its final inode, following a final symlink when
 /// `follow` is set.
-pub fn resolve<B: Backend>(
-    ns: &Namespace<B>,
+pub fn resolve<I: PathIndex>(
+    ix: &I,
     base: u64,
     path: &[u8],
     follow: bool,
     cred: &Cred,
     scope: Scope,
 ) -> Result<u64> {
-    resolve_last(ns, base, path, follow, cred, scope).map(|r| r.ino)
+    resolve_last(ix, base, path, follow, cred, scope).map(|r| r.ino)
 }
 
 /// Where a path led: the inode, and the directory and name of the last lookup that
@@ -102,8 +208,8 @@ pub struct Resolved {
 }
 
 /// [`resolve`], telling also through which name the inode was found last.
-pub fn resolve_last<B: Backend>(
-    ns: &Namespace<B>,
+pub fn resolve_last<I: PathIndex>(
+    ix: &I,
     base: u64,
     path: &[u8],
     follow: bool,
@@ -111,11 +217,11 @@ pub fn resolve_last<B: Backend>(
     scope: Scope,
 ) -> Result<Resolved> {
     let mut links = 0;
-    let w = walk_parent(ns, base, path, cred, &mut links, scope)?;
-    let found = found_at(ns, w.parent, w.name, cred)?;
+    let w = walk_parent(ix, base, path, cred, &mut links, scope)?;
+    let found = found_at(ix.namespace(), w.parent, w.name, cred)?;
     let rest: &[u8] = if w.trailing_slash { b"/" } else { b"" };
     finish(
-        ns,
+        ix,
         found,
         follow || w.trailing_slash,
         w.trailing_slash,
@@ -146,8 +252,8 @@ fn found_at<B: Backend>(
     })
 }
 
-fn finish<B: Backend>(
-    ns: &Namespace<B>,
+fn finish<I: PathIndex>(
+    ix: &I,
     mut r: Resolved,
     follow: bool,
     want_dir: bool,
@@ -155,6 +261,7 @@ fn finish<B: Backend>(
     links: &mut u32,
     scope: Scope,
 ) -> Result<Resolved> {
+    let ns = ix.namespace();
     while follow && is_symlink(ns.mode(r.ino)) {
         *links += 1;
         if *links > SYMLOOP_MAX {
@@ -163,7 +270,7 @@ fn finish<B: Backend>(
         let target = ns.readlink(r.ino)?;
         // A relative target starts in the directory that holds the link.
         let from = r.last.as_ref().map_or(r.ino, |(dir, _)| *dir);
-        let w = walk_parent(ns, from, &target, cred, links, scope)?;
+        let w = walk_parent(ix, from, &target, cred, links, scope)?;
         r = found_at(ns, w.parent, w.name, cred)?;
     }
     if want_dir && !is_dir(ns.mode(r.ino)) {
@@ -174,8 +281,8 @@ fn finish<B: Backend>(
 
 /// Resolve every component but the last; return the parent and the last name
 /// (empty when the path names a directory itself, like "/" or "a/..").
-pub fn walk_parent<B: Backend>(
-    ns: &Namespace<B>,
+pub fn walk_parent<I: PathIndex>(
+    ix: &I,
     base: u64,
     path: &[u8],
     cred: &Cred,
@@ -183,19 +290,36 @@ pub fn walk_parent<B: Backend>(
     scope: Scope,
 ) -> Result<Walked> {
     check_path(path)?;
+    let ns = ix.namespace();
     let absolute = path[0] == b'/';
     if absolute && scope == Scope::Mounted {
         return Err(Error::Outside(path.to_vec()));
     }
     let mut cur = if absolute { ROOT_INO } else { base };
     let trailing_slash = path.ends_with(b"/");
+    // Where the last name starts: an index answers runs of the names before it.
+    let last = if I::ANSWERS_RUNS {
+        last_name_start(path)
+    } else {
+        0
+    };
     let mut comps = components(path).peekable();
     while let Some((c, rest)) = comps.next() {
         if c == b".." && cur == ROOT_INO && scope == Scope::Mounted {
             return Err(outside(c, rest));
         }
         if comps.peek().is_some() {
-            cur = step(ns, cur, c, cred, links, scope).map_err(|e| beyond(e, rest))?;
+            if I::ANSWERS_RUNS {
+                // From `c` up to the last name.
+                let from = path.len() - rest.len() - c.len();
+                if let Some((ino, len)) = answered(ix, cur, trim_slashes(&path[from..last]), cred)?
+                {
+                    cur = ino;
+                    comps = components(&path[from + len..]).peekable();
+                    continue;
+                }
+            }
+            cur = step(ix, cur, c, cred, links, scope).map_err(|e| beyond(e, rest))?;
             continue;
         }
         // The last component: the caller's operation checks the parent itself.
@@ -226,8 +350,8 @@ pub fn walk_parent<B: Backend>(
 }
 
 /// One component in the middle of a path: must end at a directory.
-fn step<B: Backend>(
-    ns: &Namespace<B>,
+fn step<I: PathIndex>(
+    ix: &I,
     cur: u64,
     comp: &[u8],
     cred: &Cred,
@@ -237,6 +361,7 @@ fn step<B: Backend>(
     if comp.len() > crate::format::dentry::NAME_MAX {
         return Err(errno::ENAMETOOLONG);
     }
+    let ns = ix.namespace();
     let next = ns.lookup(cur, comp, cred)?;
     if !is_symlink(ns.mode(next)) {
         // The common case, without the name copy a symlink's resolution needs.
@@ -250,5 +375,208 @@ fn step<B: Backend>(
         ino: next,
         last: Some((cur, comp.to_vec())),
     };
-    finish(ns, found, true, true, cred, links, scope).map(|r| r.ino)
+    finish(ix, found, true, true, cred, links, scope).map(|r| r.ino)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::api::Fs;
+    use crate::pmem::PmemBackend;
+    use crate::MkfsOptions;
+
+    /// A test index standing in for full-path areas: every run of names between two
+    /// directories it was shown, with the directories the run crosses, answered in one
+    /// probe (the longest run it knows at the start of what it is asked); anything else
+    /// it leaves to the component walk.
+    struct PrefixCache<'a> {
+        ns: &'a Namespace<PmemBackend>,
+        known: HashMap<(u64, Vec<u8>), (u64, Vec<u64>)>,
+        answers: Cell<u32>,
+    }
+
+    impl<'a> PrefixCache<'a> {
+        /// Learn the directories `dirs` (paths from the root, walked as root).
+        fn new(ns: &'a Namespace<PmemBackend>, dirs: &[&str]) -> Self {
+            let mut known = HashMap::new();
+            for d in dirs {
+                let names: Vec<&[u8]> = components(d.as_bytes()).map(|(c, _)| c).collect();
+                let mut inos = vec![ROOT_INO];
+                for n in &names {
+                    let next = ns.lookup(*inos.last().unwrap(), n, &Cred::root()).unwrap();
+                    inos.push(next);
+                }
+                for i in 0..names.len() {
+                    for j in i + 1..=names.len() {
+                        let key = (inos[i], names[i..j].join(&b'/'));
+                        known.insert(key, (inos[j], inos[i..j].to_vec()));
+                    }
+                }
+            }
+            PrefixCache {
+                ns,
+                known,
+                answers: Cell::new(0),
+            }
+        }
+    }
+
+    impl PathIndex for PrefixCache<'_> {
+        type Backend = PmemBackend;
+        const ANSWERS_RUNS: bool = true;
+        fn namespace(&self) -> &Namespace<PmemBackend> {
+            self.ns
+        }
+        fn prefix(
+            &self,
+            dir: u64,
+            run: &[u8],
+            mut search: impl FnMut(u64) -> Result<()>,
+        ) -> Result<Option<Prefix>> {
+            let ends: Vec<usize> = components(run)
+                .map(|(_, rest)| run.len() - rest.len())
+                .collect();
+            for &len in ends.iter().rev() {
+                let names: Vec<&[u8]> = components(&run[..len]).map(|(c, _)| c).collect();
+                if let Some((ino, crossed)) = self.known.get(&(dir, names.join(&b'/'))) {
+                    self.answers.set(self.answers.get() + 1);
+                    for &d in crossed {
+                        search(d)?;
+                    }
+                    return Ok(Some(Prefix { ino: *ino, len }));
+                }
+            }
+            Ok(None)
+        }
+    }
+
+    /// What a resolution gave, comparable: the inode and the last lookup, or the error.
+    fn outcome<I: PathIndex>(
+        ix: &I,
+        path: &str,
+        follow: bool,
+        cred: &Cred,
+        scope: Scope,
+    ) -> String {
+        match resolve_last(ix, ROOT_INO, path.as_bytes(), follow, cred, scope) {
+            Ok(r) => format!("{} {:?}", r.ino, r.last),
+            Err(e) => format!("{e:?}"),
+        }
+    }
+
+    const PATHS: &[&str] = &[
+        "/a/b/c/d/f",
+        "a/b/c/d/f",
+        "/a//b///c/d//f",
+        "/a/b/c/d",
+        "/a/b/c/d/",
+        "/a/b/c/d/f/",
+        "/a/b/c/nd/x",
+        "/a/b/missing/d/f",
+        "/a/b/lnk/f",
+        "/a/b/lnk/../nd",
+        "/a/b/c/d/../../c/./d/f",
+        "/a/b/up/a/b/c",
+        "/a/b/abs/d/f",
+        "/a/b/secret/x/y",
+        "/a/b/secret/x/y/z",
+        "/../a/b",
+        "a/b/c/../../../../a",
+        "/a/b/c/d/f/g/h",
+    ];
+
+    fn tree() -> Fs<PmemBackend> {
+        let fs = Fs::in_memory(&MkfsOptions::new(16 << 20), PmemBackend::default()).unwrap();
+        let s = fs.session(Cred::root());
+        for d in ["/a", "/a/b", "/a/b/c", "/a/b/c/d", "/a/b/secret"] {
+            s.mkdir(d, 0o755).unwrap();
+        }
+        for d in ["/a/b/secret/x", "/a/b/secret/x/y"] {
+            s.mkdir(d, 0o755).unwrap();
+        }
+        s.chmod("/a/b/secret", 0o700).unwrap();
+        for f in ["/a/b/c/d/f", "/a/b/c/nd"] {
+            let fd = s.create(f, 0o644).unwrap();
+            fs.close_fd(fd).unwrap();
+        }
+        s.symlink("c/d", "/a/b/lnk").unwrap();
+        s.symlink("../..", "/a/b/up").unwrap();
+        s.symlink("/a/b/c", "/a/b/abs").unwrap();
+        drop(s);
+        fs
+    }
+
+    const DIRS: &[&str] = &["a/b/c/d", "a/b/secret/x/y"];
+
+    /// An index that answers runs of names in one probe, falling back to the walk for
+    /// the rest, resolves every path as the component walk does: the same inodes, the
+    /// same errors (EACCES for a user without search permission on a middle directory
+    /// the index could answer past, ENOTDIR, ENOENT, ELOOP), and the same exits from a
+    /// mounted scope.
+    #[test]
+    fn an_index_answering_prefixes_resolves_as_the_component_walk() {
+        let fs = tree();
+        let ns = fs.ns();
+        let cache = PrefixCache::new(ns, DIRS);
+        let user = Cred {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        };
+        for cred in [Cred::root(), user] {
+            for scope in [Scope::Pool, Scope::Mounted] {
+                for follow in [true, false] {
+                    for p in PATHS {
+                        let walk = outcome(ns, p, follow, &cred, scope);
+                        let fast = outcome(&cache, p, follow, &cred, scope);
+                        assert_eq!(fast, walk, "{p} as {} in {scope:?}", cred.uid);
+                    }
+                }
+            }
+        }
+        assert!(
+            cache.answers.get() > 50,
+            "the index answered {}",
+            cache.answers.get()
+        );
+        let denied = outcome(
+            &cache,
+            "/a/b/secret/x/y",
+            true,
+            &Cred {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![],
+            },
+            Scope::Pool,
+        );
+        assert_eq!(denied, format!("{:?}", errno::EACCES));
+    }
+
+    /// Search permission taken away after the index learnt a run is checked on the
+    /// index's answer too: the permission is the walk's, not the index's.
+    #[test]
+    fn a_chmod_after_the_index_learnt_a_run_still_denies_the_search() {
+        let fs = tree();
+        let cache = PrefixCache::new(fs.ns(), DIRS);
+        let user = Cred {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        };
+        let before = outcome(&cache, "/a/b/c/d/f", true, &user, Scope::Pool);
+        assert!(!before.contains("Errno"), "{before}");
+        fs.session(Cred::root()).chmod("/a/b", 0o700).unwrap();
+        let answers = cache.answers.get();
+        let after = outcome(&cache, "/a/b/c/d/f", true, &user, Scope::Pool);
+        assert!(cache.answers.get() > answers, "the index answered");
+        assert_eq!(after, format!("{:?}", errno::EACCES));
+        assert_eq!(
+            after,
+            outcome(fs.ns(), "/a/b/c/d/f", true, &user, Scope::Pool)
+        );
+    }
 }

@@ -482,7 +482,11 @@ fn write_node<B: Backend>(
     entries: &[[u8; 16]],
     made: &mut Vec<u64>,
 ) -> Result<u64> {
-    let runs = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?;
+    let runs = pool
+        .alloc
+        .meta_blocks()
+        .alloc(lane, 1)
+        .ok_or(errno::ENOSPC)?;
     let node = pool.layout.block_addr(runs[0].0);
     made.push(node);
     let mut bytes = Vec::with_capacity(NODE_HEADER as usize + entries.len() * 16);
@@ -501,7 +505,7 @@ fn write_node<B: Backend>(
 pub fn free_nodes<B: Backend>(pool: &Pool<B>, nodes: &[u64]) {
     for &n in nodes {
         if let Some(b) = pool.layout.block_of(n) {
-            pool.alloc.blocks.free(b, 1);
+            pool.alloc.meta_blocks().free(b, 1);
         }
     }
 }

@@ -1,9 +1,11 @@
 //! File data: the block map (extents inline, growing into a tree), copy-on-write
-//! writes, truncate, fallocate, and extended attributes.
+//! writes, truncate, fallocate, and extended attributes; the bytes of file data live
+//! behind the storage seam ([`store`]).
 
 pub mod map;
 pub mod prealloc;
 mod rw;
+pub mod store;
 pub mod xattr;
 
 /// The data mode is the pool's (chosen at mkfs, changed per mount): `pool::DataMode`.

@@ -74,7 +74,7 @@ pub fn trim<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, cache: &MapCache<'_
             .commit_u64(pool.layout.inode_addr(ino) + inode::MAP, staged.word, ready),
     );
     for &(s, n) in &freed {
-        pool.alloc.blocks.free(s, n);
+        pool.alloc.data_blocks().free(s, n);
     }
     map::free_nodes(pool, &staged.old_nodes);
     cache.put(staged.map);

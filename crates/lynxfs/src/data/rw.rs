@@ -7,6 +7,8 @@
 //! written in place. In the inplace mode every allocated block is written in place.
 //! One commit publishes the new map and size together (docs/CONSISTENCY.md, "write").
 //! Callers hold the file's lock (the cachelet's): shared to read, alone to change.
+//! File data is reached through the pool's [`DataStore`] and its blocks come from the
+//! allocator of file-data blocks; the block map and the times are metadata, in the pool.
 
 use crate::error::{errno, Result};
 use crate::format::extents::NODE_HEADER;
@@ -17,6 +19,7 @@ use crate::pool::Pool;
 use crate::time::now_ns;
 
 use super::map::{self, MapCache};
+use super::store::{DataStore, DataWriter};
 use super::{prealloc, DataMode};
 
 /// The largest file: file block numbers are 32-bit, so (2^32 - 1) blocks, as ext4's
@@ -74,8 +77,9 @@ pub fn read_cached<B: Backend>(
             Ok(e) => {
                 // Copy to the end of this extent (contiguous on the pool) at once.
                 let chunk = ((e.end() * BLOCK - pos) as usize).min(n - done);
-                let src = pool.layout.block_addr(e.pblk + (lblk - e.lblk as u64)) + pos % BLOCK;
-                pool.pm.read(src, &mut buf[done..done + chunk]);
+                let blk = e.pblk + (lblk - e.lblk as u64);
+                pool.data()
+                    .read(blk, pos % BLOCK, &mut buf[done..done + chunk]);
                 chunk
             }
             Err(hole_end) => {
@@ -113,8 +117,8 @@ pub fn read_hinted<B: Backend>(
     if off + n as u64 > e.end() * BLOCK {
         return None;
     }
-    let src = pool.layout.block_addr(e.pblk + (lblk - e.lblk as u64)) + off % BLOCK;
-    pool.pm.read(src, &mut buf[..n]);
+    let blk = e.pblk + (lblk - e.lblk as u64);
+    pool.data().read_racing(blk, off % BLOCK, &mut buf[..n]);
     Some(n)
 }
 
@@ -179,7 +183,7 @@ pub fn file_extents<B: Backend>(
         if end <= e.lblk as u64 {
             continue;
         }
-        let (logical, physical) = (e.lblk as u64 * BLOCK, pool.layout.block_addr(e.pblk));
+        let (logical, physical) = (e.lblk as u64 * BLOCK, pool.data().physical(e.pblk));
         let length = (end - e.lblk as u64) * BLOCK;
         match out.last_mut() {
             Some(l) if l.logical + l.length == logical && l.physical + l.length == physical => {
@@ -280,7 +284,8 @@ pub fn write_at<B: Backend>(
     )?;
     let mut fresh_blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
     let mut repl: Vec<Extent> = Vec::with_capacity(targets.len());
-    let mut b = pool.pm.batch();
+    let store = pool.data();
+    let mut b = store.writer();
     for &(lb, old, needs_new) in &targets {
         let blk_start = lb * BLOCK;
         let ws = off.max(blk_start);
@@ -288,22 +293,21 @@ pub fn write_at<B: Backend>(
         let piece = &data[(ws - off) as usize..(we - off) as usize];
         let pblk = if needs_new {
             let nb = fresh_blocks.next().expect("allocated one per fresh block");
-            let addr = pool.layout.block_addr(nb);
             if piece.len() as u64 == BLOCK {
-                b.write(addr, piece);
+                b.write(nb, 0, piece);
             } else {
                 // Start from the old contents (copy-on-write) or zeros (a hole).
                 let mut blk = vec![0u8; BLOCK as usize];
                 if let Some(o) = old {
-                    pool.pm.read(pool.layout.block_addr(o), &mut blk);
+                    store.read(o, 0, &mut blk);
                 }
                 blk[(ws - blk_start) as usize..(we - blk_start) as usize].copy_from_slice(piece);
-                b.write(addr, &blk);
+                b.write(nb, 0, &blk);
             }
             nb
         } else {
             let o = old.expect("in place only over an allocated block");
-            b.write(pool.layout.block_addr(o) + (ws - blk_start), piece);
+            b.write(o, ws - blk_start, piece);
             o
         };
         push_block(&mut repl, lb, pblk);
@@ -357,7 +361,8 @@ pub fn write_at<B: Backend>(
     let staged = match map::stage(pool, ino, lane, &m, ext, (a, b), spec) {
         Ok(s) => s,
         Err(e) => {
-            runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
+            runs.iter()
+                .for_each(|&(s, n)| pool.alloc.data_blocks().free(s, n));
             return Err(e);
         }
     };
@@ -365,7 +370,8 @@ pub fn write_at<B: Backend>(
     // bytes and the new map durable, before the gate (see the in-place case above).
     let times = new_size.is_none().then(|| persist_times(pool, ino));
     if let Err(e) = gate() {
-        runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
+        runs.iter()
+            .for_each(|&(s, n)| pool.alloc.data_blocks().free(s, n));
         map::free_nodes(pool, &staged.new_nodes);
         return Err(e);
     }
@@ -430,11 +436,15 @@ fn alloc_with_reserve<B: Backend>(
     reserve: u64,
 ) -> Result<(Vec<(u64, u64)>, u64)> {
     if reserve > 0 {
-        if let Some(runs) = pool.alloc.blocks.alloc(lane, fresh + reserve) {
+        if let Some(runs) = pool.alloc.data_blocks().alloc(lane, fresh + reserve) {
             return Ok((runs, reserve));
         }
     }
-    let runs = pool.alloc.blocks.alloc(lane, fresh).ok_or(errno::ENOSPC)?;
+    let runs = pool
+        .alloc
+        .data_blocks()
+        .alloc(lane, fresh)
+        .ok_or(errno::ENOSPC)?;
     Ok((runs, 0))
 }
 
@@ -479,28 +489,32 @@ fn repoint_block<B: Backend>(
     gate: &mut dyn FnMut() -> Result<()>,
 ) -> Result<usize> {
     let old = m.extents[i].pblk;
-    let nb = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?[0].0;
-    let mut b = pool.pm.batch();
+    let nb = pool
+        .alloc
+        .data_blocks()
+        .alloc(lane, 1)
+        .ok_or(errno::ENOSPC)?[0]
+        .0;
+    let store = pool.data();
+    let mut b = store.writer();
     if data.len() as u64 == BLOCK {
-        b.write(pool.layout.block_addr(nb), data);
+        b.write(nb, 0, data);
     } else {
         let mut blk = vec![0u8; BLOCK as usize];
-        pool.pm.read(pool.layout.block_addr(old), &mut blk);
+        store.read(old, 0, &mut blk);
         let at = (off % BLOCK) as usize;
         blk[at..at + data.len()].copy_from_slice(data);
-        b.write(pool.layout.block_addr(nb), &blk);
+        b.write(nb, 0, &blk);
     }
-    let at = pool.layout.inode_addr(ino);
-    let now = now_ns();
-    b.write_u64(at + inode::MTIME, now)
-        .write_u64(at + inode::CTIME, now);
-    let ready = b.persist();
+    b.flushed();
+    // The times' fence makes the new block durable with them, before the swap.
+    let ready = persist_times(pool, ino);
     if let Err(e) = gate() {
-        pool.alloc.blocks.free(nb, 1);
+        pool.alloc.data_blocks().free(nb, 1);
         return Err(e);
     }
     drop(pool.pm.commit_u64(ptr, nb, ready));
-    pool.alloc.blocks.free(old, 1);
+    pool.alloc.data_blocks().free(old, 1);
     cache.repoint(m, i, nb);
     Ok(data.len())
 }
@@ -545,7 +559,7 @@ fn settle_staged<B: Backend>(
     cache: &MapCache<'_>,
 ) {
     for &(s, n) in freed {
-        pool.alloc.blocks.free(s, n);
+        pool.alloc.data_blocks().free(s, n);
     }
     map::free_nodes(pool, &staged.old_nodes);
     cache.put(staged.map);
@@ -570,16 +584,14 @@ fn lookup(ext: &[Extent], lblk: u64) -> Option<u64> {
 /// Zero allocated bytes in `[from, to)`, all past the end of the file (so invisible),
 /// before a size change makes them visible.
 fn zero_gap<B: Backend>(pool: &Pool<B>, ext: &[Extent], from: u64, to: u64) {
-    let mut b = pool.pm.batch();
+    let store = pool.data();
+    let mut b = store.writer();
     let mut pos = from;
     while pos < to {
         let lb = pos / BLOCK;
         let blk_end = ((lb + 1) * BLOCK).min(to);
         if let Some(p) = lookup(ext, lb) {
-            b.zero(
-                pool.layout.block_addr(p) + pos % BLOCK,
-                (blk_end - pos) as usize,
-            );
+            b.zero(p, pos % BLOCK, (blk_end - pos) as usize);
             pos = blk_end;
         } else {
             // Skip the hole up to the next extent.
@@ -727,13 +739,14 @@ fn allocate<B: Backend>(
     }
     let runs = pool
         .alloc
-        .blocks
+        .data_blocks()
         .alloc(lane, holes.len() as u64)
         .ok_or(errno::ENOSPC)?;
-    let mut b = pool.pm.batch();
+    let store = pool.data();
+    let mut b = store.writer();
     let mut repl = Vec::with_capacity(holes.len());
     for (lb, pblk) in holes.iter().zip(runs.iter().flat_map(|&(s, n)| s..s + n)) {
-        b.zero(pool.layout.block_addr(pblk), BLOCK as usize);
+        b.zero(pblk, 0, BLOCK as usize);
         repl.push(Extent {
             lblk: *lb as u32,
             len: 1,
@@ -757,7 +770,8 @@ fn allocate<B: Backend>(
     let staged = match map::stage(pool, ino, lane, &m, ext, (first, stop), 0) {
         Ok(s) => s,
         Err(e) => {
-            runs.iter().for_each(|&(s, n)| pool.alloc.blocks.free(s, n));
+            runs.iter()
+                .for_each(|&(s, n)| pool.alloc.data_blocks().free(s, n));
             return Err(e);
         }
     };
@@ -776,7 +790,8 @@ fn punch<B: Backend>(
     let (first, stop) = (off / BLOCK, end.div_ceil(BLOCK));
     // Edge blocks only partly inside the hole keep their other bytes: copy them.
     let mut repl = Vec::new();
-    let mut b = pool.pm.batch();
+    let store = pool.data();
+    let mut b = store.writer();
     for lb in [first, stop - 1] {
         let (bs, be) = (lb * BLOCK, (lb + 1) * BLOCK);
         let partial = off > bs || end < be;
@@ -786,17 +801,17 @@ fn punch<B: Backend>(
         if repl.iter().any(|e: &Extent| e.lblk as u64 == lb) {
             continue;
         }
-        let Some(runs) = pool.alloc.blocks.alloc(lane, 1) else {
+        let Some(runs) = pool.alloc.data_blocks().alloc(lane, 1) else {
             b.flushed();
             repl.iter()
-                .for_each(|e: &Extent| pool.alloc.blocks.free(e.pblk, 1));
+                .for_each(|e: &Extent| pool.alloc.data_blocks().free(e.pblk, 1));
             return Err(errno::ENOSPC);
         };
         let mut blk = vec![0u8; BLOCK as usize];
-        pool.pm.read(pool.layout.block_addr(old), &mut blk);
+        store.read(old, 0, &mut blk);
         let (zs, ze) = (off.max(bs) - bs, end.min(be) - bs);
         blk[zs as usize..ze as usize].fill(0);
-        b.write(pool.layout.block_addr(runs[0].0), &blk);
+        b.write(runs[0].0, 0, &blk);
         repl.push(Extent {
             lblk: lb as u32,
             len: 1,
@@ -815,14 +830,19 @@ fn punch<B: Backend>(
 /// Fill a new inode (not yet visible) with `bytes`: a symlink's target.
 pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]) -> Result<()> {
     let n = (bytes.len() as u64).div_ceil(BLOCK);
-    let runs = pool.alloc.blocks.alloc(lane, n).ok_or(errno::ENOSPC)?;
-    let mut b = pool.pm.batch();
+    let runs = pool
+        .alloc
+        .data_blocks()
+        .alloc(lane, n)
+        .ok_or(errno::ENOSPC)?;
+    let store = pool.data();
+    let mut b = store.writer();
     let mut ext = Vec::new();
     let mut lblk = 0u64;
     for &(s, len) in &runs {
         let from = (lblk * BLOCK) as usize;
         let to = (((lblk + len) * BLOCK) as usize).min(bytes.len());
-        b.write(pool.layout.block_addr(s), &bytes[from..to]);
+        b.write(s, 0, &bytes[from..to]);
         ext.push(Extent {
             lblk: lblk as u32,
             len: len as u32,
@@ -909,14 +929,14 @@ pub fn free_all<B: Backend>(pool: &Pool<B>, ino: u64) {
     }
     if let Ok(m) = map::read(pool, ino) {
         for e in &m.extents {
-            pool.alloc.blocks.free(e.pblk, e.len as u64);
+            pool.alloc.data_blocks().free(e.pblk, e.len as u64);
         }
         map::free_nodes(pool, &m.nodes);
     }
     for b in super::xattr::blocks(pool, ino) {
-        pool.alloc.blocks.free(b, 1);
+        pool.alloc.meta_blocks().free(b, 1);
     }
     for b in dir_pages(pool, ino) {
-        pool.alloc.blocks.free(b, 1);
+        pool.alloc.meta_blocks().free(b, 1);
     }
 }

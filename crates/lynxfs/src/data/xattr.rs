@@ -249,7 +249,11 @@ fn set_id(head: u64) -> u64 {
 
 /// `n` fresh blocks' pool offsets.
 fn alloc_blocks<B: Backend>(pool: &Pool<B>, lane: u32, n: u64) -> Result<Vec<u64>> {
-    let runs = pool.alloc.blocks.alloc(lane, n).ok_or(errno::ENOSPC)?;
+    let runs = pool
+        .alloc
+        .meta_blocks()
+        .alloc(lane, n)
+        .ok_or(errno::ENOSPC)?;
     Ok(runs
         .iter()
         .flat_map(|&(start, len)| start..start + len)
@@ -264,7 +268,7 @@ pub fn free_set<B: Backend>(pool: &Pool<B>, head: u64) {
     }
     if let Ok(s) = read_set(&pool.pm, &pool.layout, head) {
         for b in s.blocks {
-            pool.alloc.blocks.free(b, 1);
+            pool.alloc.meta_blocks().free(b, 1);
         }
     }
 }
@@ -306,7 +310,7 @@ pub fn store_with<B: Backend>(
         }
     }
     for b in old {
-        pool.alloc.blocks.free(b, 1);
+        pool.alloc.meta_blocks().free(b, 1);
     }
     Ok(())
 }

@@ -294,7 +294,11 @@ impl<'a> Dir<'a> {
         if self.c.tail().load(Ordering::Acquire) != seen {
             return Ok(());
         }
-        let runs = pool.alloc.blocks.alloc(lane, 1).ok_or(errno::ENOSPC)?;
+        let runs = pool
+            .alloc
+            .meta_blocks()
+            .alloc(lane, 1)
+            .ok_or(errno::ENOSPC)?;
         let page = pool.layout.block_addr(runs[0].0);
         let last = seen & !(BLOCK - 1);
         let link = if last == 0 {
