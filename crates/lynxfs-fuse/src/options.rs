@@ -253,8 +253,8 @@ pub const OPTIONS: &[OptionSpec] = &[
     flag(
         "nofail",
         Effect::Ignored,
-        "For mount(8) and systemd: a pool that cannot be mounted does not fail mount -a \
-         or the boot.",
+        "For mount(8) and systemd: a pool that does not exist is skipped without an error \
+         (mount.lynxfs), and a mount that fails does not fail the boot.",
     ),
 ];
 
