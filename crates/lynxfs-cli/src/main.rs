@@ -98,6 +98,9 @@ enum Cmd {
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// Print one JSON object (schema: docs/JSON.md) instead of text.
+        #[arg(long)]
+        json: bool,
         pool: PathBuf,
     },
     /// Check a pool; with --repair, fix it. Exit code: 0 clean, 1 errors corrected,
@@ -109,6 +112,9 @@ enum Cmd {
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// Print one JSON object (schema: docs/JSON.md) instead of text.
+        #[arg(long)]
+        json: bool,
         pool: PathBuf,
     },
     /// Run a benchmark suite and print its table (syscalls, data, mdtest, smallfiles,
@@ -254,8 +260,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Fsck {
             repair,
             backend,
+            json,
             pool,
-        } => Ok(fsck::run(&pool, repair, BackendKind::pick(backend, &pool))),
+        } => Ok(fsck::run(
+            &pool,
+            repair,
+            BackendKind::pick(backend, &pool),
+            json,
+        )),
         Cmd::Bench(args) => {
             bench::run(args)?;
             Ok(ExitCode::SUCCESS)
@@ -282,8 +294,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             generate::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Info { backend, pool } => {
-            info::print(&pool, BackendKind::pick(backend, &pool))?;
+        Cmd::Info {
+            backend,
+            json,
+            pool,
+        } => {
+            info::print(&pool, BackendKind::pick(backend, &pool), json)?;
             Ok(ExitCode::SUCCESS)
         }
     }
