@@ -35,16 +35,38 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The programs `./lynx install` puts in PREFIX/bin: its PROGRAMS line.
+fn programs() -> Vec<String> {
+    let script = std::fs::read_to_string(repo().join("lynx")).unwrap();
+    let line = script
+        .lines()
+        .find_map(|l| l.strip_prefix("PROGRAMS=\""))
+        .expect("a PROGRAMS=\"...\" line in lynx");
+    line.trim_end_matches('"')
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
 /// target/<profile>/ with everything the install takes, built by cargo with this
-/// test's profile (`cargo test` builds no cdylib): `./lynx install --from` it.
+/// test's profile (`cargo test` builds no cdylib nor other packages' programs):
+/// `./lynx install --from` it.
 fn built_dir() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
+            let mut artifacts = programs();
+            artifacts.extend(["liblynxfs_preload.so".into(), "liblynxfs.so".into()]);
+            let artifacts: Vec<&str> = artifacts.iter().map(String::as_str).collect();
             built::build(
                 env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-cli", "lynxfs-preload", "lynxfs-capi"],
-                &["lynxfs", "liblynxfs_preload.so", "liblynxfs.so"],
+                &[
+                    "lynxfs-cli",
+                    "lynxfs-preload",
+                    "lynxfs-capi",
+                    "lynxfs-bench",
+                ],
+                &artifacts,
             )
         })
         .clone()
@@ -127,7 +149,6 @@ impl Install {
 /// helpers' directory), with its mode (0 for a link).
 fn expected_files(man_pages: &[String]) -> Vec<(String, u32)> {
     let mut v: Vec<(String, u32)> = vec![
-        ("bin/lynxfs".into(), 0o755),
         ("lib/lynxfs/liblynxfs_preload.so".into(), 0o644),
         ("lib/liblynxfs.so".into(), 0o644),
         ("include/lynxfs.h".into(), 0o644),
@@ -141,6 +162,9 @@ fn expected_files(man_pages: &[String]) -> Vec<(String, u32)> {
     ];
     for m in man_pages {
         v.push((format!("share/man/man8/{m}"), 0o644));
+    }
+    for p in programs() {
+        v.push((format!("bin/{p}"), 0o755));
     }
     v
 }
@@ -247,15 +271,11 @@ fn install_checks_each_file_mounts_from_fstab_and_uninstalls_clean() {
         has_debug_info(&built_dir().join("lynxfs")),
         "the build has debug info"
     );
-    for bin in [
-        "bin/lynxfs",
-        "lib/liblynxfs.so",
-        "lib/lynxfs/liblynxfs_preload.so",
-    ] {
-        assert!(
-            !has_debug_info(&i.prefix.join(bin)),
-            "{bin} carries debug info"
-        );
+    let mut shipped = vec!["lib/liblynxfs.so".to_string()];
+    shipped.push("lib/lynxfs/liblynxfs_preload.so".into());
+    shipped.extend(programs().iter().map(|p| format!("bin/{p}")));
+    for f in &shipped {
+        assert!(!has_debug_info(&i.prefix.join(f)), "{f} carries debug info");
     }
 
     check_pkg_config_and_the_c_api(&i);
