@@ -122,8 +122,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Mount a pool with FUSE.
     ///
-    /// Without -f, returns once the mount is ready and serves from the background. `lynxfs mount --help` and mount.lynxfs(8) list the -o
-    /// options.
+    /// Without -f, returns once the mount is ready and serves from the background.
+    /// `lynxfs mount --help` lists the -o options, as mount.lynxfs(8) does.
     Mount {
         /// Stay in the foreground (serve until unmounted, SIGINT or SIGTERM).
         #[arg(short = 'f')]

@@ -344,7 +344,8 @@ fn check_man_pages(i: &Install, pages: &[String]) {
             out.contains("NAME") && out.contains("SYNOPSIS"),
             "{page}: {out}"
         );
-        assert_eq!(text(&o.stderr), "", "{page}: man's warnings");
+        let err = text(&o.stderr);
+        assert!(!err.contains("warning"), "{page}: {err}");
     }
     let helper = text(
         &ok(Command::new("man")
