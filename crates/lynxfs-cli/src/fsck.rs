@@ -8,6 +8,8 @@
 //! runs recovery if it was not closed cleanly and rewrites the older superblock copy);
 //! if problems remain, the recovery walk is forced and the pool checked again.
 //! A pool in use (mounted) can only be looked at, from a copy (see [`check_a_copy`]).
+//! With `--json`, what is said goes into one JSON object printed at the end
+//! (docs/JSON.md) instead of lines of text.
 
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
@@ -25,16 +27,110 @@ pub const CORRECTED: u8 = 1;
 pub const UNCORRECTED: u8 = 4;
 pub const OPERATIONAL: u8 = 8;
 
-pub fn run(path: &Path, repair: bool, kind: BackendKind) -> ExitCode {
-    let code = run_kind(path, repair, kind).unwrap_or_else(|| check_a_copy(path, kind));
+pub fn run(path: &Path, repair: bool, kind: BackendKind, json: bool) -> ExitCode {
+    let mut out = Out::new(path, repair, json);
+    let code = run_kind(path, repair, kind, &mut out)
+        .unwrap_or_else(|| check_a_copy(path, kind, &mut out));
+    out.finish(code);
     ExitCode::from(code)
 }
 
 /// The check's exit code; `None` if the pool is in use and only a look was asked for.
-fn run_kind(path: &Path, repair: bool, kind: BackendKind) -> Option<u8> {
+fn run_kind(path: &Path, repair: bool, kind: BackendKind, out: &mut Out) -> Option<u8> {
     match kind {
-        BackendKind::Pmem => run_with(path, repair, PmemBackend::default()),
-        BackendKind::Msync => run_with(path, repair, MsyncBackend),
+        BackendKind::Pmem => run_with(path, repair, PmemBackend::default(), out),
+        BackendKind::Msync => run_with(path, repair, MsyncBackend, out),
+    }
+}
+
+/// The version of `fsck --json`'s schema (docs/JSON.md): raised when a field changes
+/// meaning or goes away; new fields may appear without it.
+pub const FSCK_SCHEMA: &str = "lynxfs-fsck/1";
+
+/// Where the check's findings go: printed as they come, or gathered for `--json`.
+struct Out {
+    json: bool,
+    pool: String,
+    repair: bool,
+    in_use_copy: bool,
+    error: Option<String>,
+    recovery: Option<serde_json::Value>,
+    problems: Vec<String>,
+    fixed: Vec<String>,
+    left: Vec<String>,
+    counts: Option<serde_json::Value>,
+}
+
+impl Out {
+    fn new(path: &Path, repair: bool, json: bool) -> Out {
+        Out {
+            json,
+            pool: path.display().to_string(),
+            repair,
+            in_use_copy: false,
+            error: None,
+            recovery: None,
+            problems: Vec::new(),
+            fixed: Vec::new(),
+            left: Vec::new(),
+            counts: None,
+        }
+    }
+
+    /// A line of the text report.
+    fn say(&self, line: impl std::fmt::Display) {
+        if !self.json {
+            println!("{line}");
+        }
+    }
+
+    /// An operational error: on stderr in both forms, and in the JSON object.
+    fn error(&mut self, e: impl std::fmt::Display) {
+        eprintln!("lynxfs fsck: {e}");
+        if self.error.is_none() {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    /// A problem found; `how` is the text report's prefix.
+    fn problem(&mut self, how: &str, p: &str) {
+        self.say(format!("{how}: {p}"));
+        self.problems.push(p.to_string());
+    }
+
+    fn fixed(&mut self, how: &str, f: &str) {
+        self.say(format!("{how}: {f}"));
+        self.fixed.push(f.to_string());
+    }
+
+    fn finish(&self, code: u8) {
+        if !self.json {
+            return;
+        }
+        let result = match code {
+            CLEAN => "clean",
+            CORRECTED => "corrected",
+            UNCORRECTED => "uncorrected",
+            _ => "error",
+        };
+        let v = serde_json::json!({
+            "schema": FSCK_SCHEMA,
+            "pool": self.pool,
+            "repair": self.repair,
+            "in_use_copy": self.in_use_copy,
+            "exit_code": code,
+            "result": result,
+            "error": self.error,
+            "recovery": self.recovery,
+            "problems": self.problems,
+            "fixed": self.fixed,
+            "left": self.left,
+            "counts": self.counts,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("a JSON value prints")
+        );
     }
 }
 
@@ -43,20 +139,21 @@ fn run_kind(path: &Path, repair: bool, kind: BackendKind) -> Option<u8> {
 /// taken at once (in memory), which it sees as after a crash at that instant: the
 /// in-memory recovery finishes what the journals hold, and an operation in flight may
 /// still show as a problem.
-fn check_a_copy(path: &Path, kind: BackendKind) -> u8 {
-    println!(
+fn check_a_copy(path: &Path, kind: BackendKind, out: &mut Out) -> u8 {
+    out.in_use_copy = true;
+    out.say(format!(
         "{} is in use (mounted, or attached by a program): checking a copy taken now, as \
          after a crash at this instant; changes in flight may show as problems (run again, \
          or unmount, to be sure)",
         path.display()
-    );
+    ));
     match copy_into_memory(path) {
         Ok(copy) => {
             let at = std::path::PathBuf::from(format!("/proc/self/fd/{}", copy.as_raw_fd()));
-            run_kind(&at, false, kind).unwrap_or(OPERATIONAL)
+            run_kind(&at, false, kind, out).unwrap_or(OPERATIONAL)
         }
         Err(e) => {
-            eprintln!("lynxfs fsck: copying {}: {e}", path.display());
+            out.error(format!("copying {}: {e}", path.display()));
             OPERATIONAL
         }
     }
@@ -88,20 +185,20 @@ fn check_type(path: &Path) -> Result<(), Error> {
     }
 }
 
-fn print_report(rep: &FsckReport) {
+fn print_report(rep: &FsckReport, out: &mut Out) {
     for p in &rep.problems {
-        println!("problem: {p}");
+        out.problem("problem", p);
     }
 }
 
-fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {
-    println!(
+fn run_with<B: Backend>(path: &Path, repair: bool, backend: B, out: &mut Out) -> Option<u8> {
+    out.say(format!(
         "checking {}{}",
         path.display(),
         if repair { " (repair)" } else { "" }
-    );
+    ));
     if let Err(e) = check_type(path) {
-        eprintln!("lynxfs fsck: {e}");
+        out.error(e);
         return Some(OPERATIONAL);
     }
     // The superblock copies as the file holds them: a read-write open rewrites the
@@ -110,7 +207,7 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {
         Ok(p) => p,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(), // open says it
         Err(e) => {
-            eprintln!("lynxfs fsck: {}: {e}", path.display());
+            out.error(format!("{}: {e}", path.display()));
             return Some(OPERATIONAL);
         }
     };
@@ -130,10 +227,11 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {
             // too small, foreign, missing, ...) the open's own error says it all.
             if matches!(e, Error::Corrupt { .. }) {
                 for p in &sb_problems {
-                    println!("problem: {p}");
+                    out.problem("problem", p);
                 }
+                out.left = sb_problems.clone();
             }
-            eprintln!("lynxfs fsck: {e}");
+            out.error(&e);
             return Some(match e {
                 // Ours, but damaged beyond what opening can get past.
                 Error::Corrupt { .. } => UNCORRECTED,
@@ -143,10 +241,19 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {
     };
     let mut found = sb_problems.len();
     for p in &sb_problems {
-        println!("problem: {p}");
+        out.problem("problem", p);
     }
     if let Some(r) = &pool.recovery {
-        println!(
+        out.recovery = Some(serde_json::json!({
+            "replayed": repair,
+            "journals_replayed": r.journals_replayed,
+            "journals_torn": r.journals_torn,
+            "slots_cleared": r.slots_cleared,
+            "dentries_dropped": r.dentries_dropped,
+            "nlinks_fixed": r.nlinks_fixed,
+            "inodes_reclaimed": r.inodes_reclaimed,
+        }));
+        out.say(format!(
             "the pool was not closed cleanly: recovery {} {} journal(s), dropped {} torn, \
              cleared {} slot(s), dropped {} entr(ies), fixed {} link count(s), reclaimed {} inode(s)",
             if repair { "replayed" } else { "would replay" },
@@ -156,15 +263,15 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {
             r.dentries_dropped,
             r.nlinks_fixed,
             r.inodes_reclaimed
-        );
+        ));
         for p in &r.problems {
-            println!("problem (cut by recovery): {p}");
+            out.problem("problem (cut by recovery)", p);
         }
         found += r.problems.len();
     }
     let first = fsck::check_with_progress(&pool, &bar);
     bar.finish();
-    print_report(&first);
+    print_report(&first, out);
     found += first.problems.len();
     let mut left = if repair { 0 } else { found };
     let mut last = first;
@@ -174,26 +281,43 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {
         match repaired {
             Ok(r) => {
                 for f in &r.fixes {
-                    println!("fixed: {f}");
+                    out.fixed("fixed", f);
                 }
                 for p in &r.recovery_problems {
-                    println!("fixed (cut by recovery): {p}");
+                    out.fixed("fixed (cut by recovery)", p);
                 }
                 last = fsck::check_with_progress(&pool, &bar);
                 bar.finish();
                 if !last.is_clean() {
-                    println!("after repair:");
-                    print_report(&last);
+                    out.say("after repair:");
+                    for p in &last.problems {
+                        out.say(format!("problem: {p}"));
+                    }
                 }
                 left = last.problems.len();
+                out.left = last.problems.clone();
             }
             Err(e) => {
-                println!("repair failed: {e}");
+                out.say(format!("repair failed: {e}"));
+                out.error.get_or_insert(format!("repair failed: {e}"));
                 left = last.problems.len().max(1);
+                out.left = last.problems.clone();
             }
         }
     }
-    println!(
+    if !repair {
+        out.left = out.problems.clone();
+    }
+    out.counts = Some(serde_json::json!({
+        "directories": last.directories,
+        "files": last.files,
+        "symlinks": last.symlinks,
+        "others": last.others,
+        "dentries": last.dentries,
+        "blocks": last.blocks,
+        "speculative_blocks": last.speculative,
+    }));
+    out.say(format!(
         "{}: {} directories, {} files, {} symlinks, {} other; {} entries, {} data blocks in use",
         path.display(),
         last.directories,
@@ -202,29 +326,31 @@ fn run_with<B: Backend>(path: &Path, repair: bool, backend: B) -> Option<u8> {
         last.others,
         last.dentries,
         last.blocks
-    );
+    ));
     if last.speculative > 0 {
-        println!(
+        out.say(format!(
             "{} of those blocks are preallocated past the end of growing files (given back at their last close or by recovery; not leaks)",
             last.speculative
-        );
+        ));
     }
     let code = if found == 0 {
-        println!("clean");
+        out.say("clean");
         CLEAN
     } else if left == 0 {
-        println!("{found} problem(s) found, all corrected");
+        out.say(format!("{found} problem(s) found, all corrected"));
         CORRECTED
     } else if repair {
-        println!("{found} problem(s) found, {left} left uncorrected");
+        out.say(format!("{found} problem(s) found, {left} left uncorrected"));
         UNCORRECTED
     } else {
-        println!("{found} problem(s) found, not corrected (run with --repair)");
+        out.say(format!(
+            "{found} problem(s) found, not corrected (run with --repair)"
+        ));
         UNCORRECTED
     };
     if repair {
         if let Err(e) = pool.close() {
-            eprintln!("lynxfs fsck: {e}");
+            out.error(e);
             return Some(OPERATIONAL);
         }
     } else {

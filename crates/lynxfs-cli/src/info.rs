@@ -1,5 +1,5 @@
-//! `lynxfs info POOL|MOUNTPOINT`: what a pool is, how full, and (when processes are
-//! attached to it) what its index and cachelets take in shared memory.
+//! `lynxfs info [--json] POOL|MOUNTPOINT`: what a pool is, how full, and (when
+//! processes are attached to it) what its index and cachelets take in shared memory.
 //!
 //! A pool no process is attached to is opened read-only (mapped privately: the file is
 //! never changed); it has no runtime state then. A pool attached elsewhere is
@@ -8,11 +8,15 @@
 //! processes. A mounted pool's figures also come from its daemon, through the mount
 //! ([`lynxfs_fuse::usage`]): given the pool, the mount is found in
 //! /proc/self/mountinfo; given the mount point, it is asked directly.
+//!
+//! What is found is gathered into an [`Info`], printed as text or, with `--json`, as
+//! the object docs/JSON.md describes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use lynxfs::alloc::NodeUsage;
+use lynxfs::meta::Usage;
 use lynxfs::pmem::{Backend, MsyncBackend, PmemBackend};
 use lynxfs::runtime::procs::MAX_PROCS;
 use lynxfs::{Access, Error, Fs, Pool};
@@ -21,26 +25,90 @@ use lynxfs_fuse::usage::{LiveUsage, USAGE_XATTR};
 use crate::backend::BackendKind;
 use crate::mount::{mountpoint_of_pool, pool_at};
 
-pub fn print(path: &Path, kind: BackendKind) -> Result<()> {
+/// Everything `info` found about one pool.
+struct Info {
+    pool: PathBuf,
+    state: State,
+    /// The superblock's figures: for a pool no process holds (the others hold it open).
+    format: Option<Format>,
+    usage: Usage,
+    /// Whether `usage` has the index and cachelet figures (runtime state exists).
+    runtime: bool,
+    nodes: Vec<NodeUsage>,
+    daemon: Option<LiveUsage>,
+    shared: Option<Shared>,
+}
+
+enum State {
+    Clean,
+    NotClean,
+    Attached,
+    Mounted(PathBuf),
+}
+
+struct Format {
+    version: u32,
+    size: u64,
+    lanes: u32,
+    nodes: u32,
+    data_mode: String,
+    reserved_percent: u32,
+    reserved_blocks: u64,
+    reserved_inodes: u64,
+    reserved_dentries: u64,
+    dax: bool,
+    backend: BackendKind,
+    durability: String,
+    mount_epoch: u64,
+}
+
+/// The shared state of an attached pool, seen by attaching to it.
+struct Shared {
+    /// Processes attached, `info` included.
+    processes: usize,
+    /// The runtime file's allocated bytes (all shared state), if it could be read.
+    runtime_bytes: Option<u64>,
+}
+
+pub fn print(path: &Path, kind: BackendKind, json: bool) -> Result<()> {
+    let info = gather(path, kind)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info.to_json())?);
+    } else {
+        info.print_text();
+    }
+    Ok(())
+}
+
+fn gather(path: &Path, kind: BackendKind) -> Result<Info> {
     if path.is_dir() {
         let mp = path
             .canonicalize()
             .with_context(|| format!("{}", path.display()))?;
         let pool = pool_at(&mp).map_err(|e| not_a_mount_hint(e, &mp))?;
-        return print_live(&pool, &mp, kind);
+        return gather_live(&pool, &mp, kind);
     }
     // A read-only mount holds the pool's lock shared, so the pool would open here too:
     // ask the mount first.
     let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     if let Some(mp) = mountpoint_of_pool(&canonical) {
-        return print_live(&canonical, &mp, kind);
+        return gather_live(&canonical, &mp, kind);
     }
     if let Some(view) = attached_view(path, kind)? {
-        return print_attached(path, &view);
+        return Ok(Info {
+            pool: path.to_path_buf(),
+            state: State::Attached,
+            format: None,
+            usage: view.usage,
+            runtime: true,
+            nodes: view.nodes,
+            daemon: None,
+            shared: Some(view.shared),
+        });
     }
     let opened = match kind {
-        BackendKind::Pmem => print_with(path, PmemBackend::default()),
-        BackendKind::Msync => print_with(path, MsyncBackend),
+        BackendKind::Pmem => gather_closed(path, kind, PmemBackend::default()),
+        BackendKind::Msync => gather_closed(path, kind, MsyncBackend),
     };
     match opened {
         Err(Error::Locked { .. }) => bail!(
@@ -56,62 +124,148 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
 }
 
-fn print_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<()> {
-    let backend_name = backend.name();
+/// A pool nobody holds, opened read-only.
+fn gather_closed<B: Backend>(path: &Path, kind: BackendKind, backend: B) -> lynxfs::Result<Info> {
+    let durability = backend.name();
     let pool = Pool::open(path, Access::ReadOnly, backend)?;
     let sb = pool.superblock();
     let dax = std::fs::File::open(path)
         .map(|f| lynxfs::pmem::dax_supported(&f))
         .unwrap_or(false);
-    println!("pool:             {}", path.display());
-    println!("format version:   {}", sb.version);
-    println!(
-        "size:             {} bytes ({:.1} MiB)",
-        sb.geo.pool_size,
-        mib(sb.geo.pool_size)
-    );
-    println!("lanes:            {}", sb.geo.lanes);
-    println!("NUMA nodes:       {}", sb.geo.nodes);
-    println!("data mode:        {}", pool.data_mode());
-    println!(
-        "reserved:         {}% for root ({} blocks, {} inodes, {} dentries; mkfs --reserved)",
-        sb.reserved_percent,
-        pool.alloc.blocks.reserved(),
-        pool.alloc.inodes.reserved(),
-        pool.alloc.dentries.reserved()
-    );
-    println!(
-        "mapping:          {}",
-        if dax {
-            "MAP_SHARED_VALIDATE|MAP_SYNC (DAX)"
+    let info = Info {
+        pool: path.to_path_buf(),
+        state: if pool.was_clean {
+            State::Clean
         } else {
-            "MAP_SHARED (not DAX)"
-        }
-    );
-    println!(
-        "durability:       {backend_name} (chosen each time the pool is opened, by where \
-         it lives or by --backend / -o backend=; not recorded in the pool)"
-    );
-    println!(
-        "state:            {}",
-        if pool.was_clean {
-            "clean, not mounted"
-        } else {
-            "not clean (recovery runs at the next open; figures below are what it would find)"
-        }
-    );
-    println!("mount epoch:      {}", sb.epoch - 1);
-    print_space(&lynxfs::meta::Usage::of_pool(&pool));
-    print_nodes(&pool.alloc.node_usage(&pool.layout));
-    println!(
-        "index, cachelets: none (they live in shared memory while processes are attached: \
-         `lynxfs info` then shows them)"
-    );
+            State::NotClean
+        },
+        format: Some(Format {
+            version: sb.version,
+            size: sb.geo.pool_size,
+            lanes: sb.geo.lanes,
+            nodes: sb.geo.nodes,
+            data_mode: pool.data_mode().to_string(),
+            reserved_percent: sb.reserved_percent,
+            reserved_blocks: pool.alloc.blocks.reserved(),
+            reserved_inodes: pool.alloc.inodes.reserved(),
+            reserved_dentries: pool.alloc.dentries.reserved(),
+            dax,
+            backend: kind,
+            durability,
+            mount_epoch: sb.epoch - 1,
+        }),
+        usage: Usage::of_pool(&pool),
+        runtime: false,
+        nodes: pool.alloc.node_usage(&pool.layout),
+        daemon: None,
+        shared: None,
+    };
     pool.crash(); // a read-only look: nothing to save
-    Ok(())
+    Ok(info)
 }
 
-fn print_space(u: &lynxfs::meta::Usage) {
+fn gather_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<Info> {
+    let live = live_usage(mountpoint)?;
+    // A read-only mount works on a private copy: nothing is attached then (and its
+    // figures per node are not known).
+    let view = attached_view(pool, kind)?;
+    let (nodes, shared) = match view {
+        Some(v) => (v.nodes, Some(v.shared)),
+        None => (Vec::new(), None),
+    };
+    Ok(Info {
+        pool: pool.to_path_buf(),
+        state: State::Mounted(mountpoint.to_path_buf()),
+        format: None,
+        usage: live.usage.clone(),
+        runtime: true,
+        nodes,
+        daemon: Some(live),
+        shared,
+    })
+}
+
+impl Info {
+    fn print_text(&self) {
+        println!("pool:             {}", self.pool.display());
+        if let Some(f) = &self.format {
+            f.print_text();
+        }
+        println!("state:            {}", self.state_text());
+        if let Some(f) = &self.format {
+            println!("mount epoch:      {}", f.mount_epoch);
+        }
+        print_space(&self.usage);
+        print_nodes(&self.nodes);
+        if self.runtime {
+            print_runtime(&self.usage);
+        } else {
+            println!(
+                "index, cachelets: none (they live in shared memory while processes are \
+                 attached: `lynxfs info` then shows them)"
+            );
+        }
+        if let Some(live) = &self.daemon {
+            println!(
+                "daemon memory:    {:.1} MiB resident (anonymous)",
+                mib(live.rss_anon)
+            );
+            if let Some(t) = live.transport {
+                println!("FUSE transport:   {}", t.name());
+            }
+        }
+        if let Some(shared) = &self.shared {
+            print_shared(shared, &self.usage);
+        }
+    }
+
+    fn state_text(&self) -> String {
+        match &self.state {
+            State::Clean => "clean, not mounted".into(),
+            State::NotClean => "not clean (recovery runs at the next open; figures below are \
+                                what it would find)"
+                .into(),
+            State::Attached => "attached by another process, not mounted".into(),
+            State::Mounted(mp) => format!("mounted on {}", mp.display()),
+        }
+    }
+}
+
+impl Format {
+    fn print_text(&self) {
+        println!("format version:   {}", self.version);
+        println!(
+            "size:             {} bytes ({:.1} MiB)",
+            self.size,
+            mib(self.size)
+        );
+        println!("lanes:            {}", self.lanes);
+        println!("NUMA nodes:       {}", self.nodes);
+        println!("data mode:        {}", self.data_mode);
+        println!(
+            "reserved:         {}% for root ({} blocks, {} inodes, {} dentries; mkfs --reserved)",
+            self.reserved_percent,
+            self.reserved_blocks,
+            self.reserved_inodes,
+            self.reserved_dentries
+        );
+        println!(
+            "mapping:          {}",
+            if self.dax {
+                "MAP_SHARED_VALIDATE|MAP_SYNC (DAX)"
+            } else {
+                "MAP_SHARED (not DAX)"
+            }
+        );
+        println!(
+            "durability:       {} (chosen each time the pool is opened, by where \
+             it lives or by --backend / -o backend=; not recorded in the pool)",
+            self.durability
+        );
+    }
+}
+
+fn print_space(u: &Usage) {
     println!(
         "data blocks:      {} used, {} free, {} total (4 KiB each)",
         u.blocks_total - u.blocks_free,
@@ -174,13 +328,10 @@ fn live_usage(mountpoint: &Path) -> Result<LiveUsage> {
 
 /// What an attached pool's shared state holds, seen by attaching to it.
 struct AttachedView {
-    /// Processes attached, `info` included.
-    processes: usize,
-    usage: lynxfs::meta::Usage,
+    usage: Usage,
     /// What each NUMA node's lanes hold.
     nodes: Vec<NodeUsage>,
-    /// The runtime file's allocated bytes (all shared state), if it could be read.
-    runtime_bytes: Option<u64>,
+    shared: Shared,
 }
 
 /// Attaches `path` for a moment if another process is attached to it (never builds the
@@ -222,10 +373,12 @@ fn view_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<AttachedView
         (0..MAX_PROCS).filter(|&s| a.procs().alive(s)).count()
     });
     let view = AttachedView {
-        processes,
         usage: fs.ns().usage(),
         nodes: fs.pool().alloc.node_usage(&fs.pool().layout),
-        runtime_bytes: lynxfs_bench::runtime_file_bytes(&fs),
+        shared: Shared {
+            processes,
+            runtime_bytes: lynxfs_bench::runtime_file_bytes(&fs),
+        },
     };
     fs.close()?;
     Ok(view)
@@ -240,12 +393,11 @@ fn per_entry(bytes: u64, n: u64) -> String {
     }
 }
 
-/// The shared-memory lines of an attached pool's view.
-fn print_shared(view: &AttachedView) {
-    let u = &view.usage;
+/// The shared-memory lines of an attached pool.
+fn print_shared(shared: &Shared, u: &Usage) {
     println!(
         "attached:         {} processes (this one included)",
-        view.processes
+        shared.processes
     );
     println!(
         "DRAM per entry:   {} (index estimate, shared memory; {} entries indexed)",
@@ -256,7 +408,7 @@ fn print_shared(view: &AttachedView) {
         },
         u.index_entries
     );
-    if let Some(b) = view.runtime_bytes {
+    if let Some(b) = shared.runtime_bytes {
         println!(
             "runtime state:    {:.2} MiB of shared memory in all (index, cachelets, \
              allocators, process tables{})",
@@ -267,7 +419,7 @@ fn print_shared(view: &AttachedView) {
 }
 
 /// The index and the cachelets: shared memory of the pool's runtime state.
-fn print_runtime(u: &lynxfs::meta::Usage) {
+fn print_runtime(u: &Usage) {
     println!(
         "index:            {} entries of {} directories, {:.2} MiB of shared memory \
          (estimate{})",
@@ -283,41 +435,89 @@ fn print_runtime(u: &lynxfs::meta::Usage) {
     );
 }
 
-fn print_attached(pool: &Path, view: &AttachedView) -> Result<()> {
-    let u = &view.usage;
-    println!("pool:             {}", pool.display());
-    println!("state:            attached by another process, not mounted");
-    print_space(u);
-    print_nodes(&view.nodes);
-    print_runtime(u);
-    print_shared(view);
-    Ok(())
+/// The version of `info --json`'s schema (docs/JSON.md): raised when a field changes
+/// meaning or goes away; new fields may appear without it.
+pub const INFO_SCHEMA: &str = "lynxfs-info/1";
+
+fn used_free_total(used: u64, total: u64) -> serde_json::Value {
+    serde_json::json!({ "used": used, "free": total - used, "total": total })
 }
 
-fn print_live(pool: &Path, mountpoint: &Path, kind: BackendKind) -> Result<()> {
-    let live = live_usage(mountpoint)?;
-    let u = &live.usage;
-    println!("pool:             {}", pool.display());
-    println!("state:            mounted on {}", mountpoint.display());
-    // A read-only mount works on a private copy: nothing is attached then (and its
-    // figures per node are not shown).
-    let view = attached_view(pool, kind)?;
-    print_space(u);
-    if let Some(view) = &view {
-        print_nodes(&view.nodes);
+impl Info {
+    /// The object docs/JSON.md describes; every key is always there (null when not
+    /// known for this state).
+    fn to_json(&self) -> serde_json::Value {
+        use serde_json::{json, Value};
+        let u = &self.usage;
+        let (state, mountpoint) = match &self.state {
+            State::Clean => ("clean", None),
+            State::NotClean => ("not_clean", None),
+            State::Attached => ("attached", None),
+            State::Mounted(mp) => ("mounted", Some(mp.display().to_string())),
+        };
+        let format = self.format.as_ref().map(|f| {
+            json!({
+                "version": f.version,
+                "size_bytes": f.size,
+                "lanes": f.lanes,
+                "numa_nodes": f.nodes,
+                "data_mode": f.data_mode,
+                "reserved_percent": f.reserved_percent,
+                "reserved": {
+                    "blocks": f.reserved_blocks,
+                    "inodes": f.reserved_inodes,
+                    "dentries": f.reserved_dentries,
+                },
+                "dax": f.dax,
+                "backend": match f.backend {
+                    BackendKind::Pmem => "pmem",
+                    BackendKind::Msync => "msync",
+                },
+                "durability": f.durability,
+                "mount_epoch": f.mount_epoch,
+            })
+        });
+        let nodes: Vec<Value> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                json!({
+                    "blocks": used_free_total(n.blocks_used, n.blocks_total),
+                    "inodes": used_free_total(n.inodes_used, n.inodes_total),
+                    "dentries": used_free_total(n.dentries_used, n.dentries_total),
+                })
+            })
+            .collect();
+        json!({
+            "schema": INFO_SCHEMA,
+            "pool": self.pool.display().to_string(),
+            "state": state,
+            "mountpoint": mountpoint,
+            "format": format,
+            "space": {
+                "block_size": 4096,
+                "blocks": used_free_total(u.blocks_total - u.blocks_free, u.blocks_total),
+                "inodes": used_free_total(u.inodes_total - u.inodes_free, u.inodes_total),
+                "dentries": used_free_total(u.dentries_total - u.dentries_free, u.dentries_total),
+            },
+            "nodes": nodes,
+            "index": self.runtime.then(|| json!({
+                "entries": u.index_entries,
+                "directories": u.indexed_dirs,
+                "bytes": u.index_bytes,
+            })),
+            "cachelets": self.runtime.then(|| json!({
+                "count": u.cachelets,
+                "bytes": u.cachelet_bytes,
+            })),
+            "processes": self.shared.as_ref().map(|s| s.processes),
+            "runtime_bytes": self.shared.as_ref().and_then(|s| s.runtime_bytes),
+            "daemon": self.daemon.as_ref().map(|d| json!({
+                "rss_anon_bytes": d.rss_anon,
+                "transport": d.transport.map(|t| t.name()),
+            })),
+        })
     }
-    print_runtime(u);
-    println!(
-        "daemon memory:    {:.1} MiB resident (anonymous)",
-        mib(live.rss_anon)
-    );
-    if let Some(t) = live.transport {
-        println!("FUSE transport:   {}", t.name());
-    }
-    if let Some(view) = &view {
-        print_shared(view);
-    }
-    Ok(())
 }
 
 /// A directory that is not a LynxFS mount point: the user may have meant a pool, so
@@ -361,10 +561,10 @@ mod tests {
                 .unwrap();
         }
         let view = attached_view(&path, BackendKind::Pmem).unwrap().unwrap();
-        assert_eq!(view.processes, 2, "this test's Fs and info's attach");
+        assert_eq!(view.shared.processes, 2, "this test's Fs and info's attach");
         assert!(view.usage.index_entries >= 51, "{:?}", view.usage);
         assert!(view.usage.index_bytes > 0);
-        assert!(view.runtime_bytes.unwrap() > 0);
+        assert!(view.shared.runtime_bytes.unwrap() > 0);
         let inodes: u64 = view.nodes.iter().map(|n| n.inodes_used).sum();
         assert_eq!(inodes, 52, "the root, d and 50 files, counted by node");
         // info detached again: the pool's owner is alone and works on.

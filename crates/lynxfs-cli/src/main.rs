@@ -4,6 +4,7 @@ mod backend;
 mod bench;
 mod demo;
 mod fsck;
+mod generate;
 mod info;
 mod mkfs;
 mod mount;
@@ -16,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{FromArgMatches, Parser, Subcommand};
 
 use backend::BackendKind;
 
@@ -97,6 +98,9 @@ enum Cmd {
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// Print one JSON object (schema: docs/JSON.md) instead of text.
+        #[arg(long)]
+        json: bool,
         pool: PathBuf,
     },
     /// Check a pool; with --repair, fix it. Exit code: 0 clean, 1 errors corrected,
@@ -108,29 +112,18 @@ enum Cmd {
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// Print one JSON object (schema: docs/JSON.md) instead of text.
+        #[arg(long)]
+        json: bool,
         pool: PathBuf,
     },
     /// Run a benchmark suite and print its table (syscalls, data, mdtest, smallfiles,
     /// recovery, apps, personalities, ablation).
     Bench(bench::BenchArgs),
-    /// Mount a pool with FUSE. Without -f, returns once the mount is ready and serves
-    /// from the background. Options (-o, comma-separated): entry_timeout=S,
-    /// attr_timeout=S (default 60: the kernel's cached names, attributes and pages
-    /// are dropped at once when another process changes the pool), allow_other
-    /// (implies default_permissions), default_permissions, daemon_permissions,
-    /// threads=N (default 2), ro, backend=pmem|msync, nosuid, nodev (root's mount of
-    /// a pool only root can write is dev,suid by default, any other nosuid,nodev), noexec,
-    /// noatime|relatime|strictatime (when reads update atime; relatime by default),
-    /// nodiratime, lazytime, writeback (the kernel's writeback cache, off by default:
-    /// faster small writes, but writes are then durable only at fsync or close, not
-    /// when write returns),
-    /// io_uring=on|off|auto (default auto): FUSE requests over io_uring, one queue per
-    /// CPU, served on the CPU that made them (Linux 6.14+, with
-    /// /sys/module/fuse/parameters/enable_uring = Y); auto uses it when the kernel
-    /// offers it, on requires it (if the parameter is N, root's mount switches it on
-    /// and says so; anyone else gets an error), off keeps the classic /dev/fuse loop.
-    /// `lynxfs info MOUNTPOINT` says which one the daemon uses.
-    /// data=atomic|inplace (this mount's data mode; default: the pool's, see mkfs).
+    /// Mount a pool with FUSE.
+    ///
+    /// Without -f, returns once the mount is ready and serves from the background.
+    /// `lynxfs mount --help` lists the -o options, as mount.lynxfs(8) does.
     Mount {
         /// Stay in the foreground (serve until unmounted, SIGINT or SIGTERM).
         #[arg(short = 'f')]
@@ -173,6 +166,9 @@ enum Cmd {
         )]
         cmd: Vec<OsString>,
     },
+    /// Write the manual pages or print a shell's completion script (for installers).
+    #[command(hide = true)]
+    Generate(generate::Args),
 }
 
 fn main() -> ExitCode {
@@ -193,7 +189,8 @@ fn main() -> ExitCode {
     if helper_name || fuse_form {
         return mount::helper_main(args);
     }
-    let cli = Cli::parse();
+    let cli =
+        Cli::from_arg_matches(&generate::command().get_matches()).unwrap_or_else(|e| e.exit());
     if !matches!(cli.cmd, Cmd::Mount { .. }) {
         // A report piped into `head` ends quietly, as other tools do, instead of
         // panicking on the closed pipe. Not for a mount: a daemon must not die of it.
@@ -263,8 +260,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Fsck {
             repair,
             backend,
+            json,
             pool,
-        } => Ok(fsck::run(&pool, repair, BackendKind::pick(backend, &pool))),
+        } => Ok(fsck::run(
+            &pool,
+            repair,
+            BackendKind::pick(backend, &pool),
+            json,
+        )),
         Cmd::Bench(args) => {
             bench::run(args)?;
             Ok(ExitCode::SUCCESS)
@@ -287,8 +290,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             at: at.as_deref(),
             cmd: &cmd,
         })),
-        Cmd::Info { backend, pool } => {
-            info::print(&pool, BackendKind::pick(backend, &pool))?;
+        Cmd::Generate(args) => {
+            generate::run(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Info {
+            backend,
+            json,
+            pool,
+        } => {
+            info::print(&pool, BackendKind::pick(backend, &pool), json)?;
             Ok(ExitCode::SUCCESS)
         }
     }

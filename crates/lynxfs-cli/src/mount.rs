@@ -283,14 +283,23 @@ fn helper(args: Vec<OsString>) -> Result<()> {
     if fake {
         return Ok(());
     }
-    if options
-        .iter()
-        .flat_map(|l| l.split(','))
-        .any(|o| o.trim() == "remount")
-    {
+    if has_option(&options, "remount") {
         return remount(&dir, &options);
     }
+    // mount(8): "nofail: do not report errors for this device if it does not exist"
+    // (a DAX device not there at boot, a /dev/shm pool not yet remade).
+    if has_option(&options, "nofail") && std::fs::symlink_metadata(&pool).is_err() {
+        return Ok(());
+    }
     mount(&pool, &dir, false, &options)
+}
+
+/// Is `name` among the comma-separated `-o` lists?
+fn has_option(options: &[String], name: &str) -> bool {
+    options
+        .iter()
+        .flat_map(|l| l.split(','))
+        .any(|o| o.trim() == name)
 }
 
 /// The kernel flags statvfs reports and remount may change, as mount(2) spells them.

@@ -59,6 +59,7 @@ pub mod locks;
 pub mod mount;
 pub mod mountinfo;
 pub mod null;
+pub mod options;
 pub mod usage;
 
 pub use adapter::LynxFuse;

@@ -22,6 +22,7 @@ use nix::sys::signal::{SigSet, Signal};
 
 use crate::adapter::LynxFuse;
 use crate::kmount::{self, OwnMount, Unmounted};
+use crate::options::{self, Effect};
 
 /// Which durability backend to open the pool with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,10 +175,19 @@ impl MountOptions {
                 None => (opt, None),
             };
             let need = || val.with_context(|| format!("option {key} needs a value ({key}=...)"));
-            match key {
-                "entry_timeout" => self.entry_timeout = seconds(key, need()?)?,
-                "attr_timeout" => self.attr_timeout = seconds(key, need()?)?,
-                "threads" => {
+            let Some(spec) = options::lookup(key) else {
+                if val.is_some() && key.starts_with("x-") {
+                    continue;
+                }
+                bail!(
+                    "unknown mount option {opt:?} (known: {}, x-NAME=VALUE)",
+                    options::known()
+                );
+            };
+            match spec.effect {
+                Effect::EntryTimeout => self.entry_timeout = seconds(key, need()?)?,
+                Effect::AttrTimeout => self.attr_timeout = seconds(key, need()?)?,
+                Effect::Threads => {
                     let v = need()?;
                     let n: usize = v
                         .parse()
@@ -187,19 +197,19 @@ impl MountOptions {
                     }
                     self.threads = n;
                 }
-                "backend" => {
+                Effect::Backend => {
                     self.backend = Some(match need()? {
                         "pmem" => BackendChoice::Pmem,
                         "msync" => BackendChoice::Msync,
                         other => bail!("backend={other}: must be pmem or msync"),
                     })
                 }
-                "data" => self.data = Some(need()?.parse()?),
-                "allow_other" => self.allow_other = true,
-                "default_permissions" => self.default_permissions = true,
-                "daemon_permissions" => self.daemon_permissions = true,
-                "writeback" => self.writeback = true,
-                "io_uring" => {
+                Effect::Data => self.data = Some(need()?.parse()?),
+                Effect::AllowOther => self.allow_other = true,
+                Effect::DefaultPermissions => self.default_permissions = true,
+                Effect::DaemonPermissions => self.daemon_permissions = true,
+                Effect::Writeback => self.writeback = true,
+                Effect::IoUring => {
                     self.io_uring = match need()? {
                         "on" => IoUringMode::On,
                         "off" => IoUringMode::Off,
@@ -207,45 +217,33 @@ impl MountOptions {
                         other => bail!("io_uring={other}: must be on, off or auto"),
                     }
                 }
-                "ro" => self.read_only = true,
-                "rw" => self.read_only = false,
-                "nosuid" => self.extra.push(MountOption::NoSuid),
-                "suid" => self.extra.push(MountOption::Suid),
-                "nodev" => self.extra.push(MountOption::NoDev),
-                "dev" => self.extra.push(MountOption::Dev),
-                "noexec" => self.extra.push(MountOption::NoExec),
-                "exec" => self.extra.push(MountOption::Exec),
-                "noatime" => {
+                Effect::ReadOnly => self.read_only = true,
+                Effect::ReadWrite => self.read_only = false,
+                Effect::NoSuid => self.extra.push(MountOption::NoSuid),
+                Effect::Suid => self.extra.push(MountOption::Suid),
+                Effect::NoDev => self.extra.push(MountOption::NoDev),
+                Effect::Dev => self.extra.push(MountOption::Dev),
+                Effect::NoExec => self.extra.push(MountOption::NoExec),
+                Effect::Exec => self.extra.push(MountOption::Exec),
+                Effect::NoAtime => {
                     self.atime = Atime::Never;
                     self.extra.push(MountOption::NoAtime)
                 }
-                "atime" | "relatime" => {
+                Effect::RelAtime => {
                     self.atime = Atime::Relative;
                     self.extra.push(MountOption::Atime)
                 }
-                "strictatime" => {
+                Effect::StrictAtime => {
                     self.atime = Atime::Strict;
                     self.extra.push(MountOption::CUSTOM(key.to_string()))
                 }
                 // Directories' atime is never updated (readdir leaves it), and times
                 // are durable as soon as stored: both are honoured as they stand.
-                "nodiratime" | "diratime" | "lazytime" | "nolazytime" => {
-                    self.extra.push(MountOption::CUSTOM(key.to_string()))
-                }
-                "sync" => self.extra.push(MountOption::Sync),
-                "async" => self.extra.push(MountOption::Async),
-                "dirsync" => self.extra.push(MountOption::DirSync),
-                // Options mount(8) and fstab use that mean nothing to the file system.
-                "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev"
-                | "nofail" => {}
-                _ if val.is_some() && key.starts_with("x-") => {}
-                _ => bail!(
-                    "unknown mount option {opt:?} (known: entry_timeout=, attr_timeout=, \
-                     threads=, backend=pmem|msync, allow_other, default_permissions, \
-                     daemon_permissions, writeback, io_uring=on|off|auto, data=atomic|inplace, \
-                     ro, rw, nosuid, suid, nodev, dev, noexec, exec, noatime, atime, relatime, \
-                     strictatime, nodiratime, lazytime, sync, dirsync)"
-                ),
+                Effect::PassedOn => self.extra.push(MountOption::CUSTOM(key.to_string())),
+                Effect::Sync => self.extra.push(MountOption::Sync),
+                Effect::Async => self.extra.push(MountOption::Async),
+                Effect::DirSync => self.extra.push(MountOption::DirSync),
+                Effect::Ignored => {}
             }
         }
         self.settle_permissions()
