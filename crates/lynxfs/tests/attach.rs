@@ -39,8 +39,8 @@ const CHILD_LIMIT: Duration = Duration::from_secs(60);
 /// How long one test may run (a lock wait that never ends) before the process aborts.
 const TEST_LIMIT: Duration = Duration::from_secs(120);
 
-fn watchdog(test: &'static str) -> common::Watchdog {
-    common::watchdog(test, TEST_LIMIT)
+fn watchdog(test: &'static str) -> lynxfs_test_support::Watchdog {
+    lynxfs_test_support::watchdog(test, TEST_LIMIT)
 }
 
 fn make_pool(dir: &Path, name: &str) -> PathBuf {

@@ -55,8 +55,8 @@ const SURVIVOR_LIMIT: Duration = Duration::from_secs(10);
 // ---------------------------------------------------------------------------------
 // Parent side: pools, children, watchdog.
 
-fn watchdog(test: &'static str) -> common::Watchdog {
-    common::watchdog(test, TEST_LIMIT)
+fn watchdog(test: &'static str) -> lynxfs_test_support::Watchdog {
+    lynxfs_test_support::watchdog(test, TEST_LIMIT)
 }
 
 /// A pool file in a fresh directory in /dev/shm, which is also its runtime directory.

@@ -19,7 +19,7 @@ use lynxfs::pmem::PmemBackend;
 use lynxfs::{Access, Cred, Fs, MkfsOptions, Pool, SetAttr};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
 
-use crate::spawn::{self, Creds, ExeCopy, Watchdog};
+use crate::spawn::{self, Creds, ExeCopy};
 use crate::{errno_name, Ctx, EXTRA_GROUP};
 
 /// `nobody`: a user every Debian-like system has (fusermount3 needs a passwd entry).
@@ -39,7 +39,7 @@ fn owner() -> Creds {
 pub fn parent(test: &str, options: &str) {
     // SAFETY: geteuid cannot fail.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test must run as root");
-    let _watchdog = Watchdog::start(test, Duration::from_secs(300));
+    let _watchdog = lynxfs_test_support::watchdog(test, Duration::from_secs(300));
     let_users_open_dev_fuse();
     let base = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     spawn::chown(base.path(), OWNER_UID, OWNER_GID);
