@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use lynxfs_fuse::{mount_null, mount_null_with, NullMount, NullOptions};
+use lynxfs_fuse_null::{mount_null, mount_null_with, NullMount, NullOptions};
 use lynxfs_test_support::{watchdog, Watchdog};
 use tempfile::TempDir;
 
