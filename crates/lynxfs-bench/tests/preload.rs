@@ -4,8 +4,8 @@
 //! report, runtime files).
 //!
 //! `cargo test` builds neither cdylibs nor other packages' binaries: the test builds
-//! liblynxfs_preload.so and lynxfs once, with its own profile, into its own target
-//! directory. Every run is a process group killed (failing the test) past its limit.
+//! liblynxfs_preload.so, lynxfs and lynxfs-bench (which `lynxfs bench` runs) once,
+//! with its own profile, into its own target directory. Every run is a process group killed (failing the test) past its limit.
 
 use lynxfs_test_support::{built, child, watchdog};
 use std::path::{Path, PathBuf};
@@ -21,16 +21,16 @@ const TEST_LIMIT: Duration = Duration::from_secs(600);
 /// One run at a time: each makes a 4 GiB pool in /dev/shm.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// The lynxfs executable, built (with the preload library next to it) once per test
-/// binary; a failed build fails every test, saying why.
+/// The lynxfs executable, built (with the preload library next to it, and beside
+/// `lynxfs-bench`) once per test binary; a failed build fails every test, saying why.
 fn lynxfs() -> &'static Path {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
             built::build(
                 env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-preload", "lynxfs-cli"],
-                &["lynxfs", "liblynxfs_preload.so"],
+                &["lynxfs-preload", "lynxfs-cli", "lynxfs-bench"],
+                &["lynxfs", "lynxfs-bench", "liblynxfs_preload.so"],
             )
             .map(|d| d.join("lynxfs"))
         })
