@@ -864,9 +864,9 @@ fn a_planted_directory_for_shared_mappings_is_refused() {
     need("sqlite3", "sqlite3");
     let b = Bench::new("planted");
     let runtime = tempfile::tempdir_in("/dev/shm").expect("runtime dir");
-    // SAFETY: geteuid has no preconditions.
     let planted = runtime
         .path()
+        // SAFETY: geteuid has no preconditions.
         .join(format!("lynxfs-maps-{}", unsafe { libc::geteuid() }));
     std::fs::create_dir(&planted).expect("plant");
     std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).expect("chmod");

@@ -239,9 +239,9 @@ impl Kid {
     }
 
     fn kill(&mut self) {
-        // SAFETY: kill(2) on our child, not yet reaped (only `finish` and Drop wait for
-        // it), so its pid names it.
         assert_eq!(
+            // SAFETY: kill(2) on our child, not yet reaped (only `finish` and Drop wait
+            // for it), so its pid names it.
             unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) },
             0
         );

@@ -77,8 +77,8 @@ struct Tmpfs {
 
 impl Tmpfs {
     fn mount(size: &str) -> Tmpfs {
-        // SAFETY: geteuid has no preconditions.
         assert_eq!(
+            // SAFETY: geteuid has no preconditions.
             unsafe { libc::geteuid() },
             0,
             "this test mounts a tmpfs: run it as root (as `./lynx test` does)"
