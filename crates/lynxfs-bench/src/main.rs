@@ -81,28 +81,31 @@ const PRELOAD_LIB_VAR: &str = "LYNXFS_PRELOAD_LIB";
 /// next to this executable (a cargo build's target/<profile>/), else `<exe
 /// dir>/../lib/lynxfs/` (an installation). `PreloadTarget::create` checks it is a file.
 fn find_library() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os(PRELOAD_LIB_VAR) {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().context("finding this program")?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    let candidates = [
-        dir.join(PRELOAD_LIB),
-        dir.join("../lib/lynxfs").join(PRELOAD_LIB),
-    ];
-    let found = candidates.iter().find(|c| c.is_file()).with_context(|| {
-        format!(
-            "the preload target needs {PRELOAD_LIB} (looked in {} and {}; set \
-             {PRELOAD_LIB_VAR} to its path, or build it: `cargo build --release` of the \
-             workspace)",
-            candidates[0].display(),
-            candidates[1].display()
-        )
-    })?;
+    let found = match std::env::var_os(PRELOAD_LIB_VAR) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().context("finding this program")?;
+            let dir = exe.parent().unwrap_or(Path::new("/"));
+            let candidates = [
+                dir.join(PRELOAD_LIB),
+                dir.join("../lib/lynxfs").join(PRELOAD_LIB),
+            ];
+            let found = candidates.iter().find(|c| c.is_file()).with_context(|| {
+                format!(
+                    "the preload target needs {PRELOAD_LIB} (looked in {} and {}; set \
+                     {PRELOAD_LIB_VAR} to its path, or build it: `cargo build --release` \
+                     of the workspace)",
+                    candidates[0].display(),
+                    candidates[1].display()
+                )
+            })?;
+            found.clone()
+        }
+    };
     // ld.so takes LD_PRELOAD as a list separated by spaces and colons.
     let c = found
         .canonicalize()
-        .with_context(|| found.display().to_string())?;
+        .with_context(|| format!("the preload library {}", found.display()))?;
     if c.as_os_str()
         .as_encoded_bytes()
         .iter()
