@@ -7,7 +7,7 @@
 #                                          mktemp -d /tmp/lynxfs-bench-all.XXXXXX: root
 #                                          writes there, so never a name in /tmp that
 #                                          another user could have made first)
-#   LYNXFS   the lynxfs binary [target/release/lynxfs, built if missing]
+#   LYNXFS   the lynxfs binary, lynxfs-bench beside it [target/release/lynxfs, built if missing]
 #   ROUNDS   rounds of the syscalls, data, mdtest and smallfiles suites [3]
 #   SUITES   the suites to run [all, in the order below]
 #
@@ -22,8 +22,9 @@ OUT="${1:-$(mktemp -d /tmp/lynxfs-bench-all.XXXXXX)}"
 ROUNDS="${ROUNDS:-3}"
 SUITES="${SUITES:-syscalls fuse data mdtest smallfiles recovery apps personalities ablation}"
 LYNXFS="${LYNXFS:-$ROOT/target/release/lynxfs}"
-if [ ! -x "$LYNXFS" ]; then
-    (cd "$ROOT" && cargo build --release --locked -q -p lynxfs-cli)
+# `lynxfs bench` runs the lynxfs-bench program beside it.
+if [ ! -x "$LYNXFS" ] || [ ! -x "$(dirname "$LYNXFS")/lynxfs-bench" ]; then
+    (cd "$ROOT" && cargo build --release --locked -q -p lynxfs-cli -p lynxfs-bench)
 fi
 mkdir -p "$OUT"
 TABLES="$OUT/tables.txt"

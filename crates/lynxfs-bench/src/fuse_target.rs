@@ -1,4 +1,4 @@
-//! [`FuseNullTarget`]: the "FUSE floor", a [`lynxfs_fuse::NullFs`] (an in-memory file
+//! [`FuseNullTarget`]: the "FUSE floor", a [`lynxfs_fuse_null::NullFs`] (an in-memory file
 //! system with no persistence) mounted through FUSE and driven with system calls. It
 //! shows what the kernel round trip through FUSE costs before any file system work.
 //!
@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
-use lynxfs_fuse::{LynxMount, MountOptions, NullMount};
+use lynxfs_fuse::{LynxMount, MountOptions};
+use lynxfs_fuse_null::NullMount;
 use tempfile::TempDir;
 
 use crate::dir::DirTarget;
@@ -41,8 +42,8 @@ impl FuseNullTarget {
         let point = TempDir::with_prefix("lynxfs-bench-fuse-null.")?;
         // As many workers as the `fuse` target (threads=2 in [`FuseTarget::OPTIONS`]),
         // so the two columns differ only by the file system behind the daemon.
-        let options = lynxfs_fuse::NullOptions { ttl, threads: 2 };
-        let mount = lynxfs_fuse::mount_null_with(point.path(), &options)?;
+        let options = lynxfs_fuse_null::NullOptions { ttl, threads: 2 };
+        let mount = lynxfs_fuse_null::mount_null_with(point.path(), &options)?;
         let dir = DirTarget::new(point.path(), "fuse-null")?;
         Ok(Self {
             dir,

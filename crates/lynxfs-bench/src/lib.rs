@@ -307,7 +307,7 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
         "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
         PRELOAD_NAME => bail!(
             "the {PRELOAD_NAME} target needs the lynxfs executable and liblynxfs_preload.so: \
-             open it with PreloadTarget::create (`lynxfs bench` does)"
+             open it with PreloadTarget::create (`lynxfs-bench` does)"
         ),
         "shm" => Box::new(
             TmpfsTarget::shm_dir("shm-dir", None).context("setting up a /dev/shm directory")?,

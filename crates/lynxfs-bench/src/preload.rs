@@ -2,7 +2,7 @@
 //! `liblynxfs_preload.so`, the way `lynxfs run` runs them (issue 13).
 //!
 //! Nothing of this target runs in the benchmark's own process: a suite runs in a child,
-//! the `lynxfs` executable started again as `lynxfs bench SUITE --target dir=D` with the
+//! the `lynxfs-bench` executable started again as `lynxfs-bench SUITE --target dir=D` with the
 //! preload library in `LD_PRELOAD`, so the suite's libc calls (Rust's `std::fs` and the
 //! [`crate::DirTarget`]'s `*at` calls) on paths under D are served by the library in
 //! the calling thread. The child writes its report to a file outside D; the parent reads
@@ -29,12 +29,12 @@ use crate::{LibTarget, Options, Row};
 /// The label of the preload column.
 pub const PRELOAD_NAME: &str = "preload";
 
-/// What a preloaded program needs: the `lynxfs` executable (which runs the suites in
-/// the child) and the preload library.
+/// What a preloaded program needs: the `lynxfs-bench` executable (which runs the
+/// suites in the child) and the preload library.
 #[derive(Clone, Debug)]
 pub struct PreloadLaunch {
-    /// The `lynxfs` executable: `lynxfs bench SUITE ...` runs a suite.
-    pub lynxfs: PathBuf,
+    /// The `lynxfs-bench` executable: `lynxfs-bench SUITE ...` runs a suite.
+    pub bench: PathBuf,
     /// `liblynxfs_preload.so`, an absolute path without spaces or colons.
     pub library: PathBuf,
 }
@@ -57,7 +57,7 @@ pub struct PreloadTarget {
 impl PreloadTarget {
     /// Makes the pool and D; the executable and the library must exist.
     pub fn create(launch: PreloadLaunch) -> anyhow::Result<Self> {
-        for (what, p) in [("lynxfs", &launch.lynxfs), ("library", &launch.library)] {
+        for (what, p) in [("executable", &launch.bench), ("library", &launch.library)] {
             if !p.is_file() {
                 bail!("the preload target's {what} {} is not a file", p.display());
             }
@@ -133,9 +133,8 @@ impl PreloadTarget {
             .tempdir()
             .context("making a directory for the child's report")?;
         let report = out.path().join("report.json");
-        let mut cmd = self.command(&self.launch.lynxfs);
-        cmd.arg("bench")
-            .arg(suite)
+        let mut cmd = self.command(&self.launch.bench);
+        cmd.arg(suite)
             .arg("--target")
             .arg(format!("dir={}", self.dir.display()))
             .args(child_args(opts))
@@ -144,10 +143,10 @@ impl PreloadTarget {
             .stdin(Stdio::null());
         let output = cmd
             .output()
-            .with_context(|| format!("starting {}", self.launch.lynxfs.display()))?;
+            .with_context(|| format!("starting {}", self.launch.bench.display()))?;
         if !output.status.success() {
             bail!(
-                "the preloaded `lynxfs bench {suite}` failed ({}): {}",
+                "the preloaded `lynxfs-bench {suite}` failed ({}): {}",
                 output.status,
                 String::from_utf8_lossy(&output.stderr).trim()
             );
@@ -166,7 +165,7 @@ impl PreloadTarget {
     }
 }
 
-/// The options a child takes on its command line, as `lynxfs bench` spells them.
+/// The options a child takes on its command line, as `lynxfs-bench` spells them.
 fn child_args(opts: &Options) -> Vec<String> {
     vec![
         "--files".into(),
@@ -211,7 +210,7 @@ impl ChildRow {
 /// operation; a row only one side has gets NaN on the other).
 pub(crate) fn merge(child: &ChildReport, local: Option<crate::Measured>) -> crate::Measured {
     let mut notes = vec![format!(
-        "{PRELOAD_NAME}: the suite ran in a child process, the lynxfs executable under \
+        "{PRELOAD_NAME}: the suite ran in a child process, the lynxfs-bench executable under \
          liblynxfs_preload.so (LD_PRELOAD, LYNXFS_POOL, LYNXFS_AT as `lynxfs run` sets them) \
          on --target dir=D, so each operation is a libc call the preload serves; the child \
          ran all its rounds before the in-process targets; its cold steps drop only the \
@@ -316,7 +315,7 @@ mod tests {
     #[test]
     fn a_missing_library_is_refused_before_any_pool_is_made() {
         let err = PreloadTarget::create(PreloadLaunch {
-            lynxfs: PathBuf::from("/bin/sh"),
+            bench: PathBuf::from("/bin/sh"),
             library: PathBuf::from("/nonexistent/liblynxfs_preload.so"),
         })
         .err()

@@ -22,7 +22,6 @@
 //! `lynxfs info` prints); the index lives in shared memory, not in this process's
 //! heap. Also the create and close rates.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -62,9 +61,7 @@ fn mkfs_options(files: usize) -> MkfsOptions {
 /// it but the open tables of free process slots: docs/FORMAT.md, section 12.1). `None` for a pool
 /// with private state (in memory) or when the file cannot be looked at.
 pub fn runtime_file_bytes<B: lynxfs::pmem::Backend>(fs: &Fs<B>) -> Option<u64> {
-    let region = fs.pool().attachment()?.region();
-    let meta = region.file()?.metadata().ok()?;
-    Some(meta.blocks() * 512)
+    fs.pool().attachment()?.region().allocated_bytes()
 }
 
 /// This process's resident bytes of the runtime file's mapping (`Rss` of its entry in

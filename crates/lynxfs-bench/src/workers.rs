@@ -1,7 +1,7 @@
 //! Worker processes for the multi-process benchmarks (issue 12): the `mdtest` suite's
 //! `--processes N` rows and the `recovery` suite's second attach.
 //!
-//! A worker is this benchmark's own program started again (the `lynxfs` binary with a
+//! A worker is this benchmark's own program started again (the `lynxfs-bench` binary with a
 //! hidden flag, see [`WorkerCommand`]); it runs [`worker_main`] over its stdin and
 //! stdout. The protocol is one line per request and one tagged line per reply
 //! ([`TAG`]; untagged lines, such as a test harness's chatter, are skipped):

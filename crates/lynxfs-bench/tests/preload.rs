@@ -4,19 +4,14 @@
 //! report, runtime files).
 //!
 //! `cargo test` builds neither cdylibs nor other packages' binaries: the test builds
-//! liblynxfs_preload.so and lynxfs once, with its own profile, into its own target
-//! directory. Every run is a process group killed (failing the test) past its limit.
+//! liblynxfs_preload.so, lynxfs and lynxfs-bench (which `lynxfs bench` runs) once,
+//! with its own profile, into its own target directory. Every run is a process group killed (failing the test) past its limit.
 
+use lynxfs_test_support::{built, child, watchdog};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-
-#[path = "../../lynxfs/tests/common/built.rs"]
-mod built;
-/// The engine tests' watchdog, which aborts a test that hangs anywhere.
-#[path = "../../lynxfs/tests/common/mod.rs"]
-mod common;
 
 /// How long one `lynxfs bench` (or the build) may run.
 const LIMIT: Duration = Duration::from_secs(300);
@@ -26,16 +21,16 @@ const TEST_LIMIT: Duration = Duration::from_secs(600);
 /// One run at a time: each makes a 4 GiB pool in /dev/shm.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// The lynxfs executable, built (with the preload library next to it) once per test
-/// binary; a failed build fails every test, saying why.
+/// The lynxfs executable, built (with the preload library next to it, and beside
+/// `lynxfs-bench`) once per test binary; a failed build fails every test, saying why.
 fn lynxfs() -> &'static Path {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
             built::build(
                 env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-preload", "lynxfs-cli"],
-                &["lynxfs", "liblynxfs_preload.so"],
+                &["lynxfs-preload", "lynxfs-cli", "lynxfs-bench"],
+                &["lynxfs", "lynxfs-bench", "liblynxfs_preload.so"],
             )
             .map(|d| d.join("lynxfs"))
         })
@@ -44,7 +39,7 @@ fn lynxfs() -> &'static Path {
 }
 
 fn run_bounded(mut cmd: Command, what: &str) -> Output {
-    built::run_bounded(&mut cmd, what, LIMIT)
+    child::run_bounded(&mut cmd, what, LIMIT)
 }
 
 /// Runs `lynxfs bench SUITE --target preload ARGS --out OUT` with its temporary files
@@ -115,21 +110,21 @@ fn check_preload_column(report: &serde_json::Value, rows: usize) {
 
 #[test]
 fn syscalls_run_in_a_preloaded_child() {
-    let _w = common::watchdog("syscalls_run_in_a_preloaded_child", TEST_LIMIT);
+    let _w = watchdog("syscalls_run_in_a_preloaded_child", TEST_LIMIT);
     let r = bench("syscalls", &["--files", "20"]);
     check_preload_column(&r, 11);
 }
 
 #[test]
 fn personalities_run_in_a_preloaded_child() {
-    let _w = common::watchdog("personalities_run_in_a_preloaded_child", TEST_LIMIT);
+    let _w = watchdog("personalities_run_in_a_preloaded_child", TEST_LIMIT);
     let r = bench("personalities", &["--files", "20", "--max-threads", "2"]);
     check_preload_column(&r, 6);
 }
 
 #[test]
 fn apps_run_gnu_tools_under_the_preload() {
-    let _w = common::watchdog("apps_run_gnu_tools_under_the_preload", TEST_LIMIT);
+    let _w = watchdog("apps_run_gnu_tools_under_the_preload", TEST_LIMIT);
     // A small tree of the shape apps expects: one top directory holding fs/.
     let src = tempfile::tempdir().unwrap();
     let top = src.path().join("tree");

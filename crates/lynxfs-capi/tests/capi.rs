@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use engine::pmem::PmemBackend;
 use engine::{Cred, Fs, MkfsOptions, Pool};
-
-#[path = "../../lynxfs/tests/common/built.rs"]
-mod built;
+use lynxfs_test_support::{built, child};
 
 /// How long one compiler or C program may run.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -24,7 +22,7 @@ fn manifest_dir() -> &'static Path {
 
 /// Runs `cmd`, killing it and failing the test when it outlives [`LIMIT`].
 fn run(cmd: &mut Command) -> Output {
-    built::run_bounded(cmd, &format!("{cmd:?}"), LIMIT)
+    child::run_bounded(cmd, &format!("{cmd:?}"), LIMIT)
 }
 
 /// target/<profile>/liblynxfs.so, built (once per test binary) by cargo with this

@@ -1,173 +1,63 @@
-//! `lynxfs bench SUITE [--target T]... [--out DIR] [--files N] [--rounds N]`: runs one
-//! of the `lynxfs-bench` suites and prints its table (and writes its JSON and a PNG
-//! figure with --out).
+//! `lynxfs bench SUITE [OPTIONS]`: runs `lynxfs-bench` with the same arguments. The
+//! benchmark harness is a program of its own so that the shipped `lynxfs` links none
+//! of its libraries (plotting, archives); it is looked for beside this executable (a
+//! cargo build's target/<profile>/, an installation's bin/), then on the PATH.
 
-use std::path::PathBuf;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use lynxfs_bench::{
-    open_target, run_suite_with_preload, worker_main, Options, PreloadLaunch, PreloadTarget,
-    Target, WorkerCommand, PRELOAD_NAME, SUITES, TARGETLESS_SUITES,
-};
 
-/// The arguments of `lynxfs bench`.
+/// The benchmark harness's executable.
+const BENCH_EXE: &str = "lynxfs-bench";
+
+/// The arguments of `lynxfs bench`: all of them are `lynxfs-bench`'s, `--help` too.
 #[derive(Args, Debug)]
+#[command(disable_help_flag = true)]
 pub struct BenchArgs {
-    /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities or ablation.
-    pub suite: String,
-    /// A file system to measure, repeatable; the first is the one the ratio columns
-    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), lib-inplace (its pool in the inplace data mode), tmpfs, shm,
-    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, `lynxfs mount`'s
-    /// default options: io_uring when the kernel offers it), fuse-dev (the same over
-    /// the classic /dev/fuse transport), fuse-nocache (kernel name and attribute caches
-    /// off, /dev/fuse) or dir=PATH; preload: unmodified programs through liblynxfs_preload.so on a
-    /// fresh pool (as `lynxfs run`; its column comes first). Default: lib and
-    /// tmpfs (none for recovery and ablation, which make their own pools).
-    #[arg(long = "target", value_name = "T")]
-    pub targets: Vec<String>,
-    /// Write the JSON report and a PNG figure into this directory.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// How many files. Default per suite: syscalls 10000, mdtest 10000, smallfiles
-    /// 1000, recovery 1000000, ablation 1000; personalities: flow iterations per
-    /// personality (default 2000); apps: files of the generated tree used when there
-    /// is no Linux tarball (default 80000).
-    #[arg(long)]
-    pub files: Option<usize>,
-    /// Rounds per measurement; the table shows the median.
-    #[arg(long, default_value_t = 1)]
-    pub rounds: usize,
-    /// data: the file's size in MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 64)]
-    pub file_mib: u64,
-    /// mdtest: the largest thread count; personalities: the most threads.
-    #[arg(long, default_value_t = 8)]
-    pub max_threads: usize,
-    /// apps: the tarball to extract (.tar, or .tar.xz decompressed once into
-    /// /dev/shm/lynxfs-bench-UID), or `generated` for a generated tree of --files files. Default:
-    /// /usr/src/linux-source-*.tar.xz (apt-get install linux-source), else a generated
-    /// tree.
-    #[arg(long, value_name = "TAR")]
-    pub tree: Option<PathBuf>,
-    /// mdtest: also split the work over this many processes attached to the lib
-    /// target's pool, next to as many threads (the default target is then lib alone).
-    #[arg(long, value_name = "N")]
-    pub processes: Option<usize>,
-    /// Serve as a worker process of a multi-process benchmark on stdin and stdout
-    /// (started by the benchmark itself).
-    #[arg(long, hide = true)]
-    pub worker: bool,
-    /// Write the whole report as JSON to this file (a preloaded child of the preload
-    /// target reports to its parent this way).
-    #[arg(long, hide = true, value_name = "FILE")]
-    pub child_report: Option<PathBuf>,
+    /// The suite and its options (`lynxfs bench --help` lists them).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "SUITE [OPTIONS]"
+    )]
+    pub args: Vec<OsString>,
 }
 
-/// The preload target: this program runs its suites, the library is found as `lynxfs
-/// run` finds it.
-fn preload_target() -> Result<PreloadTarget> {
-    let launch = PreloadLaunch {
-        lynxfs: std::env::current_exe().context("finding this program")?,
-        library: crate::run::find_library()
-            .context("the preload target needs liblynxfs_preload.so (`cargo build --release` of the workspace builds it)")?,
-    };
-    PreloadTarget::create(launch).context("setting up the preload target")
-}
-
-/// How a benchmark starts its worker processes: this program, `bench SUITE --worker`.
-fn worker_command(suite: &str) -> Result<WorkerCommand> {
-    Ok(WorkerCommand {
-        program: std::env::current_exe().context("finding this program to start workers")?,
-        args: vec!["bench".into(), suite.into(), "--worker".into()],
-        env: Vec::new(),
-    })
-}
-
-/// The file count a suite uses when --files is not given.
-fn default_files(suite: &str) -> usize {
-    match suite {
-        "smallfiles" => 1000,
-        "personalities" => 2000,
-        "ablation" => 1000,
-        "recovery" => 1_000_000,
-        "apps" => 80_000,
-        _ => 10_000,
-    }
-}
-
+/// Replaces this process with `lynxfs-bench ARGS`: returns only if that fails.
 pub fn run(args: BenchArgs) -> Result<()> {
-    if args.worker {
-        return worker_main(std::io::stdin().lock(), std::io::stdout().lock());
+    let exe = std::env::current_exe().context("finding the lynxfs executable")?;
+    let bench = find_bench(&exe, &std::env::var_os("PATH").unwrap_or_default())?;
+    // Its usage lines then read as what the user typed.
+    let err = Command::new(&bench)
+        .arg0("lynxfs bench")
+        .args(&args.args)
+        .exec();
+    Err(err).with_context(|| format!("running {}", bench.display()))
+}
+
+/// `lynxfs-bench` beside `exe`, else the first in `path` (a PATH).
+fn find_bench(exe: &Path, path: &OsStr) -> Result<PathBuf> {
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let beside = dir.join(BENCH_EXE);
+    if beside.is_file() {
+        return Ok(beside);
     }
-    let suite = args.suite.as_str();
-    if !SUITES.contains(&suite) {
-        bail!(
-            "unknown suite {suite:?}; the suites are {}",
-            SUITES.join(", ")
-        );
+    if let Some(found) = std::env::split_paths(path)
+        .map(|d| d.join(BENCH_EXE))
+        .find(|p| p.is_file())
+    {
+        return Ok(found);
     }
-    let processes = args.processes.unwrap_or(0);
-    if args.processes.is_some() && suite != "mdtest" {
-        bail!("--processes is an option of the mdtest suite");
-    }
-    if args.processes == Some(0) {
-        bail!("--processes must be at least 1");
-    }
-    let targetless = TARGETLESS_SUITES.contains(&suite);
-    let specs = if !args.targets.is_empty() {
-        if targetless {
-            bail!("suite {suite} makes its own LynxFS pool and takes no --target");
-        }
-        args.targets.clone()
-    } else if targetless {
-        Vec::new()
-    } else if processes > 0 {
-        vec!["lib".to_string()]
-    } else {
-        vec!["lib".to_string(), "tmpfs".to_string()]
-    };
-    let opts = Options {
-        files: args.files.unwrap_or_else(|| default_files(suite)),
-        file_size: args
-            .file_mib
-            .checked_mul(1 << 20)
-            .context("--file-mib is too large")?,
-        rounds: args.rounds,
-        max_threads: args.max_threads,
-        tree: args.tree.clone(),
-        processes,
-        worker: Some(worker_command(suite)?),
-        progress: args.child_report.is_none(),
-        ..Options::default()
-    };
-    let mut preload = None;
-    let mut targets: Vec<Box<dyn Target>> = Vec::with_capacity(specs.len());
-    for spec in &specs {
-        if spec == PRELOAD_NAME {
-            if preload.is_some() {
-                bail!("--target {PRELOAD_NAME} is given twice");
-            }
-            preload = Some(preload_target()?);
-            continue;
-        }
-        let t = open_target(spec).with_context(|| format!("target {spec}"))?;
-        if t.name().contains("shm") && spec == "tmpfs" {
-            eprintln!("note: tmpfs could not be mounted; {} stands in", t.name());
-        }
-        targets.push(t);
-    }
-    let report = run_suite_with_preload(
-        suite,
-        &targets,
-        preload.as_ref(),
-        &opts,
-        args.out.as_deref(),
-    )?;
-    if let Some(path) = &args.child_report {
-        report.write_json_to(path)?;
-    }
-    Ok(())
+    bail!(
+        "the benchmarks are the program {BENCH_EXE}, found neither beside {} nor on the \
+         PATH: build it with `cargo build --release -p lynxfs-bench` (or install it \
+         beside lynxfs)",
+        exe.display()
+    )
 }
 
 #[cfg(test)]
@@ -177,91 +67,48 @@ mod tests {
 
     #[derive(Parser)]
     struct Cli {
-        #[command(flatten)]
-        bench: BenchArgs,
+        #[command(subcommand)]
+        cmd: Sub,
     }
 
-    fn parse(args: &[&str]) -> BenchArgs {
-        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
-            .unwrap()
-            .bench
+    #[derive(clap::Subcommand)]
+    enum Sub {
+        Bench(BenchArgs),
     }
 
-    #[test]
-    fn parses_repeated_targets_and_options() {
-        let a = parse(&[
-            "syscalls", "--target", "lib", "--target", "dir=/tmp", "--files", "5", "--out", "o",
-        ]);
-        assert_eq!(a.suite, "syscalls");
-        assert_eq!(a.targets, ["lib", "dir=/tmp"]);
-        assert_eq!(a.files, Some(5));
-        assert_eq!(a.out, Some(PathBuf::from("o")));
-        assert_eq!(a.rounds, 1);
+    fn parse(args: &[&str]) -> Vec<OsString> {
+        let cli = Cli::try_parse_from(["lynxfs", "bench"].iter().chain(args)).unwrap();
+        let Sub::Bench(b) = cli.cmd;
+        b.args
     }
 
     #[test]
-    fn processes_belong_to_mdtest_and_need_one() {
-        let a = parse(&["mdtest", "--processes", "2"]);
-        assert_eq!(a.processes, Some(2));
-        assert!(!a.worker);
-        let err = run(parse(&["syscalls", "--processes", "2"])).unwrap_err();
-        assert!(err.to_string().contains("mdtest"), "{err:#}");
-        let err = run(parse(&["mdtest", "--processes", "0"])).unwrap_err();
-        assert!(err.to_string().contains("at least 1"), "{err:#}");
-        let err = run(parse(&[
-            "mdtest",
-            "--processes",
-            "2",
-            "--target",
-            "dir=/tmp",
-        ]))
-        .unwrap_err();
-        assert!(err.to_string().contains("lib"), "{err:#}");
+    fn every_argument_goes_to_the_harness_help_included() {
+        let args = [
+            "syscalls", "--target", "lib", "--files", "5", "--help", "-x",
+        ];
+        assert_eq!(parse(&args), args.map(OsString::from));
+        assert_eq!(parse(&["--help"]), [OsString::from("--help")]);
+        assert!(parse(&[]).is_empty());
     }
 
     #[test]
-    fn refuses_unknown_suites_and_targets_on_targetless_suites() {
-        let err = run(parse(&["nope"])).unwrap_err();
-        assert!(err.to_string().contains("unknown suite"), "{err:#}");
-        let err = run(parse(&["recovery", "--target", "tmpfs"])).unwrap_err();
-        assert!(err.to_string().contains("takes no --target"), "{err:#}");
-        let err = run(parse(&["ablation", "--target", "lib"])).unwrap_err();
-        assert!(err.to_string().contains("takes no --target"), "{err:#}");
-    }
-
-    #[test]
-    fn runs_a_small_suite_on_lib_and_a_directory_and_writes_json() {
-        let dir = tempfile::tempdir().unwrap();
-        let out = tempfile::tempdir().unwrap();
-        let target = format!("dir={}", dir.path().display());
-        let files = "20";
-        let a = parse(&[
-            "smallfiles",
-            "--target",
-            "lib",
-            "--target",
-            &target,
-            "--files",
-            files,
-            "--out",
-            out.path().to_str().unwrap(),
-        ]);
-        run(a).unwrap();
-        let mut written: Vec<_> = std::fs::read_dir(out.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        written.sort();
-        // The JSON and, where a font is installed, its figure.
-        assert!(written[0].extension().unwrap() == "json", "{written:?}");
+    fn the_harness_is_found_beside_the_executable_then_on_the_path() {
+        let (dir, on_path) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let exe = dir.path().join("lynxfs");
+        let path =
+            std::env::join_paths(["/nonexistent", on_path.path().to_str().unwrap()]).unwrap();
+        let err = find_bench(&exe, &path).unwrap_err().to_string();
         assert!(
-            written.len() <= 2
-                && written
-                    .iter()
-                    .skip(1)
-                    .all(|p| p.extension().unwrap() == "png")
+            err.contains(BENCH_EXE) && err.contains("cargo build"),
+            "{err}"
         );
-        let json = std::fs::read_to_string(&written[0]).unwrap();
-        assert!(json.contains("\"lynxfs\"") && json.contains("\"smallfiles\""));
+        std::fs::write(on_path.path().join(BENCH_EXE), b"").unwrap();
+        assert_eq!(
+            find_bench(&exe, &path).unwrap(),
+            on_path.path().join(BENCH_EXE)
+        );
+        std::fs::write(dir.path().join(BENCH_EXE), b"").unwrap();
+        assert_eq!(find_bench(&exe, &path).unwrap(), dir.path().join(BENCH_EXE));
     }
 }

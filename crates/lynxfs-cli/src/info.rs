@@ -377,7 +377,10 @@ fn view_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<AttachedView
         nodes: fs.pool().alloc.node_usage(&fs.pool().layout),
         shared: Shared {
             processes,
-            runtime_bytes: lynxfs_bench::runtime_file_bytes(&fs),
+            runtime_bytes: fs
+                .pool()
+                .attachment()
+                .and_then(|a| a.region().allocated_bytes()),
         },
     };
     fs.close()?;

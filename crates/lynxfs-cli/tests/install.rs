@@ -10,11 +10,6 @@
 //! installs them); fails loudly without them. Every command runs with a time limit
 //! and the tests under a watchdog.
 
-mod support;
-
-#[path = "../../lynxfs/tests/common/built.rs"]
-mod built;
-
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::AsRawFd;
@@ -23,7 +18,9 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use support::{output_within, wait_until, watchdog};
+use lynxfs_test_support::built;
+use lynxfs_test_support::child::output_within;
+use lynxfs_test_support::{wait_until, watchdog};
 
 /// A command of these tests that takes longer has hung.
 const LIMIT: Duration = Duration::from_secs(120);

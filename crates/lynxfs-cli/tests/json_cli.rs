@@ -4,14 +4,13 @@
 //! under a watchdog.
 
 #[allow(dead_code)] // not every helper of the shared module is used here
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use lynxfs_test_support::child::output_within;
+use lynxfs_test_support::watchdog;
 use serde_json::Value;
-use support::{output_within, watchdog};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
 const LIMIT: Duration = Duration::from_secs(120);

@@ -2,6 +2,7 @@
 //! a pool's path (issue 11). Runs as root; "another user" is nobody (65534), through
 //! setpriv(1).
 
+use lynxfs_test_support::scratch::shared_dir;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -68,13 +69,6 @@ fn lynxfs_as_nobody(args: &[&str]) -> Out {
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// A directory anyone may create files in, as /tmp and /dev/shm are.
-fn shared_dir() -> tempfile::TempDir {
-    let d = tempfile::tempdir_in("/dev/shm").unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    d
 }
 
 fn names_in(dir: &Path) -> Vec<String> {

@@ -2,8 +2,6 @@
 //! Needs root and `/dev/fuse`; fails loudly without them. Every command runs with a
 //! time limit and every test under a watchdog: a hang fails the test.
 
-mod support;
-
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -11,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
-use support::{output_within, wait_until, wait_within, watchdog, Watchdog};
+use lynxfs_test_support::child::{output_within, wait_within};
+use lynxfs_test_support::scratch::Tmpfs;
+use lynxfs_test_support::{wait_until, watchdog, Watchdog};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
 
@@ -457,33 +457,6 @@ fn sighup_stops_a_foreground_mount_cleanly() {
         "{}",
         info_state(&pool)
     );
-}
-
-/// A tmpfs with a marker file; detached when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path) -> Tmpfs {
-        let o = output_within(
-            Command::new("mount")
-                .args(["-t", "tmpfs", "tmpfs"])
-                .arg(dir),
-            COMMAND_LIMIT,
-        );
-        assert!(o.status.success(), "mount -t tmpfs: {}", stderr(&o));
-        std::fs::write(dir.join("tmpfs-marker"), b"").unwrap();
-        Tmpfs(dir.to_path_buf())
-    }
-
-    fn still_there(&self) -> bool {
-        self.0.join("tmpfs-marker").exists()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = output_within(Command::new("umount").arg("-l").arg(&self.0), COMMAND_LIMIT);
-    }
 }
 
 /// The pids of `lynxfs mount` daemons serving `pool` (by their command line).

@@ -5,28 +5,19 @@
 //! the preload crate's tests' business). Runs as root; "another user" is nobody
 //! (65534), through setpriv(1). Every command runs with a time limit.
 
-#[allow(dead_code)] // not every helper of the shared module is used here
-mod support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use support::{output_within, watchdog};
+use lynxfs_test_support::child::output_within;
+use lynxfs_test_support::scratch::shared_dir;
+use lynxfs_test_support::watchdog;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
 const NOBODY: u32 = 65534;
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// A directory for this test: pools, the stub library, a directory to serve; anyone
-/// may enter it (nobody's runs read the library and the pool's path from it).
-fn shared_dir() -> tempfile::TempDir {
-    let d = tempfile::tempdir_in("/dev/shm").unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    d
-}
 
 /// An empty shared object that ld.so preloads without complaint, made once per test
 /// binary in cargo's scratch directory (readable by nobody, like the binary).

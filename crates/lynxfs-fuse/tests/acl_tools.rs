@@ -20,18 +20,15 @@ use std::time::{Duration, Instant};
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
+use lynxfs_test_support::scratch::as_user_1000;
 
 /// How long one test may take before the watchdog aborts the process.
 const WATCHDOG: Duration = Duration::from_secs(180);
 /// How long one external tool may run.
 const TOOL_LIMIT: Duration = Duration::from_secs(60);
 
-fn watchdog(name: &'static str) {
-    std::thread::spawn(move || {
-        std::thread::sleep(WATCHDOG);
-        eprintln!("{name}: still running after {WATCHDOG:?}: aborting");
-        std::process::abort();
-    });
+fn watchdog(name: &str) -> lynxfs_test_support::Watchdog {
+    lynxfs_test_support::watchdog(name, WATCHDOG)
 }
 
 /// Runs a tool to completion within [`TOOL_LIMIT`] (killed and failed otherwise);
@@ -344,7 +341,7 @@ impl Mounted {
 
 #[test]
 fn cp_a_and_tar_keep_modes_owners_acls_xattrs_links_and_times() {
-    watchdog("cp_a_and_tar");
+    let _w = watchdog("cp_a_and_tar");
     let src_dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let src = src_dir.path().join("src");
     std::fs::create_dir(&src).unwrap();
@@ -395,24 +392,6 @@ fn cp_a_and_tar_keep_modes_owners_acls_xattrs_links_and_times() {
     m.unmount();
 }
 
-/// Runs `f` on a thread whose file-system identity is uid and gid 1000 with no
-/// supplementary groups (per thread: setfsuid also drops the capabilities that
-/// would bypass permission checks).
-fn as_user_1000<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    std::thread::spawn(move || {
-        let none: [libc::gid_t; 0] = [];
-        // SAFETY: raw per-thread system calls; the group list is a valid empty array.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setgroups, 0, none.as_ptr()), 0);
-            libc::syscall(libc::SYS_setfsgid, 1000);
-            libc::syscall(libc::SYS_setfsuid, 1000);
-        }
-        f()
-    })
-    .join()
-    .expect("user thread")
-}
-
 fn getfacl(p: &Path) -> Vec<String> {
     run(&["getfacl", "-n", "-p", "--omit-header", p.to_str().unwrap()])
         .lines()
@@ -427,7 +406,7 @@ fn mode_of(p: &Path) -> u32 {
 
 #[test]
 fn setfacl_on_the_mount_is_enforced_inherited_and_follows_chmod() {
-    watchdog("setfacl_on_the_mount");
+    let _w = watchdog("setfacl_on_the_mount");
     let m = mount("allow_other");
     let f = m.path().join("f");
     std::fs::write(&f, b"for 1000").unwrap();

@@ -371,6 +371,7 @@ fn sparse(c: &mut Ctx) {
     c.pwrite("sparse page 1", fd, &[b't'; 4096], P);
     c.pwrite("sparse page 3", fd, &[b'u'; 100], 3 * P + 10);
     c.pwrite("sparse page 8", fd, &[b'v'; 10], 8 * P);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("sparse grow", unsafe { ftruncate(fd, 12 * P) });
     for (label, off, whence) in [
         ("data 0", 0, SEEK_DATA),
@@ -400,11 +401,13 @@ fn sparse(c: &mut Ctx) {
                // SAFETY: a `struct fiemap` header followed by room for 4 extents.
     let r = unsafe { ioctl(fd, 0xC020_660B, fm.as_mut_ptr()) };
     c.call("sparse fiemap", r);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("sparse punch page 0", unsafe {
         fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, P)
     });
     c.lseek("sparse seek hole 0 after punch", fd, 0, SEEK_HOLE);
     c.lseek("sparse seek data 0 after punch", fd, 0, SEEK_DATA);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("sparse allocate page 10", unsafe {
         fallocate(fd, 0, 10 * P, P)
     });
@@ -416,6 +419,7 @@ fn sparse(c: &mut Ctx) {
 fn script(c: &mut Ctx) {
     use libc::*;
     c.mkdir("mkdir t", "t", 0o755);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod t 0755", "t", |p| unsafe { chmod(p, 0o755) });
 
     // ---- open flags, read/write, seek ----
@@ -438,9 +442,12 @@ fn script(c: &mut Ctx) {
     c.write("write at 100", fd, b"x");
     c.fstat("fstat after hole", fd);
     c.pread("pread hole", fd, 4, 50);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("ftruncate 5", unsafe { ftruncate(fd, 5) });
     c.fstat("fstat after ftruncate", fd);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("fsync", unsafe { fsync(fd) });
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("fdatasync", unsafe { fdatasync(fd) });
     c.close(fd);
     c.content("content f", "t/f");
@@ -457,6 +464,7 @@ fn script(c: &mut Ctx) {
     c.content("content after append", "t/f");
     let fd = c.open("open rdonly", "t/f", O_RDONLY, 0);
     c.write("write on rdonly", fd, b"zz");
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("ftruncate on rdonly", unsafe { ftruncate(fd, 0) });
     c.close(fd);
     c.open("open creat existing", "t/f", O_CREAT | O_RDWR, 0o600);
@@ -484,32 +492,42 @@ fn script(c: &mut Ctx) {
     c.path1(
         "unlink name 255",
         &format!("t/{}", "n".repeat(255)),
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         |p| unsafe { unlink(p) },
     );
 
     // ---- truncate, fallocate ----
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("truncate 3", "t/f", |p| unsafe { truncate(p, 3) });
     c.content("content after truncate 3", "t/f");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("truncate 10000", "t/f", |p| unsafe { truncate(p, 10000) });
     c.stat("stat after truncate 10000", "t/f");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("truncate dir", "t", |p| unsafe { truncate(p, 0) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("truncate negative", "t/f", |p| unsafe { truncate(p, -1) });
     let fd = c.open("open for fallocate", "t/fa", O_CREAT | O_RDWR, 0o644);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("fallocate 0..8192", unsafe { fallocate(fd, 0, 0, 8192) });
     c.fstat("fstat after fallocate", fd);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("fallocate keep_size", unsafe {
         fallocate(fd, FALLOC_FL_KEEP_SIZE, 8192, 8192)
     });
     c.fstat("fstat after keep_size", fd);
     c.pwrite("fill", fd, &[b'a'; 8192], 0);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("punch hole", unsafe {
         fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 5000)
     });
     c.pread("read around hole", fd, 8, 96);
     c.pread("read hole end", fd, 8, 5096);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("punch without keep_size", unsafe {
         fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 10)
     });
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("fallocate len 0", unsafe { fallocate(fd, 0, 0, 0) });
     c.close(fd);
     sparse(c);
@@ -522,11 +540,17 @@ fn script(c: &mut Ctx) {
     c.stat("stat d/sub", "t/d/sub");
     c.mkdir("mkdir in missing", "t/nope/x", 0o755);
     c.mkdir("mkdir under file", "t/f/x", 0o755);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("rmdir nonempty", "t/d", |p| unsafe { rmdir(p) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("rmdir file", "t/f", |p| unsafe { rmdir(p) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("rmdir dot", "t/d/.", |p| unsafe { rmdir(p) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("unlink dir", "t/d", |p| unsafe { unlink(p) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("unlink missing", "t/zz", |p| unsafe { unlink(p) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("rmdir sub", "t/d/sub", |p| unsafe { rmdir(p) });
     c.stat("stat d after rmdir", "t/d");
 
@@ -571,6 +595,7 @@ fn script(c: &mut Ctx) {
     c.path2("link dir", "t/x3", "t/dl", link);
     c.path2("rename between two links", "t/f", "t/g", rename);
     c.stat("f still there", "t/f");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("unlink g", "t/g", |p| unsafe { unlink(p) });
     c.stat("stat f nlink 1", "t/f");
 
@@ -598,22 +623,28 @@ fn script(c: &mut Ctx) {
     c.readdir("readdir file", "t/f");
 
     // ---- attributes ----
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod 0600", "t/f", |p| unsafe { chmod(p, 0o600) });
     c.stat("stat after chmod", "t/f");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod 04755", "t/f", |p| unsafe { chmod(p, 0o4755) });
     c.stat("stat after chmod suid", "t/f");
     let fd = c.open("open suid file", "t/f", O_WRONLY, 0);
     c.pwrite("root writes suid file", fd, b"r", 0);
     c.close(fd);
     c.stat("suid kept for root writer", "t/f");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod 04755 again", "t/f", |p| unsafe { chmod(p, 0o4755) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chown 1000:1000", "t/f", |p| unsafe {
         chown(p, USER, GROUP)
     });
     c.stat("stat after chown (suid cleared)", "t/f");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chown -1:-1", "t/f", |p| unsafe {
         chown(p, u32::MAX, u32::MAX)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("lchown symlink", "t/s", |p| unsafe { lchown(p, 7, 7) });
     c.stat_with("lstat after lchown", "t/s", false);
     c.stat("target owner unchanged", "t/f");
@@ -627,6 +658,7 @@ fn script(c: &mut Ctx) {
             tv_nsec: 0,
         },
     ];
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("utimensat", "t/f", |p| unsafe {
         utimensat(AT_FDCWD, p, times.as_ptr(), 0)
     });
@@ -647,6 +679,7 @@ fn script(c: &mut Ctx) {
             tv_nsec: UTIME_NOW,
         },
     ];
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("utimensat omit/now", "t/f", |p| unsafe {
         utimensat(AT_FDCWD, p, now_omit.as_ptr(), 0)
     });
@@ -665,8 +698,10 @@ fn script(c: &mut Ctx) {
     // ---- statfs ----
     {
         let p = c.path("t");
-        // SAFETY: zeroed statfs is a valid out-buffer; p is valid.
+        // SAFETY: statfs is plain integers, for which all zeros is a valid value.
         let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: p is a NUL-terminated path and s a valid out-buffer, both alive for
+        // the call.
         let r = unsafe { statfs(p.as_ptr(), &mut s) };
         let sane = r == 0
             && s.f_bsize > 0
@@ -681,18 +716,22 @@ fn script(c: &mut Ctx) {
     xattrs(c);
 
     // ---- special files ----
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("mknod fifo", "t/fifo", |p| unsafe {
         mknod(p, S_IFIFO | 0o640, 0)
     });
     c.stat("stat fifo", "t/fifo");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("mknod socket", "t/sock", |p| unsafe {
         mknod(p, S_IFSOCK | 0o600, 0)
     });
     c.stat("stat socket", "t/sock");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("mknod chr", "t/null", |p| unsafe {
         mknod(p, S_IFCHR | 0o666, makedev(1, 3))
     });
     c.stat("stat chr", "t/null");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("mknod existing", "t/fifo", |p| unsafe {
         mknod(p, S_IFIFO | 0o640, 0)
     });
@@ -700,11 +739,17 @@ fn script(c: &mut Ctx) {
     // ---- flock ----
     let a = c.open("open for flock a", "t/f", O_RDONLY, 0);
     let b = c.open("open for flock b", "t/f", O_RDONLY, 0);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("flock ex a", unsafe { flock(a, LOCK_EX | LOCK_NB) });
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("flock ex b", unsafe { flock(b, LOCK_EX | LOCK_NB) });
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("flock sh b", unsafe { flock(b, LOCK_SH | LOCK_NB) });
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("unlock a", unsafe { flock(a, LOCK_UN) });
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("flock sh b again", unsafe { flock(b, LOCK_SH | LOCK_NB) });
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("flock sh a", unsafe { flock(a, LOCK_SH | LOCK_NB) });
     c.close(a);
     c.close(b);
@@ -712,11 +757,13 @@ fn script(c: &mut Ctx) {
     // ---- deleted while open ----
     let fd = c.open("open doomed", "t/doomed", O_CREAT | O_RDWR, 0o644);
     c.write("write doomed", fd, b"still here");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("unlink doomed", "t/doomed", |p| unsafe { unlink(p) });
     c.fstat("fstat unlinked", fd);
     c.pread("read unlinked", fd, 20, 0);
     c.pwrite("write unlinked", fd, b"!", 10);
     c.fstat("fstat unlinked after write", fd);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("ftruncate unlinked", unsafe { ftruncate(fd, 2) });
     c.pread("read unlinked after truncate", fd, 20, 0);
     c.close(fd);
@@ -728,6 +775,7 @@ fn script(c: &mut Ctx) {
 
     // ---- mmap ----
     let fd = c.open("open for mmap", "t/m", O_CREAT | O_RDWR, 0o644);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("ftruncate for mmap", unsafe { ftruncate(fd, 8192) });
     // SAFETY: mapping 8192 bytes of a file that is 8192 bytes long.
     let m = unsafe {
@@ -755,7 +803,9 @@ fn script(c: &mut Ctx) {
             s[100..105].copy_from_slice(b"mmap!");
             s[5000..5003].copy_from_slice(b"end");
         }
+        // SAFETY: m maps the file's 8192 bytes (mapped above); unmapped only here.
         c.call("msync", unsafe { msync(m, 8192, MS_SYNC) });
+        // SAFETY: m maps the file's 8192 bytes (mapped above); unmapped only here.
         c.call("munmap", unsafe { munmap(m, 8192) });
     }
     c.close(fd);
@@ -765,8 +815,11 @@ fn script(c: &mut Ctx) {
     c.close(fd);
 
     // ---- access ----
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("access f R_OK", "t/f", |p| unsafe { access(p, R_OK) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("access fifo X_OK", "t/fifo", |p| unsafe { access(p, X_OK) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("access missing", "t/missing", |p| unsafe {
         access(p, F_OK)
     });
@@ -800,6 +853,7 @@ fn removed_open_dirs(c: &mut Ctx, base: &str) {
     c.close(f);
     c.mkdir("mkdir rd", &at("rd"), 0o755);
     let rd = c.open("open rd", &at("rd"), O_RDONLY | O_DIRECTORY, 0);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("rmdir rd", &at("rd"), |p| unsafe { rmdir(p) });
     c.removed_dir_steps("rmdir'd", rd, &at("rdf"));
     c.close(rd);
@@ -1100,15 +1154,19 @@ fn inode_flags(c: &mut Ctx) {
         c.close(fd);
         let fd = c.open(&format!("{what} open read"), name, O_RDONLY, 0);
         c.close(fd);
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("{what} truncate"), name, |p| unsafe {
             truncate(p, 1)
         });
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("{what} chmod"), name, |p| unsafe {
             chmod(p, 0o600)
         });
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("{what} chown"), name, |p| unsafe {
             chown(p, 1, 1)
         });
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("{what} utimes now"), name, |p| unsafe {
             utimes(p, std::ptr::null())
         });
@@ -1116,14 +1174,17 @@ fn inode_flags(c: &mut Ctx) {
             tv_sec: 1,
             tv_usec: 0,
         }; 2];
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("{what} utimes set"), name, |p| unsafe {
             utimes(p, times.as_ptr())
         });
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("{what} setxattr"), name, |p| unsafe {
             setxattr(p, c"user.x".as_ptr(), b"v".as_ptr().cast(), 1, 0)
         });
         c.path2(&format!("{what} link"), name, "t/fl/linked", link);
         c.path2(&format!("{what} rename"), name, "t/fl/moved", rename);
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("{what} unlink"), name, |p| unsafe { unlink(p) });
         c.content(&format!("{what} content"), name);
     }
@@ -1135,6 +1196,7 @@ fn inode_flags(c: &mut Ctx) {
     );
     c.close(fd);
     c.mkdir("immutable dir mkdir", "t/fl/di/sub", 0o755);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("immutable dir unlink", "t/fl/di/x", |p| unsafe {
         unlink(p)
     });
@@ -1153,6 +1215,7 @@ fn inode_flags(c: &mut Ctx) {
         0o644,
     );
     c.close(fd);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("append dir unlink", "t/fl/da/y", |p| unsafe { unlink(p) });
     c.path2("append dir rename out", "t/fl/da/y", "t/fl/y", rename);
     // Cleared again, so the tree can be removed.
@@ -1286,9 +1349,11 @@ fn many_xattrs(c: &mut Ctx) {
 fn prepare_user(c: &mut Ctx) {
     use libc::*;
     c.mkdir("prep pub", "t/pub", 0o777);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("prep chmod pub", "t/pub", |p| unsafe { chmod(p, 0o777) });
     c.mkdir("prep priv", "t/priv", 0o700);
     c.mkdir("prep sticky", "t/sticky", 0o777);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("prep chmod sticky", "t/sticky", |p| unsafe {
         chmod(p, 0o1777)
     });
@@ -1303,9 +1368,11 @@ fn prepare_user(c: &mut Ctx) {
         ("t/pub/sgid2", 0o2676, 0),
     ] {
         std::fs::write(c.root.join(name), b"data").unwrap();
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("prep chmod {name}"), name, |p| unsafe {
             chmod(p, mode)
         });
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("prep chown {name}"), name, |p| unsafe {
             chown(p, 0, gid)
         });
@@ -1313,6 +1380,7 @@ fn prepare_user(c: &mut Ctx) {
     // A program only others may execute (mode 001), owned by root.
     let program = std::fs::read("/usr/bin/true").expect("/usr/bin/true");
     std::fs::write(c.root.join("t/pub/x001"), program).unwrap();
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("prep chmod x001", "t/pub/x001", |p| unsafe {
         chmod(p, 0o001)
     });
@@ -1346,22 +1414,28 @@ fn as_user(c: &mut Ctx) {
     );
     c.read("user read grpfile data", fd, 10);
     c.close(fd);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user chmod rootfile", "t/rootfile", |p| unsafe {
         chmod(p, 0o777)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user chmod mine", "t/pub/mine", |p| unsafe {
         chmod(p, 0o600)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user chown mine to root", "t/pub/mine", |p| unsafe {
         chown(p, 0, u32::MAX)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user chgrp mine 1001", "t/pub/mine", |p| unsafe {
         chown(p, u32::MAX, EXTRA_GROUP)
     });
     c.stat("user stat mine after chgrp", "t/pub/mine");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user chgrp mine 5", "t/pub/mine", |p| unsafe {
         chown(p, u32::MAX, 5)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user chmod mine setgid", "t/pub/mine", |p| unsafe {
         chmod(p, 0o2755)
     });
@@ -1386,15 +1460,18 @@ fn as_user(c: &mut Ctx) {
             tv_nsec: 0,
         },
     ];
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user utime now rootfile", "t/rootfile", |p| unsafe {
         utimensat(AT_FDCWD, p, now.as_ptr(), 0)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user utime at rootfile", "t/rootfile", |p| unsafe {
         utimensat(AT_FDCWD, p, at.as_ptr(), 0)
     });
     c.path1(
         "user utime now sticky/rootf (writable)",
         "t/sticky/rootf",
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         |p| unsafe { utimensat(AT_FDCWD, p, now.as_ptr(), 0) },
     );
     for f in ["t/pub/suid", "t/pub/sgid"] {
@@ -1406,11 +1483,14 @@ fn as_user(c: &mut Ctx) {
     c.path1(
         "user chmod suid file (drop bits, not owner)",
         "t/pub/sgid2",
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         |p| unsafe { chmod(p, 0o676) },
     );
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user truncate rootfile", "t/rootfile", |p| unsafe {
         truncate(p, 0)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user unlink sticky/rootf", "t/sticky/rootf", |p| unsafe {
         unlink(p)
     });
@@ -1420,20 +1500,24 @@ fn as_user(c: &mut Ctx) {
         "t/sticky/mine",
         rename,
     );
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user unlink pub/rootf", "t/pub/rootf", |p| unsafe {
         unlink(p)
     });
     c.readdir("user readdir priv", "t/priv");
     c.stat("user stat in priv", "t/priv/x");
     c.readdir("user readdir pub", "t/pub");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user mknod chr", "t/pub/null", |p| unsafe {
         mknod(p, S_IFCHR | 0o666, makedev(1, 3))
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user mknod fifo", "t/pub/fifo", |p| unsafe {
         mknod(p, S_IFIFO | 0o666, 0)
     });
     c.path2("user link rootfile", "t/rootfile", "t/pub/hl", link);
     c.path2("user rename mine into t", "t/pub/mine", "t/mine", rename);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("user rmdir mydir", "t/pub/mydir", |p| unsafe { rmdir(p) });
     let f = c.path("t/rootfile");
     let n = CString::new("user.u").unwrap();

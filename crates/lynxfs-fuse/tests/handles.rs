@@ -4,8 +4,6 @@
 //! an NFS export of the mount needs; a handle of a removed file is stale, also when its
 //! inode number was given to a new file.
 
-mod support;
-
 use std::ffi::CString;
 use std::fs;
 use std::os::fd::AsRawFd;
@@ -16,7 +14,7 @@ use std::time::Duration;
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
-use support::watchdog;
+use lynxfs_test_support::watchdog;
 
 /// Room for any file system's handle (MAX_HANDLE_SZ).
 const MAX_HANDLE: usize = 128;

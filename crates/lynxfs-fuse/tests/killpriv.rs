@@ -18,8 +18,6 @@ use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
 
-mod support;
-
 const NOBODY: u32 = 65534;
 
 /// Runs `sh -c script` as `nobody` with `arg` as $1, bounded; returns stdout.
@@ -69,7 +67,7 @@ fn world_searchable_dir(parent: &Path) -> tempfile::TempDir {
 #[test]
 fn a_foreign_write_drops_setuid_before_exec_can_use_it() {
     assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
-    let _dog = support::watchdog("the killpriv test", Duration::from_secs(120));
+    let _dog = lynxfs_test_support::watchdog("the killpriv test", Duration::from_secs(120));
     let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = tmp.path().join("pool");
     Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).unwrap();

@@ -4,8 +4,6 @@
 //!
 //! Needs root (or fusermount3) and `/dev/fuse`; fails loudly without them.
 
-mod support;
-
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
@@ -15,7 +13,8 @@ use std::time::Duration;
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Access, MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, prepare, MountOptions};
-use support::{watchdog, Watchdog};
+use lynxfs_test_support::scratch::{as_user_1000, Tmpfs};
+use lynxfs_test_support::{watchdog, Watchdog};
 use tempfile::TempDir;
 
 /// Every test here mounts: two minutes is far more than any needs.
@@ -63,7 +62,7 @@ fn serve_a_second_mount_close_clean_and_remount() {
     fs::write(mnt.path().join("d/g"), b"from the first").unwrap();
     fs::write(o.join("d/h"), b"from the second").unwrap();
     fs::write(o.join("d/f"), b"changed").unwrap();
-    support::wait_until(
+    lynxfs_test_support::wait_until(
         "each mount sees the other's changes",
         Duration::from_secs(5),
         || {
@@ -242,21 +241,6 @@ fn writeback_mount_keeps_every_byte_written() {
     fsys.close().unwrap();
 }
 
-fn as_user_1000<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    std::thread::spawn(move || {
-        let none: [libc::gid_t; 0] = [];
-        // SAFETY: raw per-thread system calls; the group list is a valid empty array.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setgroups, 0, none.as_ptr()), 0);
-            libc::syscall(libc::SYS_setfsgid, 1000);
-            libc::syscall(libc::SYS_setfsuid, 1000);
-        }
-        f()
-    })
-    .join()
-    .expect("user thread")
-}
-
 #[test]
 fn cached_names_do_not_let_a_caller_past_its_search_permission() {
     let _w = bound("cached_names_do_not_let_a_caller_past_its_search_permission");
@@ -293,49 +277,9 @@ fn mounted(mp: &Path) -> bool {
         .any(|m| Path::new(&m.mountpoint) == mp)
 }
 
-/// A tmpfs mounted at `dir` (with a marker file in it); unmounted when dropped. By
-/// system calls, not mount(8): a child forked while another test holds its pool open
-/// would hold the pool's lock too, for an instant.
-struct Tmpfs(PathBuf);
-
-fn cpath(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_encoded_bytes()).unwrap()
-}
-
-impl Tmpfs {
-    fn mount(dir: &Path) -> Tmpfs {
-        let (tmpfs, target) = (CString::new("tmpfs").unwrap(), cpath(dir));
-        // SAFETY: NUL-terminated strings that outlive the call; no data argument.
-        let r = unsafe {
-            libc::mount(
-                tmpfs.as_ptr(),
-                target.as_ptr(),
-                tmpfs.as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(r, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
-        fs::write(dir.join("tmpfs-marker"), b"").unwrap();
-        Tmpfs(dir.to_path_buf())
-    }
-
-    fn still_there(&self) -> bool {
-        self.0.join("tmpfs-marker").exists()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let target = cpath(&self.0);
-        // SAFETY: a NUL-terminated path.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
 /// `umount2(path, 0)`, as umount(8) does.
 fn umount(path: &Path) {
-    let c = cpath(path);
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: c is a NUL-terminated path.
     let r = unsafe { libc::umount2(c.as_ptr(), 0) };
     assert_eq!(
@@ -380,11 +324,11 @@ fn a_mount_covered_by_another_is_not_unmounted_through_it() {
     );
     // Ours is still there, under the tmpfs; once that goes it can be unmounted.
     drop(over);
-    support::wait_until("tmpfs gone", Duration::from_secs(10), || {
+    lynxfs_test_support::wait_until("tmpfs gone", Duration::from_secs(10), || {
         !mp.join("tmpfs-marker").exists()
     });
     umount(&mp);
-    support::wait_until("pool closed", Duration::from_secs(30), || {
+    lynxfs_test_support::wait_until("pool closed", Duration::from_secs(30), || {
         Pool::open(&pool, Access::ReadOnly, PmemBackend::default()).is_ok_and(|p| p.was_clean)
     });
     assert!(!mounted(&mp));

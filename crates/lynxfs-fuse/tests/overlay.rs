@@ -6,8 +6,6 @@
 //! Needs root and `/dev/fuse`; fails loudly without them. A watchdog aborts the
 //! process if anything hangs; the overlay is detached even when an assertion fails.
 
-mod support;
-
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -83,7 +81,7 @@ fn is_whiteout(p: &Path) -> bool {
 
 #[test]
 fn lynxfs_works_as_the_upper_layer_of_an_overlay() {
-    let _dog = support::watchdog("overlay", Duration::from_secs(120));
+    let _dog = lynxfs_test_support::watchdog("overlay", Duration::from_secs(120));
     assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
     let shm = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     let pool = shm.path().join("pool");

@@ -30,8 +30,6 @@ use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
 
-mod support;
-
 /// How long the race runs.
 const RACE: Duration = Duration::from_secs(4);
 /// The whole test must end within this, or it fails (a hang is a failure).
@@ -235,7 +233,7 @@ fn race(dir: &Path) -> (Vec<String>, u64) {
 #[test]
 fn a_name_replaced_under_truncate_and_chmod_never_hits_another_file() {
     assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
-    let _dog = support::watchdog("the race test", WATCHDOG);
+    let _dog = lynxfs_test_support::watchdog("the race test", WATCHDOG);
     let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = tmp.path().join("pool");
     Pool::mkfs(&pool, &MkfsOptions::new(256 << 20), PmemBackend::default()).unwrap();

@@ -8,8 +8,6 @@
 //!
 //! Needs root (or fusermount3) and `/dev/fuse`; fails loudly without them.
 
-mod support;
-
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -20,7 +18,7 @@ use std::time::{Duration, Instant};
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Fs, MkfsOptions, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
-use support::watchdog;
+use lynxfs_test_support::watchdog;
 
 /// The environment variable that makes `shared_library_child` the library process.
 const POOL_ENV: &str = "LYNXFS_SHARED_TEST_POOL";

@@ -5,8 +5,6 @@
 //! stuck request. Needs root, `/dev/fuse` and FUSE over io_uring (`./lynx test`
 //! switches `enable_uring` on); fails without them.
 
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -15,7 +13,7 @@ use fuser::{
     ReplyEntry, Request,
 };
 use lynxfs_fuse::kmount;
-use support::watchdog;
+use lynxfs_test_support::watchdog;
 
 /// Answers the root's attributes and "no such name" for every lookup, each from a
 /// thread of its own.

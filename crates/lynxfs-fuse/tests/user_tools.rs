@@ -6,8 +6,6 @@
 //! e2fsprogs); fails loudly without them. A watchdog aborts the process if anything
 //! hangs; the mount is always unmounted.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -52,7 +50,7 @@ fn lsattr(dir: &Path, name: &str) -> String {
 
 #[test]
 fn chattr_lsattr_and_python_tmpfiles_work_on_a_mount() {
-    let _dog = support::watchdog("user_tools", Duration::from_secs(120));
+    let _dog = lynxfs_test_support::watchdog("user_tools", Duration::from_secs(120));
     assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
     let shm = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     let pool = shm.path().join("pool");

@@ -37,6 +37,8 @@ macro_rules! real {
                 // SAFETY: `f` is the C library's definition of this very function,
                 // whose C prototype the signature here repeats.
                 let f: unsafe extern "C" fn($($t),*) -> $r = unsafe { std::mem::transmute(f) };
+                // SAFETY: this function's caller upholds the C function's contract (its
+                // own is the same).
                 unsafe { f($($arg),*) }
             }
         )*

@@ -21,11 +21,7 @@ use std::time::Duration;
 
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
-
-#[path = "../../lynxfs/tests/common/built.rs"]
-mod built;
-#[path = "../../lynxfs/tests/common/mod.rs"]
-mod common;
+use lynxfs_test_support::{built, watchdog};
 
 /// How long the whole test may run (the builds included).
 const TEST_LIMIT: Duration = Duration::from_secs(400);
@@ -83,7 +79,7 @@ fn nest(parent: &Path) -> PathBuf {
 
 #[test]
 fn every_replaced_call_answers_as_the_kernel_does() {
-    let _w = common::watchdog("calls", TEST_LIMIT);
+    let _w = watchdog("calls", TEST_LIMIT);
     let (lynxfs, preload, calls) = build(&built::target_dir());
     let pool = PathBuf::from(format!("/dev/shm/lynxfs-calls-{}.pool", std::process::id()));
     let mut o = MkfsOptions::new(128 << 20);

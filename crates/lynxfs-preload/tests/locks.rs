@@ -12,6 +12,7 @@
 //! closes; `try` tries without waiting and says "got" or "busy". Needs root (a FUSE
 //! mount, uid 1000 for the other user) and python3, sqlite3 in /usr/bin.
 
+use lynxfs_test_support::{built, child, watchdog};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -20,11 +21,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::Duration;
-
-#[path = "../../lynxfs/tests/common/built.rs"]
-mod built;
-#[path = "../../lynxfs/tests/common/mod.rs"]
-mod common;
 
 /// How long one command may run.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -86,7 +82,7 @@ fn text(b: &[u8]) -> String {
 }
 
 fn run_ok(cmd: &mut Command, what: &str) -> Output {
-    let out = built::run_bounded(cmd, what, LIMIT);
+    let out = child::run_bounded(cmd, what, LIMIT);
     assert!(
         out.status.success(),
         "{what} ({}): {}{}",
@@ -195,7 +191,7 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = built::run_bounded(
+        let _ = child::run_bounded(
             Command::new(&built().lynxfs).arg("umount").arg(&self.mnt),
             "umount",
             LIMIT,
@@ -257,7 +253,7 @@ fn attempt(mut cmd: Command, what: &str) -> String {
 
 #[test]
 fn the_preload_and_the_mount_exclude_each_other() {
-    let _w = common::watchdog("the_preload_and_the_mount_exclude_each_other", TEST_LIMIT);
+    let _w = watchdog("the_preload_and_the_mount_exclude_each_other", TEST_LIMIT);
     let m = Mounted::new();
     for kind in ["fcntl", "flock"] {
         let f = m.file(&format!("{kind}.lock"));
@@ -282,7 +278,7 @@ fn the_preload_and_the_mount_exclude_each_other() {
 
 #[test]
 fn locks_outlive_the_exec_of_the_program_that_took_them() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "locks_outlive_the_exec_of_the_program_that_took_them",
         TEST_LIMIT,
     );
@@ -346,7 +342,7 @@ fn locks_outlive_the_exec_of_the_program_that_took_them() {
 
 #[test]
 fn a_wait_through_the_mount_ends_when_interrupted_or_when_the_lock_comes_free() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "a_wait_through_the_mount_ends_when_interrupted_or_when_the_lock_comes_free",
         TEST_LIMIT,
     );
@@ -356,7 +352,7 @@ fn a_wait_through_the_mount_ends_when_interrupted_or_when_the_lock_comes_free() 
     // flock -w 1: a timer's signal interrupts the wait, which must end (not sit in
     // the kernel until the lock comes free).
     let start = std::time::Instant::now();
-    let out = built::run_bounded(
+    let out = child::run_bounded(
         Command::new("flock").args(["-w", "1"]).arg(&f).arg("true"),
         "flock -w 1",
         LIMIT,
@@ -368,13 +364,13 @@ fn a_wait_through_the_mount_ends_when_interrupted_or_when_the_lock_comes_free() 
         "the interrupted wait took {took:?}"
     );
     // A waiter gets the lock once the holder lets go.
-    let waiter = built::spawn_group(
+    let waiter = child::spawn_group(
         Command::new("flock").args(["-w", "60"]).arg(&f).arg("true"),
         "flock -w 60",
     );
     std::thread::sleep(Duration::from_millis(300));
     drop(h);
-    let out = built::finish_within(waiter, "flock -w 60", LIMIT);
+    let out = child::finish_within(waiter, "flock -w 60", LIMIT);
     assert!(
         out.status.success(),
         "the waiter never got the lock: {out:?}"
@@ -383,7 +379,7 @@ fn a_wait_through_the_mount_ends_when_interrupted_or_when_the_lock_comes_free() 
 
 #[test]
 fn two_users_exclude_each_other_through_the_preload_and_the_mount() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "two_users_exclude_each_other_through_the_preload_and_the_mount",
         TEST_LIMIT,
     );
@@ -406,7 +402,7 @@ fn two_users_exclude_each_other_through_the_preload_and_the_mount() {
 
 #[test]
 fn flock_on_one_pool_file_blocks_no_other_nor_does_an_eventfd() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "flock_on_one_pool_file_blocks_no_other_nor_does_an_eventfd",
         TEST_LIMIT,
     );
@@ -434,7 +430,7 @@ fn flock_on_one_pool_file_blocks_no_other_nor_does_an_eventfd() {
 
 #[test]
 fn a_lock_directory_another_user_planted_does_not_stop_locks() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "a_lock_directory_another_user_planted_does_not_stop_locks",
         TEST_LIMIT,
     );
@@ -469,7 +465,7 @@ fn sqlite_script(who: &str, n: usize) -> String {
 
 #[test]
 fn sqlite3_under_the_preload_and_through_the_mount_at_once_keeps_the_database_sound() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "sqlite3_under_the_preload_and_through_the_mount_at_once_keeps_the_database_sound",
         TEST_LIMIT,
     );
@@ -501,7 +497,7 @@ fn sqlite3_under_the_preload_and_through_the_mount_at_once_keeps_the_database_so
     };
     let writers = [start(true, "preload"), start(false, "mount")];
     for (w, who) in writers.into_iter().zip(["preload", "mount"]) {
-        let out = built::finish_within(w, who, LIMIT);
+        let out = child::finish_within(w, who, LIMIT);
         assert!(
             out.status.success() && out.stderr.is_empty(),
             "{who} ({}): {}",

@@ -22,14 +22,8 @@ use std::time::{Duration, Instant};
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fs, MkfsOptions, Pool};
 
-#[path = "../../lynxfs/tests/common/built.rs"]
-mod built;
-/// The engine tests' helpers: the watchdog that aborts a test that hangs (in engine
-/// calls, which no process limit covers).
-#[path = "../../lynxfs/tests/common/mod.rs"]
-mod common;
-
-use built::{kill_group, spawn_group};
+use lynxfs_test_support::child::{kill_group, spawn_group};
+use lynxfs_test_support::{built, child, watchdog};
 
 /// How long one program (a whole script) may run.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -76,11 +70,11 @@ fn need(tool: &str, package: &str) {
 // ---- running processes within a limit ----
 
 fn run_bounded(mut cmd: Command, what: &str) -> Output {
-    built::run_bounded(&mut cmd, what, LIMIT)
+    child::run_bounded(&mut cmd, what, LIMIT)
 }
 
 fn finish_within(child: Child, what: &str) -> Output {
-    built::finish_within(child, what, LIMIT)
+    child::finish_within(child, what, LIMIT)
 }
 
 fn text(b: &[u8]) -> String {
@@ -461,7 +455,7 @@ cat ls.out du.out
 
 #[test]
 fn coreutils() {
-    let _w = common::watchdog("coreutils", TEST_LIMIT);
+    let _w = watchdog("coreutils", TEST_LIMIT);
     let b = Bench::new("coreutils");
     let keep = [
         "src/a/one.txt",
@@ -503,7 +497,7 @@ rm -r tree
 
 #[test]
 fn tar_with_gzip() {
-    let _w = common::watchdog("tar_with_gzip", TEST_LIMIT);
+    let _w = watchdog("tar_with_gzip", TEST_LIMIT);
     need("tar", "tar");
     need("gzip", "gzip");
     let b = Bench::new("tar");
@@ -546,7 +540,7 @@ cat ../log.out ../revs.out
 
 #[test]
 fn git() {
-    let _w = common::watchdog("git", TEST_LIMIT);
+    let _w = watchdog("git", TEST_LIMIT);
     need("git", "git");
     let b = Bench::new("git");
     let env = [
@@ -589,7 +583,7 @@ sqlite3 db.sqlite 'SELECT count(*), sum(n) FROM t;'
 
 #[test]
 fn sqlite3() {
-    let _w = common::watchdog("sqlite3", TEST_LIMIT);
+    let _w = watchdog("sqlite3", TEST_LIMIT);
     need("sqlite3", "sqlite3");
     let b = Bench::new("sqlite3");
     let (pool, tmpfs) = b.compare(SQLITE, &[], &[]);
@@ -630,7 +624,7 @@ cat ../run.out
 
 #[test]
 fn make_and_gcc() {
-    let _w = common::watchdog("make_and_gcc", TEST_LIMIT);
+    let _w = watchdog("make_and_gcc", TEST_LIMIT);
     need("make", "make");
     need("gcc", "gcc");
     let b = Bench::new("make");
@@ -675,7 +669,7 @@ EOF
 
 #[test]
 fn python() {
-    let _w = common::watchdog("python", TEST_LIMIT);
+    let _w = watchdog("python", TEST_LIMIT);
     need("python3", "python3");
     let b = Bench::new("python");
     let (pool, tmpfs) = b.compare(PYTHON, &[], &["py/copy/f4"]);
@@ -754,7 +748,7 @@ cat p/a p/d/x p/r/sub/f
 
 #[test]
 fn paths_that_enter_the_pools_directory_from_outside_reach_the_pool() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "paths_that_enter_the_pools_directory_from_outside_reach_the_pool",
         TEST_LIMIT,
     );
@@ -839,7 +833,7 @@ ls
 
 #[test]
 fn sqlite3_in_wal_mode_without_a_mount() {
-    let _w = common::watchdog("sqlite3_in_wal_mode_without_a_mount", TEST_LIMIT);
+    let _w = watchdog("sqlite3_in_wal_mode_without_a_mount", TEST_LIMIT);
     need("sqlite3", "sqlite3");
     need("python3", "python3");
     let b = Bench::new("wal");
@@ -863,16 +857,16 @@ fn sqlite3_in_wal_mode_without_a_mount() {
 #[test]
 fn a_planted_directory_for_shared_mappings_is_refused() {
     use std::os::unix::fs::{chown, PermissionsExt};
-    let _w = common::watchdog(
+    let _w = watchdog(
         "a_planted_directory_for_shared_mappings_is_refused",
         TEST_LIMIT,
     );
     need("sqlite3", "sqlite3");
     let b = Bench::new("planted");
     let runtime = tempfile::tempdir_in("/dev/shm").expect("runtime dir");
-    // SAFETY: geteuid has no preconditions.
     let planted = runtime
         .path()
+        // SAFETY: geteuid has no preconditions.
         .join(format!("lynxfs-maps-{}", unsafe { libc::geteuid() }));
     std::fs::create_dir(&planted).expect("plant");
     std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -929,7 +923,7 @@ PATH="$PWD/bin:$PATH" /usr/bin/python3 -c 'import os; os.waitpid(os.posix_spawnp
 
 #[test]
 fn programs_reached_through_pool_symlinks_and_scripts_run() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "programs_reached_through_pool_symlinks_and_scripts_run",
         TEST_LIMIT,
     );
@@ -980,7 +974,7 @@ ls steady | wc -l
 
 #[test]
 fn a_program_killed_mid_run_leaves_the_others_and_the_pool_sound() {
-    let _w = common::watchdog(
+    let _w = watchdog(
         "a_program_killed_mid_run_leaves_the_others_and_the_pool_sound",
         TEST_LIMIT,
     );
@@ -1037,7 +1031,7 @@ fn wait_for_files(pool: &Path, dir: &str, child: &Child) {
 
 #[test]
 fn the_comparison_sees_every_kind_of_difference() {
-    let _w = common::watchdog("the_comparison_sees_every_kind_of_difference", TEST_LIMIT);
+    let _w = watchdog("the_comparison_sees_every_kind_of_difference", TEST_LIMIT);
     let a = tempfile::tempdir_in("/dev/shm").unwrap();
     let b = tempfile::tempdir_in("/dev/shm").unwrap();
     let setup = "set -e; mkdir d; echo x > d/f; echo y > d/g; ln d/f d/h; ln -s f d/l; \
@@ -1129,7 +1123,7 @@ fn filefrag_rows(out: &str) -> Vec<(u64, u64, u64, String)> {
 /// what those extents cover.
 #[test]
 fn filefrag_lists_the_extents_the_engine_has() {
-    let _w = common::watchdog("filefrag", TEST_LIMIT);
+    let _w = watchdog("filefrag", TEST_LIMIT);
     assert!(
         Path::new("/usr/sbin/filefrag").exists(),
         "/usr/sbin/filefrag is missing: install it (apt-get install e2fsprogs)"

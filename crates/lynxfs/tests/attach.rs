@@ -39,8 +39,8 @@ const CHILD_LIMIT: Duration = Duration::from_secs(60);
 /// How long one test may run (a lock wait that never ends) before the process aborts.
 const TEST_LIMIT: Duration = Duration::from_secs(120);
 
-fn watchdog(test: &'static str) -> common::Watchdog {
-    common::watchdog(test, TEST_LIMIT)
+fn watchdog(test: &'static str) -> lynxfs_test_support::Watchdog {
+    lynxfs_test_support::watchdog(test, TEST_LIMIT)
 }
 
 fn make_pool(dir: &Path, name: &str) -> PathBuf {
@@ -164,8 +164,8 @@ impl Kid {
     }
 
     fn kill(&mut self) {
-        // SAFETY: kill(2) on our child, not yet reaped (only `finish` waits for it).
         assert_eq!(
+            // SAFETY: kill(2) on our child, not yet reaped (only `finish` waits for it).
             unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) },
             0
         );
@@ -583,8 +583,8 @@ fn attachers_share_one_lock_stand_in_per_inode_removed_by_the_last() {
 #[test]
 fn a_planted_lock_directory_is_refused_naming_it() {
     let _dog = watchdog("a_planted_lock_directory_is_refused_naming_it");
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "needs root (to act as uid 1000)"

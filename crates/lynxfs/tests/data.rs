@@ -743,7 +743,7 @@ fn a_handles_remembered_extent_never_serves_a_changed_map() {
 fn reads_without_a_lock_see_each_racing_write_whole() {
     const LEN: usize = 8192;
     const WRITES: u32 = 100_000;
-    let _dog = common::watchdog(
+    let _dog = lynxfs_test_support::watchdog(
         "reads_without_a_lock_see_each_racing_write_whole",
         std::time::Duration::from_secs(300),
     );

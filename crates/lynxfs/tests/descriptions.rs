@@ -194,8 +194,8 @@ fn say(what: &str) {
     println!("@{what}");
 }
 
-fn watchdog(test: &'static str) -> common::Watchdog {
-    common::watchdog(test, TEST_LIMIT)
+fn watchdog(test: &'static str) -> lynxfs_test_support::Watchdog {
+    lynxfs_test_support::watchdog(test, TEST_LIMIT)
 }
 
 /// A file at `name` holding `data`, open read-write at position 0.

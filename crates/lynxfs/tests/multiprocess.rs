@@ -55,8 +55,8 @@ const SURVIVOR_LIMIT: Duration = Duration::from_secs(10);
 // ---------------------------------------------------------------------------------
 // Parent side: pools, children, watchdog.
 
-fn watchdog(test: &'static str) -> common::Watchdog {
-    common::watchdog(test, TEST_LIMIT)
+fn watchdog(test: &'static str) -> lynxfs_test_support::Watchdog {
+    lynxfs_test_support::watchdog(test, TEST_LIMIT)
 }
 
 /// A pool file in a fresh directory in /dev/shm, which is also its runtime directory.
@@ -239,9 +239,9 @@ impl Kid {
     }
 
     fn kill(&mut self) {
-        // SAFETY: kill(2) on our child, not yet reaped (only `finish` and Drop wait for
-        // it), so its pid names it.
         assert_eq!(
+            // SAFETY: kill(2) on our child, not yet reaped (only `finish` and Drop wait
+            // for it), so its pid names it.
             unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) },
             0
         );

@@ -101,7 +101,8 @@ fn objects_made_on_a_simulated_node_land_in_its_ranges() {
 
 #[test]
 fn threads_on_two_nodes_at_once_each_stay_in_their_node() {
-    let _w = common::watchdog("threads_on_two_nodes", std::time::Duration::from_secs(120));
+    let _w =
+        lynxfs_test_support::watchdog("threads_on_two_nodes", std::time::Duration::from_secs(120));
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("pool");
     mkfs(&p, 64 << 20, None);
@@ -223,7 +224,7 @@ fn unlink_some(fs: &Fs<PmemBackend>, n: usize) {
 
 #[test]
 fn a_two_node_pool_recovers_and_checks_clean() {
-    let _w = common::watchdog(
+    let _w = lynxfs_test_support::watchdog(
         "a_two_node_pool_recovers",
         std::time::Duration::from_secs(120),
     );

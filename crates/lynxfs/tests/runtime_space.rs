@@ -77,8 +77,8 @@ struct Tmpfs {
 
 impl Tmpfs {
     fn mount(size: &str) -> Tmpfs {
-        // SAFETY: geteuid has no preconditions.
         assert_eq!(
+            // SAFETY: geteuid has no preconditions.
             unsafe { libc::geteuid() },
             0,
             "this test mounts a tmpfs: run it as root (as `./lynx test` does)"
@@ -231,7 +231,7 @@ impl Drop for Kid {
 /// the open tables of slots no process holds (each attacher reserves its own).
 #[test]
 fn a_small_pools_runtime_file_is_small_and_reserved() {
-    let _dog = common::watchdog(
+    let _dog = lynxfs_test_support::watchdog(
         "a_small_pools_runtime_file_is_small_and_reserved",
         TEST_LIMIT,
     );
@@ -268,7 +268,7 @@ fn a_small_pools_runtime_file_is_small_and_reserved() {
 /// state) and for one that joins (its open table).
 #[test]
 fn attaching_to_a_full_runtime_directory_is_a_clear_enospc() {
-    let _dog = common::watchdog(
+    let _dog = lynxfs_test_support::watchdog(
         "attaching_to_a_full_runtime_directory_is_a_clear_enospc",
         TEST_LIMIT,
     );
@@ -308,7 +308,7 @@ fn attaching_to_a_full_runtime_directory_is_a_clear_enospc() {
 /// sparse file killed it with SIGBUS), and the last detach removes the file.
 #[test]
 fn a_process_attached_when_the_directory_fills_keeps_working() {
-    let _dog = common::watchdog(
+    let _dog = lynxfs_test_support::watchdog(
         "a_process_attached_when_the_directory_fills_keeps_working",
         TEST_LIMIT,
     );

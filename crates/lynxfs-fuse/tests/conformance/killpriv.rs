@@ -23,6 +23,7 @@ const CAP_NAME: &std::ffi::CStr = c"security.capability";
 pub fn prepare(c: &mut Ctx) {
     for &(name, mode, caps) in FILES {
         std::fs::write(c.root.join(name), b"data").unwrap();
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("prep chmod {name}"), name, |p| unsafe {
             libc::chmod(p, mode)
         });
@@ -67,6 +68,7 @@ pub fn as_user(c: &mut Ctx) {
     c.path1(
         "user truncate cap-trunc",
         "t/pub/kp-cap-trunc",
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         |p| unsafe { libc::truncate(p, 1) },
     );
     for &(name, _, caps) in FILES {

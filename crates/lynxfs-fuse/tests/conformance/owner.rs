@@ -19,7 +19,7 @@ use lynxfs::pmem::PmemBackend;
 use lynxfs::{Access, Cred, Fs, MkfsOptions, Pool, SetAttr};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
 
-use crate::spawn::{self, Creds, ExeCopy, Watchdog};
+use crate::spawn::{self, Creds, ExeCopy};
 use crate::{errno_name, Ctx, EXTRA_GROUP};
 
 /// `nobody`: a user every Debian-like system has (fusermount3 needs a passwd entry).
@@ -39,7 +39,7 @@ fn owner() -> Creds {
 pub fn parent(test: &str, options: &str) {
     // SAFETY: geteuid cannot fail.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test must run as root");
-    let _watchdog = Watchdog::start(test, Duration::from_secs(300));
+    let _watchdog = lynxfs_test_support::watchdog(test, Duration::from_secs(300));
     let_users_open_dev_fuse();
     let base = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     spawn::chown(base.path(), OWNER_UID, OWNER_GID);
@@ -84,8 +84,8 @@ fn let_users_open_dev_fuse() {
 pub fn child(args: &str) {
     let (options, base) = args.split_once('|').expect("options|base");
     let base = PathBuf::from(base);
-    // SAFETY: getuid cannot fail.
     assert_eq!(
+        // SAFETY: getuid has no preconditions.
         unsafe { libc::getuid() },
         OWNER_UID,
         "runs as the mount owner"
@@ -175,12 +175,14 @@ const DIR_MODES: &[(&str, u32)] = &[
 fn owner_script(c: &mut Ctx, settle: Duration) {
     use libc::*;
     c.mkdir("mkdir o", "o", 0o755);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod o", "o", |p| unsafe { chmod(p, 0o755) });
     for &(name, mode) in FILE_MODES {
         let path = format!("o/{name}");
         let fd = c.open(&format!("create {name}"), &path, O_CREAT | O_WRONLY, 0o600);
         c.write(&format!("fill {name}"), fd, b"data");
         c.close(fd);
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("chmod {name}"), &path, |p| unsafe {
             chmod(p, mode)
         });
@@ -190,6 +192,7 @@ fn owner_script(c: &mut Ctx, settle: Duration) {
     c.path1(
         "chgrp f070 to a supplementary group",
         "o/f070",
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         |p| unsafe { chown(p, u32::MAX, EXTRA_GROUP) },
     );
     for &(name, _) in FILE_MODES {
@@ -229,18 +232,22 @@ fn probe_file(c: &mut Ctx, name: &str) {
         ("X_OK", X_OK),
         ("R_OK|W_OK", R_OK | W_OK),
     ] {
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("access {name} {what}"), &path, |p| unsafe {
             access(p, mask)
         });
     }
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&format!("truncate {name}"), &path, |p| unsafe {
         truncate(p, 3)
     });
     let key = std::ffi::CString::new("user.k").unwrap();
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&format!("setxattr {name}"), &path, |p| unsafe {
         setxattr(p, key.as_ptr(), b"v".as_ptr().cast(), 1, 0)
     });
     let mut buf = [0u8; 16];
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&format!("getxattr {name}"), &path, |p| unsafe {
         getxattr(p, key.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) as c_int
     });
@@ -254,13 +261,16 @@ fn probe_file(c: &mut Ctx, name: &str) {
             tv_nsec: 0,
         },
     ];
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&format!("utimes {name} (owner)"), &path, |p| unsafe {
         utimensat(AT_FDCWD, p, at.as_ptr(), 0)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&format!("utimes now {name} (owner)"), &path, |p| unsafe {
         utimensat(AT_FDCWD, p, std::ptr::null(), 0)
     });
     c.stat(&format!("stat {name}"), &path);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&format!("chmod {name} 0600"), &path, |p| unsafe {
         chmod(p, 0o600)
     });
@@ -271,10 +281,12 @@ fn probe_file(c: &mut Ctx, name: &str) {
 fn handles_outlive_chmod(c: &mut Ctx) {
     use libc::*;
     let fd = c.open("open f600 rdwr for chmod", "o/f600", O_RDWR, 0);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod f600 000 while open", "o/f600", |p| unsafe {
         chmod(p, 0)
     });
     c.pwrite("write through the old handle", fd, b"x", 0);
+    // SAFETY: a libc call on an fd this test opened, with plain integers.
     c.call("ftruncate through the old handle", unsafe {
         ftruncate(fd, 2)
     });
@@ -282,33 +294,41 @@ fn handles_outlive_chmod(c: &mut Ctx) {
     c.fstat("fstat through the old handle", fd);
     c.close(fd);
     c.open("reopen f600 after chmod 000", "o/f600", O_RDONLY, 0);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod f600 back", "o/f600", |p| unsafe { chmod(p, 0o600) });
 }
 
 fn ownership(c: &mut Ctx) {
     use libc::*;
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chown f600 to root", "o/f600", |p| unsafe {
         chown(p, 0, u32::MAX)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chown f600 to itself", "o/f600", |p| unsafe {
         chown(p, OWNER_UID, u32::MAX)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chgrp f600 to a group not its", "o/f600", |p| unsafe {
         chown(p, u32::MAX, 5)
     });
     c.path1(
         "chgrp f600 to a supplementary group",
         "o/f600",
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         |p| unsafe { chown(p, u32::MAX, EXTRA_GROUP) },
     );
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod f600 setgid", "o/f600", |p| unsafe {
         chmod(p, 0o2755)
     });
     c.stat("stat f600 setgid", "o/f600");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chgrp f600 back", "o/f600", |p| unsafe {
         chown(p, u32::MAX, OWNER_GID)
     });
     c.stat("stat f600 after chgrp (setgid cleared)", "o/f600");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod f600 setuid", "o/f600", |p| unsafe {
         chmod(p, 0o4755)
     });
@@ -331,6 +351,7 @@ fn make_dir(c: &mut Ctx, name: &str, mode: u32) {
     c.write(&format!("fill {name}/in"), fd, b"inside");
     c.close(fd);
     c.mkdir(&format!("mkdir {name}/sub"), &format!("{d}/sub"), 0o755);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&format!("chmod {name}"), &d, |p| unsafe { chmod(p, mode) });
 }
 
@@ -344,7 +365,9 @@ fn probe_dir(c: &mut Ctx, name: &str) {
     let fd = c.open(&l("open in"), &format!("{d}/in"), O_RDONLY, 0);
     c.read(&l("read in"), fd, 16);
     c.close(fd);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&l("access dir X_OK"), &d, |p| unsafe { access(p, X_OK) });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&l("access dir W_OK"), &d, |p| unsafe { access(p, W_OK) });
     let fd = c.open(&l("opendir"), &d, O_RDONLY | O_DIRECTORY, 0);
     c.close(fd);
@@ -357,6 +380,7 @@ fn probe_dir(c: &mut Ctx, name: &str) {
     c.mkdir(&l("mkdir new"), &format!("{d}/nd"), 0o755);
     c.symlink(&l("symlink"), "in", &format!("{d}/ln"));
     c.path2(&l("link f400 into"), "o/f400", &format!("{d}/hl"), link);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&l("mknod fifo"), &format!("{d}/fifo"), |p| unsafe {
         mknod(p, S_IFIFO | 0o644, 0)
     });
@@ -372,15 +396,19 @@ fn probe_dir(c: &mut Ctx, name: &str) {
         &format!("o/{name}-sub"),
         rename,
     );
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&l("rmdir sub"), &format!("{d}/sub"), |p| unsafe {
         rmdir(p)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&l("unlink in"), &format!("{d}/in"), |p| unsafe {
         unlink(p)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&l("unlink in2"), &format!("{d}/in2"), |p| unsafe {
         unlink(p)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1(&l("chmod dir back"), &d, |p| unsafe { chmod(p, 0o700) });
     c.readdir(&l("readdir after"), &d);
 }
@@ -389,9 +417,11 @@ fn probe_dir(c: &mut Ctx, name: &str) {
 fn setgid_dir(c: &mut Ctx) {
     use libc::*;
     c.mkdir("mkdir sg", "o/sg", 0o775);
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chgrp sg", "o/sg", |p| unsafe {
         chown(p, u32::MAX, EXTRA_GROUP)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod sg 2775", "o/sg", |p| unsafe { chmod(p, 0o2775) });
     let fd = c.open("create in sg", "o/sg/f", O_CREAT | O_WRONLY, 0o644);
     c.close(fd);
@@ -428,6 +458,7 @@ fn exec(c: &mut Ctx, settle: Duration) {
         let fd = c.open(&format!("create {name}"), &path, O_CREAT | O_WRONLY, 0o600);
         c.write(&format!("fill {name}"), fd, body);
         c.close(fd);
+        // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
         c.path1(&format!("chmod {name}"), &path, |p| unsafe {
             chmod(p, mode)
         });
@@ -435,12 +466,15 @@ fn exec(c: &mut Ctx, settle: Duration) {
     }
     c.mkdir("mkdir noexec dir", "o/nox", 0o700);
     std::fs::write(c.root.join("o/nox/true"), &program).expect("copy true");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod nox/true", "o/nox/true", |p| unsafe {
         chmod(p, 0o700)
     });
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod nox 0600", "o/nox", |p| unsafe { chmod(p, 0o600) });
     std::thread::sleep(settle);
     run_program(c, "exec through a dir without x", "o/nox/true");
+    // SAFETY: p is the NUL-terminated path the harness passes, alive for the call.
     c.path1("chmod nox back", "o/nox", |p| unsafe { chmod(p, 0o700) });
 }
 

@@ -26,7 +26,7 @@ use lynxfs::{Access, Pool};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
 
 use crate::errno_name;
-use crate::spawn::{self, ExeCopy, Watchdog};
+use crate::spawn::{self, ExeCopy};
 
 const NAMES: u64 = 4;
 const RECORD: usize = 64;
@@ -273,7 +273,7 @@ fn race_in(exe: &Path, test: &str, dir: &Path, strict: bool) -> Vec<String> {
 
 /// `strict`: zero-filled reads during the race count as problems too.
 pub fn parent(test: &str, options: &str, strict: bool) {
-    let _watchdog = Watchdog::start(test, Duration::from_secs(400));
+    let _watchdog = lynxfs_test_support::watchdog(test, Duration::from_secs(400));
     let exe = ExeCopy::new();
     let shm = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");

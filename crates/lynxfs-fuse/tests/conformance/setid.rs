@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use lynxfs_fuse::mount::{mount_background, MountOptions};
 
-use crate::spawn::{self, Creds, ExeCopy, Watchdog};
+use crate::spawn::{self, Creds, ExeCopy};
 use crate::{GROUP, USER};
 
 fn user() -> Creds {
@@ -134,7 +134,7 @@ fn exercise(exe: &Path, test: &str, dir: &Path) -> Seen {
 pub fn parent(test: &str, options: &str) {
     // SAFETY: geteuid cannot fail.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test must run as root");
-    let _watchdog = Watchdog::start(test, Duration::from_secs(180));
+    let _watchdog = lynxfs_test_support::watchdog(test, Duration::from_secs(180));
     let exe = ExeCopy::new();
     let shm = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");

@@ -4,7 +4,7 @@
 //! separate processes, a reader that opens a file afresh) re-runs this test binary,
 //! filtered to that same test, with [`ROLE`] set in the environment: the test sees
 //! the role first thing and plays it instead of its usual part. Every child is waited
-//! for with a time limit, and every test that mounts runs under a [`Watchdog`], so a
+//! for with a time limit, and every test that mounts runs under a [`lynxfs_test_support::Watchdog`], so a
 //! hang fails the run instead of stalling it.
 
 use std::io::Read;
@@ -23,40 +23,6 @@ pub fn role_for(test: &str) -> Option<String> {
     let role = std::env::var(ROLE).ok()?;
     let (name, args) = role.split_once(':')?;
     (name == test).then(|| args.to_string())
-}
-
-/// Aborts the whole test process if it is still alive after the limit: a hung FUSE
-/// call cannot be interrupted from the thread that made it, and a failing run is
-/// better than one that never ends. Dropping the watchdog disarms it.
-pub struct Watchdog {
-    disarm: Option<mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Watchdog {
-    pub fn start(what: &str, limit: Duration) -> Watchdog {
-        let (tx, rx) = mpsc::channel::<()>();
-        let what = what.to_string();
-        let thread = std::thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                eprintln!("watchdog: {what} still running after {limit:?}: aborting");
-                std::process::abort();
-            }
-        });
-        Watchdog {
-            disarm: Some(tx),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        drop(self.disarm.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// Credentials a child runs with (real, effective and saved alike).

@@ -58,8 +58,8 @@ pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_
 pub unsafe extern "C" fn pread64(fd: c_int, b: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
     on_fd(
         fd,
-        // SAFETY: the caller's buffer, valid for `n` bytes.
         |a, o| {
+            // SAFETY: the caller's buffer, valid for `n` bytes.
             Ok(read_into(a, o.handle, unsafe { buf_mut(b, n) }?, Some(offset(off)?))? as ssize_t)
         },
         // SAFETY: the C library's pread with the caller's arguments.

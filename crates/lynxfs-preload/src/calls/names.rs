@@ -491,8 +491,8 @@ pub unsafe extern "C" fn fchownat(
     gid: libc::gid_t,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: the caller's path.
     if flags & libc::AT_EMPTY_PATH != 0
+        // SAFETY: the caller's path.
         && unsafe { state::cpath(path) } == Some(b"")
         && dirfd != libc::AT_FDCWD
     {
@@ -594,9 +594,9 @@ pub unsafe extern "C" fn utimensat(
 pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
     on_fd(
         fd,
-        // SAFETY: the caller's times.
         |a, o| {
             a.fs.ns()
+                // SAFETY: the caller's times.
                 .setattr(o.ino, &unsafe { times(t) }?, &a.root.read().cred)
                 .map(|_| 0)
         },

@@ -32,8 +32,8 @@ unsafe fn stat_at(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flag
         set_errno(e);
         return -1;
     }
-    // SAFETY: the caller's path.
     if flags & libc::AT_EMPTY_PATH != 0
+        // SAFETY: the caller's path.
         && unsafe { state::cpath(path) } == Some(b"")
         && (dirfd != libc::AT_FDCWD || !state::cwd_in_pool())
     {

@@ -131,10 +131,11 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
     // SAFETY: an fd just opened, and the caller's mode.
     let f = unsafe { fdopen(fd, mode) };
     if f.is_null() {
-        // SAFETY: closing the fd opened above (errno is fdopen's).
+        // errno is fdopen's.
         let e = std::io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::ENOMEM);
+        // SAFETY: closing the fd opened above, which nothing else holds.
         unsafe { super::open::close(fd) };
         set_errno(e);
     }

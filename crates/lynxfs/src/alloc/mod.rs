@@ -647,48 +647,4 @@ mod tests {
             .iter()
             .all(|u| u.blocks_used == u.blocks_total));
     }
-
-    /// Ad hoc timing (`cargo test --profile ci -p lynxfs --lib alloc::tests::timing -- --ignored --nocapture`).
-    #[test]
-    #[ignore]
-    fn timing() {
-        let l = Layout::compute(Geometry::for_size(1 << 30, 2, None)).unwrap();
-        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
-        // Some background occupancy so searches are not trivially at word 0.
-        let keep: Vec<_> = (0..1000).map(|_| a.inodes.alloc(0).unwrap()).collect();
-        let keepb = a.blocks.alloc(0, 5000).unwrap();
-        let n = 2_000_000u32;
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            let i = a.inodes.alloc(0).unwrap();
-            a.inodes.free(i);
-        }
-        let ns = |t: std::time::Instant| t.elapsed().as_nanos() as f64 / n as f64;
-        println!("inode alloc+free: {:.1} ns", ns(t));
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            let i = a.dentries.alloc(1).unwrap();
-            a.dentries.free(i);
-        }
-        println!("dentry alloc+free: {:.1} ns", ns(t));
-        for len in [1u64, 8, 100] {
-            let t = std::time::Instant::now();
-            for _ in 0..n {
-                let r = a.blocks.alloc(0, len).unwrap();
-                r.iter().for_each(|&(s, n)| a.blocks.free(s, n));
-            }
-            println!("blocks alloc({len})+free: {:.1} ns", ns(t));
-        }
-        let m = a.inodes.free_count();
-        let t = std::time::Instant::now();
-        for _ in 0..m {
-            a.inodes.alloc(0).unwrap();
-        }
-        let per = t.elapsed().as_nanos() as f64 / m as f64;
-        println!("inode alloc only, {m} until full (both lanes): {per:.1} ns");
-        let t = std::time::Instant::now();
-        assert!(a.inodes.alloc(0).is_none());
-        println!("inode alloc when full: {} ns", t.elapsed().as_nanos());
-        assert!(keep.len() == 1000 && !keepb.is_empty());
-    }
 }

@@ -210,21 +210,72 @@ mod tests {
         }
     }
 
+    /// A [`Watch`] that says when a writer has begun to wait: `write_counted` asks
+    /// it only after finding readers inside.
+    struct Waited(std::sync::mpsc::SyncSender<()>);
+    impl Watch for Waited {
+        fn check(&self) -> Result<(), Interrupted> {
+            let _ = self.0.try_send(());
+            Ok(())
+        }
+    }
+
     /// A reader holding the gate may take it shared again while a writer waits (a
     /// rename within one directory enters it twice): the waiting writer does not
-    /// hold new readers up.
+    /// hold new readers up, and gets the gate once they have all left.
     #[test]
     fn a_waiting_writer_lets_readers_in() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let _w = lynxfs_test_support::watchdog(
+            "a_waiting_writer_lets_readers_in",
+            Duration::from_secs(60),
+        );
         let (_, c, g) = parts();
         let (c, g) = (Arc::new(c), Arc::new(g));
         let first = g.shared(c.get(4), 0, &lock::Alone).unwrap();
+        let (waiting_tx, waiting) = mpsc::sync_channel(1);
+        let (held_tx, held) = mpsc::channel();
         let writer = {
             let (c, g) = (c.clone(), g.clone());
-            std::thread::spawn(move || drop(g.alone(c.get(4), &lock::Alone).unwrap()))
+            std::thread::spawn(move || {
+                let alone = g.alone(c.get(4), &Waited(waiting_tx)).unwrap();
+                held_tx.send(()).unwrap();
+                drop(alone);
+            })
         };
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let second = g.shared(c.get(4), 1, &lock::Alone).unwrap();
-        drop((first, second));
+        waiting
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the writer waits for the reader inside");
+        // The second reader comes once the writer waits, on a thread of its own so
+        // that a reader held up fails the test instead of hanging it.
+        let (entered_tx, entered) = mpsc::channel();
+        let (leave, leave_rx) = mpsc::channel::<()>();
+        let reader = {
+            let (c, g) = (c.clone(), g.clone());
+            std::thread::spawn(move || {
+                let second = g.shared(c.get(4), 1, &lock::Alone).unwrap();
+                entered_tx.send(()).unwrap();
+                let _ = leave_rx.recv();
+                drop(second);
+            })
+        };
+        entered
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a waiting writer held a new reader up");
+        assert!(
+            held.try_recv().is_err(),
+            "the writer got in beside two readers"
+        );
+        drop(first);
+        assert!(
+            held.try_recv().is_err(),
+            "the writer got in beside a reader"
+        );
+        leave.send(()).unwrap();
+        reader.join().unwrap();
+        held.recv_timeout(Duration::from_secs(30))
+            .expect("the writer gets the gate once the readers have left");
         writer.join().unwrap();
     }
 }

@@ -874,8 +874,8 @@ mod tests {
         while status.iter().any(Option::is_none) {
             for (c, &pid) in pids.iter().enumerate() {
                 let mut st = 0;
-                // SAFETY: waits for our own child; `st` is a valid out-parameter.
                 if status[c].is_none()
+                    // SAFETY: waits for our own child; `st` is a valid out-parameter.
                     && unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == pid
                 {
                     status[c] = Some(st);

@@ -83,6 +83,14 @@ impl Region {
         self.file.as_ref()
     }
 
+    /// Bytes of the backing file's allocated pages (`lynxfs info` and the recovery
+    /// benchmark show them); `None` for a region in private memory or a file that
+    /// cannot be looked at.
+    pub fn allocated_bytes(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Some(self.file()?.metadata().ok()?.blocks() * 512)
+    }
+
     /// `n` 64-bit words at byte offset `off` (8-aligned, inside the region).
     pub fn words(&self, off: usize, n: usize) -> &[AtomicU64] {
         self.check(off, n * 8, 8);

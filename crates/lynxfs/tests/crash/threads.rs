@@ -133,18 +133,8 @@ const WATCHDOG: Duration = Duration::from_secs(120);
 
 /// Kill the process unless `f` returns within `WATCHDOG`.
 fn watched<R>(what: &str, f: impl FnOnce() -> R) -> R {
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let what = what.to_string();
-    let dog = std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(WATCHDOG) {
-            eprintln!("crash checker: {what} hung for {WATCHDOG:?}; aborting");
-            std::process::exit(101);
-        }
-    });
-    let r = f();
-    drop(tx);
-    dog.join().expect("watchdog");
-    r
+    let _dog = lynxfs_test_support::watchdog(what, WATCHDOG);
+    f()
 }
 
 /// One thread's part: an operation, its instance number and its lane.

@@ -49,9 +49,10 @@ fn main() {
     let files: Vec<CString> = (0..n).map(|i| c(&base.join(format!("f{i}")))).collect();
     let renamed: Vec<CString> = (0..n).map(|i| c(&base.join(format!("r{i}")))).collect();
     let dirs: Vec<CString> = (0..n).map(|i| c(&base.join(format!("d{i}")))).collect();
-    // SAFETY (all closures below): each name is a valid C string, `st` a valid
-    // out-buffer, and the descriptor closed is the one just opened.
+    // SAFETY: `stat` is plain integers, for which all zeros is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is NUL-terminated and alive for the call; the descriptor
+    // closed is the one just opened.
     timed("create", &files, |_, p| unsafe {
         let fd = libc::open(
             p.as_ptr(),
@@ -64,21 +65,27 @@ fn main() {
             fd
         }
     });
+    // SAFETY: NUL-terminated paths alive for the call, `st` a valid out-buffer.
     timed("stat", &files, |_, p| unsafe {
         libc::stat(p.as_ptr(), &mut st)
     });
+    // SAFETY: NUL-terminated paths alive for the call, `st` a valid out-buffer.
     timed("stat again", &files, |_, p| unsafe {
         libc::stat(p.as_ptr(), &mut st)
     });
+    // SAFETY: NUL-terminated paths alive for the call.
     timed("rename", &files, |i, p| unsafe {
         libc::rename(p.as_ptr(), renamed[i].as_ptr())
     });
+    // SAFETY: NUL-terminated paths alive for the call.
     timed("unlink", &renamed, |_, p| unsafe {
         libc::unlink(p.as_ptr())
     });
+    // SAFETY: NUL-terminated paths alive for the call.
     timed("mkdir", &dirs, |_, p| unsafe {
         libc::mkdir(p.as_ptr(), 0o755)
     });
+    // SAFETY: NUL-terminated paths alive for the call.
     timed("rmdir", &dirs, |_, p| unsafe { libc::rmdir(p.as_ptr()) });
     let _ = std::fs::remove_dir(&base);
 }

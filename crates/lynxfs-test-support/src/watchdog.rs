@@ -1,12 +1,14 @@
 //! Time bounds for tests that mount, spawn or wait: a hang (a mount nobody answers,
-//! an unmount that never comes) fails the test run instead of stalling CI.
+//! a lock wait that never ends) fails the test run instead of stalling CI.
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Aborts the whole test process, saying why, if still armed after its limit.
-/// Disarmed when dropped (at the end of the test that holds it).
+/// Aborts the whole test process, saying why, if still armed after its limit (for
+/// what no child-process timeout covers: a file operation on a mount that hangs, a
+/// lock that is never granted). Disarmed when dropped.
+#[must_use = "the watchdog is disarmed when dropped: bind it to a variable (`let _w = ...`)"]
 pub struct Watchdog {
     done: Arc<(Mutex<bool>, Condvar)>,
 }
@@ -48,11 +50,28 @@ impl Drop for Watchdog {
 }
 
 /// Waits until `cond` holds, failing the test after `limit`.
-#[allow(dead_code)]
 pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
         assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_until_returns_once_the_condition_holds_and_fails_past_its_limit() {
+        let mut n = 0;
+        wait_until("counting", Duration::from_secs(10), || {
+            n += 1;
+            n == 3
+        });
+        assert_eq!(n, 3);
+        let never =
+            std::panic::catch_unwind(|| wait_until("never", Duration::from_millis(30), || false));
+        assert!(never.is_err());
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use lynxfs_fuse::mount::{block_stop_signals, unmount_on_signals};
-use lynxfs_fuse::{new_null_session, NullOptions};
+use lynxfs_fuse_null::{new_null_session, NullOptions};
 
 const USAGE: &str = "usage: lynxfs-fuse-null MOUNTPOINT [--ttl-ms N] [--threads N]";
 

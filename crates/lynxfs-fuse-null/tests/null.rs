@@ -4,16 +4,14 @@
 //! Needs `/dev/fuse` and permission to mount (root, or `fusermount3` installed).
 //! Without them the tests fail loudly rather than pass vacuously.
 
-mod support;
-
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use lynxfs_fuse::{mount_null, mount_null_with, NullMount, NullOptions};
-use support::{watchdog, Watchdog};
+use lynxfs_fuse_null::{mount_null, mount_null_with, NullMount, NullOptions};
+use lynxfs_test_support::{watchdog, Watchdog};
 use tempfile::TempDir;
 
 /// A mount plus the directory it lives on; fields drop in order, unmount first, and

@@ -1,0 +1,328 @@
+//! `lynxfs-bench SUITE [--target T]... [--out DIR] [--files N] [--rounds N]`: runs one
+//! of the suites and prints its table (and writes its JSON and a PNG figure with
+//! --out). `lynxfs bench ARGS` runs this program with the same arguments, so the
+//! shipped `lynxfs` links none of the benchmarks' libraries (plotting, archives).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use lynxfs_bench::{
+    open_target, run_suite_with_preload, worker_main, Options, PreloadLaunch, PreloadTarget,
+    Target, WorkerCommand, PRELOAD_NAME, SUITES, TARGETLESS_SUITES,
+};
+
+/// The arguments of `lynxfs-bench` (and so of `lynxfs bench`, which runs it).
+#[derive(Parser, Debug)]
+#[command(
+    name = "lynxfs-bench",
+    version,
+    about = "Run a LynxFS benchmark suite and print its table (syscalls, data, mdtest, \
+             smallfiles, recovery, apps, personalities, ablation)"
+)]
+struct BenchArgs {
+    /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities or ablation.
+    suite: String,
+    /// A file system to measure, repeatable; the first is the one the ratio columns
+    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), lib-inplace (its pool in the inplace data mode), tmpfs, shm,
+    /// ext4, fuse-null (the FUSE floor), fuse (LynxFS over FUSE, `lynxfs mount`'s
+    /// default options: io_uring when the kernel offers it), fuse-dev (the same over
+    /// the classic /dev/fuse transport), fuse-nocache (kernel name and attribute caches
+    /// off, /dev/fuse) or dir=PATH; preload: unmodified programs through liblynxfs_preload.so on a
+    /// fresh pool (as `lynxfs run`; its column comes first). Default: lib and
+    /// tmpfs (none for recovery and ablation, which make their own pools).
+    #[arg(long = "target", value_name = "T")]
+    targets: Vec<String>,
+    /// Write the JSON report and a PNG figure into this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// How many files. Default per suite: syscalls 10000, mdtest 10000, smallfiles
+    /// 1000, recovery 1000000, ablation 1000; personalities: flow iterations per
+    /// personality (default 2000); apps: files of the generated tree used when there
+    /// is no Linux tarball (default 80000).
+    #[arg(long)]
+    files: Option<usize>,
+    /// Rounds per measurement; the table shows the median.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// data: the file's size in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    file_mib: u64,
+    /// mdtest: the largest thread count; personalities: the most threads.
+    #[arg(long, default_value_t = 8)]
+    max_threads: usize,
+    /// apps: the tarball to extract (.tar, or .tar.xz decompressed once into
+    /// /dev/shm/lynxfs-bench-UID), or `generated` for a generated tree of --files files. Default:
+    /// /usr/src/linux-source-*.tar.xz (apt-get install linux-source), else a generated
+    /// tree.
+    #[arg(long, value_name = "TAR")]
+    tree: Option<PathBuf>,
+    /// mdtest: also split the work over this many processes attached to the lib
+    /// target's pool, next to as many threads (the default target is then lib alone).
+    #[arg(long, value_name = "N")]
+    processes: Option<usize>,
+    /// Serve as a worker process of a multi-process benchmark on stdin and stdout
+    /// (started by the benchmark itself).
+    #[arg(long, hide = true)]
+    worker: bool,
+    /// Write the whole report as JSON to this file (a preloaded child of the preload
+    /// target reports to its parent this way).
+    #[arg(long, hide = true, value_name = "FILE")]
+    child_report: Option<PathBuf>,
+}
+
+/// The preload library's file name.
+const PRELOAD_LIB: &str = "liblynxfs_preload.so";
+/// Overrides where the preload library is looked for (as for `lynxfs run`).
+const PRELOAD_LIB_VAR: &str = "LYNXFS_PRELOAD_LIB";
+
+/// The preload library, where `lynxfs run` looks for it: `$LYNXFS_PRELOAD_LIB`, else
+/// next to this executable (a cargo build's target/<profile>/), else `<exe
+/// dir>/../lib/lynxfs/` (an installation). `PreloadTarget::create` checks it is a file.
+fn find_library() -> Result<PathBuf> {
+    let found = match std::env::var_os(PRELOAD_LIB_VAR) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().context("finding this program")?;
+            let dir = exe.parent().unwrap_or(Path::new("/"));
+            let candidates = [
+                dir.join(PRELOAD_LIB),
+                dir.join("../lib/lynxfs").join(PRELOAD_LIB),
+            ];
+            let found = candidates.iter().find(|c| c.is_file()).with_context(|| {
+                format!(
+                    "the preload target needs {PRELOAD_LIB} (looked in {} and {}; set \
+                     {PRELOAD_LIB_VAR} to its path, or build it: `cargo build --release` \
+                     of the workspace)",
+                    candidates[0].display(),
+                    candidates[1].display()
+                )
+            })?;
+            found.clone()
+        }
+    };
+    // ld.so takes LD_PRELOAD as a list separated by spaces and colons.
+    let c = found
+        .canonicalize()
+        .with_context(|| format!("the preload library {}", found.display()))?;
+    if c.as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .any(|b| b" :".contains(b))
+    {
+        bail!(
+            "{}: LD_PRELOAD cannot hold a path with a space or a colon",
+            c.display()
+        );
+    }
+    Ok(c)
+}
+
+/// The preload target: this program runs its suites under the library.
+fn preload_target() -> Result<PreloadTarget> {
+    let launch = PreloadLaunch {
+        bench: std::env::current_exe().context("finding this program")?,
+        library: find_library()?,
+    };
+    PreloadTarget::create(launch).context("setting up the preload target")
+}
+
+/// How a benchmark starts its worker processes: this program, `SUITE --worker`.
+fn worker_command(suite: &str) -> Result<WorkerCommand> {
+    Ok(WorkerCommand {
+        program: std::env::current_exe().context("finding this program to start workers")?,
+        args: vec![suite.into(), "--worker".into()],
+        env: Vec::new(),
+    })
+}
+
+/// The file count a suite uses when --files is not given.
+fn default_files(suite: &str) -> usize {
+    match suite {
+        "smallfiles" => 1000,
+        "personalities" => 2000,
+        "ablation" => 1000,
+        "recovery" => 1_000_000,
+        "apps" => 80_000,
+        _ => 10_000,
+    }
+}
+
+fn run(args: BenchArgs) -> Result<()> {
+    if args.worker {
+        return worker_main(std::io::stdin().lock(), std::io::stdout().lock());
+    }
+    let suite = args.suite.as_str();
+    if !SUITES.contains(&suite) {
+        bail!(
+            "unknown suite {suite:?}; the suites are {}",
+            SUITES.join(", ")
+        );
+    }
+    let processes = args.processes.unwrap_or(0);
+    if args.processes.is_some() && suite != "mdtest" {
+        bail!("--processes is an option of the mdtest suite");
+    }
+    if args.processes == Some(0) {
+        bail!("--processes must be at least 1");
+    }
+    let targetless = TARGETLESS_SUITES.contains(&suite);
+    let specs = if !args.targets.is_empty() {
+        if targetless {
+            bail!("suite {suite} makes its own LynxFS pool and takes no --target");
+        }
+        args.targets.clone()
+    } else if targetless {
+        Vec::new()
+    } else if processes > 0 {
+        vec!["lib".to_string()]
+    } else {
+        vec!["lib".to_string(), "tmpfs".to_string()]
+    };
+    let opts = Options {
+        files: args.files.unwrap_or_else(|| default_files(suite)),
+        file_size: args
+            .file_mib
+            .checked_mul(1 << 20)
+            .context("--file-mib is too large")?,
+        rounds: args.rounds,
+        max_threads: args.max_threads,
+        tree: args.tree.clone(),
+        processes,
+        worker: Some(worker_command(suite)?),
+        progress: args.child_report.is_none(),
+        ..Options::default()
+    };
+    let mut preload = None;
+    let mut targets: Vec<Box<dyn Target>> = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        if spec == PRELOAD_NAME {
+            if preload.is_some() {
+                bail!("--target {PRELOAD_NAME} is given twice");
+            }
+            preload = Some(preload_target()?);
+            continue;
+        }
+        let t = open_target(spec).with_context(|| format!("target {spec}"))?;
+        if t.name().contains("shm") && spec == "tmpfs" {
+            eprintln!("note: tmpfs could not be mounted; {} stands in", t.name());
+        }
+        targets.push(t);
+    }
+    let report = run_suite_with_preload(
+        suite,
+        &targets,
+        preload.as_ref(),
+        &opts,
+        args.out.as_deref(),
+    )?;
+    if let Some(path) = &args.child_report {
+        report.write_json_to(path)?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = BenchArgs::parse();
+    // A table piped into `head` ends quietly, as other tools do, instead of panicking
+    // on the closed pipe.
+    // SAFETY: restores the default action of one signal; no handler is involved.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lynxfs-bench: {e:#}");
+            // What `lynxfs bench` exited with when it ran the suites itself.
+            ExitCode::from(8)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        BenchArgs::try_parse_from(std::iter::once("lynxfs-bench").chain(args.iter().copied()))
+            .unwrap()
+    }
+
+    #[test]
+    fn parses_repeated_targets_and_options() {
+        let a = parse(&[
+            "syscalls", "--target", "lib", "--target", "dir=/tmp", "--files", "5", "--out", "o",
+        ]);
+        assert_eq!(a.suite, "syscalls");
+        assert_eq!(a.targets, ["lib", "dir=/tmp"]);
+        assert_eq!(a.files, Some(5));
+        assert_eq!(a.out, Some(PathBuf::from("o")));
+        assert_eq!(a.rounds, 1);
+    }
+
+    #[test]
+    fn processes_belong_to_mdtest_and_need_one() {
+        let a = parse(&["mdtest", "--processes", "2"]);
+        assert_eq!(a.processes, Some(2));
+        assert!(!a.worker);
+        let err = run(parse(&["syscalls", "--processes", "2"])).unwrap_err();
+        assert!(err.to_string().contains("mdtest"), "{err:#}");
+        let err = run(parse(&["mdtest", "--processes", "0"])).unwrap_err();
+        assert!(err.to_string().contains("at least 1"), "{err:#}");
+        let err = run(parse(&[
+            "mdtest",
+            "--processes",
+            "2",
+            "--target",
+            "dir=/tmp",
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("lib"), "{err:#}");
+    }
+
+    #[test]
+    fn refuses_unknown_suites_and_targets_on_targetless_suites() {
+        let err = run(parse(&["nope"])).unwrap_err();
+        assert!(err.to_string().contains("unknown suite"), "{err:#}");
+        let err = run(parse(&["recovery", "--target", "tmpfs"])).unwrap_err();
+        assert!(err.to_string().contains("takes no --target"), "{err:#}");
+        let err = run(parse(&["ablation", "--target", "lib"])).unwrap_err();
+        assert!(err.to_string().contains("takes no --target"), "{err:#}");
+    }
+
+    #[test]
+    fn runs_a_small_suite_on_lib_and_a_directory_and_writes_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let target = format!("dir={}", dir.path().display());
+        let files = "20";
+        let a = parse(&[
+            "smallfiles",
+            "--target",
+            "lib",
+            "--target",
+            &target,
+            "--files",
+            files,
+            "--out",
+            out.path().to_str().unwrap(),
+        ]);
+        run(a).unwrap();
+        let mut written: Vec<_> = std::fs::read_dir(out.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        written.sort();
+        // The JSON and, where a font is installed, its figure.
+        assert!(written[0].extension().unwrap() == "json", "{written:?}");
+        assert!(
+            written.len() <= 2
+                && written
+                    .iter()
+                    .skip(1)
+                    .all(|p| p.extension().unwrap() == "png")
+        );
+        let json = std::fs::read_to_string(&written[0]).unwrap();
+        assert!(json.contains("\"lynxfs\"") && json.contains("\"smallfiles\""));
+    }
+}

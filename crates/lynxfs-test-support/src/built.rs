@@ -1,0 +1,56 @@
+//! For tests that run what `cargo test` does not build for them (cdylibs, other
+//! packages' executables): a nested `cargo build` of those packages into the test's
+//! own target directory and profile.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::child::run_bounded;
+
+/// How long the nested build may take.
+const BUILD_LIMIT: Duration = Duration::from_secs(600);
+
+/// target/<profile>/: the test binary is in its deps/.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    deps.parent().expect("profile directory").to_path_buf()
+}
+
+/// Builds `packages` with this test's profile into its target directory (from the
+/// workspace `manifest_dir` belongs to) and checks that each of `artifacts` (file
+/// names in target/<profile>/) exists; returns target/<profile>/.
+pub fn build(manifest_dir: &str, packages: &[&str], artifacts: &[&str]) -> Result<PathBuf, String> {
+    let dir = target_dir();
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_string(),
+        Some(p) => p.to_string(),
+        None => return Err(format!("no profile in {}", dir.display())),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "--locked", "--profile", &profile]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    cmd.env(
+        "CARGO_TARGET_DIR",
+        dir.parent().ok_or("no target directory")?,
+    )
+    .current_dir(manifest_dir);
+    let out = run_bounded(&mut cmd, "cargo build", BUILD_LIMIT);
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build -p {}: {}",
+            packages.join(" -p "),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    for a in artifacts {
+        if !dir.join(a).exists() {
+            return Err(format!("the build made no {}", dir.join(a).display()));
+        }
+    }
+    Ok(dir)
+}
