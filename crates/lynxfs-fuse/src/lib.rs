@@ -54,6 +54,8 @@ use fuser::{BackgroundSession, Config, MountOption, Session};
 use kmount::OwnMount;
 
 pub mod adapter;
+mod caller;
+pub mod forward;
 pub mod kmount;
 pub mod locks;
 pub mod mount;
