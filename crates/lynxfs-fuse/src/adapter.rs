@@ -413,7 +413,7 @@ impl<B: Backend> LynxFuse<B> {
     /// kernel caches for the entry timeout, so the next lookup of the same missing name
     /// (a `PATH` search, a build probing for headers) is answered without a round trip.
     /// Creating the name through the mount replaces the cached miss; another process
-    /// creating it sends an invalidation notice for the name ([`Forwarder`]).
+    /// creating it sends an invalidation notice for the name ([`crate::forward`]).
     fn reply_missing(&self, reply: ReplyEntry) {
         let none = FileAttr {
             ino: INodeNo(0),
@@ -649,7 +649,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         // POSIX ACLs: the kernel caches them and checks permissions with them (this
         // turns `default_permissions` on); the engine keeps ACL and mode in step and
         // applies default ACLs at create. With FUSE_DONT_MASK the umask comes to us
-        // unapplied, and is applied only where no default ACL replaces it (`masked`).
+        // unapplied, and is applied only where no default ACL replaces it (by the engine, at create).
         // Optional: an older kernel passes the ACL attributes through as before.
         let acl = if self.kernel_acls {
             fuser::InitFlags::FUSE_POSIX_ACL

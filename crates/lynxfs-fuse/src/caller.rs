@@ -42,7 +42,7 @@ pub(crate) fn full_cred(req: &Request) -> Cred {
 /// The supplementary groups of process (or thread) `pid`, from the "Groups:" line of
 /// `/proc/<pid>/status`; empty when it cannot be read (the process is gone, or the
 /// request came from the kernel itself with pid 0).
-pub fn groups_of(pid: u32) -> Vec<u32> {
+fn groups_of(pid: u32) -> Vec<u32> {
     if pid == 0 {
         return Vec::new();
     }

@@ -135,6 +135,20 @@ static void atime_after_read(const char *name, const char *p) {
     printf("%s: %s\n", name, same ? "kept" : "updated");
 }
 
+/* The sysctl's value now (another test may change it for a moment: rules.rs runs
+ * the steps again when it changed around them). */
+static void sysctl_line(void) {
+    char v[16] = "?";
+    FILE *f = fopen("/proc/sys/fs/protected_hardlinks", "r");
+    if (f) {
+        if (!fgets(v, sizeof v, f))
+            strcpy(v, "?");
+        fclose(f);
+    }
+    v[strcspn(v, "\n")] = 0;
+    printf("fs.protected_hardlinks: %s\n", v);
+}
+
 /* Creates `p` with mode 0666 under umask 022: the mode it got. */
 static void created_mode(const char *name, const char *p) {
     x_umask(022);
@@ -164,9 +178,11 @@ int main(int argc, char **argv) {
 #endif
     setvbuf(stdout, NULL, _IOLBF, 0);
     /* fs.protected_hardlinks: a file the caller neither owns nor may read and write. */
+    sysctl_line();
     say("link a foreign file it cannot write", x_link(at("/d/root-ro"), at("/d/l1")));
     say("link a foreign file it may read and write", x_link(at("/d/root-rw"), at("/d/l2")));
     say("link its own file", x_link(at("/d/mine"), at("/d/l3")));
+    sysctl_line();
     /* Inode flags. */
     say("open an immutable file for writing", try_open("/d/immutable", O_WRONLY));
     say("open an append-only file for writing", try_open("/d/append-only", O_WRONLY));

@@ -6,7 +6,8 @@
 //! Each run starts from a fresh pool that the engine fills with the same fixtures;
 //! tests/rules.c then takes the steps as uid 1000 (`cloudsdk`) and prints one line
 //! per step, which must equal [`expected`]. Needs root, `/dev/fuse`, `cc` and uid
-//! 1000. `fs.protected_hardlinks` is read, never changed (other tests run beside).
+//! 1000. `fs.protected_hardlinks` is read, never changed (other tests run beside; a
+//! run during which another test changed it is made again).
 //! Every child runs within a time limit, and a watchdog covers the mount.
 
 mod support;
@@ -33,19 +34,18 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// How long a whole test may run (the nested build included).
 const TEST_LIMIT: Duration = Duration::from_secs(900);
 
-/// What each step of rules.c must print, on every front end.
-fn expected() -> String {
-    let protected = std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
-        .expect("read fs.protected_hardlinks")
-        .trim()
-        == "1";
+/// What each step of rules.c must print, on every front end, with
+/// `fs.protected_hardlinks` at `protected` ("0" or "1") around the links.
+fn expected(protected: &str) -> String {
     let rows: &[(&str, &str)] = &[
+        ("fs.protected_hardlinks", protected),
         (
             "link a foreign file it cannot write",
-            if protected { "EPERM" } else { "0" },
+            if protected == "1" { "EPERM" } else { "0" },
         ),
         ("link a foreign file it may read and write", "0"),
         ("link its own file", "0"),
+        ("fs.protected_hardlinks", protected),
         ("open an immutable file for writing", "EPERM"),
         ("open an append-only file for writing", "EPERM"),
         ("append to an append-only file", "0"),
@@ -243,19 +243,40 @@ fn user_pool_with_fixtures(path: &Path) {
     std::os::unix::fs::chown(path, Some(USER), Some(USER)).expect("chown the pool");
 }
 
-fn check(front: &str, got: &str) {
-    let want = expected();
-    let diff: Vec<String> = want
-        .lines()
-        .zip(got.lines())
-        .filter(|(w, g)| w != g)
-        .map(|(w, g)| format!("  want {w}\n  got  {g}"))
-        .collect();
-    assert!(
-        diff.is_empty() && want.lines().count() == got.lines().count(),
-        "{front}: the rules differ from the engine's:\n{}\n(all it said:\n{got})",
-        diff.join("\n")
-    );
+/// How many times the steps are run again when `fs.protected_hardlinks` changed
+/// around the links (a test elsewhere sets it for a moment).
+const TRIES: usize = 5;
+
+/// Runs the steps through `front` (`run` makes a fresh pool and runs rules.c) and
+/// checks what it printed against [`expected`] for the sysctl's value it saw.
+fn check(front: &str, mut run: impl FnMut() -> String) {
+    for _ in 0..TRIES {
+        let got = run();
+        let seen: Vec<&str> = got
+            .lines()
+            .filter_map(|l| l.strip_prefix("fs.protected_hardlinks: "))
+            .collect();
+        let [before, after] = seen[..] else {
+            panic!("{front}: no sysctl lines in\n{got}");
+        };
+        if before != after || !["0", "1"].contains(&before) {
+            continue;
+        }
+        let want = expected(before);
+        let diff: Vec<String> = want
+            .lines()
+            .zip(got.lines())
+            .filter(|(w, g)| w != g)
+            .map(|(w, g)| format!("  want {w}\n  got  {g}"))
+            .collect();
+        assert!(
+            diff.is_empty() && want.lines().count() == got.lines().count(),
+            "{front}: the rules differ from the engine's:\n{}\n(all it said:\n{got})",
+            diff.join("\n")
+        );
+        return;
+    }
+    panic!("{front}: fs.protected_hardlinks changed during each of {TRIES} runs");
 }
 
 #[test]
@@ -263,56 +284,58 @@ fn the_rules_hold_through_a_mount() {
     let _dog = support::watchdog("rules through a mount", TEST_LIMIT);
     assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
     let exe = built().join("rules-c");
-    let shm = searchable("/dev/shm");
-    let pool = shm.path().join("rules.pool");
-    pool_with_fixtures(&pool);
-    let mnt = searchable("/tmp");
-    let opts = MountOptions::parse("allow_other").expect("options");
-    let m = mount_background(&pool, mnt.path(), &opts).unwrap_or_else(|e| panic!("mount: {e:#}"));
-    let got = std::panic::catch_unwind(|| {
-        as_user(Command::new(&exe).arg(mnt.path()), "rules on a mount")
+    check("mount", || {
+        let shm = searchable("/dev/shm");
+        let pool = shm.path().join("rules.pool");
+        pool_with_fixtures(&pool);
+        let mnt = searchable("/tmp");
+        let opts = MountOptions::parse("allow_other").expect("options");
+        let m =
+            mount_background(&pool, mnt.path(), &opts).unwrap_or_else(|e| panic!("mount: {e:#}"));
+        let got = std::panic::catch_unwind(|| {
+            as_user(Command::new(&exe).arg(mnt.path()), "rules on a mount")
+        });
+        m.unmount().expect("unmount");
+        got.unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
-    m.unmount().expect("unmount");
-    check(
-        "mount",
-        &got.unwrap_or_else(|p| std::panic::resume_unwind(p)),
-    );
 }
 
 #[test]
 fn the_rules_hold_through_the_preload() {
     let _dog = support::watchdog("rules through the preload", TEST_LIMIT);
     let dir = built();
-    let shm = searchable("/dev/shm");
-    let pool = shm.path().join("rules.pool");
-    user_pool_with_fixtures(&pool);
-    let at = searchable("/tmp");
-    let got = as_user(
-        Command::new(dir.join("lynxfs"))
-            .arg("run")
-            .arg("--pool")
-            .arg(&pool)
-            .arg("--at")
-            .arg(at.path())
-            .arg("--")
-            .arg(dir.join("rules-c"))
-            .arg(at.path())
-            .env("LYNXFS_PRELOAD_LIB", dir.join("liblynxfs_preload.so")),
-        "rules under lynxfs run",
-    );
-    check("preload", &got);
+    check("preload", || {
+        let shm = searchable("/dev/shm");
+        let pool = shm.path().join("rules.pool");
+        user_pool_with_fixtures(&pool);
+        let at = searchable("/tmp");
+        as_user(
+            Command::new(dir.join("lynxfs"))
+                .arg("run")
+                .arg("--pool")
+                .arg(&pool)
+                .arg("--at")
+                .arg(at.path())
+                .arg("--")
+                .arg(dir.join("rules-c"))
+                .arg(at.path())
+                .env("LYNXFS_PRELOAD_LIB", dir.join("liblynxfs_preload.so")),
+            "rules under lynxfs run",
+        )
+    });
 }
 
 #[test]
 fn the_rules_hold_through_the_c_api() {
     let _dog = support::watchdog("rules through the C API", TEST_LIMIT);
     let dir = built();
-    let shm = searchable("/dev/shm");
-    let pool = shm.path().join("rules.pool");
-    user_pool_with_fixtures(&pool);
-    let got = as_user(
-        Command::new(dir.join("rules-capi")).arg(&pool),
-        "rules through the C API",
-    );
-    check("C API", &got);
+    check("C API", || {
+        let shm = searchable("/dev/shm");
+        let pool = shm.path().join("rules.pool");
+        user_pool_with_fixtures(&pool);
+        as_user(
+            Command::new(dir.join("rules-capi")).arg(&pool),
+            "rules through the C API",
+        )
+    });
 }

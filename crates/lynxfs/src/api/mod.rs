@@ -1,6 +1,16 @@
 //! The API: POSIX-shaped calls on paths and open handles, with a caller's credentials,
 //! errors as errnos. `Fs` owns the pool and the namespace; a `Session` is one caller
-//! (credentials and working directory).
+//! (credentials, working directory, umask). Every front end (the FUSE mount, the
+//! preload, the C API) reaches the engine through these, so each rule is kept once,
+//! below them, and holds the same through all three.
+//!
+//! - `fs.rs`: `Fs` itself (open, close, sessions, the atime mode);
+//! - `session.rs`, `names.rs`, `attrs.rs`: a caller's path calls;
+//! - `inodes.rs`: the same calls by inode number (the FUSE adapter's);
+//! - `open.rs`, `io.rs`, `size.rs`, `atime.rs`, `descriptions.rs`, `fiemap.rs`: open
+//!   handles, their data, their sizes, reads' atime, shared descriptions, extents;
+//! - `held.rs`: inode numbers held from outside; `nodes.rs`: what a create makes;
+//!   `path.rs`: path resolution; `fds.rs`: handle numbers.
 
 mod atime;
 mod attrs;
