@@ -58,13 +58,6 @@ impl<'a, B: Backend> Session<'a, B> {
             let h = self.resolve_held(p.as_ref(), flags & libc::O_NOFOLLOW == 0)?;
             (h.ino, false, Some(h))
         };
-        let m = self.ns().mode(ino);
-        if m & libc::S_IFMT == libc::S_IFLNK {
-            return Err(errno::ELOOP);
-        }
-        if flags & libc::O_DIRECTORY != 0 && !is_dir(m) {
-            return Err(errno::ENOTDIR);
-        }
         self.fs.open_ino(ino, flags, &self.cred, created)
     }
 

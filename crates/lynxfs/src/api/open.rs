@@ -92,12 +92,20 @@ impl<B: Backend> Fs<B> {
         })
     }
 
-    /// Open inode `ino` with `flags` (O_RDONLY, O_WRONLY, O_RDWR, O_APPEND, O_TRUNC)
-    /// as `cred`, who needs no permission for a file it just `created`.
+    /// Open inode `ino` with `flags` (O_RDONLY, O_WRONLY, O_RDWR, O_APPEND, O_TRUNC,
+    /// O_DIRECTORY) as `cred`, who needs no permission for a file it just `created`.
     pub fn open_ino(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<Opened> {
         self.op(|| {
             self.ns.live(ino)?;
             let o = self.ns.owner_of(ino);
+            // A path's open reaches a symlink only with O_NOFOLLOW (the kernel's FUSE
+            // client never sends one).
+            if o.mode & libc::S_IFMT == libc::S_IFLNK {
+                return Err(errno::ELOOP);
+            }
+            if flags & libc::O_DIRECTORY != 0 && !is_dir(o.mode) {
+                return Err(errno::ENOTDIR);
+            }
             let acc = flags & libc::O_ACCMODE;
             if is_dir(o.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
                 return Err(errno::EISDIR);
