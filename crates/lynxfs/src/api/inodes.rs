@@ -154,7 +154,7 @@ impl<B: Backend> Fs<B> {
     }
 
     /// A writer's clearing of `ino`'s set-user-ID and set-group-ID bits, to `mode`
-    /// (see [`crate::meta::killpriv`]): EPERM unless `mode` only drops them, EACCES
+    /// (see [`crate::meta::killpriv`]): EINVAL unless `mode` only drops them, EACCES
     /// unless `cred` may write the file.
     pub fn drop_privs(&self, ino: u64, mode: u32, cred: &Cred) -> Result<Stat> {
         self.ns.drop_privs(ino, mode, cred)

@@ -41,8 +41,8 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// A writer clears `ino`'s set-user-ID and set-group-ID bits, leaving `mode`: it
-    /// need not own the file, only may write it. EPERM unless `mode` only drops those
-    /// bits (a chmod then, for the owner), EACCES if the caller may not write.
+    /// need not own the file, only may write it. EINVAL unless `mode` only drops those
+    /// bits (that is a chmod, for the owner), EACCES if the caller may not write.
     pub fn drop_privs(&self, ino: u64, mode: u32, cred: &Cred) -> Result<Stat> {
         self.op(|| {
             self.live(ino)?;
@@ -50,7 +50,7 @@ impl<B: Backend> Namespace<B> {
             let new = mode & 0o7777;
             let only_drops = new != old && new & !PRIVS == old & !PRIVS && new & !old == 0;
             if !only_drops {
-                return Err(errno::EPERM);
+                return Err(errno::EINVAL);
             }
             self.may(ino, cred, perm::W)?;
             let a = SetAttr {
