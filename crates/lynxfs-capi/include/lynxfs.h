@@ -143,6 +143,11 @@ int lynxfs_utimens(lynxfs_t *fs, const char *path, const struct timespec times[2
 int lynxfs_chdir(lynxfs_t *fs, const char *path);
 /* fchdir(2): work in the directory open as fd (a removed one too, as Linux allows). */
 int lynxfs_fchdir(lynxfs_t *fs, int fd);
+/* umask(2) for this handle's caller: what its creates (open with O_CREAT or
+ * O_TMPFILE, mkdir, mknod) take from the mode they ask for, unless the parent
+ * directory's default ACL decides the new file's permissions. 0 until set. Returns the
+ * old mask, or -errno. */
+int lynxfs_umask(lynxfs_t *fs, mode_t mask);
 /* getcwd(2) as the system call: the working directory's path inside the pool,
  * NUL-terminated, in buf; returns its length with the NUL, -ERANGE if size is too
  * small, -ENOENT if the directory was removed. */

@@ -49,7 +49,7 @@ impl Dir {
         let mut st = self.state.lock();
         let (next, queue, ended) = &mut *st;
         if queue.is_empty() && !*ended {
-            let batch = h.fs().ns().readdir(self.ino, *next, BATCH, h.cred())?;
+            let batch = h.fs().readdir(self.ino, *next, BATCH, h.cred())?;
             *ended = batch.is_empty();
             queue.extend(batch);
         }
@@ -90,9 +90,9 @@ pub unsafe extern "C" fn lynxfs_opendir(
             return Err(Errno(libc::EFAULT));
         }
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
-        let fd = h.install(h.session(|s| Ok(s.open(p, flags, 0)?))?)?;
-        let ino = h.fs().fd_ino(h.fd(fd)?)?;
-        put(out, Box::into_raw(Dir::new(fd, ino))).map(|()| 0)
+        let o = h.session(|s| Ok(s.open_file(p, flags, 0)?))?;
+        let fd = h.install(o)?;
+        put(out, Box::into_raw(Dir::new(fd, o.ino))).map(|()| 0)
     })
 }
 
@@ -105,10 +105,7 @@ pub unsafe extern "C" fn lynxfs_fdopendir(fs: *const Lynx, fd: c_int, out: *mut 
         if out.is_null() {
             return Err(Errno(libc::EFAULT));
         }
-        let ino = h.fs().fd_ino(h.fd(fd)?)?;
-        if !engine::meta::is_dir(h.fs().ns().mode(ino)) {
-            return Err(Errno(libc::ENOTDIR));
-        }
+        let ino = h.dir_of(fd)?;
         put(out, Box::into_raw(Dir::new(fd, ino))).map(|()| 0)
     })
 }

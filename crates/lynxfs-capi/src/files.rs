@@ -33,8 +33,8 @@ pub unsafe extern "C" fn lynxfs_openat(
     call(|| {
         let h = lynx(fs)?;
         let p = path(p)?;
-        let efd = h.session_at(dirfd, |s| Ok(s.open(p, flags, mode)?))?;
-        h.install(efd).map(i64::from)
+        let o = h.session_at(dirfd, |s| Ok(s.open_file(p, flags, mode)?))?;
+        h.install(o).map(i64::from)
     })
 }
 

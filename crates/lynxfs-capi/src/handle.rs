@@ -4,9 +4,8 @@
 use std::borrow::Cow;
 use std::ffi::c_int;
 
-use engine::meta::is_dir;
 use engine::pmem::PmemBackend;
-use engine::{Cred, Fd, Fs, Session};
+use engine::{Cred, Fd, Fs, Opened, Session};
 use parking_lot::RwLock;
 
 use crate::edge::{Errno, R};
@@ -65,12 +64,12 @@ impl Lynx {
     }
 
     /// The directory inode behind descriptor `dirfd` (ENOTDIR for a file).
-    fn dir_of(&self, dirfd: c_int) -> R<u64> {
-        let ino = self.fs.fd_ino(self.fd(dirfd)?)?;
-        if !is_dir(self.fs.ns().mode(ino)) {
+    pub(crate) fn dir_of(&self, dirfd: c_int) -> R<u64> {
+        let o = self.opened(dirfd)?;
+        if o.mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(Errno(libc::ENOTDIR));
         }
-        Ok(ino)
+        Ok(o.ino)
     }
 
     /// Runs `f` with the caller's session positioned for an *at call on `dirfd`: as it
@@ -94,7 +93,7 @@ impl Lynx {
         if dirfd == AT_FDCWD || path.starts_with(b"/") {
             return Ok(Cow::Borrowed(path));
         }
-        let mut full = self.fs.ns().path_of(self.dir_of(dirfd)?)?;
+        let mut full = self.fs.path_of(self.dir_of(dirfd)?)?;
         if !full.ends_with(b"/") {
             full.push(b'/');
         }
@@ -104,23 +103,28 @@ impl Lynx {
 
     /// The engine's handle behind descriptor `fd`.
     pub(crate) fn fd(&self, fd: c_int) -> R<Fd> {
+        self.opened(fd).map(|o| o.fd)
+    }
+
+    /// The engine's open behind descriptor `fd`: its handle, inode and mode.
+    pub(crate) fn opened(&self, fd: c_int) -> R<Opened> {
         self.fds.read().get(fd)
     }
 
-    /// A descriptor for the engine's handle `fd`, which it now owns (closed on EMFILE).
-    pub(crate) fn install(&self, fd: Fd) -> R<c_int> {
-        let n = self.fds.write().insert(fd);
+    /// A descriptor for the engine's open `o`, which it now owns (closed on EMFILE).
+    pub(crate) fn install(&self, o: Opened) -> R<c_int> {
+        let n = self.fds.write().insert(o);
         if n.is_err() {
             // Nothing refers to the engine's handle yet: closing it cannot race.
-            let _ = self.fs.close_fd(fd);
+            let _ = self.fs.close_fd(o.fd);
         }
         n
     }
 
     /// Closes descriptor `fd`.
     pub(crate) fn close(&self, fd: c_int) -> R<()> {
-        let efd = self.fds.write().remove(fd)?;
-        Ok(self.fs.close_fd(efd)?)
+        let o = self.fds.write().remove(fd)?;
+        Ok(self.fs.close_fd(o.fd)?)
     }
 
     /// Detaches from the pool: the session's hold on its directory goes, the engine
@@ -140,7 +144,7 @@ impl Lynx {
 /// Descriptor numbers: the lowest free one is handed out, as POSIX does.
 #[derive(Default)]
 struct FdTable {
-    slots: Vec<Option<Fd>>,
+    slots: Vec<Option<Opened>>,
 }
 
 impl FdTable {
@@ -148,7 +152,7 @@ impl FdTable {
         usize::try_from(n).map_err(|_| Errno(libc::EBADF))
     }
 
-    fn get(&self, n: c_int) -> R<Fd> {
+    fn get(&self, n: c_int) -> R<Opened> {
         let s = Self::slot(n)?;
         self.slots
             .get(s)
@@ -157,7 +161,7 @@ impl FdTable {
             .ok_or(Errno(libc::EBADF))
     }
 
-    fn insert(&mut self, fd: Fd) -> R<c_int> {
+    fn insert(&mut self, o: Opened) -> R<c_int> {
         let s = match self.slots.iter().position(Option::is_none) {
             Some(s) => s,
             None if self.slots.len() < MAX_FDS => {
@@ -166,11 +170,11 @@ impl FdTable {
             }
             None => return Err(Errno(libc::EMFILE)),
         };
-        self.slots[s] = Some(fd);
+        self.slots[s] = Some(o);
         c_int::try_from(s).map_err(|_| Errno(libc::EMFILE))
     }
 
-    fn remove(&mut self, n: c_int) -> R<Fd> {
+    fn remove(&mut self, n: c_int) -> R<Opened> {
         let s = Self::slot(n)?;
         let fd = self
             .slots

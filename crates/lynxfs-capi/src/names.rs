@@ -321,8 +321,18 @@ pub unsafe extern "C" fn lynxfs_chdir(fs: *const Lynx, p: *const c_char) -> c_in
 pub unsafe extern "C" fn lynxfs_fchdir(fs: *const Lynx, fd: c_int) -> c_int {
     call(|| {
         let h = lynx(fs)?;
-        let ino = h.fs().fd_ino(h.fd(fd)?)?;
+        let ino = h.opened(fd)?.ino;
         h.session_mut(|s| Ok(s.fchdir(ino)?)).map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `fs` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn lynxfs_umask(fs: *const Lynx, mask: libc::mode_t) -> c_int {
+    call(|| {
+        let h = lynx(fs)?;
+        h.session_mut(|s| Ok(i64::from(s.set_umask(mask))))
     })
 }
 

@@ -1,10 +1,15 @@
-//! `LynxFuse`: the FUSE adapter over the engine.
+//! `LynxFuse`: the FUSE adapter over the engine, a thin translation: each FUSE
+//! request becomes one call of the engine's by-number API ([`lynxfs::Fs`]), whose
+//! answer becomes the reply or an errno. Every rule (permissions and ACLs, protected
+//! hard links, killpriv, the umask and default ACLs, inode flags, the atime policy)
+//! is the engine's, the same as through the preload and the C API. What stays here is
+//! FUSE's own: inode numbers as node ids, generations, lookup counts, the shapes of
+//! replies, the kernel's caches, and the mount's read-only state.
 //!
-//! Every FUSE call maps straight onto an inode-level call of [`lynxfs::Fs`] or its
-//! [`Namespace`]: FUSE inode numbers *are* LynxFS inode numbers (the root is 1 in
-//! both), and the inode's generation goes with every entry, so the kernel notices when
-//! a number is reused. The adapter keeps no cache of its own: FUSE file handles are
-//! engine handles ([`lynxfs::Fd`]).
+//! FUSE inode numbers *are* LynxFS inode numbers (the root is 1 in both), and the
+//! inode's generation goes with every entry, so the kernel notices when a number is
+//! reused. The adapter keeps no cache of its own: FUSE file handles are engine
+//! handles ([`lynxfs::Fd`]).
 //!
 //! Lookup counts: every entry the kernel is given (lookup, create, mknod, mkdir,
 //! symlink, link, each entry of a plus listing) is *held* in the engine
@@ -13,10 +18,9 @@
 //! request reaches the file the kernel resolved, or that file's orphan after it lost
 //! its last name (as on a local file system), never a newer file with the same number.
 //!
-//! Permissions are checked by the engine with the caller's credentials (`req.uid()`,
-//! `req.gid()`, and the supplementary groups from `/proc/<pid>/status`, read only when
-//! a call was refused without them, so the common case costs no `/proc` read). With
-//! the `default_permissions` mount option the kernel checks as well.
+//! Credentials: the request's uid and gid, with the supplementary groups read only
+//! when needed ([`crate::caller`]). With the `default_permissions` mount option the
+//! kernel checks permissions as well.
 //!
 //! Locks (`fcntl` record and OFD locks, `flock`) of a pool other processes can
 //! attach are kept on the pool's lock stand-ins, which preloaded processes and other
@@ -25,18 +29,12 @@
 //!
 //! Engine errors become errnos in one place, [`errno`].
 //!
-//! Other processes attached to the pool change it behind the kernel's back. Their
-//! changes come through the pool's change notices ([`Fs::watch_changes`]) to a thread
-//! of the daemon's own ([`Forwarder`]), which passes each on to the kernel as an
-//! invalidation notice, so cached names, attributes and pages go stale for no longer
-//! than the notice takes (microseconds), whatever the entry and attribute timeouts.
+//! Other processes attached to the pool change it behind the kernel's back: the
+//! forwarder ([`crate::forward`]) passes their changes on to the kernel.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -46,12 +44,11 @@ use fuser::{
     ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyStatx, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use lynxfs::meta::perm;
-use lynxfs::meta::NewNode;
 use lynxfs::pmem::Backend;
-use lynxfs::runtime::notices::{Change, Watcher};
 use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet, Timestamp};
 
+use crate::caller::{as_caller, full_cred};
+use crate::forward::{report, Forward, Forwarder};
 use crate::locks::Locks;
 use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
 
@@ -95,197 +92,12 @@ pub struct LynxFuse<B: Backend> {
 /// a large `write(2)` costs one round trip per MiB instead of one per 128 KiB.
 const MAX_WRITE: u32 = 1 << 20;
 
-/// How long the forwarder waits for changes before it looks whether to stop.
-const FORWARD_SLICE: Duration = Duration::from_millis(100);
-
-/// `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16): every name the kernel caches is looked up
-/// again before its next use. `fuser` 0.18 cannot send it.
-const FUSE_NOTIFY_INC_EPOCH: i32 = 8;
-
-/// A thread that passes the changes other attached processes make on to the kernel.
-/// Dropping it stops the thread.
-pub struct Forwarder {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Forwarder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Starts the [`Forwarder`] of a [`LynxFuse`] (see [`LynxFuse::forward`]).
-pub struct Forward<B: Backend> {
-    fs: Arc<Fs<B>>,
-    slot: Arc<Mutex<Option<Forwarder>>>,
-}
-
-impl<B: Backend> Forward<B> {
-    /// Start passing the changes other processes attached to the pool make on to the
-    /// kernel, from a thread of its own (a notice sent from a request handler could
-    /// wait on the very directory lock the kernel holds for that request). Call once
-    /// the session exists and before it serves: `notifier` and `device` are its own.
-    /// Nothing is started for a pool no other process can attach. The thread stops
-    /// when the session ends, before the pool is closed.
-    pub fn start(&self, notifier: Notifier, device: OwnedFd) -> std::io::Result<()> {
-        let Some(watcher) = self.fs.watch_changes() else {
-            return Ok(());
-        };
-        let inv = Invalidate {
-            fs: self.fs.clone(),
-            notifier,
-            device,
-            no_epoch_said: false,
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("lynxfs-notices".to_string())
-            .spawn(move || forward_loop(watcher, inv, &stop2))?;
-        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(Forwarder {
-            stop,
-            thread: Some(thread),
-        });
-        Ok(())
-    }
-}
-
-/// Tells the kernel about changes it did not see (another process made them).
-struct Invalidate<B: Backend> {
-    fs: Arc<Fs<B>>,
-    notifier: Notifier,
-    /// The session's /dev/fuse descriptor, for what `fuser` cannot send.
-    device: OwnedFd,
-    /// The kernel refused FUSE_NOTIFY_INC_EPOCH (older than 6.16): said once.
-    no_epoch_said: bool,
-}
-
-impl<B: Backend> Invalidate<B> {
-    fn apply(&mut self, c: Change) {
-        match c {
-            Change::Name { parent, name, ino } => {
-                if self.removed(ino) {
-                    self.delete(parent, ino, &name);
-                } else {
-                    self.entry(parent, &name);
-                }
-                // The parent's mtime and link count, the file's ctime and link count.
-                self.inode(parent, -1, 0);
-                if ino != 0 {
-                    self.inode(ino, -1, 0);
-                }
-            }
-            Change::Attrs { ino } => self.inode(ino, -1, 0),
-            Change::Data { ino, off, len } => self.inode(
-                ino,
-                i64::try_from(off).unwrap_or(i64::MAX),
-                i64::try_from(len).unwrap_or(0),
-            ),
-            Change::Lost => self.everything(),
-        }
-    }
-
-    /// Notices were missed: every name the kernel caches is looked up again
-    /// (FUSE_NOTIFY_INC_EPOCH), and the attributes and pages of every inode it knows
-    /// (each is held) are dropped.
-    fn everything(&mut self) {
-        if let Err(e) = self.inc_epoch() {
-            if !self.no_epoch_said {
-                self.no_epoch_said = true;
-                eprintln!(
-                    "lynxfs: the kernel cannot drop every cached name at once ({e}): after \
-                     missed change notices, names may stay stale up to entry_timeout"
-                );
-            }
-        }
-        for ino in self.fs.held_inodes() {
-            self.inode(ino, 0, 0);
-        }
-    }
-
-    fn inc_epoch(&self) -> std::io::Result<()> {
-        // struct fuse_out_header { u32 len; i32 error (the notice code); u64 unique 0 }
-        let mut msg = [0u8; 16];
-        msg[..4].copy_from_slice(&16u32.to_ne_bytes());
-        msg[4..8].copy_from_slice(&FUSE_NOTIFY_INC_EPOCH.to_ne_bytes());
-        // SAFETY: writes 16 bytes from a buffer of 16 to a descriptor we own.
-        let n = unsafe { libc::write(self.device.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    fn entry(&self, parent: u64, name: &[u8]) {
-        let r = self
-            .notifier
-            .inval_entry(INodeNo(parent), OsStr::from_bytes(name));
-        report(r, || {
-            format!("the name {:?} in {parent}", OsStr::from_bytes(name))
-        });
-    }
-
-    /// Whether `ino`, whose name changed, has no name left (unlinked, removed, or
-    /// freed already): the kernel may then drop the name and the file as deleted.
-    fn removed(&self, ino: u64) -> bool {
-        ino != 0 && self.fs.ns().getattr(ino).map_or(true, |st| st.nlink == 0)
-    }
-
-    /// FUSE_NOTIFY_DELETE: the kernel drops the name and, its last link gone, the
-    /// file, which is what raises IN_DELETE_SELF for watchers of the file (the only
-    /// inotify event a FUSE daemon can cause). A directory the kernel still caches
-    /// children of (ENOTEMPTY) or a mount point (EBUSY) only has its name dropped.
-    fn delete(&self, parent: u64, ino: u64, name: &[u8]) {
-        let r = self
-            .notifier
-            .delete(INodeNo(parent), INodeNo(ino), OsStr::from_bytes(name));
-        if let Err(e) = &r {
-            if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EBUSY)) {
-                return self.entry(parent, name);
-            }
-        }
-        report(r, || {
-            format!("the removed name {:?} in {parent}", OsStr::from_bytes(name))
-        });
-    }
-
-    fn inode(&self, ino: u64, off: i64, len: i64) {
-        let r = self.notifier.inval_inode(INodeNo(ino), off, len);
-        report(r, || format!("inode {ino}"));
-    }
-}
-
-/// A notice the kernel refused, unless about something it does not cache (ENOENT)
-/// or after the mount went (ENOTCONN, ENODEV).
 /// The transport a session's io_uring state says.
 fn transport_of(state: &IoUringState) -> Transport {
     if state.active() {
         Transport::IoUring
     } else {
         Transport::DevFuse
-    }
-}
-
-fn report(r: std::io::Result<()>, what: impl FnOnce() -> String) {
-    if let Err(e) = r {
-        if !matches!(
-            e.raw_os_error(),
-            Some(libc::ENOENT | libc::ENOTCONN | libc::ENODEV)
-        ) {
-            eprintln!("lynxfs: invalidating {}: {e}", what());
-        }
-    }
-}
-
-fn forward_loop<B: Backend>(mut watcher: Watcher, mut inv: Invalidate<B>, stop: &AtomicBool) {
-    while !stop.load(Ordering::Acquire) {
-        for c in watcher.changes(FORWARD_SLICE) {
-            inv.apply(c);
-        }
     }
 }
 
@@ -349,27 +161,6 @@ pub fn file_attr(st: &Stat) -> FileAttr {
     }
 }
 
-/// The supplementary groups of process (or thread) `pid`, from the "Groups:" line of
-/// `/proc/<pid>/status`; empty when it cannot be read (the process is gone, or the
-/// request came from the kernel itself with pid 0).
-pub fn groups_of(pid: u32) -> Vec<u32> {
-    if pid == 0 {
-        return Vec::new();
-    }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|n| n.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn name_bytes(name: &OsStr) -> &[u8] {
     name.as_bytes()
 }
@@ -416,13 +207,6 @@ fn u32_at(data: &[u8], at: usize) -> Res<u32> {
         .and_then(|b| b.try_into().ok())
         .map(u32::from_ne_bytes)
         .ok_or(Errno::EINVAL)
-}
-
-/// Applies the umask the kernel passed unless `parent`'s default ACL replaces it
-/// (with FUSE_DONT_MASK the kernel leaves it to us; without, it has already applied
-/// it and doing it again changes nothing).
-fn masked<B: Backend>(ns: &lynxfs::api::Namespace<B>, parent: u64, mode: u32, umask: u32) -> u32 {
-    mode & 0o7777 & !ns.umask_for(parent, umask)
 }
 
 impl<B: Backend> LynxFuse<B> {
@@ -492,7 +276,7 @@ impl<B: Backend> LynxFuse<B> {
     /// FS_IOC_SETFLAGS as the caller; the ioctl's answer (no data).
     fn set_flags(&self, req: &Request, ino: u64, flags: u32) -> Res<Vec<u8>> {
         self.writable()?;
-        self.as_caller(req, |c| self.ns().set_inode_flags(ino, flags, c))?;
+        as_caller(req, |c| self.fs.set_inode_flags(ino, flags, c))?;
         // An ioctl is answered without attributes, and the kernel keeps its cached
         // ctime (and flags) for the attribute timeout: drop them now.
         self.privs_dropped(ino);
@@ -507,12 +291,12 @@ impl<B: Backend> LynxFuse<B> {
     fn open_engine(&self, req: &Request, ino: u64, flags: i32, created: bool) -> Res<lynxfs::Fd> {
         let engine = self.engine_flags(flags);
         if engine & libc::O_ACCMODE == flags & libc::O_ACCMODE {
-            return self.as_caller(req, |c| self.fs.open_ino(ino, engine, c, created));
+            return as_caller(req, |c| self.fs.open_ino(ino, engine, c, created)).map(|o| o.fd);
         }
         if !created {
-            self.as_caller(req, |c| self.check_perm(ino, c, perm::W))?;
+            as_caller(req, |c| self.fs.access(ino, c, libc::W_OK as u32))?;
         }
-        self.as_caller(req, |c| self.fs.open_ino(ino, engine, c, true))
+        as_caller(req, |c| self.fs.open_ino(ino, engine, c, true)).map(|o| o.fd)
     }
 
     /// How an open file's cached pages are treated: dropped at every open, as FUSE
@@ -554,7 +338,7 @@ impl<B: Backend> LynxFuse<B> {
 
     /// The privilege bits a write by this handle may clear in `ino`'s mode.
     fn privs(&self, ino: u64) -> u32 {
-        self.ns().mode(ino) & (libc::S_ISUID | libc::S_ISGID)
+        self.fs.mode(ino) & (libc::S_ISUID | libc::S_ISGID)
     }
 
     /// The engine cleared S_ISUID/S_ISGID of `ino` during a write (which FUSE answers
@@ -577,10 +361,6 @@ impl<B: Backend> LynxFuse<B> {
         &self.fs
     }
 
-    fn ns(&self) -> &lynxfs::api::Namespace<B> {
-        self.fs.ns()
-    }
-
     fn writable(&self) -> Res<()> {
         if self.read_only {
             Err(Errno::EROFS)
@@ -593,47 +373,14 @@ impl<B: Backend> LynxFuse<B> {
     /// EEXIST, as Linux answers (it looks the name up before asking for write access),
     /// and only a new one EROFS.
     fn may_make(&self, parent: u64, name: &OsStr) -> Res<()> {
-        if self.read_only
-            && self
-                .ns()
-                .lookup(parent, name_bytes(name), &Cred::root())
-                .is_ok()
-        {
+        if self.read_only && self.fs.name_exists(parent, name_bytes(name)) {
             return Err(Errno::EEXIST);
         }
         self.writable()
     }
 
-    /// Runs `f` with the caller's credentials. A refusal (EACCES, EPERM) for a caller
-    /// other than root is retried once with the supplementary groups read from /proc:
-    /// the engine checks permissions before it changes anything, so a refused call
-    /// had no effect and may be repeated.
-    fn as_caller<T>(&self, req: &Request, f: impl Fn(&Cred) -> lynxfs::Result<T>) -> Res<T> {
-        let mut cred = Cred::user(req.uid(), req.gid());
-        match f(&cred) {
-            Err(e) if !cred.is_root() && matches!(e.errno(), libc::EACCES | libc::EPERM) => {
-                cred.groups = groups_of(req.pid());
-                if cred.groups.is_empty() {
-                    return Err(errno(&e));
-                }
-                f(&cred).map_err(|e| errno(&e))
-            }
-            r => r.map_err(|e| errno(&e)),
-        }
-    }
-
-    /// The caller's full credentials, groups included (for calls whose result, not
-    /// only whose permission, depends on the groups).
-    fn full_cred(req: &Request) -> Cred {
-        let mut cred = Cred::user(req.uid(), req.gid());
-        if !cred.is_root() {
-            cred.groups = groups_of(req.pid());
-        }
-        cred
-    }
-
     fn stat(&self, ino: u64) -> Res<Stat> {
-        self.ns().getattr(ino).map_err(|e| errno(&e))
+        self.fs.getattr(ino).map_err(|e| errno(&e))
     }
 
     /// Answers a create or tmpfile: the new file's entry and its open handle.
@@ -666,7 +413,7 @@ impl<B: Backend> LynxFuse<B> {
     /// kernel caches for the entry timeout, so the next lookup of the same missing name
     /// (a `PATH` search, a build probing for headers) is answered without a round trip.
     /// Creating the name through the mount replaces the cached miss; another process
-    /// creating it sends an invalidation notice for the name ([`Forwarder`]).
+    /// creating it sends an invalidation notice for the name ([`crate::forward`]).
     fn reply_missing(&self, reply: ReplyEntry) {
         let none = FileAttr {
             ino: INodeNo(0),
@@ -698,7 +445,7 @@ impl<B: Backend> LynxFuse<B> {
         offset: u64,
         mut add: impl FnMut(&lynxfs::DirEntry) -> bool,
     ) -> Res<()> {
-        if self.ns().is_removed_dir(ino.0) {
+        if self.fs.is_removed_dir(ino.0) {
             // What the kernel answers itself (IS_DEADDIR) for a directory it removed,
             // also when another attacher removed it: getdents says ENOENT, which
             // readdir(3) takes as the end.
@@ -706,7 +453,7 @@ impl<B: Backend> LynxFuse<B> {
         }
         let mut off = offset;
         loop {
-            let batch = self.as_caller(req, |c| self.ns().readdir(ino.0, off, READDIR_BATCH, c))?;
+            let batch = as_caller(req, |c| self.fs.readdir(ino.0, off, READDIR_BATCH, c))?;
             let Some(last) = batch.last() else {
                 return Ok(());
             };
@@ -727,7 +474,7 @@ impl<B: Backend> LynxFuse<B> {
             Some(fh) => self
                 .fs
                 .fstat(fh.0)
-                .or_else(|_| self.ns().getattr(ino.0))
+                .or_else(|_| self.fs.getattr(ino.0))
                 .map_err(|e| errno(&e)),
             None => self.stat(ino.0),
         }
@@ -740,12 +487,16 @@ impl<B: Backend> LynxFuse<B> {
         }
     }
 
-    /// Creates a node of any kind and returns its attributes.
-    fn make(&self, req: &Request, parent: u64, name: &OsStr, node: NewNode<'_>) -> Res<Stat> {
+    /// Makes a node with `make` (as the caller) and holds it: its attributes.
+    fn make(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        make: impl Fn(&Cred) -> lynxfs::Result<u64>,
+    ) -> Res<Stat> {
         self.may_make(parent, name)?;
-        let (ino, _) = self.as_caller(req, |c| {
-            self.ns().create(parent, name_bytes(name), node, c, true)
-        })?;
+        let ino = as_caller(req, make)?;
         self.fs
             .hold_new(parent, name_bytes(name), ino)
             .map_err(|e| errno(&e))
@@ -770,7 +521,7 @@ impl<B: Backend> LynxFuse<B> {
                 Some(Err(e)) if e.errno() != libc::EINVAL && e.errno() != libc::EBADF => {
                     return Err(errno(&e))
                 }
-                _ => self.as_caller(req, |c| self.fs.truncate_as(ino, len, c))?,
+                _ => as_caller(req, |c| self.fs.truncate_as(ino, len, c))?,
             }
         }
         let any = a.mode.is_some()
@@ -784,80 +535,22 @@ impl<B: Backend> LynxFuse<B> {
         if let (Some(m), None, None, None, None) = (a.mode, a.uid, a.gid, a.atime, a.mtime) {
             // Without FUSE_HANDLE_KILLPRIV (see `init`) the kernel clears S_ISUID and
             // S_ISGID before a write by sending this setattr as the writer, who need
-            // not own the file. Dropping only those bits is what a writer may do.
-            let old = self.stat(ino)?.mode & 0o7777;
-            let kill = libc::S_ISUID | libc::S_ISGID;
-            let new = m & 0o7777;
-            let only_drops_privs = new != old && new & !kill == old & !kill && new & !old == 0;
-            if self.kernel_kills_privs
-                && only_drops_privs
-                && req.uid() != 0
-                && self
-                    .as_caller(req, |c| self.check_perm(ino, c, perm::W))
-                    .is_ok()
-            {
-                let a = SetAttr {
-                    mode: Some(m),
-                    ..SetAttr::default()
-                };
-                return self
-                    .ns()
-                    .setattr(ino, &a, &Cred::root())
-                    .map_err(|e| errno(&e));
+            // not own the file: the engine lets a writer drop only those bits. Any
+            // other mode change is a chmod, below.
+            if self.kernel_kills_privs && req.uid() != 0 {
+                if let Ok(st) = as_caller(req, |c| self.fs.drop_privs(ino, m, c)) {
+                    return Ok(st);
+                }
             }
         }
         if a.mode.is_some() {
             // chmod keeps S_ISGID only for a member of the file's group: the answer
             // depends on the groups, so read them first.
-            let cred = Self::full_cred(req);
-            return self.ns().setattr(ino, a, &cred).map_err(|e| errno(&e));
+            let cred = full_cred(req);
+            return self.fs.setattr(ino, a, &cred).map_err(|e| errno(&e));
         }
-        self.as_caller(req, |c| self.ns().setattr(ino, a, c))
+        as_caller(req, |c| self.fs.setattr(ino, a, c))
     }
-
-    fn access_bits(mask: AccessFlags) -> u32 {
-        let mut want = 0;
-        if mask.contains(AccessFlags::R_OK) {
-            want |= perm::R;
-        }
-        if mask.contains(AccessFlags::W_OK) {
-            want |= perm::W;
-        }
-        if mask.contains(AccessFlags::X_OK) {
-            want |= perm::X;
-        }
-        want
-    }
-
-    /// Linux's `protected_hardlinks` rule (`may_linkat`): a caller who neither owns
-    /// the file nor is root may link it only if it is a regular file, not set-user-ID,
-    /// not set-group-ID and group-executable, and readable and writable by them.
-    fn may_link(&self, ino: u64, cred: &Cred) -> lynxfs::Result<()> {
-        let st = self.ns().getattr(ino)?;
-        if cred.is_root() || cred.uid == st.uid || !protected_hardlinks() {
-            return Ok(());
-        }
-        let safe = st.mode & libc::S_IFMT == libc::S_IFREG
-            && st.mode & libc::S_ISUID == 0
-            && st.mode & (libc::S_ISGID | libc::S_IXGRP) != (libc::S_ISGID | libc::S_IXGRP)
-            && self.check_perm(ino, cred, perm::R | perm::W).is_ok();
-        if safe {
-            Ok(())
-        } else {
-            Err(lynxfs::error::errno::EPERM)
-        }
-    }
-
-    fn check_perm(&self, ino: u64, cred: &Cred, want: u32) -> lynxfs::Result<()> {
-        self.ns().may(ino, cred, want)
-    }
-}
-
-/// Whether `fs.protected_hardlinks` is on now: read at each link, as the kernel does
-/// (it applies the rule only through its own permission checks, which FUSE skips
-/// without `default_permissions`), so a change of the sysctl counts at once.
-fn protected_hardlinks() -> bool {
-    std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").is_ok_and(|v| v.trim() == "1")
 }
 
 /// The usage attribute's readers: root and the user the daemon runs as (the mounter).
@@ -956,7 +649,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         // POSIX ACLs: the kernel caches them and checks permissions with them (this
         // turns `default_permissions` on); the engine keeps ACL and mode in step and
         // applies default ACLs at create. With FUSE_DONT_MASK the umask comes to us
-        // unapplied, and is applied only where no default ACL replaces it (`masked`).
+        // unapplied, and is applied only where no default ACL replaces it (by the engine, at create).
         // Optional: an older kernel passes the ACL attributes through as before.
         let acl = if self.kernel_acls {
             fuser::InitFlags::FUSE_POSIX_ACL
@@ -1011,7 +704,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             }
             _ => {}
         }
-        let r = self.as_caller(req, |c| self.fs.lookup_hold(parent.0, name_bytes(name), c));
+        let r = as_caller(req, |c| self.fs.lookup_hold(parent.0, name_bytes(name), c));
         match r {
             Err(Errno::ENOENT) => self.reply_missing(reply),
             r => self.reply_entry(r, reply),
@@ -1072,7 +765,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.ns().readlink(ino.0) {
+        match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
         }
@@ -1088,24 +781,11 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = (|| {
-            let kind = match mode & libc::S_IFMT {
-                0 => libc::S_IFREG,
-                k => k,
-            };
-            match kind {
-                libc::S_IFREG | libc::S_IFIFO | libc::S_IFSOCK => {}
-                libc::S_IFCHR | libc::S_IFBLK if req.uid() == 0 => {}
-                libc::S_IFCHR | libc::S_IFBLK => return Err(Errno::EPERM),
-                _ => return Err(Errno::EINVAL),
-            }
-            let node = NewNode {
-                mode: kind | masked(self.ns(), parent.0, mode, umask),
-                rdev: u64::from(rdev),
-                target: None,
-            };
-            self.make(req, parent.0, name, node)
-        })();
+        let name_b = name_bytes(name);
+        let r = self.make(req, parent.0, name, |c| {
+            self.fs
+                .mknod_in(parent.0, name_b, (mode, umask), u64::from(rdev), c)
+        });
         self.reply_entry(r, reply);
     }
 
@@ -1118,26 +798,24 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let node = NewNode {
-            mode: libc::S_IFDIR | masked(self.ns(), parent.0, mode, umask),
-            rdev: 0,
-            target: None,
-        };
-        let r = self.make(req, parent.0, name, node);
+        let r = self.make(req, parent.0, name, |c| {
+            self.fs
+                .mkdir_in(parent.0, name_bytes(name), (mode, umask), c)
+        });
         self.reply_entry(r, reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.writable().and_then(|()| {
-            self.as_caller(req, |c| self.ns().unlink(parent.0, name_bytes(name), c))
-        });
+        let r = self
+            .writable()
+            .and_then(|()| as_caller(req, |c| self.fs.unlink_in(parent.0, name_bytes(name), c)));
         reply_empty(r, reply);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self
             .writable()
-            .and_then(|()| self.as_caller(req, |c| self.ns().rmdir(parent.0, name_bytes(name), c)));
+            .and_then(|()| as_caller(req, |c| self.fs.rmdir_in(parent.0, name_bytes(name), c)));
         reply_empty(r, reply);
     }
 
@@ -1149,12 +827,11 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        let node = NewNode {
-            mode: libc::S_IFLNK | 0o777,
-            rdev: 0,
-            target: Some(target.as_os_str().as_bytes()),
-        };
-        let r = self.make(req, parent.0, link_name, node);
+        let target = target.as_os_str().as_bytes();
+        let r = self.make(req, parent.0, link_name, |c| {
+            self.fs
+                .symlink_in(parent.0, name_bytes(link_name), target, c)
+        });
         self.reply_entry(r, reply);
     }
 
@@ -1169,14 +846,11 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         reply: ReplyEmpty,
     ) {
         let r = self.writable().and_then(|()| {
-            let flags = lynxfs::RenameFlags::from_bits(flags.bits()).map_err(|e| errno(&e))?;
-            self.as_caller(req, |c| {
-                self.ns().rename(
-                    parent.0,
-                    name_bytes(name),
-                    newparent.0,
-                    name_bytes(newname),
-                    flags,
+            as_caller(req, |c| {
+                self.fs.rename_in(
+                    (parent.0, name_bytes(name)),
+                    (newparent.0, name_bytes(newname)),
+                    flags.bits(),
                     c,
                 )
             })
@@ -1193,9 +867,8 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         reply: ReplyEntry,
     ) {
         let r = self.may_make(newparent.0, newname).and_then(|()| {
-            self.as_caller(req, |c| {
-                self.may_link(ino.0, c)?;
-                self.ns().link(ino.0, newparent.0, name_bytes(newname), c)
+            as_caller(req, |c| {
+                self.fs.link_in(ino.0, newparent.0, name_bytes(newname), c)
             })?;
             self.fs
                 .hold_new(newparent.0, name_bytes(newname), ino.0)
@@ -1408,10 +1081,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         // Listing needs read permission, checked at open as for any directory. A
         // removed directory still held opens too (`openat(fd, ".")` or `ls` in a
         // removed working directory), as on tmpfs; it lists nothing.
-        let r = self.as_caller(req, |c| {
-            self.ns().directory(ino.0)?;
-            self.check_perm(ino.0, c, perm::R)
-        });
+        let r = as_caller(req, |c| self.fs.open_dir(ino.0, c));
         match r {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(e),
@@ -1449,9 +1119,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         // `default_permissions` the kernel checks neither itself, so entries cached for a
         // caller who may not search the directory would let them past it. Such a caller
         // gets entries that expire at once, and the next walk asks LOOKUP, which checks.
-        let searchable = self
-            .as_caller(req, |c| self.check_perm(ino.0, c, perm::X))
-            .is_ok();
+        let searchable = as_caller(req, |c| self.fs.access(ino.0, c, libc::X_OK as u32)).is_ok();
         let ttl = if searchable {
             self.entry_ttl.min(self.attr_ttl)
         } else {
@@ -1527,7 +1195,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.ns().statfs();
+        let s = self.fs.statfs();
         let bsize = u32::try_from(s.block_size).unwrap_or(4096);
         reply.statfs(
             s.blocks,
@@ -1555,9 +1223,9 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         let r = self.writable().and_then(|()| {
             // Setting an access ACL may clear S_ISGID depending on the caller's
             // groups, so they are read first.
-            let cred = Self::full_cred(req);
-            let ns = self.ns();
-            ns.setxattr(ino.0, name, value, flags, &cred)
+            let cred = full_cred(req);
+            self.fs
+                .setxattr(ino.0, name, value, flags, &cred)
                 .map_err(|e| errno(&e))
         });
         reply_empty(r, reply);
@@ -1571,23 +1239,21 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             if !may_read_usage(req.uid()) {
                 return reply.error(Errno::EACCES);
             }
-            let text = LiveUsage::of(self.ns(), self.transport.get().map(transport_of)).encode();
+            let text = LiveUsage::of(&self.fs, self.transport.get().map(transport_of)).encode();
             return reply_xattr(Ok(text.into_bytes()), size, reply);
         }
-        let r = self.as_caller(req, |c| self.ns().getxattr(ino.0, name, c));
+        let r = as_caller(req, |c| self.fs.getxattr(ino.0, name, c));
         reply_xattr(r, size, reply);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = self
-            .as_caller(req, |c| self.ns().listxattr(ino.0, c))
-            .map(|names| {
-                names.iter().fold(Vec::new(), |mut out, n| {
-                    out.extend_from_slice(n);
-                    out.push(0);
-                    out
-                })
-            });
+        let r = as_caller(req, |c| self.fs.listxattr(ino.0, c)).map(|names| {
+            names.iter().fold(Vec::new(), |mut out, n| {
+                out.extend_from_slice(n);
+                out.push(0);
+                out
+            })
+        });
         reply_xattr(r, size, reply);
     }
 
@@ -1598,33 +1264,23 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             // reaches us is its own removal before another user's write, truncate
             // or fallocate (`file_remove_privs`), which Linux makes regardless of
             // the writer's rights.
-            let r = self.writable().and_then(|()| {
-                let root = Cred::root();
-                self.ns()
-                    .removexattr(ino.0, name, &root)
-                    .map_err(|e| errno(&e))
-            });
+            let r = self
+                .writable()
+                .and_then(|()| self.fs.drop_capability(ino.0).map_err(|e| errno(&e)));
             return reply_empty(r, reply);
         }
         let r = self
             .writable()
-            .and_then(|()| self.as_caller(req, |c| self.ns().removexattr(ino.0, name, c)));
+            .and_then(|()| as_caller(req, |c| self.fs.removexattr(ino.0, name, c)));
         reply_empty(r, reply);
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let want = Self::access_bits(mask);
         let r = (|| {
-            if want & perm::W != 0 {
+            if mask.contains(AccessFlags::W_OK) {
                 self.writable()?;
             }
-            self.as_caller(req, |c| {
-                self.ns().live(ino.0)?;
-                if want == 0 {
-                    return Ok(());
-                }
-                self.check_perm(ino.0, c, want)
-            })
+            as_caller(req, |c| self.fs.access(ino.0, c, mask.bits() as u32))
         })();
         reply_empty(r, reply);
     }
@@ -1644,14 +1300,10 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 self.may_make(parent.0, name)?;
             }
             self.writable()?;
-            let node = NewNode {
-                mode: libc::S_IFREG | masked(self.ns(), parent.0, mode, umask),
-                rdev: 0,
-                target: None,
-            };
             let excl = flags & libc::O_EXCL != 0;
-            let (ino, created) = self.as_caller(req, |c| {
-                self.ns().create(parent.0, name_bytes(name), node, c, excl)
+            let (ino, created) = as_caller(req, |c| {
+                self.fs
+                    .create_in(parent.0, name_bytes(name), (mode, umask), excl, c)
             })?;
             let fd = self.open_engine(req, ino, flags, created)?;
             match self.fs.hold_new(parent.0, name_bytes(name), ino) {
@@ -1691,7 +1343,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         // _IOR('X', 31, struct fsxattr) and _IOW('X', 32, struct fsxattr).
         const FSGETXATTR: u32 = 0x801c_581f;
         const FSSETXATTR: u32 = 0x401c_5820;
-        let flags = self.ns().inode_flags(ino.0);
+        let flags = self.fs.inode_flags(ino.0);
         let out = |bytes: &[u8]| bytes[..(out_size as usize).min(bytes.len())].to_vec();
         let r = match cmd {
             GETFLAGS => Ok(out(&flags.to_ne_bytes())),
@@ -1722,17 +1374,18 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     ) {
         let r = (|| {
             self.writable()?;
-            let mode = masked(self.ns(), parent.0, mode, umask);
             let flags = self.engine_flags(flags);
-            let fd = self.as_caller(req, |c| self.fs.open_tmpfile(parent.0, mode, flags, c))?;
+            let o = as_caller(req, |c| {
+                self.fs.open_tmpfile(parent.0, (mode, umask), flags, c)
+            })?;
             let held = self
                 .fs
-                .fstat(fd)
+                .getattr(o.ino)
                 .and_then(|st| self.fs.hold(st.ino).map(|()| st));
             match held {
-                Ok(st) => Ok((st, fd)),
+                Ok(st) => Ok((st, o.fd)),
                 Err(e) => {
-                    let _ = self.fs.close_fd(fd);
+                    let _ = self.fs.close_fd(o.fd);
                     Err(errno(&e))
                 }
             }

@@ -37,6 +37,8 @@
 use std::path::Path;
 
 pub mod adapter;
+mod caller;
+pub mod forward;
 pub mod kmount;
 pub mod locks;
 pub mod mount;

@@ -341,7 +341,7 @@ trait Serve: Send {
 /// have one thread to fork.
 struct Serving<B: Backend> {
     session: Session<LynxFuse<B>>,
-    forward: crate::adapter::Forward<B>,
+    forward: crate::forward::Forward<B>,
     device: std::os::fd::OwnedFd,
 }
 

@@ -69,11 +69,11 @@ const FIELDS: &[(&str, fn(&mut LiveUsage) -> &mut u64)] = &[
 impl LiveUsage {
     /// The calling process's figures (the daemon answering the attribute).
     pub fn of<B: lynxfs::pmem::Backend>(
-        ns: &lynxfs::meta::Namespace<B>,
+        fs: &lynxfs::Fs<B>,
         transport: Option<Transport>,
     ) -> LiveUsage {
         LiveUsage {
-            usage: ns.usage(),
+            usage: fs.usage(),
             rss_anon: rss_anon().unwrap_or(0),
             transport,
         }

@@ -89,10 +89,15 @@ fn attach() -> Option<Attached> {
         Ok(fs) => {
             let fs: &'static Fs = Box::leak(Box::new(fs));
             let cred = caller();
+            let session = |cred| {
+                let mut s = fs.session(cred).mounted();
+                s.set_umask(umask());
+                RwLock::new(s)
+            };
             Some(Attached {
                 fs,
-                root: RwLock::new(fs.session(cred.clone()).mounted()),
-                cwd: RwLock::new(fs.session(cred).mounted()),
+                root: session(cred.clone()),
+                cwd: session(cred),
                 dev: mount_dev(&c.at, &c.pool),
             })
         }
@@ -177,8 +182,13 @@ pub fn umask() -> u32 {
     UMASK.load(Ordering::Relaxed)
 }
 
+/// The process's umask is now `m`: the sessions apply it to what they create.
 pub fn set_umask(m: u32) {
     UMASK.store(m & 0o777, Ordering::Relaxed);
+    if let Some(a) = attached_now() {
+        a.root.write().set_umask(m);
+        a.cwd.write().set_umask(m);
+    }
 }
 
 /// At load: the umask, and the working directory if it is inside the pool (a

@@ -79,6 +79,7 @@ fn pass(fs: &Fs<PmemBackend>, case: Case, names: &[String], inos: &[u64]) -> u64
                     mode: libc::S_IFREG | 0o644,
                     rdev: 0,
                     target: None,
+                    umask: 0,
                 };
                 fs.ns()
                     .create(parent, name.as_bytes(), node, &Cred::root(), true)
@@ -94,7 +95,7 @@ fn pass(fs: &Fs<PmemBackend>, case: Case, names: &[String], inos: &[u64]) -> u64
         Case::OpenRef => {
             for &ino in inos {
                 let fd = fs.open_ino(ino, libc::O_RDONLY, &Cred::root(), false);
-                fs.close_fd(fd.expect("open")).expect("close");
+                fs.close_fd(fd.expect("open").fd).expect("close");
             }
         }
     }

@@ -26,7 +26,7 @@ pub mod progress;
 pub mod runtime;
 pub mod time;
 
-pub use api::{Atime, Fd, Fs, Session};
+pub use api::{Atime, Fd, Fs, Opened, Session};
 pub use error::{Error, Result};
 pub use meta::{Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
 pub use pool::{Access, DataMode, MkfsOptions, Pool};

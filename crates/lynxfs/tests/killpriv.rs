@@ -114,3 +114,26 @@ fn chown_removes_file_capabilities() {
     );
     assert_eq!(root.getxattr(&p, CAP).unwrap(), CAPS);
 }
+
+/// A writer may clear the set-id bits itself (what the kernel's FUSE client sends as
+/// a mode-only setattr when the daemon does not clear them), but nothing else of the
+/// mode, and only if it may write the file (`Fs::drop_privs`).
+#[test]
+fn a_writer_may_drop_only_the_setid_bits() {
+    let fs = fs(16 << 20);
+    let p = prepare(&fs, "writable", 0o6666, false);
+    let ino = fs.session(Cred::root()).stat(&p).unwrap().ino;
+    let user = Cred::user(1001, 1001);
+    let errno = |r: lynxfs::Result<lynxfs::Stat>| r.map(|_| ()).map_err(|e| e.errno());
+    assert_eq!(errno(fs.drop_privs(ino, 0o0777, &user)), Err(libc::EINVAL));
+    assert_eq!(errno(fs.drop_privs(ino, 0o6666, &user)), Err(libc::EINVAL));
+    assert_eq!(mode(&fs, &p), 0o6666, "a refused call changed nothing");
+    assert_eq!(
+        fs.drop_privs(ino, 0o0666, &user).unwrap().mode & 0o7777,
+        0o666
+    );
+    let q = prepare(&fs, "read-only", 0o6644, false);
+    let ino = fs.session(Cred::root()).stat(&q).unwrap().ino;
+    assert_eq!(errno(fs.drop_privs(ino, 0o0644, &user)), Err(libc::EACCES));
+    assert_eq!(mode(&fs, &q), 0o6644);
+}

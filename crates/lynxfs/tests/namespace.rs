@@ -498,7 +498,7 @@ fn tmpfiles_are_freed_at_close_unless_linked() {
     let dir = s.stat("/d").unwrap().ino;
     let inodes0 = fs.pool().alloc.inodes.free_count();
     let root = Cred::root();
-    let fd = fs.open_tmpfile(dir, 0o600, RW, &root).unwrap();
+    let fd = fs.open_tmpfile(dir, (0o600, 0), RW, &root).unwrap().fd;
     fs.write(fd, b"scratch").unwrap();
     let st = fs.fstat(fd).unwrap();
     assert_eq!((st.nlink, st.size, st.mode & 0o7777), (0, 7, 0o600));
@@ -510,7 +510,7 @@ fn tmpfiles_are_freed_at_close_unless_linked() {
         "freed at close"
     );
 
-    let fd = fs.open_tmpfile(dir, 0o644, RW, &root).unwrap();
+    let fd = fs.open_tmpfile(dir, (0o644, 0), RW, &root).unwrap().fd;
     fs.write(fd, b"kept").unwrap();
     let ino = fs.fstat(fd).unwrap().ino;
     fs.ns().link(ino, dir, b"named", &root).unwrap();
@@ -519,14 +519,15 @@ fn tmpfiles_are_freed_at_close_unless_linked() {
     assert_eq!((st.ino, st.nlink, st.size), (ino, 1, 4));
 
     let fd = fs
-        .open_tmpfile(dir, 0o600, RW | libc::O_EXCL, &root)
-        .unwrap();
+        .open_tmpfile(dir, (0o600, 0), RW | libc::O_EXCL, &root)
+        .unwrap()
+        .fd;
     let ino = fs.fstat(fd).unwrap().ino;
     assert_eq!(errno(fs.ns().link(ino, dir, b"never", &root)), libc::ENOENT);
     fs.close_fd(fd).unwrap();
     assert_eq!(errno(s.stat("/d/never")), libc::ENOENT);
     assert_eq!(
-        errno(fs.open_tmpfile(dir, 0o600, libc::O_RDONLY, &root)),
+        errno(fs.open_tmpfile(dir, (0o600, 0), libc::O_RDONLY, &root)),
         libc::EINVAL
     );
     assert_eq!(fs.pool().alloc.inodes.free_count(), inodes0 - 1);

@@ -21,14 +21,14 @@ fn fill(a: &Attached, o: &Open, buf: &mut [u8]) -> lynxfs::Result<usize> {
     if !o.is_dir {
         return Err(err(libc::ENOTDIR));
     }
-    if a.fs.ns().is_removed_dir(o.ino) {
+    if a.fs.is_removed_dir(o.ino) {
         // Linux's getdents says ENOENT for a removed directory (IS_DEADDIR), which
         // readdir(3) takes as the end; the engine lists nothing there.
         return Err(err(libc::ENOENT));
     }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
     let max = (buf.len() / (HEAD + 5)).clamp(1, 512);
-    let entries = a.fs.ns().readdir(o.ino, cookie, max, &a.root.read().cred)?;
+    let entries = a.fs.readdir(o.ino, cookie, max, &a.root.read().cred)?;
     let mut at = 0;
     let mut next = cookie;
     for e in entries {
@@ -180,7 +180,7 @@ fn next_batch(a: &Attached, o: &Open) -> lynxfs::Result<Vec<lynxfs::DirEntry>> {
         return Err(err(libc::ENOTDIR));
     }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
-    let b = a.fs.ns().readdir(o.ino, cookie, 256, &a.root.read().cred)?;
+    let b = a.fs.readdir(o.ino, cookie, 256, &a.root.read().cred)?;
     if let Some(last) = b.last() {
         a.fs.seek(o.handle, last.next as i64, libc::SEEK_SET)?;
     }
@@ -293,7 +293,7 @@ pub unsafe extern "C" fn telldir(d: *mut DIR) -> c_long {
 /// there is one), so programs the preload does not reach see the same directory.
 fn follow_in_kernel(a: &Attached, ino: u64) {
     let Some(c) = state::config() else { return };
-    let Ok(p) = a.fs.ns().path_of(ino) else {
+    let Ok(p) = a.fs.path_of(ino) else {
         return;
     };
     let mut k = c.at.clone();
@@ -372,7 +372,7 @@ pub unsafe extern "C" fn getcwd(b: *mut c_char, n: size_t) -> *mut c_char {
     let c = state::config().expect("attached, so configured");
     let cwd = a.cwd.read().cwd();
     let mut p = c.at.clone();
-    match a.fs.ns().path_of(cwd) {
+    match a.fs.path_of(cwd) {
         // The pool's root is the directory `at` itself (no trailing "/").
         Ok(rel) if rel == b"/" => {}
         Ok(rel) => {

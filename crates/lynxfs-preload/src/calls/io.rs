@@ -638,7 +638,7 @@ unsafe fn map_through_mount(
 ) -> lynxfs::Result<*mut c_void> {
     let c = state::config().ok_or(err(libc::ENODEV))?;
     let mut path = c.at.clone();
-    path.extend_from_slice(&a.fs.ns().path_of(o.ino)?);
+    path.extend_from_slice(&a.fs.path_of(o.ino)?);
     let path = std::ffi::CString::new(path).map_err(|_| err(libc::ENODEV))?;
     let acc = if prot & libc::PROT_WRITE != 0 {
         libc::O_RDWR

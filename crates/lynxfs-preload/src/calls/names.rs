@@ -19,7 +19,7 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
         at_path(
             dirfd,
             path,
-            |s, p| s.mkdir(p, mode & !state::umask()).map(|()| 0),
+            |s, p| s.mkdir(p, mode).map(|()| 0),
             |fd, p| real::mkdirat(fd, p, mode),
         )
     }
@@ -38,16 +38,12 @@ pub unsafe extern "C" fn mknodat(
     mode: mode_t,
     dev: libc::dev_t,
 ) -> c_int {
-    let kind = mode & libc::S_IFMT;
     // SAFETY: the caller's arguments.
     unsafe {
         at_path(
             dirfd,
             path,
-            |s, p| {
-                s.mknod(p, kind | (mode & !kind & !state::umask()), dev)
-                    .map(|()| 0)
-            },
+            |s, p| s.mknod(p, mode, dev).map(|()| 0),
             |fd, p| real::mknodat(fd, p, mode, dev),
         )
     }
@@ -115,7 +111,7 @@ fn from_root(a: &state::Attached, base: &Base, rel: &[u8]) -> lynxfs::Result<Vec
         Base::Cwd => a.cwd.read().cwd(),
         Base::Dir(o) => o.ino,
     };
-    let mut p = a.fs.ns().path_of(dir)?;
+    let mut p = a.fs.path_of(dir)?;
     p.push(b'/');
     p.extend_from_slice(rel);
     // The root-relative form: no leading '/' (that would leave the pool).
@@ -314,11 +310,10 @@ fn link_ino(s: &Caller, ino: u64, new: &[u8]) -> lynxfs::Result<()> {
         return Err(err(libc::EEXIST));
     }
     let parent = s.resolve(dir, true)?;
-    let ns = s.fs().ns();
-    if ns.lookup(parent, name, &s.cred).is_ok() {
+    if s.fs().ns().lookup(parent, name, &s.cred).is_ok() {
         return Err(err(libc::EEXIST));
     }
-    ns.link(ino, parent, name, &s.cred)
+    s.fs().link_in(ino, parent, name, &s.cred)
 }
 
 #[no_mangle]
@@ -421,7 +416,7 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: libc::off64_t) -> c_
 /// Changes attributes of what `p` names (the link itself with `nofollow`).
 fn setattr_path(s: &Caller, p: &[u8], nofollow: bool, a: &SetAttr) -> lynxfs::Result<c_int> {
     let ino = s.resolve(p, !nofollow)?;
-    s.fs().ns().setattr(ino, a, &s.cred).map(|_| 0)
+    s.fs().setattr(ino, a, &s.cred).map(|_| 0)
 }
 
 #[no_mangle]
@@ -440,14 +435,14 @@ pub unsafe extern "C" fn fchmodat(
             |s, p| {
                 if nofollow {
                     let ino = s.resolve(p, false)?;
-                    if s.fs().ns().mode(ino) & libc::S_IFMT == libc::S_IFLNK {
+                    if s.fs().mode(ino) & libc::S_IFMT == libc::S_IFLNK {
                         return Err(err(libc::EOPNOTSUPP));
                     }
                     let a = SetAttr {
                         mode: Some(mode),
                         ..Default::default()
                     };
-                    return s.fs().ns().setattr(ino, &a, &s.cred).map(|_| 0);
+                    return s.fs().setattr(ino, &a, &s.cred).map(|_| 0);
                 }
                 s.chmod(p, mode).map(|()| 0)
             },
@@ -471,7 +466,7 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
                 mode: Some(mode),
                 ..Default::default()
             };
-            a.fs.ns().setattr(o.ino, &s, &a.root.read().cred).map(|_| 0)
+            a.fs.setattr(o.ino, &s, &a.root.read().cred).map(|_| 0)
         },
         // SAFETY: the C library's fchmod with the caller's arguments.
         || unsafe { real::fchmod(fd, mode) },
@@ -538,7 +533,7 @@ pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -
                 gid: id(gid),
                 ..Default::default()
             };
-            a.fs.ns().setattr(o.ino, &s, &a.root.read().cred).map(|_| 0)
+            a.fs.setattr(o.ino, &s, &a.root.read().cred).map(|_| 0)
         },
         // SAFETY: the C library's fchown with the caller's arguments.
         || unsafe { real::fchown(fd, uid, gid) },
@@ -595,9 +590,8 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
     on_fd(
         fd,
         |a, o| {
-            a.fs.ns()
-                // SAFETY: the caller's times.
-                .setattr(o.ino, &unsafe { times(t) }?, &a.root.read().cred)
+            // SAFETY: the caller's times.
+            a.fs.setattr(o.ino, &unsafe { times(t) }?, &a.root.read().cred)
                 .map(|_| 0)
         },
         // SAFETY: the C library's futimens with the caller's arguments.

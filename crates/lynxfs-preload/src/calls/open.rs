@@ -8,39 +8,26 @@ use super::{err, locks};
 use crate::fds::{self, Open};
 use crate::real;
 use crate::route::at_path;
-use crate::state::{self, Caller};
+use crate::state::Caller;
 
 /// Open `p` in the pool: an engine handle behind a reserved kernel fd.
-/// `O_TMPFILE` makes a file in the directory `p` names, as O_CREAT does a named one.
+/// `O_TMPFILE` makes a file in the directory `p` names, as O_CREAT does a named one
+/// (the session applies the umask, unless a default ACL replaces it).
 fn pool_open(s: &Caller, p: &[u8], flags: c_int, mode: mode_t) -> lynxfs::Result<c_int> {
-    let creates = flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE;
-    let mode = if creates {
-        mode & !state::umask()
-    } else {
-        mode
-    };
-    let h = s.open(p, flags, mode)?;
-    install(s.fs(), h, flags & libc::O_CLOEXEC != 0)
+    let o = s.open_file(p, flags, mode)?;
+    install(s.fs(), o, flags & libc::O_CLOEXEC != 0)
 }
 
-/// A kernel fd for engine handle `h` (closed again if none can be had).
-pub fn install(fs: &lynxfs::Fs, h: lynxfs::Fd, cloexec: bool) -> lynxfs::Result<c_int> {
-    let ino = match fs.fd_ino(h) {
-        Ok(ino) => ino,
-        Err(e) => {
-            let _ = fs.close_fd(h);
-            return Err(e);
-        }
-    };
-    let is_dir = lynxfs::meta::is_dir(fs.ns().mode(ino));
+/// A kernel fd for the engine's open `o` (closed again if none can be had).
+fn install(fs: &lynxfs::Fs, o: lynxfs::Opened, cloexec: bool) -> lynxfs::Result<c_int> {
     let fd = match fds::reserve(cloexec) {
         Ok(fd) => fd,
         Err(e) => {
-            let _ = fs.close_fd(h);
+            let _ = fs.close_fd(o.fd);
             return Err(err(e));
         }
     };
-    let open = Open::new(h, ino, is_dir);
+    let open = Open::new(o.fd, o.ino, o.mode & libc::S_IFMT == libc::S_IFDIR);
     fds::insert(fd, Arc::new(open));
     Ok(fd)
 }

@@ -29,7 +29,7 @@ pub const ENV_CWD: &str = "LYNXFS_CWD";
 fn cwd_to_pass() -> Option<Vec<u8>> {
     let a = state::attached_now().filter(|_| state::cwd_in_pool())?;
     let ino = a.cwd.read().cwd();
-    a.fs.ns().path_of(ino).ok()
+    a.fs.path_of(ino).ok()
 }
 
 /// Registers the fork handlers; called once at load.

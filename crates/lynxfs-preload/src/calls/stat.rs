@@ -251,7 +251,7 @@ fn access_pool(s: &Caller, p: &[u8], mode: c_int, nofollow: bool) -> lynxfs::Res
     }
     let ino = s.resolve(p, !nofollow)?;
     if mode != libc::F_OK {
-        s.fs().ns().may(ino, &s.cred, mode as u32)?;
+        s.fs().access(ino, &s.cred, mode as u32)?;
     }
     Ok(0)
 }

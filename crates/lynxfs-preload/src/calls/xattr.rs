@@ -53,7 +53,7 @@ unsafe fn get(
             path,
             |s, p| {
                 let ino = ino_of(s, p, follow)?;
-                answer(&s.fs().ns().getxattr(ino, name_of(name)?, &s.cred)?, v, n)
+                answer(&s.fs().getxattr(ino, name_of(name)?, &s.cred)?, v, n)
             },
             |_, p| {
                 if follow {
@@ -99,9 +99,7 @@ pub unsafe extern "C" fn fgetxattr(
         fd,
         |a: &Attached, o| {
             answer(
-                &a.fs
-                    .ns()
-                    .getxattr(o.ino, name_of(name)?, &a.root.read().cred)?,
+                &a.fs.getxattr(o.ino, name_of(name)?, &a.root.read().cred)?,
                 v,
                 n,
             )
@@ -127,7 +125,6 @@ unsafe fn set(
             |s, p| {
                 let ino = ino_of(s, p, follow)?;
                 s.fs()
-                    .ns()
                     .setxattr(ino, name_of(name)?, buf(v, n)?, flags, &s.cred)
                     .map(|()| 0)
             },
@@ -179,8 +176,7 @@ pub unsafe extern "C" fn fsetxattr(
         |a: &Attached, o| {
             // SAFETY: the caller's value of `n` bytes.
             let value = unsafe { buf(v, n) }?;
-            a.fs.ns()
-                .setxattr(o.ino, name_of(name)?, value, flags, &a.root.read().cred)
+            a.fs.setxattr(o.ino, name_of(name)?, value, flags, &a.root.read().cred)
                 .map(|()| 0)
         },
         // SAFETY: the C library's fsetxattr with the caller's arguments.
@@ -196,7 +192,7 @@ unsafe fn list_at(path: *const c_char, out: *mut c_char, n: size_t, follow: bool
             path,
             |s, p| {
                 let ino = ino_of(s, p, follow)?;
-                answer(&list(s.fs().ns().listxattr(ino, &s.cred)?), out.cast(), n)
+                answer(&list(s.fs().listxattr(ino, &s.cred)?), out.cast(), n)
             },
             |_, p| {
                 if follow {
@@ -227,7 +223,7 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, out: *mut c_char, n: size_t) -> s
         fd,
         |a: &Attached, o| {
             answer(
-                &list(a.fs.ns().listxattr(o.ino, &a.root.read().cred)?),
+                &list(a.fs.listxattr(o.ino, &a.root.read().cred)?),
                 out.cast(),
                 n,
             )
@@ -245,10 +241,7 @@ unsafe fn remove(path: *const c_char, name: *const c_char, follow: bool) -> c_in
             path,
             |s, p| {
                 let ino = ino_of(s, p, follow)?;
-                s.fs()
-                    .ns()
-                    .removexattr(ino, name_of(name)?, &s.cred)
-                    .map(|()| 0)
+                s.fs().removexattr(ino, name_of(name)?, &s.cred).map(|()| 0)
             },
             |_, p| {
                 if follow {
@@ -278,8 +271,7 @@ pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
     on_fd(
         fd,
         |a: &Attached, o| {
-            a.fs.ns()
-                .removexattr(o.ino, name_of(name)?, &a.root.read().cred)
+            a.fs.removexattr(o.ino, name_of(name)?, &a.root.read().cred)
                 .map(|()| 0)
         },
         // SAFETY: the C library's fremovexattr with the caller's arguments.

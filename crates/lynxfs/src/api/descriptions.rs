@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::{Fd, Fs, OpenFile};
+use super::open::OpenFile;
+use super::{Fd, Fs};
 use crate::error::Result;
 use crate::pmem::Backend;
 use crate::runtime::descriptions::{Described, SETTABLE};

@@ -32,6 +32,9 @@ pub struct NewNode<'a> {
     pub rdev: u64,
     /// A symlink's target.
     pub target: Option<&'a [u8]>,
+    /// The creator's umask, applied to `mode` unless the parent's default ACL decides
+    /// the new inode's permissions instead (`posix_acl_create`).
+    pub umask: u32,
 }
 
 impl<B: Backend> Namespace<B> {
@@ -252,10 +255,13 @@ impl<B: Backend> Namespace<B> {
             cred.gid
         };
         // A default ACL on the parent gives the new inode its ACLs and decides its
-        // permission bits (the caller applied no umask then: `umask_for`).
+        // permission bits; else the creator's umask takes its share of them.
         let inherited = self.inherited_acls(parent, mode)?;
-        if let Some((_, m)) = &inherited {
-            mode = *m;
+        match &inherited {
+            Some((_, m)) => mode = *m,
+            // A symlink's permission bits are always 0777.
+            None if mode & libc::S_IFMT != libc::S_IFLNK => mode &= !(node.umask & 0o777),
+            None => {}
         }
         let now = now_ns();
         let image = inode::InodeImage {
@@ -300,14 +306,26 @@ impl<B: Backend> Namespace<B> {
 
     /// An unnamed regular file in directory `parent` (`O_TMPFILE`): an orphan from
     /// the start, freed at its last close (or by recovery: nothing names it). With
-    /// `linkable`, [`Namespace::link`] may give it a name.
-    pub fn tmpfile(&self, parent: u64, mode: u32, cred: &Cred, linkable: bool) -> Result<u64> {
+    /// `linkable`, [`Namespace::link`] may give it a name. `umask` as in [`NewNode`].
+    pub fn tmpfile(
+        &self,
+        parent: u64,
+        (mode, umask): (u32, u32),
+        cred: &Cred,
+        linkable: bool,
+    ) -> Result<u64> {
         within_reserve_of(cred.is_root(), || {
-            self.tmpfile_op(parent, mode, cred, linkable)
+            self.tmpfile_op(parent, (mode, umask), cred, linkable)
         })
     }
 
-    fn tmpfile_op(&self, parent: u64, mode: u32, cred: &Cred, linkable: bool) -> Result<u64> {
+    fn tmpfile_op(
+        &self,
+        parent: u64,
+        (mode, umask): (u32, u32),
+        cred: &Cred,
+        linkable: bool,
+    ) -> Result<u64> {
         self.op(|| {
             // Linux makes them in a removed directory still held too (vfs_tmpfile has
             // no dead-directory check, and no name is added to it).
@@ -321,6 +339,7 @@ impl<B: Backend> Namespace<B> {
                 mode: libc::S_IFREG | (mode & 0o7777),
                 rdev: 0,
                 target: None,
+                umask,
             };
             let ino = self.new_unnamed_inode(parent, node, cred, false)?;
             // Live from here (its INO word is fenced), but no name leads to it.
@@ -447,6 +466,7 @@ impl<B: Backend> Namespace<B> {
         }
         check_name(name)?;
         self.live(ino)?;
+        self.may_link(ino, cred)?;
         // The incarnation of `ino` the caller named: a number freed and reused for
         // another file (perhaps a directory) must not get this link.
         let generation = self.load(ino, inode::GENERATION);

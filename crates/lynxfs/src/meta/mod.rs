@@ -4,6 +4,7 @@
 //! (docs/CONSISTENCY.md).
 
 pub mod acl;
+pub mod atime;
 mod attr;
 pub mod cachelet;
 pub mod create;
@@ -13,8 +14,10 @@ pub mod flags;
 pub mod free_slots;
 pub mod gate;
 pub mod index;
+pub mod killpriv;
 pub mod mechanisms;
 pub mod perm;
+mod protected;
 mod readdir;
 mod remove;
 mod rename;

@@ -562,6 +562,7 @@ impl<B: Backend> Namespace<B> {
             mode: libc::S_IFCHR,
             rdev: 0,
             target: None,
+            umask: 0,
         };
         self.new_unnamed_inode(parent, node, cred, true)
     }

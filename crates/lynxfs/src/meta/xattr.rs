@@ -34,15 +34,6 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
-    /// The umask to apply when creating in `parent`: none when the directory has a
-    /// default ACL, which then decides the new inode's permissions (`posix_acl_create`).
-    pub fn umask_for(&self, parent: u64, umask: u32) -> u32 {
-        match self.stored_acl(parent, acl::DEFAULT) {
-            Ok(Some(_)) => 0,
-            _ => umask,
-        }
-    }
-
     /// Linux's xattr rules: a known namespace prefix; `user.` only on regular files
     /// and directories, by file permission; `trusted.` for root only; `security.` and
     /// `system.` readable by all, writable by root only (the ACL names by the owner

@@ -273,7 +273,8 @@ pub fn all_ops() -> Vec<Op> {
         op("tmpfile-link", |c, i| {
             let d1 = c.s().stat("/d1")?.ino;
             let fd =
-                c.fs.open_tmpfile(d1, 0o640, libc::O_RDWR, &lynxfs::Cred::root())?;
+                c.fs.open_tmpfile(d1, (0o640, 0), libc::O_RDWR, &lynxfs::Cred::root())?
+                    .fd;
             let r = c.fs.write(fd, b"tmp").and_then(|_| {
                 let ino = c.fs.fstat(fd)?.ino;
                 c.fs.ns()

@@ -1,0 +1,252 @@
+//! Opening and closing: the open-file table's entries, the rules an open obeys
+//! (permission, inode flags, O_TRUNC), and the handle calls that only look at one.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::{errno, Result};
+use crate::format::inode;
+use crate::meta::{is_dir, perm, Cred, Stat};
+use crate::pmem::Backend;
+
+use super::atime::QuietAtime;
+use super::{Fd, Fs, FMODE_EXEC};
+
+pub(super) struct OpenFile {
+    pub(super) ino: u64,
+    /// The open flags; the status flags in it are the description's until it is
+    /// shared (then they are in the shared slot).
+    pub(super) flags: AtomicI32,
+    /// The position until the description is shared.
+    pub(super) pos: Mutex<u64>,
+    /// The shared description this open file is bound to (0: none; see
+    /// [`Fs::share`]); set once, under `pos`.
+    pub(super) desc: AtomicU64,
+    /// Handles sharing this open file (dup); the last close releases it.
+    pub(super) handles: AtomicU32,
+    /// This process's copy of the file's block map.
+    pub(super) map: crate::data::LocalMap,
+    /// Opened by root (CAP_FSETID): its writes keep set-user-ID bits, as on Linux.
+    pub(super) privileged: bool,
+    /// The opener was in the file's group: its writes keep set-group-ID on a file
+    /// that is not group-executable (Linux's `in_group_or_capable`).
+    pub(super) in_group: bool,
+    /// relatime's last answer for this handle (see [`QuietAtime`]).
+    pub(super) atime: QuietAtime,
+}
+
+/// The permission an open with `flags` needs: execve's open needs execute permission
+/// only (a program may be run by one who may not read it); others read and/or write.
+fn open_wants(flags: i32) -> u32 {
+    if flags & FMODE_EXEC != 0 {
+        return perm::X;
+    }
+    let acc = flags & libc::O_ACCMODE;
+    let mut want = 0;
+    if acc == libc::O_RDONLY || acc == libc::O_RDWR {
+        want |= perm::R;
+    }
+    if acc == libc::O_WRONLY || acc == libc::O_RDWR || flags & libc::O_TRUNC != 0 {
+        want |= perm::W;
+    }
+    want
+}
+
+/// What an open gives every front end in one call: the handle, and the inode it is on
+/// with its mode as the open found it, so that none asks the engine again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Opened {
+    pub fd: Fd,
+    pub ino: u64,
+    pub mode: u32,
+}
+
+impl<B: Backend> Fs<B> {
+    /// A new unnamed file in directory `parent` (`O_TMPFILE`) with permissions `mode`
+    /// less `umask` (unless `parent` has a default ACL), opened with `flags` (which
+    /// must ask for writing); `O_EXCL` keeps it from ever being linked in. It is freed
+    /// when its last handle closes.
+    pub fn open_tmpfile(
+        &self,
+        parent: u64,
+        (mode, umask): (u32, u32),
+        flags: i32,
+        cred: &Cred,
+    ) -> Result<Opened> {
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(errno::EINVAL);
+        }
+        self.op(|| {
+            let linkable = flags & libc::O_EXCL == 0;
+            let ino = self.ns.tmpfile(parent, (mode, umask), cred, linkable)?;
+            let open = flags & !(libc::O_TMPFILE | libc::O_EXCL | libc::O_CREAT);
+            self.open_ino(ino, open, cred, true).inspect_err(|_| {
+                // Never opened: nothing else would free it before recovery.
+                let c = self.ns.cachelets.get(ino);
+                if let Ok(_w) = c.write(self.ns.watch()) {
+                    self.ns.free_if_orphan(ino);
+                }
+            })
+        })
+    }
+
+    /// Open inode `ino` with `flags` (O_RDONLY, O_WRONLY, O_RDWR, O_APPEND, O_TRUNC,
+    /// O_DIRECTORY) as `cred`, who needs no permission for a file it just `created`.
+    pub fn open_ino(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<Opened> {
+        self.op(|| {
+            self.ns.live(ino)?;
+            let o = self.ns.owner_of(ino);
+            // A path's open reaches a symlink only with O_NOFOLLOW (the kernel's FUSE
+            // client never sends one).
+            if o.mode & libc::S_IFMT == libc::S_IFLNK {
+                return Err(errno::ELOOP);
+            }
+            if flags & libc::O_DIRECTORY != 0 && !is_dir(o.mode) {
+                return Err(errno::ENOTDIR);
+            }
+            let acc = flags & libc::O_ACCMODE;
+            if is_dir(o.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
+                return Err(errno::EISDIR);
+            }
+            if !created {
+                self.ns.may(ino, cred, open_wants(flags))?;
+            }
+            may_open_flagged(self.ns.inode_flags(ino), flags)?;
+            self.open_ref(ino)?;
+            if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
+                let in_group = cred.is_root() || cred.in_group(o.gid);
+                if let Err(e) = self.truncate_to_zero(ino, cred.is_root(), in_group) {
+                    self.drop_open_ref(ino);
+                    return Err(e);
+                }
+            }
+            let fd = self.insert_file(OpenFile {
+                ino,
+                flags: AtomicI32::new(flags),
+                pos: Mutex::new(0),
+                desc: AtomicU64::new(0),
+                handles: AtomicU32::new(1),
+                map: Default::default(),
+                privileged: cred.is_root(),
+                in_group: cred.is_root() || cred.in_group(o.gid),
+                atime: Default::default(),
+            });
+            Ok(Opened {
+                fd,
+                ino,
+                mode: o.mode,
+            })
+        })
+    }
+
+    /// A new handle on `f`.
+    pub(super) fn insert_file(&self, f: OpenFile) -> Fd {
+        let fd = self.fds.take();
+        self.files.pin().insert(fd, Arc::new(f));
+        fd
+    }
+
+    /// O_TRUNC: empty the file (held open by the caller).
+    fn truncate_to_zero(&self, ino: u64, privileged: bool, in_group: bool) -> Result<()> {
+        self.ns.drop_capability(ino)?;
+        let c = self.ns.cachelets.get(ino);
+        let _w = c.write(self.ns.watch())?;
+        let size = self
+            .ns
+            .pool
+            .pm
+            .load_u64(self.ns.pool.layout.inode_addr(ino) + inode::SIZE);
+        if size > 0 {
+            let cache = crate::data::MapCache::new(c.map_version(), 0, None);
+            crate::data::truncate(&self.ns.pool, ino, self.ns.lane(), 0, &cache)?;
+            if !privileged {
+                self.ns.clear_setid(ino, in_group);
+            }
+            self.ns.notices.data(ino, 0, 0);
+            Ok(())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The map cache of open file `f`.
+    pub(super) fn map_of<'f>(&'f self, f: &'f OpenFile) -> crate::data::MapCache<'f> {
+        crate::data::MapCache::new(
+            self.ns.cachelets.get(f.ino).map_version(),
+            self.ns.rt.generation(),
+            Some(&f.map),
+        )
+    }
+
+    pub(super) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+        self.files.pin().get(&fd).cloned().ok_or(errno::EBADF)
+    }
+
+    /// Another handle on the same open file, sharing its position.
+    pub fn dup(&self, fd: Fd) -> Result<Fd> {
+        let f = self.file(fd)?;
+        f.handles.fetch_add(1, Ordering::AcqRel);
+        let nfd = self.fds.take();
+        self.files.pin().insert(nfd, f);
+        Ok(nfd)
+    }
+
+    /// Close a handle; the last handle of an open file gives its open reference
+    /// back and, if its description is shared, this process's claim on it.
+    pub fn close_fd(&self, fd: Fd) -> Result<()> {
+        // Each step is an operation of its own, so none is repeated by a retry.
+        let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
+        if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            f.map.forget();
+            self.drop_open_ref(f.ino);
+            let key = f.desc.load(Ordering::Acquire);
+            if key != 0 {
+                self.release(key)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn fd_ino(&self, fd: Fd) -> Result<u64> {
+        Ok(self.file(fd)?.ino)
+    }
+
+    /// The open file of handle `fd`, lent to `then` (no reference count taken: the
+    /// table's guard keeps it alive meanwhile).
+    pub(super) fn with_file<T>(
+        &self,
+        fd: Fd,
+        then: impl FnOnce(&OpenFile) -> Result<T>,
+    ) -> Result<T> {
+        let files = self.files.pin();
+        then(files.get(&fd).ok_or(errno::EBADF)?)
+    }
+
+    /// Every call is durable when it returns: nothing to do.
+    pub fn fsync(&self, fd: Fd) -> Result<()> {
+        self.file(fd).map(drop)
+    }
+
+    pub fn fstat(&self, fd: Fd) -> Result<Stat> {
+        self.ns.getattr(self.file(fd)?.ino)
+    }
+}
+
+/// Linux's open rules for inode flags: no writing open of an immutable file; an
+/// append-only one opens for writing only with O_APPEND, and never with O_TRUNC.
+fn may_open_flagged(iflags: u32, flags: i32) -> Result<()> {
+    use crate::meta::flags::{APPEND, IMMUTABLE};
+    let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+    let appends = flags & libc::O_APPEND != 0 && flags & libc::O_TRUNC == 0;
+    if writes && (iflags & IMMUTABLE != 0 || (iflags & APPEND != 0 && !appends)) {
+        return Err(errno::EPERM);
+    }
+    Ok(())
+}
+
+/// The access mode (O_RDONLY, O_WRONLY, O_RDWR) `f` was opened with: fixed at open.
+pub(super) fn access(f: &OpenFile) -> i32 {
+    f.flags.load(Ordering::Relaxed) & libc::O_ACCMODE
+}

@@ -1,0 +1,109 @@
+//! `Session`: one caller (credentials, a working directory, the scope its paths may
+//! reach), and the calls that move it.
+
+use crate::error::Result;
+use crate::meta::{perm, Cred, Namespace};
+use crate::pmem::Backend;
+
+use super::{held, path, Fs};
+
+/// One caller: credentials, a working directory and a umask.
+pub struct Session<'a, B: Backend> {
+    pub(super) fs: &'a Fs<B>,
+    pub cred: Cred,
+    /// Taken from the permissions of what this caller creates, unless the parent's
+    /// default ACL decides them (0 until [`Session::set_umask`]).
+    pub(super) umask: u32,
+    pub(super) cwd: u64,
+    /// Holds the working directory (none for the root), as a process's cwd holds its
+    /// directory: removed, it stays an empty orphan rather than its number going to a
+    /// new directory that relative paths would then reach.
+    pub(super) cwd_hold: Option<held::HeldIno<'a, B>>,
+    /// Whether paths may leave the pool (see [`path::Scope`]).
+    pub(super) scope: path::Scope,
+}
+
+impl<'a, B: Backend> Session<'a, B> {
+    pub fn fs(&self) -> &'a Fs<B> {
+        self.fs
+    }
+    pub(super) fn ns(&self) -> &'a Namespace<B> {
+        &self.fs.ns
+    }
+
+    /// This caller sees the pool mounted inside a bigger tree: paths leaving it fail
+    /// with [`crate::Error::Outside`] (see [`path::Scope::Mounted`]).
+    pub fn mounted(mut self) -> Self {
+        self.scope = path::Scope::Mounted;
+        self
+    }
+
+    /// The same caller, with relative paths starting at directory `dir` instead (the
+    /// `*at` calls). The caller keeps `dir` alive (an open handle on it).
+    pub fn at(&self, dir: u64) -> Session<'a, B> {
+        Session {
+            fs: self.fs,
+            cred: self.cred.clone(),
+            umask: self.umask,
+            cwd: dir,
+            cwd_hold: None,
+            scope: self.scope,
+        }
+    }
+
+    /// umask(2): what later creates take from the permissions they ask for; the old
+    /// mask is returned.
+    pub fn set_umask(&mut self, mask: u32) -> u32 {
+        std::mem::replace(&mut self.umask, mask & 0o777)
+    }
+
+    /// The working directory's inode.
+    pub fn cwd(&self) -> u64 {
+        self.cwd
+    }
+
+    /// fchdir: work in directory `dir` (held, as [`Session::chdir`] holds), which may
+    /// be a removed directory still open.
+    pub fn fchdir(&mut self, dir: u64) -> Result<()> {
+        let held = self.hold(dir)?;
+        self.ns().directory(dir)?;
+        self.ns().may(dir, &self.cred, perm::X)?;
+        self.cwd = dir;
+        self.cwd_hold = Some(held);
+        Ok(())
+    }
+
+    pub fn resolve(&self, p: impl AsRef<[u8]>, follow: bool) -> Result<u64> {
+        path::resolve(
+            self.ns(),
+            self.cwd,
+            p.as_ref(),
+            follow,
+            &self.cred,
+            self.scope,
+        )
+    }
+
+    /// The parent directory and last name of `p`; the name must be a real one.
+    pub(super) fn parent(&self, p: &[u8]) -> Result<path::Walked> {
+        let mut links = 0;
+        let w = path::walk_parent(self.ns(), self.cwd, p, &self.cred, &mut links, self.scope)?;
+        Ok(w)
+    }
+
+    /// chdir: work in directory `p` (held). A removed directory still held may be
+    /// entered, as Linux allows `chdir(".")` in one.
+    pub fn chdir(&mut self, p: impl AsRef<[u8]>) -> Result<()> {
+        let held = self.resolve_held(p.as_ref(), true)?;
+        self.ns().directory(held.ino)?;
+        self.ns().may(held.ino, &self.cred, perm::X)?;
+        self.cwd = held.ino;
+        self.cwd_hold = Some(held);
+        Ok(())
+    }
+
+    pub fn getcwd(&self) -> Result<String> {
+        let p = self.ns().path_of(self.cwd)?;
+        Ok(String::from_utf8_lossy(&p).into_owned())
+    }
+}
