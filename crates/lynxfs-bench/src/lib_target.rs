@@ -70,6 +70,8 @@ impl LibTarget {
         let pool_file = PoolFile(path.clone());
         Pool::mkfs(&path, opts, PmemBackend::default()).map_err(to_io)?;
         let fs = Fs::open(&path).map_err(to_io)?;
+        // A long-lived process: the first round must not pay a fault per create.
+        fs.pool().populate();
         Ok(Self {
             fs,
             open: Mutex::new(HashSet::new()),
@@ -83,6 +85,7 @@ impl LibTarget {
     /// left in place when this target is dropped.
     pub fn attach(path: &Path) -> io::Result<Self> {
         let fs = Fs::open(path).map_err(to_io)?;
+        fs.pool().populate();
         Ok(Self {
             fs,
             open: Mutex::new(HashSet::new()),

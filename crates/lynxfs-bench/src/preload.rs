@@ -134,6 +134,10 @@ impl PreloadTarget {
             .context("making a directory for the child's report")?;
         let report = out.path().join("report.json");
         let mut cmd = self.command(&self.launch.bench);
+        // One process runs the whole suite: its first round must not pay a fault per
+        // create (liblynxfs_preload's `state::ENV_POPULATE`). The `apps` tools, short
+        // processes each, do not populate.
+        cmd.env("LYNXFS_POPULATE", "1");
         cmd.arg(suite)
             .arg("--target")
             .arg(format!("dir={}", self.dir.display()))

@@ -380,6 +380,8 @@ fn session<B: Backend>(
     if let Some(mode) = o.data {
         pool.set_data_mode(mode);
     }
+    // The daemon lives long: its first requests must not stall on page faults.
+    pool.populate();
     let fs = Arc::new(Fs::new(pool));
     fs.set_atime(o.atime);
     let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);

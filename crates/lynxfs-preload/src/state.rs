@@ -18,6 +18,11 @@ use parking_lot::RwLock;
 /// The environment `lynxfs run` sets: the pool file, and the directory it answers for.
 pub const ENV_POOL: &str = "LYNXFS_POOL";
 pub const ENV_AT: &str = "LYNXFS_AT";
+/// Set (to anything but "" or "0") for a program that will make many calls: it maps the
+/// pool's shared runtime state in when it attaches, so its first calls do not each take
+/// a page fault, at a cost (about 1.3 µs a page, 50 ms for a 4 GiB pool) that a short
+/// program should not pay (docs/BENCHMARKS.md, "First touch and process start").
+pub const ENV_POPULATE: &str = "LYNXFS_POPULATE";
 
 /// Where the pool is, read once from the environment at load time (a program that
 /// later changes its environment does not move the pool).
@@ -26,6 +31,8 @@ pub struct Config {
     /// The directory the pool answers for: absolute, canonical, no trailing '/'
     /// (empty for "/").
     pub at: Vec<u8>,
+    /// Whether to populate the runtime state at attach ([`ENV_POPULATE`]).
+    pub populate: bool,
 }
 
 static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
@@ -44,9 +51,11 @@ fn read_config() -> Option<Config> {
     if !at.starts_with(b"/") && !at.is_empty() {
         return None;
     }
+    let populate = std::env::var_os(ENV_POPULATE).is_some_and(|v| !v.is_empty() && v != "0");
     Some(Config {
         pool: PathBuf::from(pool),
         at,
+        populate,
     })
 }
 
@@ -88,6 +97,9 @@ fn attach() -> Option<Attached> {
     match crate::fds::recording_own(|| Fs::open(&c.pool)) {
         Ok(fs) => {
             let fs: &'static Fs = Box::leak(Box::new(fs));
+            if c.populate {
+                fs.pool().populate();
+            }
             let cred = caller();
             let session = |cred| {
                 let mut s = fs.session(cred).mounted();

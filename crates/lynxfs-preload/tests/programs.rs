@@ -478,6 +478,18 @@ fn coreutils() {
     b.fsck_clean();
 }
 
+/// `LYNXFS_POPULATE` (the runtime state mapped in at attach, for long-lived programs)
+/// changes nothing a program sees.
+#[test]
+fn populating_at_attach_changes_nothing_programs_see() {
+    let _w = watchdog("populating_at_attach", TEST_LIMIT);
+    let b = Bench::new("populate");
+    let keep = ["src/a/one.txt"];
+    let (pool, tmpfs) = b.compare(COREUTILS, &[("LYNXFS_POPULATE", "1")], &keep);
+    assert_same(&pool, &tmpfs, "coreutils with LYNXFS_POPULATE=1");
+    b.fsck_clean();
+}
+
 const TAR: &str = r#"
 set -e
 mkdir -p tree/x/y tree/z

@@ -500,6 +500,22 @@ impl<B: Backend> Pool<B> {
     }
 
     /// The shared runtime state this process is attached to, if any.
+    /// Map the shared runtime state (allocators, journals, the namespace's index and
+    /// cachelets, notices, descriptions) into this process now, so the first
+    /// operations on a fresh pool do not stall on a page fault each: the index is a
+    /// hash table, so early creates land on a new page nearly every time
+    /// (docs/BENCHMARKS.md, "First touch and process start"). Costs about 1.3 µs per
+    /// page of that state (50 ms for a 4 GiB pool with 2^20 inodes): for a process
+    /// that lives long (a mount, a benchmark, a server), not one that runs a few
+    /// calls. The open tables are left out: each process reserves and uses only
+    /// its own. Nothing to do for private runtime state.
+    pub fn populate(&self) {
+        if let Some(a) = &self.runtime {
+            let shared = self.runtime_layout.alloc.start..self.runtime_layout.total;
+            a.region().populate(shared.start, shared.len());
+        }
+    }
+
     pub fn attachment(&self) -> Option<&Arc<Attachment>> {
         self.runtime.as_ref()
     }

@@ -119,6 +119,37 @@ impl Region {
         }
     }
 
+    /// Map the pages of `[off, off+len)` into this process now, writable, so that
+    /// the first operations to use them do not each stop for a page fault (a fault
+    /// cost 2.7 µs on the 2-core EPYC VM of docs/BENCHMARKS.md, populating 1.3 µs a
+    /// page). Only for
+    /// a file's region, whose memory is reserved already: in anonymous memory it
+    /// would allocate pages that may never be used. Best effort: a kernel without
+    /// `MADV_POPULATE_WRITE` (before 5.14) leaves the faults where they were.
+    pub fn populate(&self, off: usize, len: usize) {
+        self.check(off, len, 1);
+        if self.file.is_none() {
+            return;
+        }
+        let first = off / PAGE * PAGE;
+        let end = (off + len)
+            .next_multiple_of(PAGE)
+            .min(self.len.next_multiple_of(PAGE));
+        if first >= end {
+            return;
+        }
+        // SAFETY: [first, end) lies inside the mapping (checked; the mapping is whole
+        // pages) and is page aligned. Populating faults the pages in without changing
+        // a byte of them, so no access, atomic or not, can tell.
+        unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(first).cast(),
+                end - first,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
+    }
+
     /// Set `[off, off+len)` to zeros, giving whole pages back to the system (so a
     /// large part that is reset does not become resident by being written). In a
     /// file, those pages are no longer reserved: the caller reserves them again
@@ -348,6 +379,47 @@ mod tests {
         assert!((0..256).all(|i| !zero(i)), "before the range");
         assert!((256..1280).all(zero), "the range");
         assert!((1280..2048).all(|i| !zero(i)), "after the range");
+    }
+
+    /// Minor page faults of the calling thread so far.
+    fn thread_faults() -> i64 {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::uninit();
+        // SAFETY: getrusage fills the struct it is given; checked before reading.
+        unsafe {
+            assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()), 0);
+            u.assume_init().ru_minflt
+        }
+    }
+
+    #[test]
+    fn a_populated_file_region_takes_no_fault_on_first_write() {
+        let pages = 64;
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let touch = |populate: bool| {
+            let f = File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(dir.path().join("region"))
+                .unwrap();
+            f.set_len((pages * PAGE) as u64).unwrap();
+            let r = Region::map_file(f, pages * PAGE).unwrap();
+            r.reserve(0, pages * PAGE).unwrap();
+            if populate {
+                r.populate(0, pages * PAGE);
+            }
+            let before = thread_faults();
+            for p in 0..pages {
+                r.words(p * PAGE, 1)[0].store(1, Ordering::Relaxed);
+            }
+            thread_faults() - before
+        };
+        assert!(
+            touch(false) >= pages as i64 / 2,
+            "the check sees first-write faults"
+        );
+        assert_eq!(touch(true), 0);
     }
 
     #[test]
