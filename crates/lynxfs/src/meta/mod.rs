@@ -6,6 +6,7 @@
 pub mod acl;
 mod attr;
 pub mod cachelet;
+mod compact;
 pub mod create;
 pub mod dir;
 mod evict;
