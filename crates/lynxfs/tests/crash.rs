@@ -248,8 +248,8 @@ fn block_pointer_swaps_in_sequence() {
     finish("block pointer swaps in sequence", &stats);
 }
 
-/// Directory log compaction crashed at every point: the removal that crosses the
-/// threshold, then the page unlinks, in the judged step (`ops::compaction_steps`).
+/// Directory log compaction crashed at every point: a removal, then the load that
+/// compacts the log, in the judged step (`ops::compaction_steps`).
 #[test]
 fn directory_log_compaction() {
     let steps = ops::compaction_steps();

@@ -9,30 +9,44 @@
 //! one live entry stays, so survivors scattered one per page keep one page each.
 //!
 //! **When.** Every [`CHECK_EVERY`] removals a lane makes in a directory (counted beside
-//! its entry count, `meta::gate`), the removal that reaches it checks the log after it
-//! has let go of the directory: compaction runs when the dead slots (slots below the
-//! tail minus live entries) are at least a page's worth, DirectFS's 4 KB of invalid
+//! its entry count, `meta::gate`; more for a long log, [`DELAY_PER_PAGE`]), the removal
+//! that reaches it checks the log after it has let go of the directory: compaction runs when the dead slots (the slots its
+//! pages hold minus live entries) are at least a page's worth, DirectFS's 4 KB of invalid
 //! entries, and at least as many as the live entries. The absolute threshold keeps a
 //! small directory from ever being rewritten; the relative one makes the walk (it reads
-//! every slot) cost at most twice the removals that paid for it, so unlink stays O(1)
-//! amortized. It takes the gate alone and the load lock without waiting, as eviction
-//! does: if the directory is busy, a later check does it.
+//! each page's slots up to the first in use: all of an empty page's, which then goes)
+//! cost little beside the removals that paid for it, so unlink stays O(1) amortized. It takes the gate alone and the load lock without waiting, as eviction
+//! does: if the directory is busy, a later check does it. A load (the first use
+//! after an attach or an eviction) reads every slot anyway and makes the same check
+//! before the directory can be used, so what the removals' checks missed (the pages
+//! emptied after the last one) goes then.
 
-use crate::format::{dirlog, BLOCK};
+use crate::format::dirlog;
 use crate::pmem::Backend;
 use crate::runtime::lock;
 
 use super::cachelet::{LOADED, REMOVED};
 use super::{Dir, Namespace};
 
-/// Removals a lane makes in one directory between two checks: a page's worth of slots.
-pub const CHECK_EVERY: u32 = dirlog::SLOTS_PER_PAGE as u32;
+/// Removals a lane makes in one directory between two checks, at least: DirectFS's
+/// 4 KB of invalid entries were 64 of its entries.
+pub const CHECK_EVERY: u32 = 64;
+/// Removals added to the interval per log page, so that a check's walk of the chain
+/// (one load per page) costs a removal at most a quarter of a load.
+const DELAY_PER_PAGE: u32 = 4;
 
 impl<B: Backend> Namespace<B> {
     /// A removal from `ino` found a check due (`Dir::remove_entry`); the caller no
     /// longer holds the directory's gate.
     pub(crate) fn compact_if_due(&self, ino: u64) {
         self.compact(ino, false);
+    }
+
+    /// After a check of `d` that walked `pages` pages: the next one in this lane waits
+    /// longer for a long log.
+    fn space_checks(&self, d: &Dir<'_>, pages: u64) {
+        let extra = (pages as u32).saturating_mul(DELAY_PER_PAGE);
+        self.gates.delay_check(d.ino, self.lane(), extra);
     }
 
     /// Give every empty log page of directory `ino` back to the pool now, whatever
@@ -57,22 +71,21 @@ impl<B: Backend> Namespace<B> {
         if c.flags() & (LOADED | REMOVED) != LOADED {
             return 0;
         }
-        if !force && !worth_it(&d, &self.pool) {
-            return 0;
+        let pages = d.pages(&self.pool).len() as u64;
+        if !force {
+            self.space_checks(&d, pages);
+            if !worth_it(&d, pages) {
+                return 0;
+            }
         }
         d.drop_empty_pages(&self.pool, &self.free_slots)
     }
 }
 
-/// Dead slots at least a page's worth and at least the live entries (exact: the gate
-/// is held alone). Counting the slots walks only the chain's links.
-fn worth_it<B: Backend>(d: &Dir<'_>, pool: &crate::pool::Pool<B>) -> bool {
-    let pages = d.pages(pool).len() as u64;
-    let tail = d
-        .cachelet()
-        .tail()
-        .load(std::sync::atomic::Ordering::Acquire);
-    let slots = pages.saturating_sub(1) * dirlog::SLOTS_PER_PAGE + (tail & (BLOCK - 1));
-    let dead = slots.saturating_sub(d.entries());
+/// Dead slots (the slots the log's pages hold, less live entries) at least a page's
+/// worth and at least the live entries (exact: the gate is held alone, or the
+/// directory is being loaded), for a log of `pages` pages.
+pub(super) fn worth_it(d: &Dir<'_>, pages: u64) -> bool {
+    let dead = (pages * dirlog::SLOTS_PER_PAGE).saturating_sub(d.entries());
     dead >= dirlog::SLOTS_PER_PAGE.max(d.entries())
 }

@@ -121,17 +121,30 @@ impl Gates {
     }
 
     /// One more removal in `ino` counted in `lane`; true (and the count starts over)
-    /// every `every` removals, when the caller checks the log for compaction. The word
-    /// is in the record line `remove_entry` has just written.
+    /// once it reaches `every`, when the caller checks the log for compaction. The word
+    /// is in the record line `remove_entry` has just written. A lane whose
+    /// counts race (two threads in one lane) may check early or late: it is a hint.
     pub fn removal_due(&self, ino: u64, lane: u32, every: u32) -> bool {
-        assert!(ino < self.inodes, "inode {ino} out of range");
-        let r = ((u64::from(lane) % self.lanes) * self.inodes + ino) as usize;
-        let w = &self.span.u32s()[r * RECORD / 4 + 1];
-        if w.fetch_add(1, Ordering::AcqRel) + 1 < every {
+        let w = self.removals(ino, lane);
+        if (w.fetch_add(1, Ordering::AcqRel) as i32).wrapping_add(1) < every as i32 {
             return false;
         }
         w.store(0, Ordering::Release);
         true
+    }
+
+    /// Put `ino`'s next check in `lane` off by `extra` more removals (a long log's
+    /// check walks its chain: its cost is spread over more removals).
+    pub fn delay_check(&self, ino: u64, lane: u32, extra: u32) {
+        let extra = extra.min(i32::MAX as u32) as i32;
+        self.removals(ino, lane)
+            .store(extra.wrapping_neg() as u32, Ordering::Release);
+    }
+
+    fn removals(&self, ino: u64, lane: u32) -> &AtomicU32 {
+        assert!(ino < self.inodes, "inode {ino} out of range");
+        let r = ((u64::from(lane) % self.lanes) * self.inodes + ino) as usize;
+        &self.span.u32s()[r * RECORD / 4 + 1]
     }
 
     /// `ino` has `n` entries (its log was just read; no change is under way).
@@ -181,6 +194,8 @@ mod tests {
         g.remove_entry(7, 0);
         assert_eq!(g.entries(7), u64::MAX, "the count beside it is untouched");
         assert!(!g.removal_due(7, 0, 2) && g.removal_due(7, 0, 2));
+        g.delay_check(7, 1, 3);
+        assert_eq!((0..6).filter(|_| g.removal_due(7, 1, 2)).count(), 1);
     }
 
     #[test]
