@@ -8,18 +8,19 @@
 //! walking the old chain reads what it would have read before. The price: a page with
 //! one live entry stays, so survivors scattered one per page keep one page each.
 //!
-//! **When.** Every [`CHECK_EVERY`] removals a lane makes in a directory (counted beside
-//! its entry count, `meta::gate`; more for a long log, [`DELAY_PER_PAGE`]), the removal
-//! that reaches it checks the log after it has let go of the directory: compaction runs when the dead slots (the slots its
-//! pages hold minus live entries) are at least a page's worth, DirectFS's 4 KB of invalid
-//! entries, and at least as many as the live entries. The absolute threshold keeps a
-//! small directory from ever being rewritten; the relative one makes the walk (it reads
-//! each page's slots up to the first in use: all of an empty page's, which then goes)
-//! cost little beside the removals that paid for it, so unlink stays O(1) amortized. It takes the gate alone and the load lock without waiting, as eviction
-//! does: if the directory is busy, a later check does it. A load (the first use
-//! after an attach or an eviction) reads every slot anyway and makes the same check
-//! before the directory can be used, so what the removals' checks missed (the pages
-//! emptied after the last one) goes then.
+//! **When.** Every [`CHECK_EVERY`] removals a lane makes in a directory (counted
+//! beside its entry count, `meta::gate`; more for a long log, [`DELAY_PER_PAGE`]), the
+//! removal that reaches it checks the log once it has let go of the directory.
+//! Compaction runs when the dead slots (the slots its pages hold minus live entries)
+//! are at least a page's worth, DirectFS's 4 KB of invalid entries, and at least as
+//! many as the live entries. The absolute threshold keeps a small directory from ever
+//! being rewritten; the relative one keeps the walk (each page's slots up to the first
+//! in use: all of an empty page's, which then goes) small beside the removals that
+//! paid for it, so unlink stays O(1) amortized. It takes the gate alone and the load
+//! lock without waiting, as eviction does: if the directory is busy, a later check
+//! does it. A load (the first use after an attach or an eviction) reads every slot
+//! anyway and makes the same check before the directory can be used, so what the
+//! removals' checks missed (the pages emptied after the last one) goes then.
 
 use crate::format::dirlog;
 use crate::pmem::Backend;

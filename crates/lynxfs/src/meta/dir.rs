@@ -407,8 +407,8 @@ impl<'a> Dir<'a> {
         drop(b.persist());
         let mut freed = 0;
         for (k, &(page, _)) in pages.iter().enumerate() {
-            if empty[k] {
-                let block = pool.layout.block_of(page).expect("a log page is a block");
+            // Every page of the chain is a block (`data::dir_pages` checks links).
+            if let Some(block) = pool.layout.block_of(page).filter(|_| empty[k]) {
                 pool.alloc.meta_blocks().free(block, 1);
                 freed += 1;
             }
