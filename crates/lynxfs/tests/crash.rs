@@ -248,6 +248,27 @@ fn block_pointer_swaps_in_sequence() {
     finish("block pointer swaps in sequence", &stats);
 }
 
+/// Directory log compaction crashed at every point: a removal, then the load that
+/// compacts the log, in the judged step (`ops::compaction_steps`).
+#[test]
+fn directory_log_compaction() {
+    let steps = ops::compaction_steps();
+    let cfg = Config {
+        pool: (4 << 20, Some(1800)),
+        ..Config::from_env()
+    };
+    let stats = run_workload(
+        "compaction",
+        &[
+            (find(&steps, "compact-fill"), 0),
+            (find(&steps, "compact-unlink"), 1),
+        ],
+        1,
+        &cfg,
+    );
+    finish("directory log compaction", &stats);
+}
+
 /// The operations whose protocol the data mode changes, and their neighbours.
 const INPLACE_OPS: &[&str] = &[
     "write-append",

@@ -113,8 +113,12 @@ impl<'a> Dir<'a> {
     }
 
     /// One entry less (its removal or rename away has committed), counted in `lane`.
-    pub fn remove_entry(&self, lane: u32) {
+    /// True when the log is due a compaction check (`meta::compact`), which the caller
+    /// makes once it no longer holds the directory's gate.
+    pub fn remove_entry(&self, lane: u32) -> bool {
         self.gates.remove_entry(self.ino, lane);
+        self.gates
+            .removal_due(self.ino, lane, super::compact::CHECK_EVERY)
     }
 
     /// Set once its rmdir (or a rename over it) has committed: creates then fail.
@@ -179,6 +183,12 @@ impl<'a> Dir<'a> {
         }
         crate::runtime::testing::stop_here("dir.load");
         self.load(pool, index, free, w)?;
+        // Nobody can change the directory before it is marked loaded, and the load
+        // has just read every slot: a log worth compacting is compacted now, once,
+        // whatever removals' checks missed (`meta::compact`).
+        if super::compact::worth_it(self, self.pages(pool).len() as u64) {
+            self.drop_empty_pages(pool, free);
+        }
         self.c.set_flags(LOADED);
         Ok(true)
     }
@@ -327,12 +337,96 @@ impl<'a> Dir<'a> {
         while free.pop(self.c).is_some() {}
     }
 
-    /// The addresses of the log pages, in order (readdir).
+    /// The addresses of the log pages, in order.
     pub fn pages<B: Backend>(&self, pool: &Pool<B>) -> Vec<u64> {
         crate::data::dir_pages(pool, self.ino)
             .into_iter()
             .map(|b| pool.layout.block_addr(b))
             .collect()
+    }
+
+    /// The log pages, in order, each with the readdir position of its slot 0
+    /// (`dirlog::BASE`): compaction unlinks pages without moving any other's offsets.
+    pub fn pages_with_base<B: Backend>(&self, pool: &Pool<B>) -> Vec<(u64, u64)> {
+        let mut prev = None;
+        self.pages(pool)
+            .into_iter()
+            .map(|page| {
+                let base = dirlog::page_base(pool.pm.load_u64(page + dirlog::BASE), prev);
+                prev = Some(base);
+                (page, base)
+            })
+            .collect()
+    }
+
+    /// Unlink every log page that holds no entry and give it back to the pool; then
+    /// set up the freed slots and the tail again, as a load does. Called with the gate
+    /// held alone and the load lock held, the directory loaded: no slot is being
+    /// claimed, filled or emptied, so a page whose slots are all 0 is empty for good.
+    /// Returns the pages freed. Protocol in docs/CONSISTENCY.md ("Directory log
+    /// compaction").
+    pub(super) fn drop_empty_pages<B: Backend>(&self, pool: &Pool<B>, free: &FreeSlots) -> u64 {
+        let pages = self.pages_with_base(pool);
+        let empty: Vec<bool> = pages
+            .iter()
+            .map(|&(page, _)| {
+                (0..dirlog::SLOTS_PER_PAGE)
+                    .all(|i| pool.pm.load_u64(dirlog::slot_addr(page, i)) == 0)
+            })
+            .collect();
+        if !empty.contains(&true) {
+            return 0;
+        }
+        // First every kept page whose predecessor goes keeps its position explicitly
+        // (the value readers already compute, so storing it changes nothing they see).
+        let mut b = pool.pm.batch();
+        for (k, &(page, base)) in pages.iter().enumerate() {
+            if !empty[k] && k > 0 && empty[k - 1] {
+                b.write_u64(page + dirlog::BASE, dirlog::EXPLICIT | base);
+            }
+        }
+        drop(b.persist());
+        // Then each run of empty pages leaves the chain by one 8-byte store into the
+        // link before it: any of these stores durable without the others still leaves
+        // a well-formed chain (each skips pages of its own).
+        let mut b = pool.pm.batch();
+        let mut link = pool.layout.inode_addr(self.ino) + inode::DIR_LOG;
+        let mut k = 0;
+        let mut kept = Vec::new();
+        while k < pages.len() {
+            if empty[k] {
+                let run_end = (k..pages.len()).find(|&j| !empty[j]).unwrap_or(pages.len());
+                b.write_u64(link, pages.get(run_end).map_or(0, |&(p, _)| p));
+                k = run_end;
+                continue;
+            }
+            kept.push(pages[k].0);
+            link = pages[k].0 + dirlog::NEXT;
+            k += 1;
+        }
+        drop(b.persist());
+        let mut freed = 0;
+        for (k, &(page, _)) in pages.iter().enumerate() {
+            // Every page of the chain is a block (`data::dir_pages` checks links).
+            if let Some(block) = pool.layout.block_of(page).filter(|_| empty[k]) {
+                pool.alloc.meta_blocks().free(block, 1);
+                freed += 1;
+            }
+        }
+        self.drain_slots(free);
+        let tail = tail_after(&kept, pool);
+        for (n, &page) in kept.iter().enumerate() {
+            for i in 0..dirlog::SLOTS_PER_PAGE {
+                let slot = dirlog::slot_addr(page, i);
+                if (n + 1 < kept.len() || i < tail & (BLOCK - 1)) && pool.pm.load_u64(slot) == 0 {
+                    free.push(self.c, slot);
+                }
+            }
+        }
+        self.c.tail().store(tail, Ordering::Release);
+        // Slots threads had in hand may be on a page just freed: none may be used.
+        self.c.map_version().fetch_add(1, Ordering::AcqRel);
+        freed
     }
 }
 

@@ -8,9 +8,10 @@
 //! record per inode in an array of its own, so a CPU writes only its lane's lines. The
 //! cachelet's gate word keeps only the writer (and its waiters), which creates read.
 //!
-//! A record is 16 bytes: the shared holds taken in this lane (32 bits), then this
-//! lane's part of the entry count (64 bits, wrapping: a lane's part goes below zero
-//! when it removes more than it added). The parts add up to the directory's entries;
+//! A record is 16 bytes: the shared holds taken in this lane (32 bits), the removals
+//! this lane made since it last asked for a compaction check (32 bits, `meta::compact`),
+//! then this lane's part of the entry count (64 bits, wrapping: a lane's part goes
+//! below zero when it removes more than it added). The parts add up to the directory's entries;
 //! the sum is exact while the gate is held alone (no change is under way), which is
 //! when rmdir and a rename over a directory read it.
 
@@ -119,6 +120,33 @@ impl Gates {
             .fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// One more removal in `ino` counted in `lane`; true (and the count starts over)
+    /// once it reaches `every`, when the caller checks the log for compaction. The word
+    /// is in the record line `remove_entry` has just written. A lane whose
+    /// counts race (two threads in one lane) may check early or late: it is a hint.
+    pub fn removal_due(&self, ino: u64, lane: u32, every: u32) -> bool {
+        let w = self.removals(ino, lane);
+        if (w.fetch_add(1, Ordering::AcqRel) as i32).wrapping_add(1) < every as i32 {
+            return false;
+        }
+        w.store(0, Ordering::Release);
+        true
+    }
+
+    /// Put `ino`'s next check in `lane` off by `extra` more removals (a long log's
+    /// check walks its chain: its cost is spread over more removals).
+    pub fn delay_check(&self, ino: u64, lane: u32, extra: u32) {
+        let extra = extra.min(i32::MAX as u32) as i32;
+        self.removals(ino, lane)
+            .store(extra.wrapping_neg() as u32, Ordering::Release);
+    }
+
+    fn removals(&self, ino: u64, lane: u32) -> &AtomicU32 {
+        assert!(ino < self.inodes, "inode {ino} out of range");
+        let r = ((u64::from(lane) % self.lanes) * self.inodes + ino) as usize;
+        &self.span.u32s()[r * RECORD / 4 + 1]
+    }
+
     /// `ino` has `n` entries (its log was just read; no change is under way).
     pub fn set_entries(&self, ino: u64, n: u64) {
         for k in 0..self.lanes {
@@ -155,6 +183,19 @@ mod tests {
         assert_eq!((g.entries(7), g.entries(8)), (2, 1));
         g.set_entries(7, 0);
         assert_eq!(g.entries(7), 0);
+    }
+
+    #[test]
+    fn a_removal_check_falls_due_every_n_removals_per_lane() {
+        let (_, _, g) = parts();
+        let due = |lane| (0..9).filter(|_| g.removal_due(7, lane, 3)).count();
+        assert_eq!(due(0), 3);
+        assert_eq!(due(1), 3);
+        g.remove_entry(7, 0);
+        assert_eq!(g.entries(7), u64::MAX, "the count beside it is untouched");
+        assert!(!g.removal_due(7, 0, 2) && g.removal_due(7, 0, 2));
+        g.delay_check(7, 1, 3);
+        assert_eq!((0..6).filter(|_| g.removal_due(7, 1, 2)).count(), 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod acl;
 pub mod atime;
 mod attr;
 pub mod cachelet;
+mod compact;
 pub mod create;
 pub mod dir;
 mod evict;

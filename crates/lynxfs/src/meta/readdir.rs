@@ -1,6 +1,7 @@
 //! readdir: a walk over the directory's log slots. An entry's offset is its slot's
-//! position (after "." and ".."), and slots never move, so an offset stays valid while
-//! other entries come and go. The walk takes no lock: a half-created entry still has
+//! position (after "." and ".."), and slots never move (compaction only unlinks empty
+//! pages, and the pages after keep their positions, `dirlog::BASE`), so an offset
+//! stays valid while other entries come and go. The walk takes no lock: a half-created entry still has
 //! its valid bit clear and is skipped.
 
 use crate::error::Result;
@@ -50,24 +51,25 @@ impl<B: Backend> Namespace<B> {
                     next: 2,
                 });
             }
-            let start = offset.saturating_sub(2);
-            let pages = d.pages(&self.pool);
-            let per = dirlog::SLOTS_PER_PAGE;
-            let mut pos = start;
-            while out.len() < max {
-                let Some(&page) = pages.get((pos / per) as usize) else {
+            let mut pos = offset.saturating_sub(2);
+            for (page, base) in d.pages_with_base(&self.pool) {
+                if out.len() >= max {
                     break;
-                };
-                let slot = dirlog::slot_addr(page, pos % per);
-                if let Some((name, e)) = super::dir::read_entry(&self.pool, dir, slot) {
-                    out.push(DirEntry {
-                        name: name.into_vec(),
-                        ino: e.ino,
-                        dtype: e.dtype,
-                        next: pos + 3,
-                    });
                 }
-                pos += 1;
+                // Positions a compaction gave back (between pages) hold nothing.
+                pos = pos.max(base);
+                while pos < base + dirlog::SLOTS_PER_PAGE && out.len() < max {
+                    let slot = dirlog::slot_addr(page, pos - base);
+                    if let Some((name, e)) = super::dir::read_entry(&self.pool, dir, slot) {
+                        out.push(DirEntry {
+                            name: name.into_vec(),
+                            ino: e.ino,
+                            dtype: e.dtype,
+                            next: pos + 3,
+                        });
+                    }
+                    pos += 1;
+                }
             }
             Ok(out)
         })

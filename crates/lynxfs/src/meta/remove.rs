@@ -25,6 +25,7 @@ impl<B: Backend> Namespace<B> {
             return Err(errno::EISDIR);
         }
         self.op(|| self.remove(parent, name, cred, false))
+            .map(|due| self.after_removal(parent, due))
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
@@ -34,6 +35,18 @@ impl<B: Backend> Namespace<B> {
             _ => {}
         }
         self.op(|| self.remove(parent, name, cred, true))
+            .map(|due| self.after_removal(parent, due))
+    }
+
+    /// A removal from `parent` that found its log due a compaction check makes it,
+    /// as an operation of its own, once it holds nothing of the directory.
+    pub(crate) fn after_removal(&self, parent: u64, due: bool) {
+        if due {
+            let _ = self.op(|| {
+                self.compact_if_due(parent);
+                Ok(())
+            });
+        }
     }
 
     /// Set an entry Ready -> Leaving; `None` if it is not there (or not ready).
@@ -46,7 +59,8 @@ impl<B: Backend> Namespace<B> {
         self.index.stay(&e);
     }
 
-    fn remove(&self, parent: u64, name: &[u8], cred: &Cred, want_dir: bool) -> Result<()> {
+    /// True when the parent's log is due a compaction check (`Dir::remove_entry`).
+    fn remove(&self, parent: u64, name: &[u8], cred: &Cred, want_dir: bool) -> Result<bool> {
         check_name(name)?;
         let dir = self.enter(parent)?;
         let pown = self.owner(parent);
@@ -144,7 +158,7 @@ impl<B: Backend> Namespace<B> {
         self.notices.name(parent, name, e.ino);
         drop(il);
         self.index.remove(&e);
-        dir.remove_entry(self.lane());
+        let due = dir.remove_entry(self.lane());
         dir.release_slot(&self.free_slots, e.slot);
         self.pool.alloc.dentries.free(
             self.pool
@@ -164,7 +178,7 @@ impl<B: Backend> Namespace<B> {
             c.set_flags(ORPHAN);
         }
         drop(cw);
-        Ok(())
+        Ok(due)
     }
 
     /// Type and sticky-bit checks; for rmdir, the victim directory (loaded).

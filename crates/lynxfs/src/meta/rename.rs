@@ -115,8 +115,10 @@ impl<B: Backend> Namespace<B> {
                 }
             }
         })
+        .map(|due| self.after_removal(sp, due))
     }
 
+    /// One try; true when the source directory's log is due a compaction check.
     #[allow(clippy::too_many_arguments)]
     fn rename_once(
         &self,
@@ -127,7 +129,7 @@ impl<B: Backend> Namespace<B> {
         flags: RenameFlags,
         cred: &Cred,
         serial: bool,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         if flags.exchange && (flags.noreplace || flags.whiteout) {
             return Err(errno::EINVAL);
         }
@@ -165,7 +167,7 @@ impl<B: Backend> Namespace<B> {
         let sdir: &super::Dir<'_> = &sdir;
         let plan = self.plan(sp, sn, dp, dn, flags, cred, serial)?;
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
-            return Ok(()); // two names of one file: POSIX says do nothing
+            return Ok(false); // two names of one file: POSIX says do nothing
         }
         // The new dentries first (not valid): the index compares a claimed name with
         // its dentry's.
@@ -240,7 +242,8 @@ impl<B: Backend> Namespace<B> {
         if victim.as_ref().is_some_and(|v| v.entries() > 0) {
             return Err(undo(errno::ENOTEMPTY));
         }
-        self.commit_rename(&plan, &news, sp, sdir, dp, ddir, flags, lane)
+        let due = self
+            .commit_rename(&plan, &news, sp, sdir, dp, ddir, flags, lane)
             .map_err(undo)?;
         self.notices.name(sp, sn, plan.src.ino);
         self.notices.name(dp, dn, plan.dst.map_or(0, |d| d.ino));
@@ -252,7 +255,7 @@ impl<B: Backend> Namespace<B> {
         if let Some(d) = plan.dst.filter(|_| !flags.exchange) {
             self.drop_link(d.ino, plan.dst_dir, now_ns());
         }
-        Ok(())
+        Ok(due)
     }
 
     /// Look at both names and check every rule before anything is claimed.
@@ -447,6 +450,8 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
+    /// Commit the rename; true when the source directory's log is due a compaction
+    /// check (`Dir::remove_entry`).
     #[allow(clippy::too_many_arguments)]
     fn commit_rename(
         &self,
@@ -458,7 +463,7 @@ impl<B: Backend> Namespace<B> {
         ddir: &super::Dir,
         flags: RenameFlags,
         lane: u32,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let pool = &self.pool;
         let now = now_ns();
         // Each new dentry commits with the state word written into it (`BORN`).
@@ -533,9 +538,7 @@ impl<B: Backend> Namespace<B> {
         if let Some(d) = plan.dst {
             self.index.remove(&d);
         }
-        if new_src.is_none() {
-            sdir.remove_entry(lane);
-        }
+        let due = new_src.is_none() && sdir.remove_entry(lane);
         if plan.dst.is_none() {
             ddir.add_entry(lane);
         }
@@ -543,7 +546,7 @@ impl<B: Backend> Namespace<B> {
         if let Some(d) = plan.dst {
             self.retire_dentry(ddir, d);
         }
-        Ok(())
+        Ok(due)
     }
 
     /// Is (parent, name) in the index in a state other than Ready: being created,

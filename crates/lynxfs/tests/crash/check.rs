@@ -26,6 +26,9 @@ pub struct Config {
     /// atomic, the state before or after; inplace, also any mix of their bytes with
     /// the metadata of one of them (`State::torn_between`).
     pub data: DataMode,
+    /// The pool's size and inode count (`None`: mkfs's default), when a workload needs
+    /// more than [`POOL`] holds (a directory of over a thousand names).
+    pub pool: (u64, Option<u64>),
 }
 
 impl Config {
@@ -38,6 +41,7 @@ impl Config {
             seed: 0x1f5_c0de,
             recrash_images: if long { usize::MAX } else { 6 },
             data: DataMode::Atomic,
+            pool: (POOL, None),
         }
     }
 }
@@ -272,8 +276,17 @@ pub fn fresh_pool(lanes: u32) -> (Fs<RecordingBackend>, RecordingBackend) {
 
 /// [`fresh_pool`] made with data mode `data`.
 pub fn fresh_pool_in(lanes: u32, data: DataMode) -> (Fs<RecordingBackend>, RecordingBackend) {
+    fresh_pool_sized(lanes, data, (POOL, None))
+}
+
+fn fresh_pool_sized(
+    lanes: u32,
+    data: DataMode,
+    (size, inodes): (u64, Option<u64>),
+) -> (Fs<RecordingBackend>, RecordingBackend) {
     let rec = RecordingBackend::new();
-    let mut o = MkfsOptions::new(POOL);
+    let mut o = MkfsOptions::new(size);
+    o.inodes = inodes;
     o.lanes = lanes;
     o.data = data;
     let fs = Fs::in_memory(&o, rec.clone()).expect("in-memory pool");
@@ -561,7 +574,7 @@ impl<'c> Judge<'c> {
 /// Crash points of the steps before `from` are not judged (a sequence's first step
 /// from the same start is the single-operation workload, already checked).
 pub fn run_workload(name: &str, steps: &[(Op, usize)], from: usize, cfg: &Config) -> Stats {
-    let (fs, rec) = fresh_pool_in(1, cfg.data);
+    let (fs, rec) = fresh_pool_sized(1, cfg.data, cfg.pool);
     let layout = fs.pool().layout;
     let c = Ctx::new(&fs);
     setup(&c);

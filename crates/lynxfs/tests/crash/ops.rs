@@ -522,6 +522,38 @@ pub const ACL_PAIRS: &[[&str; 2]] = &[
     ["chmod-acl", "acl-remove-access"],
 ];
 
+/// Directory log compaction (`meta::compact`), in two steps: "compact-fill" (not
+/// judged: over a thousand operations) leaves /cd with four log pages: k0 alone in
+/// the first, the second empty, the third full, k1512 alone in the fourth (no removal
+/// check fell on the removal that emptied the second); "compact-unlink" removes k1512,
+/// then the directory is evicted and looked up again: the load finds the log worth
+/// compacting, and the second and the (now empty) last pages leave the chain, the
+/// third keeping its readdir positions.
+pub fn compaction_steps() -> Vec<Op> {
+    vec![
+        op("compact-fill", |c, _| {
+            let s = c.s();
+            s.mkdir("/cd", 0o755)?;
+            for i in 0..1513 {
+                c.fs.close_fd(s.create(format!("/cd/k{i}"), 0o644)?)?;
+            }
+            for i in 1..1008 {
+                s.unlink(format!("/cd/k{i}"))?;
+            }
+            Ok(())
+        }),
+        op("compact-unlink", |c, _| {
+            let pages = || c.s().stat("/cd").map(|st| st.blocks);
+            let before = pages()?;
+            c.s().unlink("/cd/k1512")?;
+            c.fs.ns().drop_index();
+            c.s().stat("/cd/k0")?;
+            assert_eq!(pages()?, before / 2, "two of its four pages went");
+            Ok(())
+        }),
+    ]
+}
+
 pub fn find(ops: &[Op], name: &str) -> Op {
     *ops.iter()
         .find(|o| o.name == name)
