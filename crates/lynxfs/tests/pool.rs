@@ -341,6 +341,12 @@ fn bad_bytes_in_both_superblock_copies_are_refused_cleanly_or_harmless() {
     let img = good_image();
     for off in (0..256).step_by(3) {
         for v in [0u8, 0xff, 0x41] {
+            // A copy that already holds `v` there stays intact and the pool opens from
+            // it (the one-copy test's case): whether it does depends on the UUID and
+            // the time, through the checksum's bytes, so it is left out here.
+            if [0usize, 4096].iter().any(|&base| img[base + off] == v) {
+                continue;
+            }
             let mut bad = img.clone();
             for base in [0usize, 4096] {
                 bad[base + off] = v;
@@ -348,9 +354,6 @@ fn bad_bytes_in_both_superblock_copies_are_refused_cleanly_or_harmless() {
                     let crc = crc32c::crc32c(&bad[base..base + 252]);
                     bad[base + 252..base + 256].copy_from_slice(&crc.to_le_bytes());
                 }
-            }
-            if bad == img {
-                continue;
             }
             let what = format!("byte {off} = {v:#x} in both copies");
             match (expected(&bad[..256], off), open_image(&bad)) {
