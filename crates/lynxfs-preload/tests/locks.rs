@@ -12,14 +12,14 @@
 //! closes; `try` tries without waiting and says "got" or "busy". Needs root (a FUSE
 //! mount, uid 1000 for the other user) and python3, sqlite3 in /usr/bin.
 
-use lynxfs_test_support::{built, child, watchdog};
+use lynxfs_test_support::built::preload as built;
+use lynxfs_test_support::{child, watchdog};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// How long one command may run.
@@ -53,29 +53,6 @@ else:
     except OSError as e:
         print("busy" if e.errno in (11, 13) else "error " + os.strerror(e.errno))
 "#;
-
-struct Built {
-    lynxfs: PathBuf,
-    preload: PathBuf,
-}
-
-fn built() -> &'static Built {
-    static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = built::build(
-                env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-preload", "lynxfs-cli"],
-                &["lynxfs", "liblynxfs_preload.so"],
-            )?;
-            Ok(Built {
-                lynxfs: dir.join("lynxfs"),
-                preload: dir.join("liblynxfs_preload.so"),
-            })
-        })
-        .as_ref()
-        .unwrap_or_else(|e| panic!("{e}"))
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

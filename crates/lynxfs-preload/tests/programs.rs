@@ -16,14 +16,14 @@ use std::hash::{Hash, Hasher};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fs, MkfsOptions, Pool};
 
+use lynxfs_test_support::built::preload as built;
 use lynxfs_test_support::child::{kill_group, spawn_group};
-use lynxfs_test_support::{built, child, watchdog};
+use lynxfs_test_support::{child, watchdog};
 
 /// How long one program (a whole script) may run.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -31,31 +31,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 const TEST_LIMIT: Duration = Duration::from_secs(400);
 
 // ---- building what the tests run ----
-
-/// The lynxfs executable and the preload library of the sources under test.
-struct Built {
-    lynxfs: PathBuf,
-    preload: PathBuf,
-}
-
-/// Built once per test binary (a failed build fails every test, saying why).
-fn built() -> &'static Built {
-    static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = built::build(
-                env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-preload", "lynxfs-cli"],
-                &["lynxfs", "liblynxfs_preload.so"],
-            )?;
-            Ok(Built {
-                lynxfs: dir.join("lynxfs"),
-                preload: dir.join("liblynxfs_preload.so"),
-            })
-        })
-        .as_ref()
-        .unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// Fails the test when a tool the workload needs is not installed.
 fn need(tool: &str, package: &str) {

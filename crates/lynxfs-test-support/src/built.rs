@@ -54,3 +54,29 @@ pub fn build(manifest_dir: &str, packages: &[&str], artifacts: &[&str]) -> Resul
     }
     Ok(dir)
 }
+
+/// The `lynxfs` executable and the preload library of the sources under test.
+pub struct Preload {
+    pub lynxfs: PathBuf,
+    pub preload: PathBuf,
+}
+
+/// [`Preload`], built once per test binary (a failed build fails every test that
+/// asks, saying why).
+pub fn preload() -> &'static Preload {
+    static BUILT: std::sync::OnceLock<Result<Preload, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = build(
+                env!("CARGO_MANIFEST_DIR"),
+                &["lynxfs-preload", "lynxfs-cli"],
+                &["lynxfs", "liblynxfs_preload.so"],
+            )?;
+            Ok(Preload {
+                lynxfs: dir.join("lynxfs"),
+                preload: dir.join("liblynxfs_preload.so"),
+            })
+        })
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
