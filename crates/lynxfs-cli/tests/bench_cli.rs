@@ -4,12 +4,23 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use lynxfs_test_support::child::output_within;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
 const LIMIT: Duration = Duration::from_secs(60);
+
+/// Held by each test for its whole run. A test writes an executable and then runs it;
+/// if the other test forks while that file is still open for writing, the fork's
+/// child holds the descriptor until its exec, and running the file fails with
+/// ETXTBSY ("Text file busy": 1 run in 40 here). One test at a time, no such fork.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A directory holding a copy of `lynxfs` (a copy: the executable finds itself by
 /// its real path, which a symlink would not change).
@@ -28,6 +39,7 @@ fn fake_bench(dir: &Path) {
 
 #[test]
 fn bench_runs_the_harness_beside_it_with_every_argument() {
+    let _alone = alone();
     let d = install_dir();
     fake_bench(d.path());
     let o = output_within(
@@ -44,6 +56,7 @@ fn bench_runs_the_harness_beside_it_with_every_argument() {
 
 #[test]
 fn bench_finds_the_harness_on_the_path_and_says_when_it_is_nowhere() {
+    let _alone = alone();
     let d = install_dir();
     let o = output_within(
         Command::new(d.path().join("lynxfs"))
