@@ -57,6 +57,9 @@ pub enum Error {
     /// A file-system call failed with this errno.
     #[error("{}", errno_name(*.0))]
     Errno(i32),
+    /// A data device's export of its pool's metadata cannot be written or used.
+    #[error("{path}: {what}")]
+    Export { path: PathBuf, what: String },
 }
 
 impl Error {
@@ -89,7 +92,8 @@ impl Error {
             | Error::TooSmall { .. }
             | Error::Truncated { .. }
             | Error::Version { .. }
-            | Error::Corrupt { .. } => libc::EUCLEAN,
+            | Error::Corrupt { .. }
+            | Error::Export { .. } => libc::EUCLEAN,
         }
     }
 }

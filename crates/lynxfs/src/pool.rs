@@ -25,6 +25,7 @@ use crate::runtime::{attach, Attachment, RuntimeFile};
 use crate::time::now_ns;
 use std::sync::Arc;
 
+pub mod export;
 mod file;
 mod mode;
 mod runtime_layout;
