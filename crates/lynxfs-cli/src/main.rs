@@ -76,6 +76,11 @@ enum Cmd {
         /// write (df shows the rest as available).
         #[arg(long, value_name = "PERCENT", default_value_t = lynxfs::pool::DEFAULT_RESERVED_PERCENT)]
         reserved: u32,
+        /// A hybrid pool: metadata in the pool, file data on this block device or file
+        /// (created if missing; an existing one only with --force). The device's header
+        /// names the pool; the pool records the device's path (docs/FORMAT.md).
+        #[arg(long, value_name = "DEVICE_OR_FILE")]
+        data_device: Option<PathBuf>,
         /// Pool file or block device.
         pool: PathBuf,
     },
@@ -237,9 +242,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             data,
             root_owner,
             reserved,
+            data_device,
             pool,
         } => {
             mkfs::run(&mkfs::Request {
+                data_device: data_device.as_deref(),
                 pool: &pool,
                 size,
                 lanes,

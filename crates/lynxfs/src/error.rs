@@ -40,6 +40,13 @@ pub enum Error {
     },
     #[error("{path}: corrupt pool: {what} (run `lynxfs fsck {path}`)")]
     Corrupt { path: PathBuf, what: String },
+    /// A hybrid pool's data device cannot be used with it (`pool::device`).
+    #[error("{device}: {what} (data device of pool {pool})")]
+    Device {
+        pool: PathBuf,
+        device: PathBuf,
+        what: String,
+    },
     #[error("invalid argument: {0}")]
     Invalid(String),
     /// The shared runtime state file of a pool (or its directory) cannot be used.
@@ -92,6 +99,7 @@ impl Error {
             | Error::TooSmall { .. }
             | Error::Truncated { .. }
             | Error::Version { .. }
+            | Error::Device { .. }
             | Error::Corrupt { .. }
             | Error::Export { .. } => libc::EUCLEAN,
         }
