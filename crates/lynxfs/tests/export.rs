@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use lynxfs::pmem::PmemBackend;
-use lynxfs::pool::export::{export, read_export, ExportArea};
+use lynxfs::pool::export::{export, export_hybrid, read_export, DataDevice, ExportArea};
 use lynxfs::{Cred, Fs, MkfsOptions, Pool, TimeSet, Timestamp};
 
 const POOL_SIZE: u64 = 32 << 20;
@@ -364,4 +364,103 @@ fn a_pool_in_use_is_not_exported() {
     .to_string();
     assert!(err.contains("in use"), "{err}");
     drop(fs);
+}
+
+/// A hybrid pool and its data device in one directory.
+fn hybrid(dir: &Path) -> (PathBuf, PathBuf) {
+    let (pool, dev) = (dir.join("hpool"), dir.join("hdev"));
+    let mut opts = MkfsOptions::new(POOL_SIZE);
+    opts.data_device = Some(dev.clone());
+    Pool::mkfs(&pool, &opts, PmemBackend::default()).unwrap();
+    (pool, dev)
+}
+
+#[test]
+fn a_hybrid_pool_moves_with_its_device_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = hybrid(dir.path());
+    populate(&pool);
+    let report = export_hybrid(&pool, PmemBackend::default()).unwrap();
+    assert_eq!(report.header.generation, 1);
+    let before = listing(&pool);
+    // The persistent memory is lost, and the disk moves (another path).
+    std::fs::remove_file(&pool).unwrap();
+    let moved = dir.path().join("moved-dev");
+    std::fs::rename(&dev, &moved).unwrap();
+    let device = DataDevice::open(&moved).unwrap();
+    let new_pool = dir.path().join("new-pool");
+    device.import(&new_pool).unwrap();
+    // The new pool finds its device where it is now, and has the same tree and data.
+    assert_eq!(listing(&new_pool), before);
+    let fs = Fs::open(&new_pool).unwrap();
+    let found = lynxfs::fsck::check(fs.pool());
+    assert!(found.problems.is_empty(), "{:?}", found.problems);
+    drop(fs);
+    // It keeps working and exports again, to the other slot.
+    {
+        let fs = Fs::open(&new_pool).unwrap();
+        let s = fs.session(Cred::root());
+        let fd = s.create("/after-move", 0o600).unwrap();
+        fs.pwrite(fd, b"new data on the device", 0).unwrap();
+        fs.close_fd(fd).unwrap();
+        drop(s);
+        fs.close().unwrap();
+    }
+    let again = export_hybrid(&new_pool, PmemBackend::default()).unwrap();
+    assert_eq!(again.header.generation, 2);
+    assert_ne!(again.header.slot, report.header.slot);
+    let after = listing(&new_pool);
+    std::fs::remove_file(&new_pool).unwrap();
+    let third = dir.path().join("third-pool");
+    DataDevice::open(&moved).unwrap().import(&third).unwrap();
+    assert_eq!(listing(&third), after);
+}
+
+#[test]
+fn a_device_is_refused_when_it_is_not_one_or_holds_another_pools_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = hybrid(dir.path());
+    // Nothing exported yet.
+    let err = DataDevice::open(&dev)
+        .unwrap()
+        .import(&dir.path().join("x"))
+        .expect_err("no export")
+        .to_string();
+    assert!(err.contains("no usable export"), "{err}");
+    export_hybrid(&pool, PmemBackend::default()).unwrap();
+    // Another pool's device with this export copied in: the export is of a pool the
+    // device does not belong to.
+    let other = tempfile::tempdir().unwrap();
+    let (_, other_dev) = hybrid(other.path());
+    let h = DataDevice::open(&dev).unwrap().header;
+    let o = DataDevice::open(&other_dev).unwrap().header;
+    let mut area = vec![0u8; h.export_len as usize];
+    File::open(&dev)
+        .unwrap()
+        .read_exact_at(&mut area, h.export_off)
+        .unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(&other_dev)
+        .unwrap()
+        .write_all_at(&area, o.export_off)
+        .unwrap();
+    let err = DataDevice::open(&other_dev)
+        .unwrap()
+        .import(&other.path().join("x"))
+        .expect_err("a foreign export")
+        .to_string();
+    assert!(err.contains("belongs to pool"), "{err}");
+    assert!(!other.path().join("x").exists());
+    // A pool file is not a device; an all-PM pool has no device to export to.
+    let err = DataDevice::open(&pool)
+        .err()
+        .expect("not a device")
+        .to_string();
+    assert!(err.contains("not a LynxFS data device"), "{err}");
+    let s = Setup::new();
+    let err = export_hybrid(&s.pool(), PmemBackend::default())
+        .expect_err("all-PM")
+        .to_string();
+    assert!(err.contains("not a hybrid pool"), "{err}");
 }

@@ -17,12 +17,15 @@
 //! imported pool is those bytes in a fresh file (zeros elsewhere), so it is the pool
 //! as it was, clean, with the same identity (uuid): it pairs with the same device.
 
-use std::fs::File;
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{file, Access, Pool};
 use crate::error::{Error, Result};
+use crate::format::device::{DeviceHeader, DeviceRecord, HeaderProblem, RECORD_A, RECORD_B};
 use crate::format::BLOCK;
 use crate::pmem::Backend;
 use crate::time::now_ns;
@@ -208,9 +211,50 @@ pub fn export<B: Backend>(
     area: ExportArea,
 ) -> Result<ExportReport> {
     check_area(dev, dev_path, &area)?;
+    let pool = Pool::open(pool_path, Access::Exclusive, backend)?;
+    export_open(pool, dev, dev_path, area)
+}
+
+/// Exports a hybrid pool into its own data device's export area (`lynxfs export`).
+pub fn export_hybrid<B: Backend>(pool_path: &Path, backend: B) -> Result<ExportReport> {
+    let pool = Pool::open(pool_path, Access::Exclusive, backend)?;
+    let sb = pool.superblock();
+    let (Some(header), Some(record)) = (pool.device_header(), super::device::record(&pool.pm, &sb))
+    else {
+        return Err(Error::Invalid(format!(
+            "{}: not a hybrid pool (its data is in the pool, there is no data device to \
+             export to)",
+            pool_path.display()
+        )));
+    };
+    let area = area_of(header);
+    let dev_path = PathBuf::from(OsStr::from_bytes(&record.path));
+    let dev = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dev_path)
+        .map_err(|e| Error::io(&dev_path, e))?;
+    check_area(&dev, &dev_path, &area)?;
+    export_open(pool, &dev, &dev_path, area)
+}
+
+/// The export area a device's header names.
+fn area_of(h: &DeviceHeader) -> ExportArea {
+    ExportArea {
+        start: h.export_off,
+        len: h.export_len,
+    }
+}
+
+/// Exports `pool`, opened alone, then lets it go.
+fn export_open<B: Backend>(
+    pool: Pool<B>,
+    dev: &File,
+    dev_path: &Path,
+    area: ExportArea,
+) -> Result<ExportReport> {
     let headers = read_headers(dev, dev_path, &area)?;
     let current = newest_first(&headers).first().map(|h| (*h).clone());
-    let pool = Pool::open(pool_path, Access::Exclusive, backend)?;
     pool.close()?;
     let sb = pool.superblock();
     let slot = current.as_ref().map_or(0, |h| 1 - h.slot);
@@ -409,6 +453,72 @@ pub fn read_export(
     })
 }
 
+/// A data device, its header read and checked, for reading its export.
+pub struct DataDevice {
+    pub file: File,
+    pub path: PathBuf,
+    pub header: DeviceHeader,
+}
+
+impl DataDevice {
+    /// Opens `path` (read-only) and reads its header; refused, saying why, when it is
+    /// not a LynxFS data device.
+    pub fn open(path: &Path) -> Result<DataDevice> {
+        let file = File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => Error::io(path, e),
+        })?;
+        let header = super::device::read_header(&file)
+            .map_err(|e| Error::io(path, e))?
+            .map_err(|p| Error::Export {
+                path: path.to_path_buf(),
+                what: match p {
+                    HeaderProblem::Magic => "not a LynxFS data device".to_string(),
+                    p => format!("not a usable LynxFS data device: {p}"),
+                },
+            })?;
+        Ok(DataDevice {
+            file,
+            path: path.to_path_buf(),
+            header,
+        })
+    }
+
+    /// Whether `path` starts with a data device's header (so `lynxfs mount`, `fsck`
+    /// and `info` can tell a device from a pool).
+    pub fn is_device(path: &Path) -> bool {
+        File::open(path)
+            .ok()
+            .and_then(|f| super::device::read_header(&f).ok())
+            .is_some_and(|h| !matches!(h, Err(HeaderProblem::Magic)))
+    }
+
+    /// The device's newest usable export, which must be of the pool its header names.
+    pub fn read_export(&self) -> Result<Export> {
+        read_export(
+            &self.file,
+            &self.path,
+            area_of(&self.header),
+            Some(self.header.pool_uuid),
+        )
+    }
+
+    /// Rebuilds the device's pool at `new_pool` from its newest usable export; the new
+    /// pool records this device (by its absolute path) as its data device.
+    pub fn import(&self, new_pool: &Path) -> Result<Export> {
+        let e = self.read_export()?;
+        let abs = std::fs::canonicalize(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let record = DeviceRecord::new(self.header.device_uuid, abs.as_os_str().as_bytes())
+            .ok_or_else(|| {
+                Error::Invalid(format!("{}: the device's path is too long", abs.display()))
+            })?;
+        e.write_pool(new_pool, Some(&record))?;
+        Ok(e)
+    }
+}
+
 /// The pool's hex uuid, as `lynxfs info` prints it.
 fn hex(u: &[u8; 16]) -> String {
     u.iter().map(|b| format!("{b:02x}")).collect()
@@ -475,6 +585,17 @@ fn check_runs(image: &[u8], pool_size: u64) -> std::result::Result<(), String> {
     Ok(())
 }
 
+impl std::fmt::Debug for Export {
+    // The image is megabytes: its length is enough.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Export")
+            .field("header", &self.header)
+            .field("image_len", &self.image.len())
+            .field("skipped", &self.skipped)
+            .finish()
+    }
+}
+
 impl Export {
     /// The exported pool's bytes, in memory.
     pub fn pool_bytes(&self) -> Vec<u8> {
@@ -488,6 +609,12 @@ impl Export {
     /// Writes the exported pool into a new pool file at `path` (refused if something is
     /// there), built beside it and renamed into place, durable when this returns.
     pub fn import(&self, path: &Path) -> Result<()> {
+        self.write_pool(path, None)
+    }
+
+    /// [`Export::import`], the pool's records of its data device replaced by `record`
+    /// (the device where it is now, which may not be where it was exported from).
+    fn write_pool(&self, path: &Path, record: Option<&DeviceRecord>) -> Result<()> {
         if std::fs::symlink_metadata(path).is_ok() {
             return Err(Error::Exists {
                 path: path.to_path_buf(),
@@ -504,6 +631,15 @@ impl Export {
             }
         });
         result?;
+        if let Some(r) = record {
+            let bytes = r.encode();
+            for at in [RECORD_A, RECORD_B] {
+                staged
+                    .file()
+                    .write_all_at(&bytes, at)
+                    .map_err(|e| Error::io(path, e))?;
+            }
+        }
         staged.commit(false)
     }
 }
