@@ -286,8 +286,7 @@ fn a_torn_header_or_slot_falls_back_and_a_ruined_device_is_refused() {
     dev.read_exact_at(&mut b, slot1 + 100).unwrap();
     dev.write_all_at(&[b[0] ^ 1], slot1 + 100).unwrap();
     let err = read_export(&dev, &s.device_path(), AREA, None)
-        .err()
-        .expect("a ruined export is refused")
+        .expect_err("a ruined export is refused")
         .to_string();
     assert!(err.contains("no usable export"), "{err}");
     assert!(err.contains("checksum"), "{err}");
@@ -305,8 +304,7 @@ fn a_foreign_export_an_empty_area_and_an_existing_target_are_refused() {
     let s = Setup::new();
     let dev = s.device();
     let err = read_export(&dev, &s.device_path(), AREA, None)
-        .err()
-        .expect("no export yet")
+        .expect_err("no export yet")
         .to_string();
     assert!(err.contains("no export header"), "{err}");
     s.export();
@@ -314,8 +312,7 @@ fn a_foreign_export_an_empty_area_and_an_existing_target_are_refused() {
     let mut other = uuid;
     other[0] ^= 0xff;
     let err = read_export(&dev, &s.device_path(), AREA, Some(other))
-        .err()
-        .expect("another pool's export")
+        .expect_err("another pool's export")
         .to_string();
     assert!(err.contains("belongs to pool"), "{err}");
     assert!(read_export(&dev, &s.device_path(), AREA, Some(uuid)).is_ok());
@@ -454,8 +451,7 @@ fn a_device_is_refused_when_it_is_not_one_or_holds_another_pools_export() {
     assert!(!other.path().join("x").exists());
     // A pool file is not a device; an all-PM pool has no device to export to.
     let err = DataDevice::open(&pool)
-        .err()
-        .expect("not a device")
+        .expect_err("not a device")
         .to_string();
     assert!(err.contains("not a LynxFS data device"), "{err}");
     let s = Setup::new();

@@ -454,6 +454,7 @@ pub fn read_export(
 }
 
 /// A data device, its header read and checked, for reading its export.
+#[derive(Debug)]
 pub struct DataDevice {
     pub file: File,
     pub path: PathBuf,
