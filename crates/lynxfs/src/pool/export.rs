@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use super::{file, Access, Pool};
 use crate::error::{Error, Result};
 use crate::format::device::{DeviceHeader, DeviceRecord, HeaderProblem, RECORD_A, RECORD_B};
-use crate::format::BLOCK;
+use crate::format::{Layout, BLOCK};
 use crate::pmem::Backend;
 use crate::time::now_ns;
 
@@ -269,12 +269,14 @@ fn export_open<B: Backend>(
         blocks: 0,
     };
     let mut chunk = vec![0u8; CHUNK];
-    let mut off = 0u64;
-    while off < sb.geo.pool_size {
-        let len = (sb.geo.pool_size - off).min(CHUNK as u64) as usize;
-        pool.pm.read(off, &mut chunk[..len]);
-        writer.add_runs(off, &chunk[..len])?;
-        off += len as u64;
+    for range in regions(&pool.layout, &pool.alloc.used_sets().blocks) {
+        let mut off = range.start;
+        while off < range.end {
+            let len = (range.end - off).min(CHUNK as u64) as usize;
+            pool.pm.read(off, &mut chunk[..len]);
+            writer.add_runs(off, &chunk[..len])?;
+            off += len as u64;
+        }
     }
     // The pool's lock is released only now: nothing changed it while it was copied.
     drop(pool);
@@ -299,6 +301,35 @@ fn export_open<B: Backend>(
         header,
         replaced: current.map(|h| h.generation),
     })
+}
+
+/// The parts of a pool an export reads: everything before the data blocks (superblocks,
+/// journals, saved state, inode and dentry tables), then the runs of data blocks in
+/// use (`used`: the blocks' bitmap), since a free block's bytes mean nothing.
+fn regions(l: &Layout, used: &[u64]) -> Vec<std::ops::Range<u64>> {
+    let mut out = vec![0..l.data_off];
+    let mut b = 0;
+    while b < l.data_blocks {
+        let word = used.get((b / 64) as usize).copied().unwrap_or(0);
+        if word >> (b % 64) == 0 {
+            b = (b / 64 + 1) * 64;
+            continue;
+        }
+        if word >> (b % 64) & 1 == 0 {
+            b += 1;
+            continue;
+        }
+        let start = b;
+        while b < l.data_blocks
+            && used
+                .get((b / 64) as usize)
+                .is_some_and(|w| w >> (b % 64) & 1 == 1)
+        {
+            b += 1;
+        }
+        out.push(l.data_off + start * BLOCK..l.data_off + b * BLOCK);
+    }
+    out
 }
 
 /// Writes an image's runs into a slot, buffered, keeping its CRC32C.
