@@ -15,7 +15,13 @@
 //!   `seq read 1M cold (MiB/s)` (after the kernel's caches are dropped, so ext4 and
 //!   the data device read from the disk).
 //!
-//! Targets: `ext4-disk` ([`DiskDirTarget`], a fresh directory on the root file
+//! With a `hybrid` column, three more rows (in that column only) time the export and
+//! import of a fresh hybrid pool of 10 x [`Options::files`] files (100,000 by
+//! default) next to copying the metadata's bytes to a file on the same disk, in files
+//! per second; the notes give the seconds.
+//!
+//! Targets: `hybrid` ([`HybridTarget`]: a pool in /dev/shm, its data device a file in
+//! [`DISK_BASE`]); `ext4-disk` ([`DiskDirTarget`], a fresh directory on the root file
 //! system, which must be ext4) is the comparison the issue asks for; `ext4` is an image
 //! in /dev/shm and waits for no disk.
 
@@ -27,9 +33,16 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use tempfile::TempDir;
 
+use lynxfs::pmem::PmemBackend;
+use lynxfs::pool::export::{export_hybrid, DataDevice};
+use lynxfs::{Cred, Fs, MkfsOptions};
+
+use crate::lib_target::{fresh_pool_path, to_io, PoolFile};
 use crate::report::Row;
 use crate::target::{pread_exact, pwrite_all};
-use crate::{progress_bar, DirTarget, Handle, Measured, OpenFlags, Options, Stat, Target};
+use crate::{
+    progress_bar, DirTarget, Handle, LibTarget, Measured, OpenFlags, Options, Stat, Target,
+};
 
 /// The suite's directory in each target's root.
 const ROOT: &str = "hybrid";
@@ -45,6 +58,16 @@ const CREATE_SIZE: usize = 16 << 10;
 const APPEND: usize = 8 << 10;
 const APPENDS_PER_FSYNC: u64 = 32;
 const SEQ_BLOCK: usize = 1 << 20;
+
+/// The label of [`HybridTarget`] columns.
+pub const HYBRID_NAME: &str = "hybrid";
+
+/// The rows of the export measurement (the hybrid column only).
+const EXPORT_ROWS: &[&str] = &[
+    "export (files/s)",
+    "import (files/s)",
+    "copy metadata bytes (files/s)",
+];
 
 /// The rows this suite measures itself, before the borrowed ones.
 const OWN_ROWS: &[&str] = &[
@@ -84,6 +107,55 @@ impl DiskDirTarget {
             _tmp: tmp,
         })
     }
+}
+
+/// A hybrid LynxFS pool driven through the library: the pool (metadata) in /dev/shm,
+/// its data device a sparse file in [`DISK_BASE`], on the root file system's disk.
+/// Both are removed when it is dropped.
+pub struct HybridTarget {
+    // Field order is drop order: the pool closes before its device goes.
+    lib: LibTarget,
+    _device: PoolFile,
+}
+
+impl HybridTarget {
+    /// The pool's size: its file data is on the device, so the pool needs room for
+    /// metadata only (mkfs reserves all of it in /dev/shm, which a 2-core machine
+    /// running several benchmarks at once cannot spare 4 GiB of twice).
+    pub const SIZE: u64 = 1 << 30;
+    /// Inodes: more than any suite keeps at once.
+    pub const INODES: u64 = 1 << 18;
+
+    /// A fresh hybrid pool of [`Self::SIZE`] and [`Self::INODES`].
+    pub fn create() -> io::Result<Self> {
+        let device = PoolFile(fresh_device_path()?);
+        let mut opts = MkfsOptions::new(Self::SIZE);
+        opts.inodes = Some(Self::INODES);
+        opts.data_device = Some(device.0.clone());
+        let lib = LibTarget::create(&opts)?.with_label(HYBRID_NAME);
+        Ok(Self {
+            lib,
+            _device: device,
+        })
+    }
+}
+
+/// An all-PM pool of the hybrid pool's size and inodes (`lib-1g`), labelled as `lib`.
+pub(crate) fn small_lib() -> io::Result<LibTarget> {
+    let mut opts = MkfsOptions::new(HybridTarget::SIZE);
+    opts.inodes = Some(HybridTarget::INODES);
+    LibTarget::create(&opts)
+}
+
+/// A name in [`DISK_BASE`] for a data device, which mkfs makes.
+fn fresh_device_path() -> io::Result<PathBuf> {
+    let tmp = tempfile::Builder::new()
+        .prefix("lynxfs-bench.")
+        .suffix(".dev")
+        .tempfile_in(DISK_BASE)?;
+    let (_, path) = tmp.keep().map_err(|e| e.error)?;
+    std::fs::remove_file(&path)?;
+    Ok(path)
 }
 
 /// The file system type (`statfs`'s `f_type`) of `path`.
@@ -144,6 +216,129 @@ impl Target for DiskDirTarget {
     fn host_dir(&self) -> Option<&Path> {
         Some(self.dir.root())
     }
+}
+
+impl Target for HybridTarget {
+    fn name(&self) -> String {
+        self.lib.name()
+    }
+    fn create(&self, path: &Path) -> io::Result<()> {
+        self.lib.create(path)
+    }
+    fn stat(&self, path: &Path) -> io::Result<Stat> {
+        self.lib.stat(path)
+    }
+    fn unlink(&self, path: &Path) -> io::Result<()> {
+        self.lib.unlink(path)
+    }
+    fn mkdir(&self, path: &Path) -> io::Result<()> {
+        self.lib.mkdir(path)
+    }
+    fn rmdir(&self, path: &Path) -> io::Result<()> {
+        self.lib.rmdir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.lib.rename(from, to)
+    }
+    fn open(&self, path: &Path, flags: OpenFlags) -> io::Result<Handle> {
+        self.lib.open(path, flags)
+    }
+    fn pwrite(&self, handle: Handle, buf: &[u8], off: u64) -> io::Result<usize> {
+        self.lib.pwrite(handle, buf, off)
+    }
+    fn pread(&self, handle: Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        self.lib.pread(handle, buf, off)
+    }
+    fn close(&self, handle: Handle) -> io::Result<()> {
+        self.lib.close(handle)
+    }
+    fn readdir(&self, path: &Path) -> io::Result<Vec<OsString>> {
+        self.lib.readdir(path)
+    }
+    fn fsync(&self, handle: Handle) -> io::Result<()> {
+        self.lib.fsync(handle)
+    }
+    fn as_lib(&self) -> Option<&LibTarget> {
+        Some(&self.lib)
+    }
+}
+
+/// Seconds to export, import and copy the metadata's bytes, and those bytes.
+struct ExportTimes {
+    export: f64,
+    import: f64,
+    copy: f64,
+    bytes: u64,
+}
+
+/// Makes a hybrid pool of `files` files (1 KiB of data each, on the device, in
+/// directories of 1000), then per round: exports it, imports the export into a new
+/// pool, and copies the export's bytes from the pool file to a file on the same disk
+/// (written, then fdatasync, as the export's image is).
+fn export_rounds(files: usize, rounds: usize) -> anyhow::Result<Vec<ExportTimes>> {
+    let pool = PoolFile(fresh_pool_path()?);
+    let device = PoolFile(fresh_device_path()?);
+    let mut opts = MkfsOptions::new(512 << 20);
+    opts.inodes = Some((files as u64 * 2).max(1 << 12));
+    opts.data_device = Some(device.0.clone());
+    lynxfs::Pool::mkfs(&pool.0, &opts, PmemBackend::default()).map_err(to_io)?;
+    fill(&pool.0, files).context("filling the pool to export")?;
+    let mut out = Vec::new();
+    for _ in 0..rounds {
+        let start = Instant::now();
+        let r = export_hybrid(&pool.0, PmemBackend::default()).map_err(to_io)?;
+        let export = start.elapsed().as_secs_f64();
+        let copy_to = PoolFile(fresh_device_path()?);
+        let copy = copy_bytes(&pool.0, &copy_to.0, r.header.image_len)?;
+        let imported = PoolFile(fresh_pool_path()?);
+        let start = Instant::now();
+        DataDevice::open(&device.0)
+            .and_then(|d| d.import(&imported.0))
+            .map_err(to_io)?;
+        let import = start.elapsed().as_secs_f64();
+        out.push(ExportTimes {
+            export,
+            import,
+            copy,
+            bytes: r.header.image_len,
+        });
+    }
+    Ok(out)
+}
+
+fn fill(pool: &Path, files: usize) -> anyhow::Result<()> {
+    let fs = Fs::open(pool)?;
+    let s = fs.session(Cred::root());
+    let data = [0x3cu8; 1024];
+    for i in 0..files {
+        if i % 1000 == 0 {
+            s.mkdir(format!("/d{}", i / 1000), 0o755)?;
+        }
+        let fd = s.create(format!("/d{}/f{i}", i / 1000), 0o644)?;
+        fs.pwrite(fd, &data, 0)?;
+        fs.close_fd(fd)?;
+    }
+    drop(s);
+    fs.close()?;
+    Ok(())
+}
+
+/// Seconds to copy `len` bytes from the start of `from` into a new file `to`, durably.
+fn copy_bytes(from: &Path, to: &Path, len: u64) -> io::Result<f64> {
+    use std::os::unix::fs::FileExt;
+    let src = std::fs::File::open(from)?;
+    let start = Instant::now();
+    let dst = std::fs::File::create(to)?;
+    let mut buf = vec![0u8; 4 << 20];
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(buf.len() as u64) as usize;
+        src.read_exact_at(&mut buf[..n], off)?;
+        dst.write_all_at(&buf[..n], off)?;
+        off += n as u64;
+    }
+    dst.sync_data()?;
+    Ok(start.elapsed().as_secs_f64())
 }
 
 /// Files created with an fsync each: files per second.
@@ -332,6 +527,32 @@ pub(crate) fn run(
         .zip(cells)
         .map(|(op, c)| Row::from_rounds(*op, c))
         .collect();
+    if let Some(col) = names.iter().position(|n| n == HYBRID_NAME) {
+        let files = opts.files * 10;
+        let times = export_rounds(files, opts.rounds).context("export and import")?;
+        let per_sec = |f: fn(&ExportTimes) -> f64| -> Vec<Vec<f64>> {
+            (0..names.len())
+                .map(|c| match c == col {
+                    true => times.iter().map(|t| files as f64 / f(t)).collect(),
+                    false => vec![f64::NAN],
+                })
+                .collect()
+        };
+        let fields: [fn(&ExportTimes) -> f64; 3] = [|t| t.export, |t| t.import, |t| t.copy];
+        for (op, f) in EXPORT_ROWS.iter().zip(fields) {
+            rows.push(Row::from_rounds(*op, per_sec(f)));
+        }
+        let med =
+            |f: fn(&ExportTimes) -> f64| crate::median(&times.iter().map(f).collect::<Vec<_>>());
+        let (e, i, c) = (med(|t| t.export), med(|t| t.import), med(|t| t.copy));
+        notes.push(format!(
+            "export of a hybrid pool of {files} files (1 KiB each, on the device): export \
+             {e:.3} s, import {i:.3} s, copying its {:.1} MiB of metadata to a file on the \
+             same disk (fdatasync'd) {c:.3} s: export / copy = {:.2}",
+            mib(times[0].bytes),
+            e / c
+        ));
+    }
     rows.extend(borrowed_rows(targets, names, opts)?);
     notes.push(format!(
         "fsync create: {} files of 16 KiB, each written then fsync'd; append: {} appends \
@@ -366,10 +587,11 @@ mod tests {
     use crate::LibTarget;
 
     #[test]
-    fn runs_on_lib_and_a_disk_directory_and_cleans_up() {
+    fn runs_on_hybrid_lib_and_a_disk_directory_and_cleans_up() {
         let targets: Vec<Box<dyn Target>> = vec![
-            Box::new(LibTarget::create(&lynxfs::MkfsOptions::new(256 << 20)).unwrap()),
+            Box::new(HybridTarget::create().unwrap()),
             Box::new(DiskDirTarget::create().unwrap()),
+            Box::new(LibTarget::create(&lynxfs::MkfsOptions::new(256 << 20)).unwrap()),
         ];
         let names: Vec<String> = targets.iter().map(|t| t.name()).collect();
         let opts = Options {

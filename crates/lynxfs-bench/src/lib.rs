@@ -76,7 +76,7 @@ use serde::Serialize;
 
 pub use dir::DirTarget;
 pub use fuse_target::{FuseNullTarget, FuseTarget};
-pub use hybrid::{DiskDirTarget, DISK_NAME};
+pub use hybrid::{DiskDirTarget, HybridTarget, DISK_NAME, HYBRID_NAME};
 pub use lib_target::{LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
@@ -323,12 +323,14 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
         DISK_NAME => {
             Box::new(DiskDirTarget::create().context("setting up a directory on the disk")?)
         }
+        HYBRID_NAME => Box::new(HybridTarget::create().context("setting up a hybrid pool")?),
+        "lib-1g" => Box::new(hybrid::small_lib().context("setting up a LynxFS pool")?),
         _ => match spec.strip_prefix("dir=") {
             Some(path) => {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, lib-1g, hybrid, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
             }
         },
     };

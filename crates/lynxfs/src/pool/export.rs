@@ -24,11 +24,14 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::{file, Access, Pool};
+use crate::alloc::UsedSets;
 use crate::error::{Error, Result};
 use crate::format::device::{DeviceHeader, DeviceRecord, HeaderProblem, RECORD_A, RECORD_B};
-use crate::format::{Layout, BLOCK};
+use crate::format::layout::DENTRY_SIZE;
+use crate::format::{Layout, BLOCK, ROOT_INO};
 use crate::pmem::Backend;
 use crate::time::now_ns;
+use std::ops::Range;
 
 /// Where on a device its exports live: bytes `start..start + len`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,7 +272,7 @@ fn export_open<B: Backend>(
         blocks: 0,
     };
     let mut chunk = vec![0u8; CHUNK];
-    for range in regions(&pool.layout, &pool.alloc.used_sets().blocks) {
+    for range in regions(&pool.layout, &pool.alloc.used_sets()) {
         let mut off = range.start;
         while off < range.end {
             let len = (range.end - off).min(CHUNK as u64) as usize;
@@ -303,33 +306,51 @@ fn export_open<B: Backend>(
     })
 }
 
-/// The parts of a pool an export reads: everything before the data blocks (superblocks,
-/// journals, saved state, inode and dentry tables), then the runs of data blocks in
-/// use (`used`: the blocks' bitmap), since a free block's bytes mean nothing.
-fn regions(l: &Layout, used: &[u64]) -> Vec<std::ops::Range<u64>> {
-    let mut out = vec![0..l.data_off];
-    let mut b = 0;
-    while b < l.data_blocks {
-        let word = used.get((b / 64) as usize).copied().unwrap_or(0);
-        if word >> (b % 64) == 0 {
-            b = (b / 64 + 1) * 64;
-            continue;
+/// The parts of a pool an export reads: everything before the inode table
+/// (superblocks, journals, saved state), then the pages of the inodes, dentries and
+/// data blocks in use (`used`, the allocators' bitmaps): a free slot's bytes mean
+/// nothing, and an imported pool has zeros there, as mkfs leaves them. So the time
+/// grows with what the pool holds, not with its size.
+fn regions(l: &Layout, used: &UsedSets) -> Vec<Range<u64>> {
+    let mut pages = Vec::new();
+    for_each_set(&used.inodes, l.total_inodes(), |i| {
+        pages.push(l.inode_addr(i.max(ROOT_INO)) / BLOCK)
+    });
+    for_each_set(&used.dentries, l.total_dentries(), |d| {
+        let at = l.dentry_addr(d);
+        pages.push(at / BLOCK);
+        pages.push((at + DENTRY_SIZE - 1) / BLOCK);
+    });
+    for_each_set(&used.blocks, l.data_blocks, |b| {
+        pages.push(l.block_addr(b) / BLOCK)
+    });
+    // In order already (the tables and the data area follow each other); a dentry
+    // page may be pushed twice.
+    pages.dedup();
+    let mut out: Vec<Range<u64>> = vec![0..l.inode_off];
+    for p in pages {
+        let (start, end) = (p * BLOCK, (p + 1) * BLOCK);
+        match out.last_mut() {
+            Some(r) if r.end >= start => r.end = r.end.max(end),
+            _ => out.push(start..end),
         }
-        if word >> (b % 64) & 1 == 0 {
-            b += 1;
-            continue;
-        }
-        let start = b;
-        while b < l.data_blocks
-            && used
-                .get((b / 64) as usize)
-                .is_some_and(|w| w >> (b % 64) & 1 == 1)
-        {
-            b += 1;
-        }
-        out.push(l.data_off + start * BLOCK..l.data_off + b * BLOCK);
     }
     out
+}
+
+/// Calls `f` with each set bit's index below `len`.
+fn for_each_set(bits: &[u64], len: u64, mut f: impl FnMut(u64)) {
+    for (w, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            let i = w as u64 * 64 + u64::from(word.trailing_zeros());
+            if i >= len {
+                return;
+            }
+            f(i);
+            word &= word - 1;
+        }
+    }
 }
 
 /// Writes an image's runs into a slot, buffered, keeping its CRC32C.
