@@ -327,7 +327,8 @@ fn regions(l: &Layout, used: &UsedSets) -> Vec<Range<u64>> {
     // In order already (the tables and the data area follow each other); a dentry
     // page may be pushed twice.
     pages.dedup();
-    let mut out: Vec<Range<u64>> = vec![0..l.inode_off];
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(pages.len() + 1);
+    out.push(0..l.inode_off);
     for p in pages {
         let (start, end) = (p * BLOCK, (p + 1) * BLOCK);
         match out.last_mut() {
