@@ -180,8 +180,9 @@ pub struct Pool<B: Backend> {
     journal_span: Span,
     /// This process's data mode: the pool's, unless the mount chose another.
     data_mode: AtomicBool,
-    /// A hybrid pool's data device, with its header (`None`: data in the pool).
-    device: Option<(Device, DeviceHeader)>,
+    /// A hybrid pool's data device, with its header (`None`: data in the pool); boxed,
+    /// so that an all-PM pool's fields stay as they were.
+    device: Option<Box<(Device, DeviceHeader)>>,
     /// Creates use consistency without ordering (`INCOMPAT_CWON`, `log::cwon`).
     pub cwon: bool,
     /// Large attribute sets are logs (`INCOMPAT_XATTR_LOG`, `data::xattr`).
@@ -353,7 +354,7 @@ impl<B: Backend> Pool<B> {
         };
         let pm = Pm::new(map, backend);
         let device = match sb.data_device {
-            Some(_) => Some(device::attach(&pm, path, &sb, access, None)?),
+            Some(_) => Some(Box::new(device::attach(&pm, path, &sb, access, None)?)),
             None => None,
         };
         let attachment = match access {
@@ -688,7 +689,7 @@ struct Opened {
     lock: Option<File>,
     access: Access,
     attachment: Option<Attachment>,
-    device: Option<(Device, DeviceHeader)>,
+    device: Option<Box<(Device, DeviceHeader)>>,
 }
 
 /// Write a new, empty pool: the root directory (owned by `root_owner`), the saved

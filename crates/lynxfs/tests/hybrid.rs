@@ -9,6 +9,15 @@
 //! device that fails mid-run (EIO, ENOSPC; nothing panics, the pool stays consistent
 //! and fsck names the bytes lost).
 //!
+//! The crash images of hybrid writes (`crash_images_of_hybrid_writes_show_old_or_new`):
+//! each operation runs on the recording backend, which logs the pool's stores and
+//! fences and the device's writes and flushes in one order; at every fence and device
+//! flush (and at the end), the pool holds what was fenced (with or without the stores
+//! since), and the device what was flushed, plus none, all or a random choice of the
+//! 512-byte sectors written since (lost, reordered or torn). Each image pair is opened
+//! (recovery runs) and must show the file old or new (atomic mode; inplace: each byte
+//! old or new) with fsck clean.
+//!
 //! Run: `cargo test -p lynxfs --profile ci --test hybrid`.
 
 use std::os::unix::fs::FileExt;
@@ -16,7 +25,7 @@ use std::path::PathBuf;
 
 use lynxfs::format::device::{DeviceHeader, HEADER_LEN};
 use lynxfs::pmem::device::Fault;
-use lynxfs::pmem::PmemBackend;
+use lynxfs::pmem::{Backend, Event, PmemBackend, RecordingBackend};
 use lynxfs::{Access, Cred, DataMode, Error, Fs, MkfsOptions, Pool};
 
 const BLOCK: u64 = 4096;
@@ -79,13 +88,13 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
 }
 
-fn write_file(fs: &Fs<PmemBackend>, name: &str, data: &[u8]) {
+fn write_file<B: Backend>(fs: &Fs<B>, name: &str, data: &[u8]) {
     let fd = fs.session(Cred::root()).create(name, 0o644).unwrap();
     assert_eq!(fs.pwrite(fd, data, 0).unwrap(), data.len());
     fs.close_fd(fd).unwrap();
 }
 
-fn read_file(fs: &Fs<PmemBackend>, name: &str) -> lynxfs::Result<Vec<u8>> {
+fn read_file<B: Backend>(fs: &Fs<B>, name: &str) -> lynxfs::Result<Vec<u8>> {
     let fd = fs.session(Cred::root()).open(name, libc::O_RDONLY, 0)?;
     let size = fs.fstat(fd)?.size as usize;
     let mut buf = vec![0u8; size];
@@ -408,4 +417,294 @@ fn a_hybrid_image_without_its_device_is_refused() {
         panic!("the image opened");
     };
     assert!(e.to_string().contains("data device"), "{e}");
+}
+
+/// An operation (or two) of the crash check: its name, what it does to "/f" (which
+/// holds `old`), the bytes "/f" holds after each call (the last: after it all), and
+/// whether a crash may mix old and new bytes (the inplace mode's overwrites).
+struct Case {
+    name: &'static str,
+    mode: DataMode,
+    op: fn(&Fs<RecordingBackend>, lynxfs::Fd),
+    new: fn(&[u8]) -> Vec<Vec<u8>>,
+    bytewise: bool,
+}
+
+const OLD_LEN: usize = 4 * BLOCK as usize;
+
+fn overwrite(f: &[u8], off: usize, len: usize, seed: u8) -> Vec<u8> {
+    let mut v = f.to_vec();
+    let end = off + len;
+    if v.len() < end {
+        v.resize(end, 0);
+    }
+    v[off..end].copy_from_slice(&pattern(len, seed));
+    v
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "atomic overwrite across blocks",
+            mode: DataMode::Atomic,
+            op: |fs, fd| {
+                fs.pwrite(fd, &pattern(2 * BLOCK as usize, 5), 100).unwrap();
+            },
+            new: |f| vec![overwrite(f, 100, 2 * BLOCK as usize, 5)],
+            bytewise: false,
+        },
+        Case {
+            name: "atomic overwrite in one block",
+            mode: DataMode::Atomic,
+            op: |fs, fd| {
+                fs.pwrite(fd, &pattern(300, 6), BLOCK + 7).unwrap();
+            },
+            new: |f| vec![overwrite(f, BLOCK as usize + 7, 300, 6)],
+            bytewise: false,
+        },
+        Case {
+            name: "inplace overwrite across blocks",
+            mode: DataMode::Inplace,
+            op: |fs, fd| {
+                fs.pwrite(fd, &pattern(2 * BLOCK as usize, 7), 100).unwrap();
+            },
+            new: |f| vec![overwrite(f, 100, 2 * BLOCK as usize, 7)],
+            bytewise: true,
+        },
+        Case {
+            name: "append",
+            mode: DataMode::Atomic,
+            op: |fs, fd| {
+                fs.pwrite(fd, &pattern(5000, 8), OLD_LEN as u64).unwrap();
+            },
+            new: |f| vec![overwrite(f, OLD_LEN, 5000, 8)],
+            bytewise: false,
+        },
+        Case {
+            name: "inplace append past a hole",
+            mode: DataMode::Inplace,
+            op: |fs, fd| {
+                fs.pwrite(fd, &pattern(10, 9), 6 * BLOCK + 1).unwrap();
+            },
+            new: |f| vec![overwrite(f, 6 * BLOCK as usize + 1, 10, 9)],
+            bytewise: false,
+        },
+        Case {
+            name: "fallocate growing",
+            mode: DataMode::Atomic,
+            op: |fs, fd| fs.fallocate(fd, 0, OLD_LEN as u64 - 10, 2 * BLOCK).unwrap(),
+            new: |f| {
+                let mut v = f.to_vec();
+                v.resize(OLD_LEN - 10 + 2 * BLOCK as usize, 0);
+                vec![v]
+            },
+            bytewise: false,
+        },
+        Case {
+            name: "truncate down then up",
+            mode: DataMode::Atomic,
+            op: |fs, fd| {
+                fs.ftruncate(fd, 100).unwrap();
+                fs.ftruncate(fd, 3 * BLOCK).unwrap();
+            },
+            new: |f| {
+                let mut v = f[..100].to_vec();
+                let down = v.clone();
+                v.resize(3 * BLOCK as usize, 0);
+                vec![down, v]
+            },
+            bytewise: false,
+        },
+    ]
+}
+
+/// A small deterministic generator (xorshift) for the torn-sector choices.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+const SECTOR: u64 = 512;
+
+/// `img` with the sectors of `writes` that `keep` chooses applied (a write's sector
+/// is applied whole or not at all: a disk tears at sectors).
+fn apply_sectors(img: &mut Vec<u8>, writes: &[(u64, &[u8])], keep: &mut dyn FnMut() -> bool) {
+    for &(off, bytes) in writes {
+        let end = off + bytes.len() as u64;
+        let mut s = off;
+        while s < end {
+            let e = ((s / SECTOR + 1) * SECTOR).min(end);
+            if keep() {
+                let (a, b) = (s as usize, e as usize);
+                if img.len() < b {
+                    img.resize(b, 0);
+                }
+                img[a..b].copy_from_slice(&bytes[(s - off) as usize..(e - off) as usize]);
+            }
+            s = e;
+        }
+    }
+}
+
+/// The pool images at crash point `k` of `events` over `pm`: what was fenced before
+/// it, with none and with all of the stores since.
+fn pool_images(pm: &[u8], events: &[Event], k: usize) -> Vec<Vec<u8>> {
+    let fenced = events[..k]
+        .iter()
+        .rposition(|e| matches!(e, Event::Fence))
+        .map_or(0, |i| i + 1);
+    let apply = |upto: usize| {
+        let mut img = pm.to_vec();
+        for e in &events[..upto] {
+            if let Event::Store { off, bytes } = e {
+                img[*off as usize..*off as usize + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+        img
+    };
+    if fenced == k {
+        vec![apply(k)]
+    } else {
+        vec![apply(fenced), apply(k)]
+    }
+}
+
+/// The device images at crash point `k`: what was flushed before it, plus none, all,
+/// and three random choices of the sectors written since (in reverse order too: a
+/// disk may reorder them).
+fn device_images(dev: &[u8], events: &[Event], k: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
+    let synced = events[..k]
+        .iter()
+        .rposition(|e| matches!(e, Event::DeviceSync))
+        .map_or(0, |i| i + 1);
+    let writes = |r: std::ops::Range<usize>| -> Vec<(u64, &[u8])> {
+        events[r]
+            .iter()
+            .filter_map(|e| match e {
+                Event::DeviceWrite { off, bytes } => Some((*off, bytes.as_slice())),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut base = dev.to_vec();
+    apply_sectors(&mut base, &writes(0..synced), &mut || true);
+    let pending = writes(synced..k);
+    if pending.is_empty() {
+        return vec![base];
+    }
+    let mut out = vec![base.clone()];
+    let mut all = base.clone();
+    apply_sectors(&mut all, &pending, &mut || true);
+    out.push(all);
+    for _ in 0..3 {
+        let mut img = base.clone();
+        let mut rev = pending.clone();
+        rev.reverse();
+        apply_sectors(&mut img, &rev, &mut || rng.next().is_multiple_of(2));
+        out.push(img);
+    }
+    out
+}
+
+/// Run `case` on a fresh hybrid pool and judge every crash image; returns the number
+/// of image pairs judged and the violations found.
+fn judge(case: &Case) -> (usize, Vec<String>) {
+    let p = pair_in(case.mode);
+    let old = pattern(OLD_LEN, 1);
+    let rec = RecordingBackend::new();
+    let fs = Fs::new(Pool::open(&p.pool, Access::ReadWrite, rec.clone()).unwrap());
+    write_file(&fs, "/f", &old);
+    let fd = fs
+        .session(Cred::root())
+        .open("/f", libc::O_RDWR, 0)
+        .unwrap();
+    let pm = std::fs::read(&p.pool).unwrap();
+    let dev = std::fs::read(&p.dev).unwrap();
+    rec.take();
+    (case.op)(&fs, fd);
+    let events = rec.take();
+    let states = (case.new)(&old);
+    let new = states.last().expect("a state after the op").clone();
+    assert_eq!(
+        read_file(&fs, "/f").unwrap(),
+        new,
+        "{}: the op itself",
+        case.name
+    );
+    fs.pool().crash_in_place();
+    drop(fs);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::DeviceWrite { .. })),
+        "{}: nothing written to the device",
+        case.name
+    );
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let (mut judged, mut bad) = (0, Vec::new());
+    let points = (0..=events.len())
+        .filter(|&k| k == events.len() || matches!(events[k], Event::Fence | Event::DeviceSync));
+    for k in points {
+        for pool_img in pool_images(&pm, &events, k) {
+            for dev_img in device_images(&dev, &events, k, &mut rng) {
+                judged += 1;
+                std::fs::write(&p.pool, &pool_img).unwrap();
+                std::fs::write(&p.dev, &dev_img).unwrap();
+                let fs = match p.open() {
+                    Ok(fs) => fs,
+                    Err(e) => {
+                        bad.push(format!("{} at event {k}: open failed: {e}", case.name));
+                        continue;
+                    }
+                };
+                let got = read_file(&fs, "/f").unwrap();
+                let fine = got == old
+                    || states.contains(&got)
+                    || (case.bytewise
+                        && got.len() == old.len()
+                        && got
+                            .iter()
+                            .zip(&old)
+                            .zip(&new)
+                            .all(|((g, o), n)| g == o || g == n));
+                if !fine {
+                    bad.push(format!(
+                        "{} at event {k}: /f is neither old nor new ({} bytes)",
+                        case.name,
+                        got.len()
+                    ));
+                }
+                let rep = lynxfs::fsck::check(fs.pool());
+                if !rep.is_clean() {
+                    bad.push(format!(
+                        "{} at event {k}: fsck: {:?}",
+                        case.name, rep.problems
+                    ));
+                }
+                fs.pool().crash_in_place();
+            }
+        }
+    }
+    (judged, bad)
+}
+
+#[test]
+fn crash_images_of_hybrid_writes_show_old_or_new() {
+    let mut all_bad = Vec::new();
+    for case in cases() {
+        let (judged, bad) = judge(&case);
+        println!(
+            "{}: {judged} crash images, {} violations",
+            case.name,
+            bad.len()
+        );
+        assert!(judged > 3, "{}: too few crash points", case.name);
+        all_bad.extend(bad);
+    }
+    assert!(all_bad.is_empty(), "{all_bad:#?}");
 }

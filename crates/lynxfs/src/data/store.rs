@@ -67,15 +67,17 @@ pub struct PmData<'a, B: Backend> {
     layout: &'a Layout,
 }
 
-/// File data on a hybrid pool's data device.
-pub struct DiskData<'a> {
+/// File data on a hybrid pool's data device; the pool's backend hears of each write
+/// and flush (the crash checker's recording backend logs them).
+pub struct DiskData<'a, B: Backend> {
     dev: &'a Device,
+    backend: &'a B,
 }
 
 /// The store of a pool's file data: in the pool, or on its data device.
 pub enum Data<'a, B: Backend> {
     Pm(PmData<'a, B>),
-    Disk(DiskData<'a>),
+    Disk(DiskData<'a, B>),
 }
 
 impl<B: Backend> Pool<B> {
@@ -84,7 +86,10 @@ impl<B: Backend> Pool<B> {
     pub fn data(&self) -> Data<'_, B> {
         match self.device() {
             None => Data::Pm(self.pm_data()),
-            Some(dev) => Data::Disk(DiskData { dev }),
+            Some(dev) => Data::Disk(DiskData {
+                dev,
+                backend: self.pm.backend(),
+            }),
         }
     }
 
@@ -173,9 +178,9 @@ impl<B: Backend> DataWriter for PmDataWriter<'_, B> {
     }
 }
 
-impl DataStore for DiskData<'_> {
+impl<B: Backend> DataStore for DiskData<'_, B> {
     type Writer<'w>
-        = DiskWriter<'w>
+        = DiskWriter<'w, B>
     where
         Self: 'w;
 
@@ -189,9 +194,10 @@ impl DataStore for DiskData<'_> {
         self.read(blk, at, buf)
     }
 
-    fn writer(&self) -> DiskWriter<'_> {
+    fn writer(&self) -> DiskWriter<'_, B> {
         DiskWriter {
             dev: self.dev,
+            backend: self.backend,
             failed: None,
         }
     }
@@ -204,15 +210,20 @@ impl DataStore for DiskData<'_> {
 /// Data writes to the device: each `pwrite` at once, the group's `fdatasync` at the
 /// end. The first failure is kept (later writes of the group are skipped) and
 /// returned by [`DataWriter::flushed`].
-pub struct DiskWriter<'a> {
+pub struct DiskWriter<'a, B: Backend> {
     dev: &'a Device,
+    backend: &'a B,
     failed: Option<std::io::Error>,
 }
 
-impl DataWriter for DiskWriter<'_> {
+impl<B: Backend> DataWriter for DiskWriter<'_, B> {
     fn write(&mut self, blk: u64, at: u64, bytes: &[u8]) -> &mut Self {
         if self.failed.is_none() {
             self.failed = self.dev.write(blk, at, bytes).err();
+            if self.failed.is_none() {
+                let off = self.dev.physical(blk) + at;
+                self.backend.device_written(off, bytes);
+            }
         }
         self
     }
@@ -220,6 +231,10 @@ impl DataWriter for DiskWriter<'_> {
     fn zero(&mut self, blk: u64, at: u64, len: usize) -> &mut Self {
         if self.failed.is_none() {
             self.failed = self.dev.zero(blk, at, len).err();
+            if self.failed.is_none() {
+                let off = self.dev.physical(blk) + at;
+                self.backend.device_zeroed(off, len);
+            }
         }
         self
     }
@@ -228,14 +243,18 @@ impl DataWriter for DiskWriter<'_> {
         if let Some(e) = self.failed {
             return Err(device_error(e));
         }
-        self.dev.sync().map(drop).map_err(device_error)
+        let done = self.dev.sync().map(drop).map_err(device_error);
+        if done.is_ok() {
+            self.backend.device_synced();
+        }
+        done
     }
 }
 
 /// Writes of either store.
 pub enum DataWriters<'a, B: Backend> {
     Pm(PmDataWriter<'a, B>),
-    Disk(DiskWriter<'a>),
+    Disk(DiskWriter<'a, B>),
 }
 
 impl<B: Backend> DataStore for Data<'_, B> {

@@ -30,9 +30,8 @@ pub(super) struct NewDevice {
 
 fn device_error(pool: &Path, dev: &Path, what: impl std::fmt::Display) -> Error {
     Error::Device {
-        pool: pool.to_path_buf(),
         device: dev.to_path_buf(),
-        what: what.to_string(),
+        what: format!("{what} (data device of pool {})", pool.display()),
     }
 }
 
