@@ -27,6 +27,9 @@
 //! - `ablation` (LynxFS only, no targets): `syscalls` and `mdtest` on LynxFS with and
 //!   without its DRAM index (a tiny index budget), and the engine switches the other
 //!   ablations need.
+//! - `hybrid` (issue 28): fsync-heavy work, FSMAC's file-append, `syscalls`, 1 MiB
+//!   sequential I/O with cold reads, on a hybrid pool against ext4 on the same disk
+//!   (`ext4-disk`) and an all-PM pool.
 //! - `recovery` (LynxFS only, no targets): first attach (clean open), first lookup
 //!   (index load), a second process's attach and open after a crash of a pool with
 //!   one directory of [`Options::files`] entries, and the shared memory the index
@@ -48,6 +51,7 @@ mod data;
 mod dir;
 mod fuse_target;
 mod goals;
+mod hybrid;
 mod lib_target;
 mod machine;
 mod mdtest;
@@ -72,6 +76,7 @@ use serde::Serialize;
 
 pub use dir::DirTarget;
 pub use fuse_target::{FuseNullTarget, FuseTarget};
+pub use hybrid::{DiskDirTarget, HybridTarget, DISK_NAME, HYBRID_NAME};
 pub use lib_target::{LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
@@ -92,6 +97,7 @@ pub const SUITES: &[&str] = &[
     "apps",
     "personalities",
     "ablation",
+    "hybrid",
 ];
 
 /// The suites that take no targets (they make their own LynxFS pool).
@@ -273,6 +279,7 @@ fn measure(
         "apps" => apps::run(targets, names, None, opts)?,
         "personalities" => personalities::run(targets, names, opts)?,
         "ablation" => ablation::run(opts)?,
+        "hybrid" => hybrid::run(targets, names, opts)?,
         _ => bail!(
             "unknown suite {suite:?}; the suites are {}",
             SUITES.join(", ")
@@ -313,12 +320,17 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
             TmpfsTarget::shm_dir("shm-dir", None).context("setting up a /dev/shm directory")?,
         ),
         "ext4" => Box::new(Ext4Target::mount_default().context("setting up ext4")?),
+        DISK_NAME => {
+            Box::new(DiskDirTarget::create().context("setting up a directory on the disk")?)
+        }
+        HYBRID_NAME => Box::new(HybridTarget::create().context("setting up a hybrid pool")?),
+        "lib-1g" => Box::new(hybrid::small_lib().context("setting up a LynxFS pool")?),
         _ => match spec.strip_prefix("dir=") {
             Some(path) => {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, tmpfs, shm, ext4, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, lib-1g, hybrid, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
             }
         },
     };

@@ -127,6 +127,11 @@ impl Report {
             }
             "personalities" => "Filebench-like workloads".to_string(),
             "ablation" => "LynxFS with and without a mechanism".to_string(),
+            "hybrid" => format!(
+                "metadata in PM, data on a disk; {} files, a {} MiB file",
+                self.options.files,
+                self.options.file_size >> 20
+            ),
             _ => String::new(),
         };
         format!(

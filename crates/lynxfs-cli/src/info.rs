@@ -60,6 +60,34 @@ struct Format {
     backend: BackendKind,
     durability: String,
     mount_epoch: u64,
+    /// A hybrid pool's data device.
+    device: Option<DeviceInfo>,
+}
+
+/// A hybrid pool's data device, as its header says.
+struct DeviceInfo {
+    path: PathBuf,
+    id: String,
+    data_off: u64,
+    data_len: u64,
+    export_off: u64,
+    export_len: u64,
+    version: u32,
+}
+
+impl DeviceInfo {
+    fn of<B: Backend>(pool: &Pool<B>) -> Option<DeviceInfo> {
+        let (dev, h) = (pool.device()?, pool.device_header()?);
+        Some(DeviceInfo {
+            path: dev.path().to_path_buf(),
+            id: lynxfs::format::device::uuid_text(&h.device_uuid),
+            data_off: h.data_off,
+            data_len: h.data_len,
+            export_off: h.export_off,
+            export_len: h.export_len,
+            version: h.version,
+        })
+    }
 }
 
 /// The shared state of an attached pool, seen by attaching to it.
@@ -153,6 +181,7 @@ fn gather_closed<B: Backend>(path: &Path, kind: BackendKind, backend: B) -> lynx
             backend: kind,
             durability,
             mount_epoch: sb.epoch - 1,
+            device: DeviceInfo::of(&pool),
         }),
         usage: Usage::of_pool(&pool),
         runtime: false,
@@ -262,6 +291,21 @@ impl Format {
              it lives or by --backend / -o backend=; not recorded in the pool)",
             self.durability
         );
+        match &self.device {
+            None => println!("file data:        in the pool"),
+            Some(d) => {
+                println!(
+                    "data device:      {} (id {}, header version {})",
+                    d.path.display(),
+                    d.id,
+                    d.version
+                );
+                println!(
+                    "device areas:     data {} bytes at {}, export {} bytes at {}",
+                    d.data_len, d.data_off, d.export_len, d.export_off
+                );
+            }
+        }
     }
 }
 
@@ -478,6 +522,13 @@ impl Info {
                 },
                 "durability": f.durability,
                 "mount_epoch": f.mount_epoch,
+                "data_device": f.device.as_ref().map(|d| json!({
+                    "path": d.path.display().to_string(),
+                    "id": d.id,
+                    "version": d.version,
+                    "data": { "offset": d.data_off, "bytes": d.data_len },
+                    "export": { "offset": d.export_off, "bytes": d.export_len },
+                })),
             })
         });
         let nodes: Vec<Value> = self

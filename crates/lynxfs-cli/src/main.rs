@@ -3,6 +3,7 @@
 mod backend;
 mod bench;
 mod demo;
+mod export;
 mod fsck;
 mod generate;
 mod info;
@@ -76,6 +77,11 @@ enum Cmd {
         /// write (df shows the rest as available).
         #[arg(long, value_name = "PERCENT", default_value_t = lynxfs::pool::DEFAULT_RESERVED_PERCENT)]
         reserved: u32,
+        /// A hybrid pool: metadata in the pool, file data on this block device or file
+        /// (created if missing; an existing one only with --force). The device's header
+        /// names the pool; the pool records the device's path (docs/FORMAT.md).
+        #[arg(long, value_name = "DEVICE_OR_FILE")]
+        data_device: Option<PathBuf>,
         /// Pool file or block device.
         pool: PathBuf,
     },
@@ -104,7 +110,8 @@ enum Cmd {
         pool: PathBuf,
     },
     /// Check a pool; with --repair, fix it. Exit code: 0 clean, 1 errors corrected,
-    /// 4 errors left uncorrected, 8 operational error.
+    /// 4 errors left uncorrected, 8 operational error. Given a hybrid pool's data
+    /// device, checks the pool its export holds (read-only).
     Fsck {
         /// Fix what is found (forces the recovery walk).
         #[arg(long)]
@@ -120,7 +127,9 @@ enum Cmd {
     /// Run a benchmark suite and print its table (syscalls, data, mdtest, smallfiles,
     /// recovery, apps, personalities, ablation).
     Bench(bench::BenchArgs),
-    /// Mount a pool with FUSE.
+    /// Mount a pool with FUSE. Given a hybrid pool's data device instead, serves the
+    /// device alone, without persistent memory: its export is imported into a pool in
+    /// /dev/shm, which is exported back to the device when the mount ends.
     ///
     /// Without -f, returns once the mount is ready and serves from the background.
     /// `lynxfs mount --help` lists the -o options, as mount.lynxfs(8) does.
@@ -134,8 +143,31 @@ enum Cmd {
         pool: PathBuf,
         mountpoint: PathBuf,
     },
-    /// Unmount a LynxFS mount and wait until its pool is closed.
-    Umount { mountpoint: PathBuf },
+    /// Unmount a LynxFS mount and wait until its pool is closed (and, for a data
+    /// device mounted without persistent memory, exported back to it).
+    Umount {
+        /// Then export a hybrid pool's metadata to its data device (`lynxfs export`).
+        #[arg(long)]
+        export: bool,
+        mountpoint: PathBuf,
+    },
+    /// Write a hybrid pool's metadata to the export area of its data device, so the
+    /// device alone is a complete LynxFS (`lynxfs import`, or `lynxfs mount DEVICE`). The
+    /// pool must not be in use. A crash during an export leaves the previous one.
+    Export {
+        /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        pool: PathBuf,
+    },
+    /// Rebuild a pool from the export on a data device (after `lynxfs export`): on
+    /// another machine, or after the persistent memory was lost. NEWPOOL must not exist;
+    /// it records DEVICE as its data device.
+    Import {
+        device: PathBuf,
+        #[arg(value_name = "NEWPOOL")]
+        pool: PathBuf,
+    },
     /// Run a program with the preload library (liblynxfs_preload.so), which serves its
     /// calls on paths under DIR from POOL in the program's own threads, at library
     /// speed, and passes every other path and fd to the kernel.
@@ -237,9 +269,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             data,
             root_owner,
             reserved,
+            data_device,
             pool,
         } => {
             mkfs::run(&mkfs::Request {
+                data_device: data_device.as_deref(),
                 pool: &pool,
                 size,
                 lanes,
@@ -262,6 +296,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             backend,
             json,
             pool,
+        } if export::is_device(&pool) && !repair => {
+            export::fsck_device(&pool, BackendKind::pick(backend, &pool), json)
+        }
+        Cmd::Fsck {
+            repair,
+            backend,
+            json,
+            pool,
         } => Ok(fsck::run(
             &pool,
             repair,
@@ -278,11 +320,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             pool,
             mountpoint,
         } => {
-            mount::mount(&pool, &mountpoint, foreground, &options)?;
+            if export::is_device(&pool) {
+                export::mount_device(&pool, &mountpoint, foreground, &options)?;
+            } else {
+                mount::mount(&pool, &mountpoint, foreground, &options)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Umount { mountpoint } => {
-            mount::umount(&mountpoint)?;
+        Cmd::Umount { export, mountpoint } => {
+            let pool = mount::umount(&mountpoint)?;
+            export::after_umount(&pool, export)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Export { backend, pool } => {
+            export::export(&pool, BackendKind::pick(backend, &pool))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Import { device, pool } => {
+            export::import(&device, &pool)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run { pool, at, cmd } => Ok(run::run(&run::Request {

@@ -27,6 +27,8 @@ pub struct Request<'a> {
     pub root_owner: Option<(u32, u32)>,
     /// Percent held back for root.
     pub reserved: u32,
+    /// A hybrid pool's data device (or file).
+    pub data_device: Option<&'a Path>,
 }
 
 /// `UID:GID`, both numeric, for `--root-owner`.
@@ -65,6 +67,7 @@ pub fn run(r: &Request<'_>) -> Result<()> {
     opts.inodes = r.inodes;
     opts.force = r.force;
     opts.data = r.data;
+    opts.data_device = r.data_device.map(Path::to_path_buf);
     if let Some(owner) = r.root_owner {
         opts.root_owner = owner;
     }
@@ -81,6 +84,9 @@ pub fn run(r: &Request<'_>) -> Result<()> {
         "created"
     };
     println!("{what} {} ({size} bytes)", r.pool.display());
+    if let Some(d) = r.data_device {
+        println!("file data on {}", d.display());
+    }
     Ok(())
 }
 

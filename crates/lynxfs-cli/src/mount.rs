@@ -199,8 +199,8 @@ fn unmount_path(mp: &Path, device: &str) -> Result<()> {
 /// `lynxfs umount MOUNTPOINT`: unmounts, then, if that was the pool's last mount,
 /// waits until the daemon has closed the pool, so the pool (file or device) can be used
 /// again as soon as this returns. While another mount of the pool remains, the pool
-/// stays in use anyway: it returns once the kernel has unmounted.
-pub fn umount(mountpoint: &Path) -> Result<()> {
+/// stays in use anyway: it returns once the kernel has unmounted. Returns the pool.
+pub fn umount(mountpoint: &Path) -> Result<PathBuf> {
     let mp = mountpoint
         .canonicalize()
         .with_context(|| format!("{}", mountpoint.display()))?;
@@ -227,7 +227,7 @@ pub fn umount(mountpoint: &Path) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    Ok(())
+    Ok(source)
 }
 
 fn nonempty(s: String, otherwise: &str) -> String {

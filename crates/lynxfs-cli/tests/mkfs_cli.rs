@@ -582,3 +582,65 @@ fn mkfs_reserved_is_what_info_reports_and_out_of_range_is_refused() {
     let o = lynxfs(&["mkfs", "--size", "8M", "--reserved", "51", s(&bad)]);
     assert!(o.stderr.contains("must be 0 to 50"), "{}", o.stderr);
 }
+
+/// `mkfs --data-device` makes a hybrid pool that `info` and `fsck` show with its
+/// device; an existing device file is refused without --force; `info` and `fsck` of
+/// a pool whose device is another pool's say so, naming both, and change nothing.
+#[test]
+fn mkfs_data_device_info_fsck_and_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = (dir.path().join("pool"), dir.path().join("pool.dev"));
+    let o = lynxfs(&["mkfs", "--size", "8M", "--data-device", s(&dev), s(&pool)]);
+    assert!(o.status.success(), "mkfs: {}", o.stderr);
+    assert!(o.stdout.contains("file data on"), "{}", o.stdout);
+    let o = lynxfs(&["info", s(&pool)]);
+    assert!(o.status.success(), "info: {}", o.stderr);
+    let line = o.stdout.lines().find(|l| l.starts_with("data device:"));
+    assert!(
+        line.is_some_and(|l| l.contains(s(&dev.canonicalize().unwrap()))),
+        "{}",
+        o.stdout
+    );
+    let o = lynxfs(&["info", "--json", s(&pool)]);
+    assert!(o.status.success(), "info --json: {}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert!(v["format"]["data_device"]["data"]["bytes"].as_u64() > Some(0));
+    let o = lynxfs(&["fsck", s(&pool)]);
+    assert!(o.status.success(), "fsck: {} {}", o.stdout, o.stderr);
+    // An all-PM pool says where its data is too.
+    let pm = dir.path().join("pm");
+    assert!(lynxfs(&["mkfs", "--size", "8M", s(&pm)]).status.success());
+    let o = lynxfs(&["info", s(&pm)]);
+    assert!(
+        o.stdout.contains("file data:        in the pool"),
+        "{}",
+        o.stdout
+    );
+    // A second pool may not take the first one's device without --force.
+    let other = dir.path().join("other");
+    let o = lynxfs(&["mkfs", "--size", "8M", "--data-device", s(&dev), s(&other)]);
+    assert!(!o.status.success());
+    assert!(o.stderr.contains("already exists"), "{}", o.stderr);
+    assert!(!other.exists());
+    // Another pool's device put in this one's place: refused, naming both.
+    let other_dev = dir.path().join("other.dev");
+    let o = lynxfs(&[
+        "mkfs",
+        "--size",
+        "8M",
+        "--data-device",
+        s(&other_dev),
+        s(&other),
+    ]);
+    assert!(o.status.success(), "mkfs: {}", o.stderr);
+    std::fs::copy(&other_dev, &dev).unwrap();
+    for cmd in ["info", "fsck"] {
+        let o = lynxfs(&[cmd, s(&pool)]);
+        assert!(!o.status.success(), "{cmd} accepted another pool's device");
+        assert!(
+            o.stderr.contains("another pool") && o.stderr.contains(s(&pool)),
+            "{cmd}: {}",
+            o.stderr
+        );
+    }
+}

@@ -147,7 +147,60 @@ pub fn check_with_progress<B: Backend>(pool: &Pool<B>, progress: &dyn Progress) 
     let extra = compare_used(&Walker::view(&w), &used);
     let mut rep = w.rep;
     rep.problems.extend(extra);
+    if pool.device().is_some() {
+        check_device(pool, &used, &mut rep);
+    }
     rep
+}
+
+/// A hybrid pool's other half: the device's header still names this pool, and every
+/// block of file data reads back (what does not is named: those bytes are lost).
+fn check_device<B: Backend>(pool: &Pool<B>, used: &UsedSets, rep: &mut FsckReport) {
+    use crate::data::store::DataStore;
+    let (Some(dev), Some(h)) = (pool.device(), pool.device_header()) else {
+        return;
+    };
+    match crate::pool::device::read_header(dev.file()) {
+        Ok(Ok(now)) if now == *h => {}
+        Ok(Ok(_)) => rep.problems.push(format!(
+            "data device {}: its header changed while open",
+            dev.path().display()
+        )),
+        Ok(Err(p)) => rep
+            .problems
+            .push(format!("data device {}: {p}", dev.path().display())),
+        Err(e) => rep.problems.push(format!(
+            "data device {}: its header cannot be read: {e}",
+            dev.path().display()
+        )),
+    }
+    let store = pool.data();
+    let mut buf = vec![0u8; 64 * crate::format::BLOCK as usize];
+    for ino in (1..pool.layout.total_inodes()).filter(|&i| bit(&used.inodes, i)) {
+        let mode = pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::MODE) as u32;
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            continue;
+        }
+        let Ok(m) = crate::data::map::read(pool, ino) else {
+            continue; // the walk reports a bad map
+        };
+        for e in m.extents.iter() {
+            let mut done = 0u64;
+            while done < e.len as u64 {
+                let n = (e.len as u64 - done).min(64);
+                let bytes = &mut buf[..(n * crate::format::BLOCK) as usize];
+                if store.read(e.pblk + done, 0, bytes).is_err() {
+                    let from = (e.lblk as u64 + done) * crate::format::BLOCK;
+                    rep.problems.push(format!(
+                        "inode {ino}: file bytes {from}..{} cannot be read from the data \
+                         device (lost)",
+                        from + n * crate::format::BLOCK
+                    ));
+                }
+                done += n;
+            }
+        }
+    }
 }
 
 /// Repair an open pool: run the recovery walk (even if the pool was closed cleanly),

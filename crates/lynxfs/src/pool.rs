@@ -13,11 +13,13 @@ use parking_lot::Mutex;
 
 use crate::alloc::{Allocators, UsedSets};
 use crate::error::{Error, Result};
+use crate::format::device::{DeviceHeader, DeviceRecord};
 use crate::format::superblock::{
     SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_XATTR_LOG, MAX_RESERVED_PERCENT, SB_LEN,
 };
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
+use crate::pmem::device::Device;
 use crate::pmem::{Backend, Mapping, Pm};
 use crate::progress::{Progress, Quiet};
 use crate::runtime::Span;
@@ -25,6 +27,8 @@ use crate::runtime::{attach, Attachment, RuntimeFile};
 use crate::time::now_ns;
 use std::sync::Arc;
 
+pub mod device;
+pub mod export;
 mod file;
 mod mode;
 mod runtime_layout;
@@ -52,6 +56,9 @@ pub struct MkfsOptions {
     /// Percent of the blocks, inodes and dentries held back for root (0 to
     /// [`MAX_RESERVED_PERCENT`]), as ext4's reserved blocks.
     pub reserved_percent: u32,
+    /// A hybrid pool: file data on this device or file (made or, with `force`,
+    /// formatted), metadata in the pool (`format::device`).
+    pub data_device: Option<PathBuf>,
 }
 
 /// The reserve a new pool holds back for root, as ext4's.
@@ -69,6 +76,7 @@ impl MkfsOptions {
             root_owner: (file::caller_uid(), file::caller_gid()),
             data: DataMode::Atomic,
             reserved_percent: DEFAULT_RESERVED_PERCENT,
+            data_device: None,
         }
     }
     /// The node count: the one asked for, else the machine's if the lanes split evenly
@@ -172,6 +180,9 @@ pub struct Pool<B: Backend> {
     journal_span: Span,
     /// This process's data mode: the pool's, unless the mount chose another.
     data_mode: AtomicBool,
+    /// A hybrid pool's data device, with its header (`None`: data in the pool); boxed,
+    /// so that an all-PM pool's fields stay as they were.
+    device: Option<Box<(Device, DeviceHeader)>>,
     /// Creates use consistency without ordering (`INCOMPAT_CWON`, `log::cwon`).
     pub cwon: bool,
     /// Large attribute sets are logs (`INCOMPAT_XATTR_LOG`, `data::xattr`).
@@ -201,16 +212,27 @@ impl<B: Backend> Pool<B> {
         let layout = opts.geometry()?;
         let len = usize::try_from(opts.size)
             .map_err(|_| Error::Invalid(format!("pool size {} is out of range", opts.size)))?;
-        let replace = match file::examine(path, opts.force)? {
+        let target = file::examine(path, opts.force)?;
+        let pool_uuid = uuid();
+        // The device first, durably: the pool's superblocks, written last, name it.
+        let hybrid = match &opts.data_device {
+            Some(d) => Some(device::make(d, path, opts.force, pool_uuid, &layout)?),
+            None => None,
+        };
+        let new = New {
+            uuid: pool_uuid,
+            device: hybrid.as_ref().map(|h| &h.record),
+        };
+        let replace = match target {
             file::Target::Device(dev) => {
-                return mkfs_device(&dev, path, opts, layout, backend, progress)
+                return mkfs_device(&dev, path, opts, (layout, &new), backend, progress)
             }
             file::Target::New => None,
             file::Target::Replace(old) => Some(old),
         };
         let staged = file::Staged::create(path, opts.size)?;
         let pm = Pm::new(Mapping::map_file(staged.file(), len, path)?, backend);
-        format(&pm, layout, opts);
+        format(&pm, layout, opts, &new);
         drop(pm);
         // `replace` (the old file, locked) is held until the new pool has taken its place.
         staged.commit(replace.is_some())
@@ -231,8 +253,17 @@ impl<B: Backend> Pool<B> {
     /// A formatted pool in anonymous memory (tests, the crash checker).
     pub fn create_in_memory(opts: &MkfsOptions, backend: B) -> Result<Pool<B>> {
         let layout = opts.geometry()?;
+        if opts.data_device.is_some() {
+            return Err(Error::Invalid(
+                "a pool in memory keeps its data in memory (no data device)".into(),
+            ));
+        }
         let pm = Pm::new(Mapping::anonymous(opts.size as usize)?, backend);
-        format(&pm, layout, opts);
+        let new = New {
+            uuid: uuid(),
+            device: None,
+        };
+        format(&pm, layout, opts, &new);
         let path = Path::new("<memory>");
         let sb = pick_superblock(path, pm.len(), |off, buf| pm.read(off, buf))?;
         Self::start(pm, sb, path, None, Access::ReadWrite, &Quiet)
@@ -322,6 +353,10 @@ impl<B: Backend> Pool<B> {
             Access::ReadOnly => Mapping::map_private(&file, len as usize, path)?,
         };
         let pm = Pm::new(map, backend);
+        let device = match sb.data_device {
+            Some(_) => Some(Box::new(device::attach(&pm, path, &sb, access, None)?)),
+            None => None,
+        };
         let attachment = match access {
             Access::ReadWrite => {
                 let shape = RuntimeLayout::compute(&sb.layout).shape();
@@ -338,7 +373,13 @@ impl<B: Backend> Pool<B> {
             }
             Access::Exclusive | Access::ReadOnly => None,
         };
-        Self::start_attached(pm, sb, path, Some(file), access, progress, attachment)
+        let opened = Opened {
+            lock: Some(file),
+            access,
+            attachment,
+            device,
+        };
+        Self::start_attached(pm, sb, path, opened, progress)
     }
 
     fn start(
@@ -349,7 +390,20 @@ impl<B: Backend> Pool<B> {
         access: Access,
         progress: &dyn Progress,
     ) -> Result<Pool<B>> {
-        Self::start_attached(pm, sb, path, lock, access, progress, None)
+        if sb.data_device.is_some() {
+            // Its file data is on a device this image does not have.
+            return Err(Error::Invalid(format!(
+                "{}: a hybrid pool opens with its data device (Pool::open)",
+                path.display()
+            )));
+        }
+        let opened = Opened {
+            lock,
+            access,
+            attachment: None,
+            device: None,
+        };
+        Self::start_attached(pm, sb, path, opened, progress)
     }
 
     /// Start using the pool: the first process (or one with private runtime state)
@@ -359,11 +413,15 @@ impl<B: Backend> Pool<B> {
         pm: Pm<B>,
         sb: Superblock,
         path: &Path,
-        lock: Option<File>,
-        access: Access,
+        opened: Opened,
         progress: &dyn Progress,
-        attachment: Option<Attachment>,
     ) -> Result<Pool<B>> {
+        let Opened {
+            lock,
+            access,
+            attachment,
+            device,
+        } = opened;
         let mut sb = match attachment {
             Some(_) => current_superblock(&pm, path, &sb)?,
             None => sb,
@@ -418,6 +476,7 @@ impl<B: Backend> Pool<B> {
             cwon: sb.incompat & INCOMPAT_CWON != 0,
             xattr_log: sb.incompat & INCOMPAT_XATTR_LOG != 0,
             data_mode: AtomicBool::new(inplace),
+            device,
             alloc,
             runtime,
             runtime_layout,
@@ -445,6 +504,17 @@ impl<B: Backend> Pool<B> {
     }
     pub fn superblock(&self) -> Superblock {
         self.sb.lock().clone()
+    }
+
+    /// A hybrid pool's data device (`None`: file data is in the pool).
+    #[inline]
+    pub fn device(&self) -> Option<&Device> {
+        self.device.as_ref().map(|d| &d.0)
+    }
+
+    /// A hybrid pool's data device's header.
+    pub fn device_header(&self) -> Option<&DeviceHeader> {
+        self.device.as_ref().map(|d| &d.1)
     }
 
     /// Before the first change of inode `ino` (or of a directory's entries) since its
@@ -588,7 +658,7 @@ fn mkfs_device<B: Backend>(
     dev: &File,
     path: &Path,
     opts: &MkfsOptions,
-    layout: Layout,
+    (layout, new): (Layout, &New),
     backend: B,
     progress: &dyn Progress,
 ) -> Result<()> {
@@ -603,13 +673,28 @@ fn mkfs_device<B: Backend>(
     }
     let pm = Pm::new(Mapping::map_file(dev, opts.size as usize, path)?, backend);
     zero_metadata(&pm, &layout, progress);
-    format(&pm, layout, opts);
+    format(&pm, layout, opts, new);
     Ok(())
 }
 
+/// What a new pool is called and where its data goes.
+struct New<'a> {
+    uuid: [u8; 16],
+    /// A hybrid pool's record of its data device (already made).
+    device: Option<&'a DeviceRecord>,
+}
+
+/// How a pool file was opened, for [`Pool::start_attached`].
+struct Opened {
+    lock: Option<File>,
+    access: Access,
+    attachment: Option<Attachment>,
+    device: Option<Box<(Device, DeviceHeader)>>,
+}
+
 /// Write a new, empty pool: the root directory (owned by `root_owner`), the saved
-/// allocator state, and the superblocks last.
-fn format<B: Backend>(pm: &Pm<B>, layout: Layout, opts: &MkfsOptions) {
+/// allocator state, a hybrid pool's records of its device, and the superblocks last.
+fn format<B: Backend>(pm: &Pm<B>, layout: Layout, opts: &MkfsOptions, new: &New) {
     let (uid, gid) = opts.root_owner;
     let now = now_ns();
     let root = inode::InodeImage {
@@ -629,7 +714,11 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout, opts: &MkfsOptions) {
     b.write(layout.inode_addr(ROOT_INO), &root.encode());
     let _ = b.persist();
     save_state(pm, &layout, &UsedSets::empty(&layout));
-    let mut sb = Superblock::new(layout, uuid(), now);
+    if let Some(r) = new.device {
+        device::write_records(pm, r);
+    }
+    let mut sb = Superblock::new(layout, new.uuid, now);
+    sb.set_data_device(new.device.map(|r| r.device_uuid));
     sb.incompat |= INCOMPAT_CWON | INCOMPAT_XATTR_LOG;
     if opts.data == DataMode::Inplace {
         sb.compat |= COMPAT_DATA_INPLACE;
@@ -932,7 +1021,11 @@ mod tests {
         let pm = Pm::new(Mapping::anonymous(8 << 20).unwrap(), rec.clone());
         zero_metadata(&pm, &layout, &Quiet);
         let zeroing = rec.take();
-        format(&pm, layout, &opts);
+        let new = New {
+            uuid: [1; 16],
+            device: None,
+        };
+        format(&pm, layout, &opts, &new);
         let formatting = rec.take();
 
         let first_fence = zeroing.iter().position(|e| matches!(e, Event::Fence));

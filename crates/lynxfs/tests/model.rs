@@ -66,15 +66,47 @@ fn reopen(fs: LFs, crash: bool) -> R<LFs> {
 /// LynxFS that owns its pool, so that it can remount.
 struct Lynx {
     fs: Option<LFs>,
+    /// A hybrid pool's files, reopened by path at a remount.
+    hybrid: Option<Hybrid>,
+}
+
+/// A hybrid pool: the pool in /dev/shm, its data device a file on the disk.
+struct Hybrid {
+    _shm: tempfile::TempDir,
+    _disk: tempfile::TempDir,
+    pool: std::path::PathBuf,
 }
 
 impl Lynx {
     fn new() -> Lynx {
-        Lynx { fs: Some(new_fs()) }
+        Lynx {
+            fs: Some(new_fs()),
+            hybrid: None,
+        }
     }
     fn new_in(data: DataMode) -> Lynx {
         Lynx {
             fs: Some(new_fs_in(data)),
+            hybrid: None,
+        }
+    }
+    /// A hybrid pool in data mode `data` (docs/FORMAT.md, section 17).
+    fn hybrid_in(data: DataMode) -> Lynx {
+        let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+        let disk = tempfile::tempdir().expect("a temporary directory");
+        let pool = shm.path().join("pool");
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 2;
+        o.data = data;
+        o.data_device = Some(disk.path().join("data.dev"));
+        Pool::mkfs(&pool, &o, PmemBackend::default()).expect("mkfs of a hybrid pool");
+        Lynx {
+            fs: Some(Fs::open(&pool).expect("open of a hybrid pool")),
+            hybrid: Some(Hybrid {
+                _shm: shm,
+                _disk: disk,
+                pool,
+            }),
         }
     }
     fn r(&self) -> FsRef<'_> {
@@ -142,7 +174,25 @@ impl Target for Lynx {
     }
     fn remount(&mut self, crash: bool) -> R<()> {
         let fs = self.fs.take().expect("mounted");
-        self.fs = Some(reopen(fs, crash)?);
+        let Some(h) = &self.hybrid else {
+            self.fs = Some(reopen(fs, crash)?);
+            return Ok(());
+        };
+        // The pool file and the device stay as the process left them: a crash leaves
+        // what every returned call made durable, and recovery runs at the open.
+        if crash {
+            fs.pool().crash_in_place();
+        } else {
+            e(fs.close())?;
+        }
+        drop(fs);
+        let fs = e(Fs::open(&h.pool))?;
+        assert_eq!(
+            fs.pool().was_clean,
+            !crash,
+            "the clean flag after a remount"
+        );
+        self.fs = Some(fs);
         Ok(())
     }
 }
@@ -561,6 +611,22 @@ fn lynxfs_in_inplace_mode_matches_model() {
         .unwrap();
 }
 
+/// A hybrid pool (file data on a data device) in both data modes: the same model, with
+/// remounts (clean and crashed) among the operations.
+#[test]
+fn lynxfs_on_a_hybrid_pool_matches_model() {
+    let p = Profile { escapes: true };
+    let cases = if long() { 1000 } else { 40 };
+    for mode in [DataMode::Atomic, DataMode::Inplace] {
+        runner(cases)
+            .run(&ops(p), |ops| {
+                let mut t = Lynx::hybrid_in(mode);
+                run(&ops, &mut t, 1).map_err(TestCaseError::fail)
+            })
+            .unwrap();
+    }
+}
+
 /// The model against tmpfs: the model must be Linux.
 #[test]
 fn model_matches_tmpfs() {
@@ -777,7 +843,10 @@ fn two_threads_on_disjoint_names_match_the_model() {
                 assert_eq!(&want, got, "round {round}, thread {k}, step {i}: {op:?}");
             }
         }
-        let mut fs = Lynx { fs: Some(fs) };
+        let mut fs = Lynx {
+            fs: Some(fs),
+            hybrid: None,
+        };
         for (what, crash) in [
             ("after the threads", None),
             ("after a remount", Some(false)),

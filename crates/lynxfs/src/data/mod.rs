@@ -13,6 +13,6 @@ pub use crate::pool::DataMode;
 pub use map::{LocalMap, MapCache};
 pub use rw::{
     blocks_used, dir_pages, fallocate, file_extents, free_all, read_at, read_cached, read_hinted,
-    seek_data_hole, truncate, write_at, write_fresh, FileExtent, EXTENT_LAST, FALLOC_KEEP_SIZE,
-    FALLOC_PUNCH_HOLE, MAX_FILE,
+    read_link, seek_data_hole, truncate, write_at, write_fresh, FileExtent, EXTENT_LAST,
+    FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, MAX_FILE,
 };

@@ -37,12 +37,31 @@ pub fn read_at<B: Backend>(pool: &Pool<B>, ino: u64, off: u64, buf: &mut [u8]) -
     read_cached(pool, ino, off, buf, &MapCache::new(&unshared, 0, None))
 }
 
+/// Read symlink `ino`'s target (up to `buf.len()` bytes) from the pool's own blocks,
+/// where [`write_fresh`] put it.
+pub fn read_link<B: Backend>(pool: &Pool<B>, ino: u64, buf: &mut [u8]) -> Result<usize> {
+    let unshared = std::sync::atomic::AtomicU64::new(0);
+    let cache = MapCache::new(&unshared, 0, None);
+    read_from(&pool.pm_data(), pool, ino, (0, buf), &cache)
+}
+
 /// Read through the file's cached map (the caller holds the file's lock shared).
+#[inline]
 pub fn read_cached<B: Backend>(
     pool: &Pool<B>,
     ino: u64,
     off: u64,
     buf: &mut [u8],
+    cache: &MapCache<'_>,
+) -> Result<usize> {
+    read_from(&pool.data(), pool, ino, (off, buf), cache)
+}
+
+fn read_from<B: Backend, S: DataStore>(
+    store: &S,
+    pool: &Pool<B>,
+    ino: u64,
+    (off, buf): (u64, &mut [u8]),
     cache: &MapCache<'_>,
 ) -> Result<usize> {
     let size = size_of(pool, ino);
@@ -78,8 +97,7 @@ pub fn read_cached<B: Backend>(
                 // Copy to the end of this extent (contiguous on the pool) at once.
                 let chunk = ((e.end() * BLOCK - pos) as usize).min(n - done);
                 let blk = e.pblk + (lblk - e.lblk as u64);
-                pool.data()
-                    .read(blk, pos % BLOCK, &mut buf[done..done + chunk]);
+                store.read(blk, pos % BLOCK, &mut buf[done..done + chunk])?;
                 chunk
             }
             Err(hole_end) => {
@@ -118,7 +136,10 @@ pub fn read_hinted<B: Backend>(
         return None;
     }
     let blk = e.pblk + (lblk - e.lblk as u64);
-    pool.data().read_racing(blk, off % BLOCK, &mut buf[..n]);
+    // A failed read is answered again under the lock, which reports it.
+    pool.data()
+        .read_racing(blk, off % BLOCK, &mut buf[..n])
+        .ok()?;
     Some(n)
 }
 
@@ -282,10 +303,15 @@ pub fn write_at<B: Backend>(
         fresh,
         prealloc::wanted(&m.extents, size, (off, end), last),
     )?;
+    let give_back = || {
+        runs.iter()
+            .for_each(|&(s, n)| pool.alloc.data_blocks().free(s, n))
+    };
     let mut fresh_blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
     let mut repl: Vec<Extent> = Vec::with_capacity(targets.len());
     let store = pool.data();
     let mut b = store.writer();
+    let mut read_failed = None;
     for &(lb, old, needs_new) in &targets {
         let blk_start = lb * BLOCK;
         let ws = off.max(blk_start);
@@ -299,7 +325,10 @@ pub fn write_at<B: Backend>(
                 // Start from the old contents (copy-on-write) or zeros (a hole).
                 let mut blk = vec![0u8; BLOCK as usize];
                 if let Some(o) = old {
-                    store.read(o, 0, &mut blk);
+                    if let Err(e) = store.read(o, 0, &mut blk) {
+                        read_failed = Some(e);
+                        break;
+                    }
                 }
                 blk[(ws - blk_start) as usize..(we - blk_start) as usize].copy_from_slice(piece);
                 b.write(nb, 0, &blk);
@@ -312,7 +341,10 @@ pub fn write_at<B: Backend>(
         };
         push_block(&mut repl, lb, pblk);
     }
-    b.flushed();
+    if let Err(e) = b.flushed().and(read_failed.map_or(Ok(()), Err)) {
+        give_back();
+        return Err(e);
+    }
     // The reserve: mapped now, speculative (past the end) until appends reach it.
     for lb in last + 1..last + 1 + extra {
         push_block(
@@ -322,7 +354,10 @@ pub fn write_at<B: Backend>(
         );
     }
     if off > size {
-        zero_gap(pool, &m.extents, size, off);
+        if let Err(e) = zero_gap(pool, &m.extents, size, off) {
+            give_back();
+            return Err(e);
+        }
     }
     let new_size = (end > size).then_some(end);
     if fresh + extra == 0 {
@@ -361,8 +396,7 @@ pub fn write_at<B: Backend>(
     let staged = match map::stage(pool, ino, lane, &m, ext, (a, b), spec) {
         Ok(s) => s,
         Err(e) => {
-            runs.iter()
-                .for_each(|&(s, n)| pool.alloc.data_blocks().free(s, n));
+            give_back();
             return Err(e);
         }
     };
@@ -370,8 +404,7 @@ pub fn write_at<B: Backend>(
     // bytes and the new map durable, before the gate (see the in-place case above).
     let times = new_size.is_none().then(|| persist_times(pool, ino));
     if let Err(e) = gate() {
-        runs.iter()
-            .for_each(|&(s, n)| pool.alloc.data_blocks().free(s, n));
+        give_back();
         map::free_nodes(pool, &staged.new_nodes);
         return Err(e);
     }
@@ -497,16 +530,20 @@ fn repoint_block<B: Backend>(
         .0;
     let store = pool.data();
     let mut b = store.writer();
+    let mut written = Ok(());
     if data.len() as u64 == BLOCK {
         b.write(nb, 0, data);
     } else {
         let mut blk = vec![0u8; BLOCK as usize];
-        store.read(old, 0, &mut blk);
+        written = store.read(old, 0, &mut blk);
         let at = (off % BLOCK) as usize;
         blk[at..at + data.len()].copy_from_slice(data);
         b.write(nb, 0, &blk);
     }
-    b.flushed();
+    if let Err(e) = b.flushed().and(written) {
+        pool.alloc.data_blocks().free(nb, 1);
+        return Err(e);
+    }
     // The times' fence makes the new block durable with them, before the swap.
     let ready = persist_times(pool, ino);
     if let Err(e) = gate() {
@@ -583,7 +620,7 @@ fn lookup(ext: &[Extent], lblk: u64) -> Option<u64> {
 
 /// Zero allocated bytes in `[from, to)`, all past the end of the file (so invisible),
 /// before a size change makes them visible.
-fn zero_gap<B: Backend>(pool: &Pool<B>, ext: &[Extent], from: u64, to: u64) {
+fn zero_gap<B: Backend>(pool: &Pool<B>, ext: &[Extent], from: u64, to: u64) -> Result<()> {
     let store = pool.data();
     let mut b = store.writer();
     let mut pos = from;
@@ -602,7 +639,7 @@ fn zero_gap<B: Backend>(pool: &Pool<B>, ext: &[Extent], from: u64, to: u64) {
                 .min(to);
         }
     }
-    b.flushed();
+    b.flushed()
 }
 
 /// Publish a new map word and/or a new size, with the times, as one commit.
@@ -661,7 +698,7 @@ pub fn truncate<B: Backend>(
     let size = size_of(pool, ino);
     let m = cache.get(pool, ino)?;
     if new_size >= size {
-        zero_gap(pool, &m.extents, size, new_size);
+        zero_gap(pool, &m.extents, size, new_size)?;
         return publish(
             pool,
             ino,
@@ -733,7 +770,7 @@ fn allocate<B: Backend>(
         // Growing over blocks already there: bytes past the old end (left by a
         // truncate down) must read as zeros once the size covers them.
         if let Some(sz) = new_size {
-            zero_gap(pool, &m.extents, size, sz);
+            zero_gap(pool, &m.extents, size, sz)?;
         }
         return publish(pool, ino, lane, None, new_size);
     }
@@ -753,9 +790,14 @@ fn allocate<B: Backend>(
             pblk,
         });
     }
-    b.flushed();
-    if let Some(sz) = new_size {
-        zero_gap(pool, &m.extents, size, sz);
+    let zeroed = b.flushed().and_then(|()| match new_size {
+        Some(sz) => zero_gap(pool, &m.extents, size, sz),
+        None => Ok(()),
+    });
+    if let Err(e) = zeroed {
+        runs.iter()
+            .for_each(|&(s, n)| pool.alloc.data_blocks().free(s, n));
+        return Err(e);
     }
     let mut ext = m.extents.clone();
     for r in &repl {
@@ -802,13 +844,19 @@ fn punch<B: Backend>(
             continue;
         }
         let Some(runs) = pool.alloc.data_blocks().alloc(lane, 1) else {
-            b.flushed();
+            let _ = b.flushed();
             repl.iter()
                 .for_each(|e: &Extent| pool.alloc.data_blocks().free(e.pblk, 1));
             return Err(errno::ENOSPC);
         };
         let mut blk = vec![0u8; BLOCK as usize];
-        store.read(old, 0, &mut blk);
+        if let Err(e) = store.read(old, 0, &mut blk) {
+            let _ = b.flushed();
+            pool.alloc.data_blocks().free(runs[0].0, 1);
+            repl.iter()
+                .for_each(|e: &Extent| pool.alloc.data_blocks().free(e.pblk, 1));
+            return Err(e);
+        }
         let (zs, ze) = (off.max(bs) - bs, end.min(be) - bs);
         blk[zs as usize..ze as usize].fill(0);
         b.write(runs[0].0, 0, &blk);
@@ -818,7 +866,11 @@ fn punch<B: Backend>(
             pblk: runs[0].0,
         });
     }
-    b.flushed();
+    if let Err(e) = b.flushed() {
+        repl.iter()
+            .for_each(|e: &Extent| pool.alloc.data_blocks().free(e.pblk, 1));
+        return Err(e);
+    }
     let (ext, freed) = map::splice(&m.extents, first, stop, &repl);
     if freed.is_empty() && repl.is_empty() {
         return publish(pool, ino, lane, None, None);
@@ -827,15 +879,17 @@ fn punch<B: Backend>(
     commit_staged(pool, ino, lane, staged, None, &freed, cache)
 }
 
-/// Fill a new inode (not yet visible) with `bytes`: a symlink's target.
+/// Fill a new inode (not yet visible) with `bytes`: a symlink's target. It is
+/// metadata: in the pool's own blocks in every pool, a hybrid one's too
+/// ([`read_link`] reads it; `log::cwon` checks it at recovery).
 pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]) -> Result<()> {
     let n = (bytes.len() as u64).div_ceil(BLOCK);
     let runs = pool
         .alloc
-        .data_blocks()
+        .meta_blocks()
         .alloc(lane, n)
         .ok_or(errno::ENOSPC)?;
-    let store = pool.data();
+    let store = pool.pm_data();
     let mut b = store.writer();
     let mut ext = Vec::new();
     let mut lblk = 0u64;
@@ -850,7 +904,7 @@ pub fn write_fresh<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, bytes: &[u8]
         });
         lblk += len;
     }
-    b.flushed();
+    b.flushed()?;
     let staged = map::stage(pool, ino, lane, &map::Map::default(), ext, (0, lblk), 0)?;
     let at = pool.layout.inode_addr(ino);
     let mut b = pool.pm.batch();

@@ -1,6 +1,7 @@
 //! The on-media format: every persistent structure, byte by byte (docs/FORMAT.md).
 
 pub mod dentry;
+pub mod device;
 pub mod dirlog;
 pub mod extents;
 pub mod inode;

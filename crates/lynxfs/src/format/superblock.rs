@@ -8,7 +8,7 @@ pub const MAGIC: [u8; 8] = *b"LYNXFSPM";
 pub const VERSION: u32 = 1;
 /// Feature bits this build understands: an unknown incompat or ro_compat bit refuses
 /// the pool (any open, read-only included, for now).
-pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CWON | INCOMPAT_XATTR_LOG;
+pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CWON | INCOMPAT_XATTR_LOG | INCOMPAT_DATA_DEVICE;
 /// Incompat bit: creates use consistency without ordering (one fence; every valid
 /// dentry carries a check word, `log::cwon`). A build that does not know it would
 /// write dentries without one, which this pool's recovery drops; so it must refuse.
@@ -18,6 +18,10 @@ pub const INCOMPAT_CWON: u32 = 1;
 /// A build that does not know it would read a log's replaced and removed entries as
 /// damage. Pools made before it keep chained sets, rewritten whole on each change.
 pub const INCOMPAT_XATTR_LOG: u32 = 2;
+/// Incompat bit: a hybrid pool, its file data on a data device (`format::device`),
+/// whose identity is at byte 168. A build that does not know it would look for file
+/// data in the pool.
+pub const INCOMPAT_DATA_DEVICE: u32 = 4;
 pub const RO_COMPAT_KNOWN: u32 = 0;
 /// Compat bit: the pool's default data mode is `inplace` (docs/CONSISTENCY.md). A build
 /// that does not know it writes in the `atomic` mode, whose promise is the stronger.
@@ -49,6 +53,8 @@ pub struct Superblock {
     pub layout: Layout,
     /// Percent of the blocks, inodes and dentries only root may use (0: none).
     pub reserved_percent: u32,
+    /// A hybrid pool's data device: its identity (`INCOMPAT_DATA_DEVICE`).
+    pub data_device: Option<[u8; 16]>,
 }
 
 /// Why a superblock copy was rejected.
@@ -113,6 +119,16 @@ impl Superblock {
             created_ns,
             layout,
             reserved_percent: 0,
+            data_device: None,
+        }
+    }
+
+    /// Keep file data on the data device `device_uuid` (`None`: in the pool).
+    pub fn set_data_device(&mut self, device_uuid: Option<[u8; 16]>) {
+        self.data_device = device_uuid;
+        match device_uuid {
+            Some(_) => self.incompat |= INCOMPAT_DATA_DEVICE,
+            None => self.incompat &= !INCOMPAT_DATA_DEVICE,
         }
     }
 
@@ -168,6 +184,9 @@ impl Superblock {
         };
         put32(&mut b, 160, nodes);
         put32(&mut b, 164, self.reserved_percent);
+        if let Some(u) = self.data_device {
+            b[168..184].copy_from_slice(&u);
+        }
         let crc = crc32c::crc32c(&b[..SB_LEN - 4]);
         put32(&mut b, SB_LEN - 4, crc);
         b
@@ -239,7 +258,10 @@ impl Superblock {
             1 => true,
             v => return Err(SbProblem::Geometry(format!("clean flag {v}"))),
         };
+        let data_device =
+            (incompat & INCOMPAT_DATA_DEVICE != 0).then(|| b[168..184].try_into().expect("16"));
         Ok(Superblock {
+            data_device,
             version,
             incompat,
             compat: get32(b, 16),
@@ -336,6 +358,17 @@ mod tests {
             Superblock::decode(&sb.encode()),
             Err(SbProblem::Geometry(_))
         ));
+    }
+
+    #[test]
+    fn the_data_device_round_trips_and_all_pm_pools_have_none() {
+        let mut sb = sample();
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap().data_device, None);
+        assert!(sb.encode()[168..184].iter().all(|&x| x == 0));
+        sb.set_data_device(Some([9; 16]));
+        assert_eq!(sb.incompat & INCOMPAT_DATA_DEVICE, INCOMPAT_DATA_DEVICE);
+        let back = Superblock::decode(&sb.encode()).unwrap();
+        assert_eq!(back.data_device, Some([9; 16]));
     }
 
     #[test]

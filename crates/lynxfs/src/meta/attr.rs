@@ -267,7 +267,7 @@ impl<B: Backend> Namespace<B> {
         }
         let size = self.load(ino, inode::SIZE) as usize;
         let mut buf = vec![0u8; size];
-        let n = crate::data::read_at(&self.pool, ino, 0, &mut buf)?;
+        let n = crate::data::read_link(&self.pool, ino, &mut buf)?;
         buf.truncate(n);
         Ok(buf)
     }

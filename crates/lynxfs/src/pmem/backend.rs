@@ -27,6 +27,19 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// A short name for `lynxfs info`.
     fn name(&self) -> String;
+    /// Called after bytes were written to a hybrid pool's data device at byte `off`
+    /// (not yet durable: the device's page cache holds them).
+    #[inline]
+    fn device_written(&self, _off: u64, _bytes: &[u8]) {}
+    /// [`Self::device_written`] of `len` zero bytes.
+    #[inline]
+    fn device_zeroed(&self, off: u64, len: usize) {
+        let _ = (off, len);
+    }
+    /// Called after the data device was flushed (`fdatasync`): every write before is
+    /// durable.
+    #[inline]
+    fn device_synced(&self) {}
 }
 
 /// Real persistent memory, or tmpfs standing in for it: cache-line flushes + `sfence`.
@@ -109,9 +122,23 @@ impl Backend for MsyncBackend {
 /// One persistence event, as the crash checker sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    Store { off: u64, bytes: Vec<u8> },
-    Flush { off: u64, len: u64 },
+    Store {
+        off: u64,
+        bytes: Vec<u8>,
+    },
+    Flush {
+        off: u64,
+        len: u64,
+    },
     Fence,
+    /// Bytes written to a hybrid pool's data device at byte `off` (lost, torn or
+    /// reordered by a crash until the next `DeviceSync`).
+    DeviceWrite {
+        off: u64,
+        bytes: Vec<u8>,
+    },
+    /// The data device flushed: every earlier `DeviceWrite` is durable.
+    DeviceSync,
 }
 
 /// One event and the thread that made it: a fence orders only its own thread's
@@ -188,5 +215,17 @@ impl Backend for RecordingBackend {
     }
     fn name(&self) -> String {
         "recording".into()
+    }
+    fn device_written(&self, off: u64, bytes: &[u8]) {
+        self.record(Event::DeviceWrite {
+            off,
+            bytes: bytes.to_vec(),
+        });
+    }
+    fn device_zeroed(&self, off: u64, len: usize) {
+        self.device_written(off, &vec![0; len]);
+    }
+    fn device_synced(&self) {
+        self.record(Event::DeviceSync);
     }
 }

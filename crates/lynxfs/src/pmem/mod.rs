@@ -13,6 +13,7 @@
 //! does not type-check there.
 
 mod backend;
+pub mod device;
 pub mod flush;
 mod map;
 
@@ -27,8 +28,8 @@ pub use map::{dax_supported, flushes_suffice, on_tmpfs, MapMode, Mapping};
 /// so no code outside the persistence layer can make one up:
 ///
 /// ```compile_fail
-/// enum Disk {}
-/// impl lynxfs::pmem::Medium for Disk {}
+/// enum Tape {}
+/// impl lynxfs::pmem::Medium for Tape {}
 /// ```
 pub trait Medium: sealed::Sealed {}
 
@@ -37,9 +38,16 @@ pub trait Medium: sealed::Sealed {}
 pub enum Pmem {}
 impl Medium for Pmem {}
 
+/// A data device (a disk, or a file on one): writes made durable by `fdatasync`
+/// ([`device::Device::sync`]).
+#[derive(Debug)]
+pub enum Disk {}
+impl Medium for Disk {}
+
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::Pmem {}
+    impl Sealed for super::Disk {}
 }
 
 /// Proof that the writes of some set, on medium `M`, are durable: for persistent memory,

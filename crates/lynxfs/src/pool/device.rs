@@ -1,0 +1,243 @@
+//! A hybrid pool's data device: made at mkfs, found and checked at open.
+//!
+//! mkfs writes the device's header (naming the pool and the device) and makes it
+//! durable before the pool's superblocks, which record the device's identity and path
+//! (`format::device`). An open finds the device by that path and refuses, naming both,
+//! a device that is not a LynxFS data device, another pool's device, a device made
+//! anew for this pool (another identity), one too small for what its header or the
+//! pool needs, or a newer format.
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::{file_size, is_block_device, Access};
+use crate::error::{Error, Result};
+use crate::format::device::{
+    uuid_text, DeviceHeader, DeviceRecord, HeaderProblem, HEADER_LEN, RECORD_A, RECORD_B,
+    RECORD_LEN,
+};
+use crate::format::{Layout, Superblock, BLOCK};
+use crate::pmem::device::Device;
+use crate::pmem::{Backend, Pm};
+
+/// What mkfs puts on a new data device and in the pool about it.
+pub(super) struct NewDevice {
+    pub record: DeviceRecord,
+}
+
+fn device_error(pool: &Path, dev: &Path, what: impl std::fmt::Display) -> Error {
+    Error::Device {
+        device: dev.to_path_buf(),
+        what: format!("{what} (data device of pool {})", pool.display()),
+    }
+}
+
+/// Make `path` the data device of a new pool `pool` (identity `pool_uuid`) of
+/// `layout`: a new file, or (with `force`) an existing file or block device, which
+/// must hold the header, the data area and an export area as large as the pool.
+pub(super) fn make(
+    path: &Path,
+    pool: &Path,
+    force: bool,
+    pool_uuid: [u8; 16],
+    layout: &Layout,
+) -> Result<NewDevice> {
+    let exists = std::fs::symlink_metadata(path).is_ok();
+    if exists && !force {
+        return Err(Error::Exists {
+            path: path.to_path_buf(),
+        });
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(!exists)
+        .mode(super::POOL_MODE)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() && !is_block_device(&meta) {
+        return Err(Error::Invalid(format!(
+            "{}: not a regular file or block device",
+            path.display()
+        )));
+    }
+    // The absolute path, so that an open from any directory finds it.
+    let abs = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
+    let header = DeviceHeader::new(
+        pool_uuid,
+        super::uuid(),
+        layout.data_blocks,
+        layout.geo.pool_size,
+        crate::time::now_ns(),
+    );
+    let need = header.device_len();
+    if is_block_device(&meta) {
+        let have = file_size(&file, &meta, path)?;
+        if have < need {
+            return Err(device_error(
+                pool,
+                path,
+                format!("the device holds {have} bytes, the pool needs {need}"),
+            ));
+        }
+    } else if meta.len() < need {
+        // Sparse: blocks take space on the disk as they are written.
+        file.set_len(need).map_err(|e| Error::io(path, e))?;
+    }
+    let mut block = vec![0u8; BLOCK as usize];
+    block[..HEADER_LEN].copy_from_slice(&header.encode());
+    file.write_all_at(&block, 0)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io(path, e))?;
+    let record =
+        DeviceRecord::new(header.device_uuid, abs.as_os_str().as_bytes()).ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: the device's path is longer than {} bytes",
+                abs.display(),
+                crate::format::device::MAX_PATH
+            ))
+        })?;
+    Ok(NewDevice { record })
+}
+
+/// The pool's record of its device: the first valid copy that agrees with the
+/// superblock's identity.
+pub(crate) fn record<B: Backend>(pm: &Pm<B>, sb: &Superblock) -> Option<DeviceRecord> {
+    [RECORD_A, RECORD_B].into_iter().find_map(|at| {
+        let mut b = [0u8; RECORD_LEN];
+        pm.read(at, &mut b);
+        DeviceRecord::decode(&b).filter(|r| Some(r.device_uuid) == sb.data_device)
+    })
+}
+
+/// Read a device's header (`lynxfs info`, `fsck`, open).
+pub fn read_header(
+    file: &File,
+) -> std::io::Result<std::result::Result<DeviceHeader, HeaderProblem>> {
+    let mut b = [0u8; HEADER_LEN];
+    match file.read_exact_at(&mut b, 0) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(Err(HeaderProblem::Magic)),
+        Err(e) => return Err(e),
+    }
+    Ok(DeviceHeader::decode(&b))
+}
+
+/// Find and check the data device of pool `pool` (superblock `sb`), at `path` if
+/// given, else where the pool records it.
+pub(super) fn attach<B: Backend>(
+    pm: &Pm<B>,
+    pool: &Path,
+    sb: &Superblock,
+    access: Access,
+    path: Option<&Path>,
+) -> Result<(Device, DeviceHeader)> {
+    let want = sb.data_device.expect("a hybrid pool");
+    let path: PathBuf = match path {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let r = record(pm, sb).ok_or_else(|| {
+                Error::corrupt(pool, "both records of the data device's path are damaged")
+            })?;
+            PathBuf::from(std::ffi::OsStr::from_bytes(&r.path))
+        }
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(access != Access::ReadOnly)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| {
+            let why = match e.kind() {
+                ErrorKind::NotFound => "missing".to_string(),
+                _ => e.to_string(),
+            };
+            device_error(pool, &path, format!("cannot open the data device: {why}"))
+        })?;
+    let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+    if !meta.is_file() && !is_block_device(&meta) {
+        return Err(device_error(
+            pool,
+            &path,
+            "not a regular file or block device",
+        ));
+    }
+    let header = read_header(&file)
+        .map_err(|e| Error::io(&path, e))?
+        .map_err(|p| match p {
+            HeaderProblem::Magic => device_error(pool, &path, "not a LynxFS data device"),
+            p => device_error(pool, &path, p),
+        })?;
+    check(pool, &path, sb, want, &header)?;
+    let have = file_size(&file, &meta, &path)?;
+    if have < header.device_len() {
+        return Err(device_error(
+            pool,
+            &path,
+            format!(
+                "the device holds {have} bytes, its header says {}",
+                header.device_len()
+            ),
+        ));
+    }
+    let dev = Device::new(file, &path, header.data_off, header.data_len);
+    Ok((dev, header))
+}
+
+/// The header names this pool and the device the pool records, and holds its blocks.
+fn check(
+    pool: &Path,
+    path: &Path,
+    sb: &Superblock,
+    want: [u8; 16],
+    h: &DeviceHeader,
+) -> Result<()> {
+    if h.pool_uuid != sb.uuid {
+        return Err(device_error(
+            pool,
+            path,
+            format!(
+                "the data device of another pool (pool id {}; this pool's is {})",
+                uuid_text(&h.pool_uuid),
+                uuid_text(&sb.uuid)
+            ),
+        ));
+    }
+    if h.device_uuid != want {
+        return Err(device_error(
+            pool,
+            path,
+            format!(
+                "not the data device this pool records (device id {}; the pool records {})",
+                uuid_text(&h.device_uuid),
+                uuid_text(&want)
+            ),
+        ));
+    }
+    if h.data_blocks() < sb.layout.data_blocks {
+        return Err(device_error(
+            pool,
+            path,
+            format!(
+                "its data area holds {} blocks, the pool has {}",
+                h.data_blocks(),
+                sb.layout.data_blocks
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Write the pool's records of its device (both copies, durably): at mkfs, before the
+/// superblocks that point at them.
+pub(super) fn write_records<B: Backend>(pm: &Pm<B>, r: &DeviceRecord) {
+    let bytes = r.encode();
+    let mut b = pm.batch();
+    b.write(RECORD_A, &bytes).write(RECORD_B, &bytes);
+    let _ = b.persist();
+}

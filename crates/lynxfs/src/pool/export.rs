@@ -1,0 +1,699 @@
+//! Exports: a copy of a pool's metadata in a reserved area of its data device, so the
+//! device alone is a complete LynxFS (issue 28, "a disk that moves"). `export` writes
+//! one; `import` rebuilds a pool file from it; `read_image` gives the pool's bytes in
+//! memory (fsck of a device, a mount without persistent memory).
+//!
+//! The area holds two headers (one block each) and two slots. An export writes its
+//! image into the slot the newest valid header does not name, makes it durable, then
+//! writes the header of the next generation into the copy that generation's parity
+//! selects and makes that durable: that header write is the commit point
+//! (docs/CONSISTENCY.md, "Exports"). A crash before it leaves the previous header,
+//! and the slot it names, untouched; a torn header fails its checksum and the other
+//! copy is used. Each header carries the CRC32C of its image, so a slot torn or
+//! overwritten later is refused, never imported.
+//!
+//! The image is the pool's bytes, after a clean close, as runs of non-zero blocks:
+//! `[pool offset: u64][blocks: u64]` then the blocks, ended by a run of 0 blocks. An
+//! imported pool is those bytes in a fresh file (zeros elsewhere), so it is the pool
+//! as it was, clean, with the same identity (uuid): it pairs with the same device.
+
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::{file, Access, Pool};
+use crate::alloc::UsedSets;
+use crate::error::{Error, Result};
+use crate::format::device::{DeviceHeader, DeviceRecord, HeaderProblem, RECORD_A, RECORD_B};
+use crate::format::layout::DENTRY_SIZE;
+use crate::format::{Layout, BLOCK, ROOT_INO};
+use crate::pmem::Backend;
+use crate::time::now_ns;
+use std::ops::Range;
+
+/// Where on a device its exports live: bytes `start..start + len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExportArea {
+    pub start: u64,
+    pub len: u64,
+}
+
+impl ExportArea {
+    /// Header copy `k`'s offset.
+    fn header(&self, k: u64) -> u64 {
+        self.start + k * BLOCK
+    }
+
+    /// The bytes one slot holds.
+    pub fn slot_len(&self) -> u64 {
+        (self.len.saturating_sub(2 * BLOCK) / 2) / BLOCK * BLOCK
+    }
+
+    /// Slot `k`'s offset.
+    fn slot(&self, k: u32) -> u64 {
+        self.start + 2 * BLOCK + u64::from(k) * self.slot_len()
+    }
+}
+
+const MAGIC: [u8; 8] = *b"LYNXEXPT";
+const VERSION: u32 = 1;
+/// The encoded header's length; its last 4 bytes are its CRC32C.
+const HEADER_LEN: usize = 96;
+/// The run header before each run of blocks in an image.
+const RUN_LEN: usize = 16;
+/// The pool is read, and the image written, in pieces of this many bytes.
+const CHUNK: usize = 4 << 20;
+
+/// One export's header: which slot holds it and how to check it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportHeader {
+    pub generation: u64,
+    pub slot: u32,
+    /// The exported pool's identity (its superblock's).
+    pub uuid: [u8; 16],
+    pub pool_size: u64,
+    /// The image's length in the slot, and its CRC32C.
+    pub image_len: u64,
+    pub image_crc: u32,
+    /// Pool blocks the image holds (the rest were zero).
+    pub blocks: u64,
+    /// When the export was made, ns since the epoch.
+    pub exported_ns: u64,
+}
+
+impl ExportHeader {
+    fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.slot.to_le_bytes());
+        b[16..24].copy_from_slice(&self.generation.to_le_bytes());
+        b[24..40].copy_from_slice(&self.uuid);
+        b[40..48].copy_from_slice(&self.pool_size.to_le_bytes());
+        b[48..56].copy_from_slice(&self.image_len.to_le_bytes());
+        b[56..60].copy_from_slice(&self.image_crc.to_le_bytes());
+        b[64..72].copy_from_slice(&self.blocks.to_le_bytes());
+        b[72..80].copy_from_slice(&self.exported_ns.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..HEADER_LEN - 4]);
+        b[HEADER_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// A header copy, or why it is not one.
+    fn decode(b: &[u8; HEADER_LEN]) -> std::result::Result<ExportHeader, String> {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        if b[0..8] != MAGIC {
+            return Err("no export header".into());
+        }
+        if crc32c::crc32c(&b[..HEADER_LEN - 4]) != u32_at(HEADER_LEN - 4) {
+            return Err("export header checksum mismatch (torn or damaged)".into());
+        }
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(format!(
+                "export format version {version} (this build reads {VERSION}): made by a \
+                 newer LynxFS"
+            ));
+        }
+        Ok(ExportHeader {
+            slot: u32_at(12),
+            generation: u64_at(16),
+            uuid: b[24..40].try_into().expect("16 bytes"),
+            pool_size: u64_at(40),
+            image_len: u64_at(48),
+            image_crc: u32_at(56),
+            blocks: u64_at(64),
+            exported_ns: u64_at(72),
+        })
+    }
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug)]
+pub struct ExportReport {
+    pub header: ExportHeader,
+    /// The generation it replaced as the device's current export, if any.
+    pub replaced: Option<u64>,
+}
+
+/// The two header copies as found: each a header or why it is not usable.
+fn read_headers(
+    dev: &File,
+    dev_path: &Path,
+    area: &ExportArea,
+) -> Result<[std::result::Result<ExportHeader, String>; 2]> {
+    let mut out = [Err(String::new()), Err(String::new())];
+    for (k, slot) in out.iter_mut().enumerate() {
+        let mut b = [0u8; HEADER_LEN];
+        dev.read_exact_at(&mut b, area.header(k as u64))
+            .map_err(|e| Error::io(dev_path, e))?;
+        *slot = ExportHeader::decode(&b).and_then(|h| {
+            if h.slot > 1 || h.image_len > area.slot_len() {
+                Err(format!(
+                    "export header names slot {} of {} bytes, beyond the area",
+                    h.slot, h.image_len
+                ))
+            } else {
+                Ok(h)
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// The valid headers, newest first.
+fn newest_first(headers: &[std::result::Result<ExportHeader, String>; 2]) -> Vec<&ExportHeader> {
+    let mut valid: Vec<&ExportHeader> = headers.iter().filter_map(|h| h.as_ref().ok()).collect();
+    valid.sort_by_key(|h| std::cmp::Reverse(h.generation));
+    valid
+}
+
+/// Checks `area` fits in the device and holds two slots of at least one block.
+fn check_area(dev: &File, dev_path: &Path, area: &ExportArea) -> Result<()> {
+    let size = device_len(dev, dev_path)?;
+    if area
+        .start
+        .checked_add(area.len)
+        .is_none_or(|end| end > size)
+    {
+        return Err(Error::Invalid(format!(
+            "{}: the export area {}..+{} lies beyond the device's {size} bytes",
+            dev_path.display(),
+            area.start,
+            area.len
+        )));
+    }
+    if area.slot_len() < BLOCK {
+        return Err(Error::Invalid(format!(
+            "{}: the export area ({} bytes) is too small for two slots",
+            dev_path.display(),
+            area.len
+        )));
+    }
+    Ok(())
+}
+
+/// A device's length: a file's size, or a block device's (its size is 0 in `stat`).
+fn device_len(dev: &File, dev_path: &Path) -> Result<u64> {
+    let meta = dev.metadata().map_err(|e| Error::io(dev_path, e))?;
+    super::file_size(dev, &meta, dev_path)
+}
+
+/// Exports the pool at `pool_path` into `area` of the device `dev` (open for reading
+/// and writing). The pool is opened alone (refused while a process has it open), closed
+/// cleanly, and copied while its lock is still held, so the image is a clean pool.
+/// Nothing of the device's current export changes until the new one is durable.
+pub fn export<B: Backend>(
+    pool_path: &Path,
+    backend: B,
+    dev: &File,
+    dev_path: &Path,
+    area: ExportArea,
+) -> Result<ExportReport> {
+    check_area(dev, dev_path, &area)?;
+    let pool = Pool::open(pool_path, Access::Exclusive, backend)?;
+    export_open(pool, dev, dev_path, area)
+}
+
+/// Exports a hybrid pool into its own data device's export area (`lynxfs export`).
+pub fn export_hybrid<B: Backend>(pool_path: &Path, backend: B) -> Result<ExportReport> {
+    let pool = Pool::open(pool_path, Access::Exclusive, backend)?;
+    let sb = pool.superblock();
+    let (Some(header), Some(record)) = (pool.device_header(), super::device::record(&pool.pm, &sb))
+    else {
+        return Err(Error::Invalid(format!(
+            "{}: not a hybrid pool (its data is in the pool, there is no data device to \
+             export to)",
+            pool_path.display()
+        )));
+    };
+    let area = area_of(header);
+    let dev_path = PathBuf::from(OsStr::from_bytes(&record.path));
+    let dev = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dev_path)
+        .map_err(|e| Error::io(&dev_path, e))?;
+    check_area(&dev, &dev_path, &area)?;
+    export_open(pool, &dev, &dev_path, area)
+}
+
+/// The export area a device's header names.
+fn area_of(h: &DeviceHeader) -> ExportArea {
+    ExportArea {
+        start: h.export_off,
+        len: h.export_len,
+    }
+}
+
+/// Exports `pool`, opened alone, then lets it go.
+fn export_open<B: Backend>(
+    pool: Pool<B>,
+    dev: &File,
+    dev_path: &Path,
+    area: ExportArea,
+) -> Result<ExportReport> {
+    let headers = read_headers(dev, dev_path, &area)?;
+    let current = newest_first(&headers).first().map(|h| (*h).clone());
+    pool.close()?;
+    let sb = pool.superblock();
+    let slot = current.as_ref().map_or(0, |h| 1 - h.slot);
+    let mut writer = ImageWriter {
+        dev,
+        dev_path,
+        base: area.slot(slot),
+        cap: area.slot_len(),
+        len: 0,
+        buf: Vec::with_capacity(CHUNK + RUN_LEN),
+        crc: 0,
+        blocks: 0,
+    };
+    let mut chunk = vec![0u8; CHUNK];
+    for range in regions(&pool.layout, &pool.alloc.used_sets()) {
+        let mut off = range.start;
+        while off < range.end {
+            let len = (range.end - off).min(CHUNK as u64) as usize;
+            pool.pm.read(off, &mut chunk[..len]);
+            writer.add_runs(off, &chunk[..len])?;
+            off += len as u64;
+        }
+    }
+    // The pool's lock is released only now: nothing changed it while it was copied.
+    drop(pool);
+    let (image_len, image_crc, blocks) = writer.finish()?;
+    dev.sync_data().map_err(|e| Error::io(dev_path, e))?;
+    let generation = current.as_ref().map_or(1, |h| h.generation + 1);
+    let header = ExportHeader {
+        generation,
+        slot,
+        uuid: sb.uuid,
+        pool_size: sb.geo.pool_size,
+        image_len,
+        image_crc,
+        blocks,
+        exported_ns: now_ns(),
+    };
+    // The commit point: the header that names the new slot, durable.
+    dev.write_all_at(&header.encode(), area.header(generation % 2))
+        .and_then(|()| dev.sync_data())
+        .map_err(|e| Error::io(dev_path, e))?;
+    Ok(ExportReport {
+        header,
+        replaced: current.map(|h| h.generation),
+    })
+}
+
+/// The parts of a pool an export reads: everything before the inode table
+/// (superblocks, journals, saved state), then the pages of the inodes, dentries and
+/// data blocks in use (`used`, the allocators' bitmaps): a free slot's bytes mean
+/// nothing, and an imported pool has zeros there, as mkfs leaves them. So the time
+/// grows with what the pool holds, not with its size.
+fn regions(l: &Layout, used: &UsedSets) -> Vec<Range<u64>> {
+    let mut pages = Vec::new();
+    for_each_set(&used.inodes, l.total_inodes(), |i| {
+        pages.push(l.inode_addr(i.max(ROOT_INO)) / BLOCK)
+    });
+    for_each_set(&used.dentries, l.total_dentries(), |d| {
+        let at = l.dentry_addr(d);
+        pages.push(at / BLOCK);
+        pages.push((at + DENTRY_SIZE - 1) / BLOCK);
+    });
+    for_each_set(&used.blocks, l.data_blocks, |b| {
+        pages.push(l.block_addr(b) / BLOCK)
+    });
+    // In order already (the tables and the data area follow each other); a dentry
+    // page may be pushed twice.
+    pages.dedup();
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(pages.len() + 1);
+    out.push(0..l.inode_off);
+    for p in pages {
+        let (start, end) = (p * BLOCK, (p + 1) * BLOCK);
+        match out.last_mut() {
+            Some(r) if r.end >= start => r.end = r.end.max(end),
+            _ => out.push(start..end),
+        }
+    }
+    out
+}
+
+/// Calls `f` with each set bit's index below `len`.
+fn for_each_set(bits: &[u64], len: u64, mut f: impl FnMut(u64)) {
+    for (w, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            let i = w as u64 * 64 + u64::from(word.trailing_zeros());
+            if i >= len {
+                return;
+            }
+            f(i);
+            word &= word - 1;
+        }
+    }
+}
+
+/// Writes an image's runs into a slot, buffered, keeping its CRC32C.
+struct ImageWriter<'a> {
+    dev: &'a File,
+    dev_path: &'a Path,
+    /// The slot's offset and length, and how much of it is written.
+    base: u64,
+    cap: u64,
+    len: u64,
+    buf: Vec<u8>,
+    crc: u32,
+    blocks: u64,
+}
+
+impl ImageWriter<'_> {
+    /// Adds the non-zero blocks of `bytes` (the pool's bytes at `off`) as runs.
+    fn add_runs(&mut self, off: u64, bytes: &[u8]) -> Result<()> {
+        let block = BLOCK as usize;
+        let zero_at = |i: usize| is_zero(&bytes[i..(i + block).min(bytes.len())]);
+        let mut i = 0;
+        while i < bytes.len() {
+            if zero_at(i) {
+                i += block;
+                continue;
+            }
+            let start = i;
+            while i < bytes.len() && !zero_at(i) {
+                i += block;
+            }
+            let run = &bytes[start..i.min(bytes.len())];
+            let n = run.len().div_ceil(block) as u64;
+            self.put(&(off + start as u64).to_le_bytes())?;
+            self.put(&n.to_le_bytes())?;
+            self.put(run)?;
+            self.blocks += n;
+        }
+        Ok(())
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let len = self.buf.len() as u64;
+        if self.len + len > self.cap {
+            return Err(Error::Export {
+                path: self.dev_path.to_path_buf(),
+                what: format!(
+                    "the export does not fit: each of the export area's two slots holds {} \
+                     bytes, and the pool's non-zero blocks need more (the device's current \
+                     export is unchanged)",
+                    self.cap
+                ),
+            });
+        }
+        self.dev
+            .write_all_at(&self.buf, self.base + self.len)
+            .map_err(|e| Error::io(self.dev_path, e))?;
+        self.crc = crc32c::crc32c_append(self.crc, &self.buf);
+        self.len += len;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Ends the image: (its length, its CRC32C, the blocks it holds).
+    fn finish(mut self) -> Result<(u64, u32, u64)> {
+        self.put(&[0u8; RUN_LEN])?;
+        self.flush()?;
+        Ok((self.len, self.crc, self.blocks))
+    }
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    // SAFETY: every bit pattern is a valid u64, and `align_to` only puts whole,
+    // aligned words of `b` in the middle part.
+    let (head, words, tail) = unsafe { b.align_to::<u64>() };
+    head.iter().all(|&x| x == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&x| x == 0)
+}
+
+/// A device's current export, read and checked: its header and image.
+pub struct Export {
+    pub header: ExportHeader,
+    image: Vec<u8>,
+    /// Why a newer export than this one could not be used, if one was found.
+    pub skipped: Option<String>,
+}
+
+/// Reads the device's newest export whose image is intact. `expect_uuid`: the pool the
+/// device belongs to (its header's), which the export must be of. Refused with what was
+/// found when no export is usable.
+pub fn read_export(
+    dev: &File,
+    dev_path: &Path,
+    area: ExportArea,
+    expect_uuid: Option<[u8; 16]>,
+) -> Result<Export> {
+    check_area(dev, dev_path, &area)?;
+    let headers = read_headers(dev, dev_path, &area)?;
+    let mut problems: Vec<String> = headers
+        .iter()
+        .enumerate()
+        .filter_map(|(k, h)| {
+            h.as_ref()
+                .err()
+                .map(|why| format!("header copy {k}: {why}"))
+        })
+        .collect();
+    let mut skipped = None;
+    for h in newest_first(&headers) {
+        if let Some(want) = expect_uuid.filter(|u| *u != h.uuid) {
+            problems.push(format!(
+                "export generation {} is of pool {}, but the device belongs to pool {}",
+                h.generation,
+                hex(&h.uuid),
+                hex(&want)
+            ));
+            continue;
+        }
+        let mut image = vec![0u8; h.image_len as usize];
+        dev.read_exact_at(&mut image, area.slot(h.slot))
+            .map_err(|e| Error::io(dev_path, e))?;
+        let why = if crc32c::crc32c(&image) != h.image_crc {
+            "its image fails its checksum (torn or overwritten)".to_string()
+        } else {
+            match check_runs(&image, h.pool_size) {
+                Ok(()) => {
+                    return Ok(Export {
+                        header: h.clone(),
+                        image,
+                        skipped,
+                    })
+                }
+                Err(why) => why,
+            }
+        };
+        let problem = format!(
+            "export generation {} (slot {}): {why}",
+            h.generation, h.slot
+        );
+        skipped.get_or_insert_with(|| problem.clone());
+        problems.push(problem);
+    }
+    Err(Error::Export {
+        path: dev_path.to_path_buf(),
+        what: format!("no usable export ({})", problems.join("; ")),
+    })
+}
+
+/// A data device, its header read and checked, for reading its export.
+#[derive(Debug)]
+pub struct DataDevice {
+    pub file: File,
+    pub path: PathBuf,
+    pub header: DeviceHeader,
+}
+
+impl DataDevice {
+    /// Opens `path` (read-only) and reads its header; refused, saying why, when it is
+    /// not a LynxFS data device.
+    pub fn open(path: &Path) -> Result<DataDevice> {
+        let file = File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => Error::io(path, e),
+        })?;
+        let header = super::device::read_header(&file)
+            .map_err(|e| Error::io(path, e))?
+            .map_err(|p| Error::Export {
+                path: path.to_path_buf(),
+                what: match p {
+                    HeaderProblem::Magic => "not a LynxFS data device".to_string(),
+                    p => format!("not a usable LynxFS data device: {p}"),
+                },
+            })?;
+        Ok(DataDevice {
+            file,
+            path: path.to_path_buf(),
+            header,
+        })
+    }
+
+    /// Whether `path` starts with a data device's header (so `lynxfs mount`, `fsck`
+    /// and `info` can tell a device from a pool).
+    pub fn is_device(path: &Path) -> bool {
+        File::open(path)
+            .ok()
+            .and_then(|f| super::device::read_header(&f).ok())
+            .is_some_and(|h| !matches!(h, Err(HeaderProblem::Magic)))
+    }
+
+    /// The device's newest usable export, which must be of the pool its header names.
+    pub fn read_export(&self) -> Result<Export> {
+        read_export(
+            &self.file,
+            &self.path,
+            area_of(&self.header),
+            Some(self.header.pool_uuid),
+        )
+    }
+
+    /// Rebuilds the device's pool at `new_pool` from its newest usable export; the new
+    /// pool records this device (by its absolute path) as its data device.
+    pub fn import(&self, new_pool: &Path) -> Result<Export> {
+        let e = self.read_export()?;
+        let abs = std::fs::canonicalize(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let record = DeviceRecord::new(self.header.device_uuid, abs.as_os_str().as_bytes())
+            .ok_or_else(|| {
+                Error::Invalid(format!("{}: the device's path is too long", abs.display()))
+            })?;
+        e.write_pool(new_pool, Some(&record))?;
+        Ok(e)
+    }
+}
+
+/// The pool's hex uuid, as `lynxfs info` prints it.
+fn hex(u: &[u8; 16]) -> String {
+    u.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Calls `f(pool offset, bytes)` for each run of an image whose bounds were checked.
+fn for_each_run(image: &[u8], pool_size: u64, mut f: impl FnMut(u64, &[u8])) {
+    let mut pos = 0;
+    while let Some((off, bytes, next)) = run_at(image, pos, pool_size).ok().flatten() {
+        f(off, bytes);
+        pos = next;
+    }
+}
+
+/// A run of an image: its pool offset, its bytes and where the next run starts.
+type Run<'a> = (u64, &'a [u8], usize);
+
+/// The run at `pos`: `None` at the end mark, or why it is not a run.
+fn run_at(
+    image: &[u8],
+    pos: usize,
+    pool_size: u64,
+) -> std::result::Result<Option<Run<'_>>, String> {
+    let word = |o: usize| -> std::result::Result<u64, String> {
+        image
+            .get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .ok_or_else(|| format!("the image ends inside a run header at byte {o}"))
+    };
+    let (off, blocks) = (word(pos)?, word(pos + 8)?);
+    if blocks == 0 {
+        return Ok(None);
+    }
+    let bad = || format!("a run at byte {pos} names blocks {off}+{blocks} outside the pool");
+    if off % BLOCK != 0 || off >= pool_size {
+        return Err(bad());
+    }
+    let len = blocks
+        .checked_mul(BLOCK)
+        .ok_or_else(bad)?
+        .min(pool_size - off) as usize;
+    if len as u64 <= (blocks - 1) * BLOCK {
+        return Err(bad());
+    }
+    let start = pos + RUN_LEN;
+    let bytes = image
+        .get(start..start + len)
+        .ok_or_else(|| format!("the image ends inside the run at byte {pos}"))?;
+    Ok(Some((off, bytes, start + len)))
+}
+
+/// Checks every run of an image lies in the pool and the image ends with its end mark.
+fn check_runs(image: &[u8], pool_size: u64) -> std::result::Result<(), String> {
+    let mut pos = 0;
+    while let Some((_, _, next)) = run_at(image, pos, pool_size)? {
+        pos = next;
+    }
+    if pos + RUN_LEN != image.len() {
+        return Err(format!(
+            "{} bytes follow the image's end mark",
+            image.len() - pos - RUN_LEN
+        ));
+    }
+    Ok(())
+}
+
+impl std::fmt::Debug for Export {
+    // The image is megabytes: its length is enough.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Export")
+            .field("header", &self.header)
+            .field("image_len", &self.image.len())
+            .field("skipped", &self.skipped)
+            .finish()
+    }
+}
+
+impl Export {
+    /// The exported pool's bytes, in memory.
+    pub fn pool_bytes(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.header.pool_size as usize];
+        for_each_run(&self.image, self.header.pool_size, |off, bytes| {
+            out[off as usize..off as usize + bytes.len()].copy_from_slice(bytes)
+        });
+        out
+    }
+
+    /// Writes the exported pool into a new pool file at `path` (refused if something is
+    /// there), built beside it and renamed into place, durable when this returns.
+    pub fn import(&self, path: &Path) -> Result<()> {
+        self.write_pool(path, None)
+    }
+
+    /// [`Export::import`], the pool's records of its data device replaced by `record`
+    /// (the device where it is now, which may not be where it was exported from).
+    fn write_pool(&self, path: &Path, record: Option<&DeviceRecord>) -> Result<()> {
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(Error::Exists {
+                path: path.to_path_buf(),
+            });
+        }
+        let staged = file::Staged::create(path, self.header.pool_size)?;
+        let mut result = Ok(());
+        for_each_run(&self.image, self.header.pool_size, |off, bytes| {
+            if result.is_ok() {
+                result = staged
+                    .file()
+                    .write_all_at(bytes, off)
+                    .map_err(|e| Error::io(path, e));
+            }
+        });
+        result?;
+        if let Some(r) = record {
+            let bytes = r.encode();
+            for at in [RECORD_A, RECORD_B] {
+                staged
+                    .file()
+                    .write_all_at(&bytes, at)
+                    .map_err(|e| Error::io(path, e))?;
+            }
+        }
+        staged.commit(false)
+    }
+}
