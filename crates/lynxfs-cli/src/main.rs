@@ -118,7 +118,7 @@ enum Cmd {
         pool: PathBuf,
     },
     /// Run a benchmark suite and print its table (syscalls, data, mdtest, smallfiles,
-    /// recovery, apps, personalities, ablation).
+    /// recovery, apps, personalities, ablation, statall, rename, filetest).
     Bench(bench::BenchArgs),
     /// Mount a pool with FUSE.
     ///
