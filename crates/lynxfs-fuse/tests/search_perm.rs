@@ -7,7 +7,10 @@
 //! user by an ACL entry (`acl`), or the user's own and open (`mine`, which the steps
 //! then chmod shut after a lookup through it succeeded, and open again). Every answer
 //! must be the one POSIX gives: search permission is checked on every ancestor.
-//! tests/search_perm.c takes the steps for the mount, preload and C API. Needs root,
+//! tests/search_perm.c takes the steps for the mount, preload and C API. Through the
+//! library, another caller (root) also changes an ancestor after the user's lookup
+//! through it: chmod, chown, chgrp, an ACL's removal, a move into a closed directory and
+//! out of one; an answer cached for the user must follow each. Needs root,
 //! `/dev/fuse`, `cc` and uid 1000. Every child runs within a time limit, and a watchdog
 //! covers each test.
 
@@ -272,6 +275,106 @@ fn search_permission_holds_through_the_library() {
     let pool = shm.path().join("search.pool");
     pool_with_fixtures(&pool);
     check("library", &library_steps(&pool));
+}
+
+/// What the library must answer, in order, when another caller (root, in another
+/// session on the same `Fs`) changes a middle ancestor after the user's lookup through
+/// it succeeded (or failed): every change of an ancestor's permission or place counts.
+const AFTER_CHANGES: &[(&str, &str)] = &[
+    ("before chmod", "0"),
+    ("after root's chmod 0700", "EACCES"),
+    ("before chown", "0"),
+    ("after root's chown to root", "EACCES"),
+    ("before chgrp", "0"),
+    ("after root's chgrp to root", "EACCES"),
+    ("before the ACL's removal", "0"),
+    ("after the ACL's removal", "EACCES"),
+    ("before the move", "0"),
+    ("after the move into a closed directory", "EACCES"),
+    ("at the old path", "ENOENT"),
+    ("inside a closed directory", "EACCES"),
+    ("after its move out", "0"),
+];
+
+#[test]
+fn search_permission_follows_changes_by_another_caller() {
+    let _dog = watchdog("search permission after changes", TEST_LIMIT);
+    let shm = searchable("/dev/shm");
+    let pool = shm.path().join("search.pool");
+    let mut o = MkfsOptions::new(64 << 20);
+    o.lanes = 2;
+    Pool::mkfs(&pool, &o, PmemBackend::default()).expect("mkfs");
+    let fs = Fs::open(&pool).expect("open the pool");
+    let r = fs.session(Cred::root());
+    r.mkdir("/t", 0o755).unwrap();
+    for top in ["chmod", "chown", "chgrp", "acl", "moved"] {
+        chain(&r, &format!("/t/{top}"));
+    }
+    r.chown("/t/chown/a/b/c", Some(USER), None).unwrap();
+    r.chmod("/t/chown/a/b/c", 0o700).unwrap();
+    r.chown("/t/chgrp/a/b/c", None, Some(USER)).unwrap();
+    r.chmod("/t/chgrp/a/b/c", 0o750).unwrap();
+    r.chmod("/t/acl/a/b/c", 0o700).unwrap();
+    let search = acl(&[
+        (1, 7, ANY),
+        (2, 5, USER),
+        (4, 0, ANY),
+        (0x10, 5, ANY),
+        (0x20, 0, ANY),
+    ]);
+    r.setxattr("/t/acl/a/b/c", "system.posix_acl_access", &search, 0)
+        .unwrap();
+    r.mkdir("/t/closed", 0o755).unwrap();
+    chain(&r, "/t/closed/in");
+    r.chmod("/t/closed", 0o700).unwrap();
+
+    let u = fs.session(Cred::user(USER, USER));
+    let stat = |p: &str| match u.stat(p) {
+        Ok(_) => "0".to_string(),
+        Err(e) => match e.errno() {
+            libc::EACCES => "EACCES".into(),
+            libc::ENOENT => "ENOENT".into(),
+            n => format!("errno {n}"),
+        },
+    };
+    let below = |dir: &str| format!("{dir}{BELOW}");
+    let mut got = Vec::new();
+    for (case, change) in [
+        (
+            "chmod",
+            &(|| r.chmod("/t/chmod/a/b/c", 0o700)) as &dyn Fn() -> lynxfs::Result<()>,
+        ),
+        ("chown", &|| r.chown("/t/chown/a/b/c", Some(0), None)),
+        ("chgrp", &|| r.chown("/t/chgrp/a/b/c", None, Some(0))),
+        ("acl", &|| {
+            r.removexattr("/t/acl/a/b/c", "system.posix_acl_access")
+        }),
+    ] {
+        let p = below(&format!("/t/{case}/a/b/c"));
+        got.push(stat(&p));
+        change().unwrap_or_else(|e| panic!("{case}: {e}"));
+        got.push(stat(&p));
+    }
+    got.push(stat(&below("/t/moved/a/b/c")));
+    r.rename("/t/moved/a/b/c", "/t/closed/c", 0).unwrap();
+    got.push(stat(&below("/t/closed/c")));
+    got.push(stat(&below("/t/moved/a/b/c")));
+    got.push(stat(&below("/t/closed/in/a/b/c")));
+    r.rename("/t/closed/in", "/t/out", 0).unwrap();
+    got.push(stat(&below("/t/out/a/b/c")));
+    drop((u, r));
+    fs.close().expect("close the pool");
+    let diff: Vec<String> = AFTER_CHANGES
+        .iter()
+        .zip(&got)
+        .filter(|((_, want), got)| want != got)
+        .map(|((step, want), got)| format!("  {step}: want {want}, got {got}"))
+        .collect();
+    assert!(
+        diff.is_empty() && got.len() == AFTER_CHANGES.len(),
+        "search permission after another caller's change:\n{}",
+        diff.join("\n")
+    );
 }
 
 #[test]
