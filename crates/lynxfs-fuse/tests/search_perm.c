@@ -6,6 +6,9 @@
  *
  *   search_perm ROOT   (kernel or preload: ROOT is the pool's directory)
  *   search_perm POOL   (C API: POOL is the pool file)
+ *   search_perm ROOT|POOL wait   (one lookup, then another once a line arrives on
+ *                                 stdin: another process changed an ancestor between)
+ *   search_perm ROOT|POOL chmod  (that other process: the chmod alone)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -81,8 +84,10 @@ static int do_open(const char *p) {
 #define BELOW "/d/e/f/g/file"
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: search_perm ROOT|POOL\n");
+    int wait = argc == 3 && strcmp(argv[2], "wait") == 0;
+    int change = argc == 3 && strcmp(argv[2], "chmod") == 0;
+    if (argc != 2 && !wait && !change) {
+        fprintf(stderr, "usage: search_perm ROOT|POOL [wait|chmod]\n");
         return 2;
     }
 #ifdef CAPI
@@ -96,6 +101,18 @@ int main(int argc, char **argv) {
     root = argv[1];
 #endif
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (wait) {
+        char line[16];
+        say("stat below its own directory", do_stat(MINE BELOW));
+        if (!fgets(line, sizeof line, stdin))
+            return 1;
+        say("stat below it after another process's chmod", do_stat(MINE BELOW));
+        goto end;
+    }
+    if (change) {
+        say("chmod its directory 0600", x_chmod(at(MINE), 0600));
+        goto end;
+    }
     say("stat below a directory it may not search", do_stat(DENY BELOW));
     say("open below a directory it may not search", do_open(DENY BELOW));
     say("stat the directory it may not search", do_stat(DENY));
@@ -110,6 +127,7 @@ int main(int argc, char **argv) {
     say("open below it after the chmod", do_open(MINE BELOW));
     say("chmod its directory 0700", x_chmod(at(MINE), 0700));
     say("stat below it after the chmod back", do_stat(MINE BELOW));
+end:
 #ifdef CAPI
     int d = lynxfs_detach(fs);
     if (d != 0) {

@@ -10,14 +10,17 @@
 //! tests/search_perm.c takes the steps for the mount, preload and C API. Through the
 //! library, another caller (root) also changes an ancestor after the user's lookup
 //! through it: chmod, chown, chgrp, an ACL's removal, a move into a closed directory and
-//! out of one; an answer cached for the user must follow each. Needs root,
+//! out of one; an answer cached for the user must follow each. Through the C API and
+//! the preload, a second process of the user's, attached to the same pool, takes search
+//! away between two lookups of the first. Needs root,
 //! `/dev/fuse`, `cc` and uid 1000. Every child runs within a time limit, and a watchdog
 //! covers each test.
 
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -374,6 +377,77 @@ fn search_permission_follows_changes_by_another_caller() {
         diff.is_empty() && got.len() == AFTER_CHANGES.len(),
         "search permission after another caller's change:\n{}",
         diff.join("\n")
+    );
+}
+
+/// Runs `cmd` (search_perm.c's `wait` mode) as [`USER`]: its first lookup, then the
+/// user's chmod of its middle directory by another process attached to the same pool
+/// (search_perm.c through the C API), then its second lookup.
+fn chmod_between(cmd: &mut Command, pool: &Path, what: &str) {
+    cmd.uid(USER)
+        .gid(USER)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("read");
+    let chmod = as_user(
+        Command::new(built().join("search-perm-capi"))
+            .arg(pool)
+            .arg("chmod"),
+        "the other process's chmod",
+    );
+    assert_eq!(chmod, "chmod its directory 0600: 0\n== end\n");
+    stdin.write_all(b"go\n").expect("write");
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("read");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{what}: {status}\n{first}{rest}");
+    assert_eq!(
+        format!("{first}{rest}"),
+        "stat below its own directory: 0\n\
+         stat below it after another process's chmod: EACCES\n== end\n",
+        "{what}"
+    );
+}
+
+#[test]
+fn another_process_s_chmod_reaches_the_c_api_and_the_preload() {
+    let _dog = watchdog(
+        "search permission after another process's chmod",
+        TEST_LIMIT,
+    );
+    let dir = built();
+    let shm = searchable("/dev/shm");
+    let pool = shm.path().join("search.pool");
+    user_pool_with_fixtures(&pool);
+    chmod_between(
+        Command::new(dir.join("search-perm-capi"))
+            .arg(&pool)
+            .arg("wait"),
+        &pool,
+        "C API",
+    );
+    let pool = shm.path().join("search2.pool");
+    user_pool_with_fixtures(&pool);
+    let at = searchable("/tmp");
+    chmod_between(
+        Command::new(dir.join("lynxfs"))
+            .arg("run")
+            .arg("--pool")
+            .arg(&pool)
+            .arg("--at")
+            .arg(at.path())
+            .arg("--")
+            .arg(dir.join("search-perm-c"))
+            .arg(at.path())
+            .arg("wait")
+            .env("LYNXFS_PRELOAD_LIB", dir.join("liblynxfs_preload.so")),
+        &pool,
+        "preload",
     );
 }
 
