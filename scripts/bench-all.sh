@@ -20,7 +20,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${1:-$(mktemp -d /tmp/lynxfs-bench-all.XXXXXX)}"
 ROUNDS="${ROUNDS:-3}"
-SUITES="${SUITES:-syscalls fuse data mdtest smallfiles recovery apps personalities ablation}"
+SUITES="${SUITES:-syscalls fuse data mdtest smallfiles recovery apps personalities ablation statall rename filetest}"
 LYNXFS="${LYNXFS:-$ROOT/target/release/lynxfs}"
 # `lynxfs bench` runs the lynxfs-bench program beside it.
 if [ ! -x "$LYNXFS" ] || [ ! -x "$(dirname "$LYNXFS")/lynxfs-bench" ]; then
@@ -63,6 +63,11 @@ for suite in $SUITES; do
         personalities) run -- personalities --target lib "${KERNEL[@]}" --target fuse \
                            --target fuse-null --max-threads 4 --rounds 3 ;;
         ablation) run -- ablation --files 1000 --max-threads 2 ;;
+        statall) run -- statall --target lib --target preload --target tmpfs --rounds "$ROUNDS" ;;
+        rename) run -- rename --target lib-areas --target lib-noevolution --target lib-noareas \
+                    --target tmpfs --rounds "$ROUNDS" ;;
+        filetest) run -- filetest --target lib-areas --target lib-noareas --target tmpfs \
+                      --rounds 5 ;;
         *) echo "bench-all.sh: unknown suite $suite" >&2; exit 2 ;;
     esac
 done

@@ -16,6 +16,48 @@ const SYSCALLS: &[(&str, f64, f64)] = &[
     ("rmdir", 1.2, 2.5),
 ];
 
+/// Issue 27: warm stat and open at depth 16 within this factor of depth 1 (library and
+/// preload) ...
+const DEPTH16_OVER_DEPTH1: f64 = 1.2;
+/// ... and at least this many times faster than tmpfs at depth 16.
+const DEPTH16_OVER_TMPFS: f64 = 2.0;
+
+/// Issue 27's depth notes for a `syscalls` table: every column's depth 16 over its
+/// depth 1 (the ratio the goal is about, side by side), and the goals for the library
+/// and preload columns.
+fn depth_notes(columns: &[String], rows: &[Row]) -> Vec<String> {
+    let row = |op: &str| rows.iter().find(|r| r.op == op);
+    let tmpfs = column(columns, |c| c.starts_with("tmpfs"));
+    let mut out = Vec::new();
+    for op in ["stat", "open+close"] {
+        let (Some(one), Some(deep)) = (
+            row(&format!("{op} (depth 1)")),
+            row(&format!("{op} (depth 16)")),
+        ) else {
+            continue;
+        };
+        for (c, name) in columns.iter().enumerate() {
+            let x = deep.values[c] / one.values[c];
+            let mut s = format!("{op} depth 16 / depth 1 on {name}: {x:.2}x");
+            if name == LIB_NAME || name == PRELOAD_NAME {
+                s += &format!(
+                    " (goal <= {DEPTH16_OVER_DEPTH1}x: {})",
+                    met(x <= DEPTH16_OVER_DEPTH1)
+                );
+                if let Some(t) = tmpfs {
+                    let f = deep.values[t] / deep.values[c];
+                    s += &format!(
+                        "; depth 16 {f:.2}x faster than tmpfs (goal >= {DEPTH16_OVER_TMPFS}x: {})",
+                        met(f >= DEPTH16_OVER_TMPFS)
+                    );
+                }
+            }
+            out.push(s);
+        }
+    }
+    out
+}
+
 /// The `syscalls` rows the FUSE goals look at.
 const FUSE_ROWS: &[&str] = &[
     "create",
@@ -194,7 +236,11 @@ const WRITE_GOALS: &[(&str, f64, f64)] = &[
 /// compares).
 pub(crate) fn notes(suite: &str, columns: &[String], rows: &[Row]) -> Vec<String> {
     let mut out = match suite {
-        "syscalls" => fuse_notes(columns, rows),
+        "syscalls" => {
+            let mut n = fuse_notes(columns, rows);
+            n.extend(depth_notes(columns, rows));
+            n
+        }
         "recovery" => recovery_notes(columns, rows),
         _ => Vec::new(),
     };
@@ -262,6 +308,23 @@ mod tests {
 
     fn row(op: &str, values: &[f64]) -> Row {
         Row::from_rounds(op, values.iter().map(|&v| vec![v]).collect())
+    }
+
+    #[test]
+    fn depth_notes_give_every_column_its_ratio_and_the_goals_to_lynxfs() {
+        let cols = vec!["lynxfs".to_string(), "tmpfs".to_string()];
+        let rows = vec![
+            row("stat (depth 1)", &[1.0, 1.0]),
+            row("stat (depth 16)", &[1.1, 4.0]),
+        ];
+        let n = depth_notes(&cols, &rows);
+        assert_eq!(n.len(), 2, "{n:?}");
+        assert!(
+            n[0].contains("on lynxfs: 1.10x (goal <= 1.2x: met); depth 16 3.64x faster than tmpfs (goal >= 2x: met)"),
+            "{}",
+            n[0]
+        );
+        assert_eq!(n[1], "stat depth 16 / depth 1 on tmpfs: 4.00x");
     }
 
     #[test]

@@ -30,6 +30,12 @@
 //! - `hybrid` (issue 28): fsync-heavy work, FSMAC's file-append, `syscalls`, 1 MiB
 //!   sequential I/O with cold reads, on a hybrid pool against ext4 on the same disk
 //!   (`ext4-disk`) and an all-PM pool.
+//! - `statall` (issue 27): µs per file to stat every file of a generated
+//!   [`Options::files`]-file tree 8 directories deep by its full path (cold and warm).
+//! - `rename` (issue 27, ADAM's Fig. 6): µs per rename of a hot directory of 1 to
+//!   10,000 children, and of a file; a PNG of the curves.
+//! - `filetest` (issue 27, ADAM's filetest and dirtest): µs per create, unlink, mkdir
+//!   and rmdir of [`Options::files`] names in one directory.
 //! - `recovery` (LynxFS only, no targets): first attach (clean open), first lookup
 //!   (index load), a second process's attach and open after a crash of a pool with
 //!   one directory of [`Options::files`] entries, and the shared memory the index
@@ -49,6 +55,7 @@ mod apps;
 mod cold;
 mod data;
 mod dir;
+mod filetest;
 mod fuse_target;
 mod goals;
 mod hybrid;
@@ -61,8 +68,10 @@ mod plot;
 mod preload;
 mod private;
 mod recovery;
+mod rename;
 mod report;
 mod smallfiles;
+mod statall;
 mod syscalls;
 mod target;
 mod workers;
@@ -98,6 +107,9 @@ pub const SUITES: &[&str] = &[
     "personalities",
     "ablation",
     "hybrid",
+    "statall",
+    "rename",
+    "filetest",
 ];
 
 /// The suites that take no targets (they make their own LynxFS pool).
@@ -280,6 +292,9 @@ fn measure(
         "personalities" => personalities::run(targets, names, opts)?,
         "ablation" => ablation::run(opts)?,
         "hybrid" => hybrid::run(targets, names, opts)?,
+        "statall" => statall::run(targets, names, opts)?,
+        "rename" => rename::run(targets, names, opts)?,
+        "filetest" => filetest::run(targets, names, opts)?,
         _ => bail!(
             "unknown suite {suite:?}; the suites are {}",
             SUITES.join(", ")
@@ -288,7 +303,9 @@ fn measure(
 }
 
 /// Opens a target from a command-line spec: `lib` (LynxFS in process on a fresh pool
-/// in `/dev/shm`), `lib-inplace` (the same, the pool in the inplace data mode), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
+/// in `/dev/shm`, the engine's default switches), `lib-inplace` (the same, the pool in
+/// the inplace data mode), `lib-areas`, `lib-noevolution` and `lib-noareas` (areas
+/// and their evolution on, areas on without evolution, areas off: issue 27), `tmpfs` (a fresh tmpfs mount), `shm` (a fresh directory in
 /// `/dev/shm`), `ext4` (a loop-mounted ext4 image in `/dev/shm`), `fuse-null` (the
 /// FUSE floor), `fuse` (a fresh LynxFS pool in `/dev/shm` mounted through FUSE with
 /// [`FuseTarget::OPTIONS`]: `lynxfs mount`'s defaults), `fuse-nocache` (the same with
@@ -303,6 +320,9 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
                 .context("setting up a LynxFS pool")?
                 .with_label(format!("{LIB_NAME}-inplace")),
         ),
+        "lib-areas" => Box::new(lib_with_areas(true, true)?),
+        "lib-noevolution" => Box::new(lib_with_areas(true, false)?),
+        "lib-noareas" => Box::new(lib_with_areas(false, false)?),
         "fuse-null" => Box::new(FuseNullTarget::mount().context("setting up fuse-null")?),
         "fuse" => Box::new(FuseTarget::mount().context("mounting a LynxFS pool through FUSE")?),
         "fuse-nocache" => {
@@ -330,11 +350,26 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, lib-1g, hybrid, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, lib-1g, lib-inplace, lib-areas, lib-noevolution, lib-noareas, hybrid, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
             }
         },
     };
     Ok(target)
+}
+
+/// A LynxFS pool with ADAM's areas and their evolution switched as asked, labelled
+/// `lynxfs areas`, `lynxfs areas, no evolution` or `lynxfs no areas`.
+fn lib_with_areas(areas: bool, evolution: bool) -> anyhow::Result<LibTarget> {
+    let t = LibTarget::create_default().context("setting up a LynxFS pool")?;
+    let m = &t.fs().ns().mechanisms;
+    m.set_areas(areas);
+    m.set_evolution(evolution);
+    let label = match (areas, evolution) {
+        (false, _) => "no areas",
+        (true, true) => "areas",
+        (true, false) => "areas, no evolution",
+    };
+    Ok(t.with_label(format!("{LIB_NAME} {label}")))
 }
 
 /// The tmpfs column (`tmpfs`, or its `tmpfs(shm-dir)` fallback), which suites that

@@ -19,28 +19,30 @@ use lynxfs_bench::{
     name = "lynxfs-bench",
     version,
     about = "Run a LynxFS benchmark suite and print its table (syscalls, data, mdtest, \
-             smallfiles, recovery, apps, personalities, ablation, hybrid)"
+             smallfiles, recovery, apps, personalities, ablation, hybrid, statall, rename, filetest)"
 )]
 struct BenchArgs {
-    /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities, ablation or
-    /// hybrid.
+    /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities, ablation,
+    /// hybrid, statall, rename or filetest.
     suite: String,
     /// A file system to measure, repeatable; the first is the one the ratio columns
-    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), hybrid (the same, 1 GiB, file data on a device file in /var/tmp), lib-1g (lib in a 1 GiB pool, as hybrid's), lib-inplace (its pool in the inplace data mode), tmpfs, shm,
+    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), hybrid (the same, 1 GiB, file data on a device file in /var/tmp), lib-1g (lib in a 1 GiB pool, as hybrid's), lib-inplace (its pool in the inplace data mode), lib-areas, lib-noevolution, lib-noareas (ADAM's areas with and without evolution, areas off), tmpfs, shm,
     /// ext4 (an image in /dev/shm), ext4-disk (a directory on the root file system's disk), fuse-null (the FUSE floor), fuse (LynxFS over FUSE, `lynxfs mount`'s
     /// default options: io_uring when the kernel offers it), fuse-dev (the same over
     /// the classic /dev/fuse transport), fuse-nocache (kernel name and attribute caches
     /// off, /dev/fuse) or dir=PATH; preload: unmodified programs through liblynxfs_preload.so on a
     /// fresh pool (as `lynxfs run`; its column comes first). Default: lib and
-    /// tmpfs (hybrid, ext4-disk and lib-1g for hybrid; none for recovery and ablation, which make
-    /// their own pools).
+    /// tmpfs (hybrid, ext4-disk and lib-1g for hybrid; rename and filetest: lib-areas,
+    /// lib-noevolution, lib-noareas and tmpfs; none for recovery and ablation, which
+    /// make their own pools).
     #[arg(long = "target", value_name = "T")]
     targets: Vec<String>,
     /// Write the JSON report and a PNG figure into this directory.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// How many files. Default per suite: syscalls 10000, mdtest 10000, smallfiles
-    /// 1000, recovery 1000000, ablation 1000; personalities: flow iterations per
+    /// 1000, recovery 1000000, ablation 1000, statall 50000, filetest 10000, rename
+    /// 10000 (the largest directory); personalities: flow iterations per
     /// personality (default 2000); apps: files of the generated tree used when there
     /// is no Linux tarball (default 80000).
     #[arg(long)]
@@ -147,6 +149,7 @@ fn default_files(suite: &str) -> usize {
         "ablation" => 1000,
         "recovery" => 1_000_000,
         "apps" => 80_000,
+        "statall" => 50_000,
         _ => 10_000,
     }
 }
@@ -185,6 +188,10 @@ fn run(args: BenchArgs) -> Result<()> {
             lynxfs_bench::DISK_NAME.to_string(),
             "lib-1g".to_string(),
         ]
+    } else if ["rename", "filetest"].contains(&suite) {
+        ["lib-areas", "lib-noevolution", "lib-noareas", "tmpfs"]
+            .map(String::from)
+            .to_vec()
     } else {
         vec!["lib".to_string(), "tmpfs".to_string()]
     };

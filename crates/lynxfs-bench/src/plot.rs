@@ -1,6 +1,8 @@
 //! Figures: one PNG per report, drawn with `plotters` on its bitmap backend.
 //!
-//! Every report becomes a horizontal grouped bar chart: one group per operation (row),
+//! The `rename` report becomes ADAM's Fig. 6: rename latency against the directory's
+//! children (both axes log), one curve per column, each column's file rename a thin
+//! flat line in its colour. Every other report becomes a horizontal grouped bar chart: one group per operation (row),
 //! one bar per column, on a log axis. With several columns the bars show each value
 //! relative to the report's baseline column (or the first), so suites whose rows mix
 //! units (`ablation`) still share an axis and "better" reads the same way everywhere;
@@ -19,6 +21,7 @@ use anyhow::{anyhow, bail};
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
+use crate::rename::{children_of, FILE_ROW};
 use crate::Report;
 
 /// The font family name the figures ask for.
@@ -140,8 +143,107 @@ impl Bars {
 /// Draws `report` into `dir/<suite>-<unix time>.png` and returns the path.
 pub fn draw(report: &Report, dir: &Path) -> anyhow::Result<PathBuf> {
     let path = dir.join(format!("{}-{}.png", report.suite, report.unix_time));
-    draw_bars(&Bars::of(report), &path)?;
+    if report.suite == "rename" {
+        draw_curves(report, &path)?;
+    } else {
+        draw_bars(&Bars::of(report), &path)?;
+    }
     Ok(path)
+}
+
+/// The `rename` figure: per column, (children, µs) points and the file rename's µs.
+fn draw_curves(report: &Report, path: &Path) -> anyhow::Result<()> {
+    font()?;
+    let points: Vec<(f64, &[f64])> = report
+        .rows
+        .iter()
+        .filter_map(|r| Some((children_of(&r.op)? as f64, r.values.as_slice())))
+        .collect();
+    let file = report.rows.iter().find(|r| r.op == FILE_ROW);
+    let all = points
+        .iter()
+        .flat_map(|(_, v)| v.iter())
+        .chain(file.iter().flat_map(|r| r.values.iter()))
+        .filter(|v| v.is_finite() && **v > 0.0);
+    let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(*v), hi.max(*v))
+    });
+    if points.is_empty() || !lo.is_finite() {
+        bail!("nothing to plot: no directory row with a positive value");
+    }
+    let x_hi = points.iter().map(|p| p.0).fold(1.0, f64::max);
+    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    let e = |e| anyhow!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(e)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "lynxfs bench rename (ADAM Fig. 6; thin: a file's rename)",
+            (FAMILY, 22),
+        )
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (0.8f64..x_hi * 1.25).log_scale(),
+            // Whole decades, so the log axis has labelled powers of ten at both ends.
+            (10f64.powf(lo.log10().floor())..10f64.powf(hi.log10().ceil())).log_scale(),
+        )
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("children of the renamed directory (log scale)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y}"))
+        .y_desc(format!("{} (log scale; lower is better)", report.unit))
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .draw()
+        .map_err(e)?;
+    for (c, name) in report.columns.iter().enumerate() {
+        let color = COLORS[c % COLORS.len()];
+        let line: Vec<(f64, f64)> = points
+            .iter()
+            .map(|(x, v)| (*x, v[c]))
+            .filter(|(_, y)| y.is_finite() && *y > 0.0)
+            .collect();
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                line.clone(),
+                color.stroke_width(2),
+            )))
+            .map_err(e)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+        chart
+            .draw_series(line.into_iter().map(|p| Circle::new(p, 4, color.filled())))
+            .map_err(e)?;
+        if let Some(v) = file
+            .map(|r| r.values[c])
+            .filter(|v| v.is_finite() && *v > 0.0)
+        {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(0.8, v), (x_hi * 1.25, v)],
+                    color.stroke_width(1),
+                )))
+                .map_err(e)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font((FAMILY, 14))
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)?;
+    drop(chart);
+    drop(root);
+    if !path.exists() {
+        bail!("{} was not written", path.display());
+    }
+    Ok(())
 }
 
 pub(crate) fn draw_bars(bars: &Bars, path: &Path) -> anyhow::Result<()> {
@@ -232,6 +334,35 @@ pub(crate) fn draw_bars(bars: &Bars, path: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::{Machine, Options, Row};
+
+    #[test]
+    fn draws_the_rename_curves() {
+        let report = Report {
+            suite: "rename".into(),
+            unit: "us/rename".into(),
+            higher_is_better: false,
+            columns: vec!["lynxfs".into(), "tmpfs".into()],
+            rows: vec![
+                Row::from_rounds("dir of 1 child", vec![vec![2.0], vec![4.0]]),
+                Row::from_rounds("dir of 10 children", vec![vec![3.0], vec![4.0]]),
+                Row::from_rounds("file", vec![vec![1.0], vec![3.0]]),
+            ],
+            options: Options::default(),
+            machine: Machine::detect(),
+            unix_time: 9,
+            notes: vec![],
+            baseline: Some("tmpfs".into()),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        match draw(&report, dir.path()) {
+            Ok(path) => {
+                let bytes = std::fs::read(&path).unwrap();
+                assert_eq!(&bytes[1..4], b"PNG");
+                assert!(path.ends_with("rename-9.png"));
+            }
+            Err(e) => assert!(format!("{e:#}").contains("font"), "{e:#}"),
+        }
+    }
 
     #[test]
     fn draws_a_png_with_bars_relative_to_the_baseline() {

@@ -132,6 +132,18 @@ impl Report {
                 self.options.files,
                 self.options.file_size >> 20
             ),
+            "statall" => format!(
+                "{} files 8 directories deep, each stat'ed by its full path",
+                self.options.files
+            ),
+            "rename" => format!(
+                "a hot directory of 1 to {} children renamed, and a file (ADAM's Fig. 6)",
+                self.options.files
+            ),
+            "filetest" => format!(
+                "{} files then directories made and removed in one directory (ADAM's filetest, dirtest)",
+                self.options.files
+            ),
             _ => String::new(),
         };
         format!(

@@ -1,9 +1,11 @@
 //! The `syscalls` suite: metadata operations over many names in one directory, one
 //! thread, as in the DirectFS paper's Table II.
 //!
-//! Layout on each target: `d1/d2/d3`, with the timed files in `d1` and, for the deeper
-//! stats, as many files in `d1/d2` and `d1/d2/d3`. Every operation is timed as one loop
-//! over all names, and the table shows that loop's time divided by the count.
+//! Layout on each target: a chain `d1/d2/.../d16`, with the timed files in `d1` and, for
+//! the deeper stats and opens, as many files in `d1/d2`, `d1/d2/d3`, the eighth level
+//! and the sixteenth (issue 27: a deep path should cost what a shallow one does). Every
+//! operation is timed as one loop over all names, and the table shows that loop's time
+//! divided by the count.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -11,36 +13,54 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use crate::{progress_bar, Grid, Measured, Options, Target};
+use crate::{progress_bar, Grid, Measured, OpenFlags, Options, Target};
 
 /// The suite's top directory in each target's root.
 const TOP: &str = "d1";
 
+/// How deep the chain of directories goes.
+const DEEPEST: usize = 16;
+
 /// Every path the suite touches, built before any clock starts.
 struct Names {
-    dirs: [PathBuf; 3],
+    /// `d1`, `d1/d2`, ... `d1/.../d16`, parents first.
+    dirs: Vec<PathBuf>,
     depth1: Vec<PathBuf>,
     depth2: Vec<PathBuf>,
     depth3: Vec<PathBuf>,
+    depth8: Vec<PathBuf>,
+    depth16: Vec<PathBuf>,
     renamed: Vec<PathBuf>,
     subdirs: Vec<PathBuf>,
 }
 
 impl Names {
     fn new(n: usize) -> Self {
-        let d1 = PathBuf::from(TOP);
-        let d2 = d1.join("d2");
-        let d3 = d2.join("d3");
+        let mut dirs = vec![PathBuf::from(TOP)];
+        for level in 2..=DEEPEST {
+            dirs.push(dirs[level - 2].join(format!("d{level}")));
+        }
         let files =
             |dir: &Path, prefix: &str| (0..n).map(|i| dir.join(format!("{prefix}{i}"))).collect();
         Self {
-            depth1: files(&d1, "f"),
-            depth2: files(&d2, "f"),
-            depth3: files(&d3, "f"),
-            renamed: files(&d1, "r"),
-            subdirs: files(&d1, "m"),
-            dirs: [d1, d2, d3],
+            depth1: files(&dirs[0], "f"),
+            depth2: files(&dirs[1], "f"),
+            depth3: files(&dirs[2], "f"),
+            depth8: files(&dirs[7], "f"),
+            depth16: files(&dirs[DEEPEST - 1], "f"),
+            renamed: files(&dirs[0], "r"),
+            subdirs: files(&dirs[0], "m"),
+            dirs,
         }
+    }
+
+    /// The files below `d1` that setup makes and teardown removes.
+    fn fixed(&self) -> impl Iterator<Item = &PathBuf> {
+        self.depth2
+            .iter()
+            .chain(&self.depth3)
+            .chain(&self.depth8)
+            .chain(&self.depth16)
     }
 }
 
@@ -104,6 +124,45 @@ const STEPS: &[Step] = &[
         run: |t, n| each(&n.depth3, |p| t.stat(p).map(drop)),
     },
     Step {
+        op: "warm up (depth 8 and 16)",
+        timed: false,
+        cold: false,
+        run: |t, n| {
+            each(&n.depth8, |p| t.stat(p).map(drop))
+                .and_then(|()| each(&n.depth16, |p| t.stat(p).map(drop)))
+        },
+    },
+    Step {
+        op: "stat (depth 8)",
+        timed: true,
+        cold: false,
+        run: |t, n| each(&n.depth8, |p| t.stat(p).map(drop)),
+    },
+    Step {
+        op: "stat (depth 16)",
+        timed: true,
+        cold: false,
+        run: |t, n| each(&n.depth16, |p| t.stat(p).map(drop)),
+    },
+    Step {
+        op: "open+close (depth 1)",
+        timed: true,
+        cold: false,
+        run: |t, n| each(&n.depth1, |p| open_close(t, p)),
+    },
+    Step {
+        op: "open+close (depth 8)",
+        timed: true,
+        cold: false,
+        run: |t, n| each(&n.depth8, |p| open_close(t, p)),
+    },
+    Step {
+        op: "open+close (depth 16)",
+        timed: true,
+        cold: false,
+        run: |t, n| each(&n.depth16, |p| open_close(t, p)),
+    },
+    Step {
         op: "rename",
         timed: true,
         cold: false,
@@ -135,6 +194,11 @@ const STEPS: &[Step] = &[
     },
 ];
 
+/// Opens a file read-only and closes it again.
+fn open_close(t: &dyn Target, p: &Path) -> io::Result<()> {
+    t.close(t.open(p, OpenFlags::READ)?)
+}
+
 /// Calls `f` on every path, stopping at the first error and naming its path.
 fn each(paths: &[PathBuf], mut f: impl FnMut(&Path) -> io::Result<()>) -> io::Result<()> {
     for p in paths {
@@ -159,13 +223,18 @@ fn pairs(
 
 fn setup(t: &dyn Target, n: &Names) -> io::Result<()> {
     each(&n.dirs, |p| t.mkdir(p))?;
-    each(&n.depth2, |p| t.create(p))?;
-    each(&n.depth3, |p| t.create(p))
+    for p in n.fixed() {
+        t.create(p)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+    }
+    Ok(())
 }
 
 fn teardown(t: &dyn Target, n: &Names) -> io::Result<()> {
-    each(&n.depth2, |p| t.unlink(p))?;
-    each(&n.depth3, |p| t.unlink(p))?;
+    for p in n.fixed() {
+        t.unlink(p)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+    }
     each(&n.dirs.iter().rev().cloned().collect::<Vec<_>>(), |p| {
         t.rmdir(p)
     })
@@ -174,13 +243,7 @@ fn teardown(t: &dyn Target, n: &Names) -> io::Result<()> {
 /// After a failure: removes whatever the suite may have left, ignoring errors (most
 /// names will not exist), so the target's directory is as it was.
 fn scrub(t: &dyn Target, n: &Names) {
-    for p in n
-        .depth1
-        .iter()
-        .chain(&n.renamed)
-        .chain(&n.depth2)
-        .chain(&n.depth3)
-    {
+    for p in n.depth1.iter().chain(&n.renamed).chain(n.fixed()) {
         let _ = t.unlink(p);
     }
     for p in n.subdirs.iter().chain(n.dirs.iter().rev()) {
@@ -319,6 +382,11 @@ mod tests {
                 "stat (depth 2)",
                 "stat (depth 3, cold)",
                 "stat (depth 3)",
+                "stat (depth 8)",
+                "stat (depth 16)",
+                "open+close (depth 1)",
+                "open+close (depth 8)",
+                "open+close (depth 16)",
                 "rename",
                 "unlink",
                 "mkdir",

@@ -112,7 +112,16 @@ fn check_preload_column(report: &serde_json::Value, rows: usize) {
 fn syscalls_run_in_a_preloaded_child() {
     let _w = watchdog("syscalls_run_in_a_preloaded_child", TEST_LIMIT);
     let r = bench("syscalls", &["--files", "20"]);
-    check_preload_column(&r, 11);
+    check_preload_column(&r, 16);
+}
+
+#[test]
+fn statall_and_rename_run_in_a_preloaded_child() {
+    let _w = watchdog("statall_and_rename_run_in_a_preloaded_child", TEST_LIMIT);
+    let r = bench("statall", &["--files", "300"]);
+    check_preload_column(&r, 2);
+    let r = bench("rename", &["--files", "10"]);
+    check_preload_column(&r, 3);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Switches that take a mechanism away, for the `ablation` benchmark: each paper's claim
-//! can then be checked on LynxFS itself. All are on (the normal engine) by default.
+//! can then be checked on LynxFS itself. All are on (the normal engine) by default,
+//! except ADAM's areas and their evolution, which stay off until they are proven.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -14,6 +15,13 @@ pub struct Mechanisms {
     /// Reuse of dead directory-log slots (this engine's garbage collection of log
     /// space). Off: every create takes a new slot and logs only grow.
     slot_reuse: AtomicBool,
+    /// ADAM's full-path areas: a path below an area root resolves in one probe.
+    /// Off: every path is walked component by component through the (parent, name) index.
+    areas: AtomicBool,
+    /// ADAM's evolution: a background thread splits hot directories into areas, merges
+    /// cold areas back and passes a root on to a strong subdirectory. Off: areas keep the
+    /// shape they were given.
+    evolution: AtomicBool,
 }
 
 impl Default for Mechanisms {
@@ -22,6 +30,8 @@ impl Default for Mechanisms {
             quick_path: AtomicBool::new(true),
             lock_free: AtomicBool::new(true),
             slot_reuse: AtomicBool::new(true),
+            areas: AtomicBool::new(false),
+            evolution: AtomicBool::new(false),
         }
     }
 }
@@ -36,6 +46,12 @@ impl Mechanisms {
     pub fn slot_reuse(&self) -> bool {
         self.slot_reuse.load(Ordering::Relaxed)
     }
+    pub fn areas(&self) -> bool {
+        self.areas.load(Ordering::Relaxed)
+    }
+    pub fn evolution(&self) -> bool {
+        self.evolution.load(Ordering::Relaxed)
+    }
     pub fn set_quick_path(&self, on: bool) {
         self.quick_path.store(on, Ordering::Relaxed)
     }
@@ -44,5 +60,11 @@ impl Mechanisms {
     }
     pub fn set_slot_reuse(&self, on: bool) {
         self.slot_reuse.store(on, Ordering::Relaxed)
+    }
+    pub fn set_areas(&self, on: bool) {
+        self.areas.store(on, Ordering::Relaxed)
+    }
+    pub fn set_evolution(&self, on: bool) {
+        self.evolution.store(on, Ordering::Relaxed)
     }
 }
