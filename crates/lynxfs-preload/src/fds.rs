@@ -58,6 +58,10 @@ impl Drop for Open {
 const MARKED: usize = 1 << 16;
 
 static MARKS: [AtomicU64; MARKED / 64] = [const { AtomicU64::new(0) }; MARKED / 64];
+/// Fds below MARKED whose kernel fd is a close-on-exec copy of the placeholder (made
+/// by an open with O_CLOEXEC, flags unchanged since): a close may park them (see
+/// [`park`]).
+static PARKABLE: [AtomicU64; MARKED / 64] = [const { AtomicU64::new(0) }; MARKED / 64];
 /// Entries at or above MARKED (rare: the lookup is then always made).
 static HIGH: AtomicUsize = AtomicUsize::new(0);
 
@@ -77,6 +81,31 @@ fn marked(fd: c_int) -> bool {
     } else {
         HIGH.load(Ordering::Acquire) != 0
     }
+}
+
+fn set_bit(bits: &[AtomicU64], fd: c_int, on: bool) {
+    let i = fd as usize;
+    if i < MARKED {
+        let bit = 1 << (i % 64);
+        if on {
+            bits[i / 64].fetch_or(bit, Ordering::AcqRel);
+        } else if bits[i / 64].load(Ordering::Relaxed) & bit != 0 {
+            bits[i / 64].fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Pool fd `fd` is (or no longer is) a close-on-exec copy of the placeholder.
+pub fn set_parkable(fd: c_int, on: bool) {
+    if fd >= 0 {
+        set_bit(&PARKABLE, fd, on);
+    }
+}
+
+/// Whether a close may park `fd` (see [`park`]).
+pub fn parkable(fd: c_int) -> bool {
+    let i = fd as usize;
+    fd >= 0 && i < MARKED && PARKABLE[i / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
 }
 
 fn mark(fd: c_int, on: bool) {
@@ -106,6 +135,7 @@ pub fn get(fd: c_int) -> Option<Arc<Open>> {
 /// `fd` (a kernel fd this library reserved) now serves `open`; an entry left over
 /// from an fd the kernel closed behind our back is dropped.
 pub fn insert(fd: c_int, open: Arc<Open>) {
+    set_parkable(fd, false);
     let old = table().write().insert(fd, open);
     // The old description (if the kernel reused the number) is dropped unlocked.
     let was = old.is_some();
@@ -124,6 +154,7 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
     let old = table().write().remove(&fd);
     if old.is_some() {
         mark(fd, false);
+        set_parkable(fd, false);
     }
     old
 }
@@ -175,7 +206,16 @@ pub fn new_eventfd(cloexec: bool) -> Result<c_int, i32> {
 
 /// Reserve a kernel fd for a pool file, close-on-exec if asked: a copy of the
 /// placeholder eventfd, until the description is shared (see `calls::process`).
+/// The spare a close parked is taken when it is the number the kernel would give
+/// (see [`park`]); else the kernel is asked.
 pub fn reserve(cloexec: bool) -> Result<c_int, i32> {
+    if cloexec {
+        if let Some(fd) = take_spare() {
+            return Ok(fd);
+        }
+    } else {
+        flush_spare();
+    }
     let p = placeholder()?;
     let cmd = if cloexec {
         libc::F_DUPFD_CLOEXEC
@@ -187,7 +227,85 @@ pub fn reserve(cloexec: bool) -> Result<c_int, i32> {
     if fd < 0 {
         Err(last_errno())
     } else {
+        // The kernel gives the lowest free number: every one below is in use.
+        DENSE.store(fd + 1, Ordering::Relaxed);
         Ok(fd)
+    }
+}
+
+// The spare: a closed pool fd whose kernel fd (a close-on-exec copy of the placeholder)
+// is kept for the next pool open, which then makes no system call, as the close made
+// none. The program sees the number as free: the next pool open gets it exactly when
+// the kernel would have given it, i.e. when every lower number is in use. What this
+// library sees of the fd table says so: `DENSE` is a number below which every fd is
+// in use (set from the kernel's own answers, lowered by every close it sees), and
+// any call that may make a kernel fd (an open, a dup, a close_range, an exec of a
+// non-close-on-exec open) first closes the spare for real, so the kernel's numbering
+// is the program's. README ("Preloading", fds) lists what stays the kernel's and
+// what does not: calls this library does not see (a socket, a pipe) are numbered
+// past the spare while it is parked, and /proc/self/fd lists it.
+
+/// The parked spare fd, or -1.
+static SPARE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// Every fd below this number is in use, as far as this library has seen.
+static DENSE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The program closed pool fd `fd` (already out of the table), a close-on-exec
+/// copy of the placeholder if `parkable`: park it as the spare if it is the number
+/// the kernel would give next; else close it. Its result is close's.
+pub fn park(fd: c_int, parkable: bool) -> c_int {
+    if parkable
+        && fd < DENSE.load(Ordering::Relaxed)
+        && SPARE
+            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    {
+        DENSE.store(fd, Ordering::Relaxed);
+        return 0;
+    }
+    closed(fd);
+    // SAFETY: the kernel fd behind a pool fd this library made.
+    unsafe { crate::real::close(fd) }
+}
+
+/// The spare, if the kernel would give its number now.
+fn take_spare() -> Option<c_int> {
+    let fd = SPARE.swap(-1, Ordering::AcqRel);
+    if fd < 0 {
+        return None;
+    }
+    if DENSE.load(Ordering::Relaxed) == fd {
+        DENSE.store(fd + 1, Ordering::Relaxed);
+        return Some(fd);
+    }
+    // SAFETY: the spare is ours and no longer wanted.
+    unsafe { crate::real::close(fd) };
+    None
+}
+
+/// Whether `fd` is the parked spare (to the program: a closed fd).
+pub fn is_spare(fd: c_int) -> bool {
+    fd >= 0 && SPARE.load(Ordering::Relaxed) == fd
+}
+
+/// Close the spare for real: the kernel is about to number a new fd (or to close a
+/// range) as it would without this library.
+#[inline]
+pub fn flush_spare() {
+    if SPARE.load(Ordering::Relaxed) >= 0 {
+        let fd = SPARE.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: the spare is ours.
+            unsafe { crate::real::close(fd) };
+        }
+    }
+}
+
+/// Fd `fd` was closed (or is about to be): a number below it may be free now.
+#[inline]
+pub fn closed(fd: c_int) {
+    if fd >= 0 {
+        DENSE.fetch_min(fd, Ordering::Relaxed);
     }
 }
 

@@ -114,6 +114,7 @@ real! {
     fn fstatvfs64(fd: c_int, st: *mut libc::statvfs64) -> c_int;
     fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE;
     fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE;
+    fn fclose(f: *mut FILE) -> c_int;
     fn freopen64(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE;
     fn fileno(f: *mut FILE) -> c_int;
     fn umask(mask: mode_t) -> mode_t;

@@ -1065,6 +1065,94 @@ static void processes(void) {
     C(close(drop));
 }
 
+/* Fd numbers around closed pool fds (the preload keeps a closed one's kernel fd for
+ * the next open, see fds::park): every number printed is the kernel's own choice in
+ * the plain run. Numbers relative to a kernel fd opened first. */
+static int proc_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+static void fd_numbers(void) {
+    SAY("== fd numbers\n");
+    int base = open("/dev/null", O_RDONLY);
+    const int ro = O_RDONLY | O_CLOEXEC;
+    for (int i = 0; i < 3; i++) {
+        int f = open("num", O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+        SAY("  open %d: base+%d\n", i, f - base);
+        C(close(f));
+    }
+    /* The lowest free number, whichever fd freed it. */
+    int a = open("num", ro), b = open("num", ro);
+    C(close(a));
+    int c = open("num", ro);
+    SAY("  the lower one again: %d\n", c == a);
+    C(close(b));
+    int k = open("/dev/null", O_RDONLY);
+    SAY("  a kernel open after a pool close: base+%d\n", k - base);
+    C(close(k));
+    C(close(c));
+    int d = open("num", ro);
+    SAY("  a pool open after a kernel close: base+%d\n", d - base);
+    C(close(d));
+    C(fcntl(d, F_GETFD)); /* EBADF: closed */
+    d = open("num", ro);
+    C(close(d));
+    C(close(d)); /* EBADF: closed already */
+    FILE *fp = fopen("/dev/null", "r");
+    int g = open("num", ro);
+    C(close(g));
+    int fpn = fileno(fp);
+    fclose(fp);
+    int h = open("num", ro);
+    SAY("  a pool open after fclose: the stream's number %d\n", h == fpn);
+    C(close(h));
+    DIR *dir = opendir("/");
+    int dn = dirfd(dir);
+    g = open("num", ro);
+    C(close(g));
+    closedir(dir);
+    h = open("num", ro);
+    SAY("  a pool open after closedir: the stream's number %d\n", h == dn);
+    /* dup2 and close_range onto a just-closed pool fd's number. */
+    C(close(h));
+    C(dup2(base, h) == h);
+    C(fcntl(h, F_GETFD));
+    C(close(h));
+    int e = open("num", ro);
+    C(close(e));
+    C(close_range((unsigned)e, (unsigned)e + 10, 0));
+    k = open("/dev/null", O_RDONLY);
+    SAY("  a kernel open after close_range: base+%d\n", k - base);
+    C(close(k));
+    /* Not close-on-exec: inherited by an exec'd program (as in == exec). */
+    int keep = open("num", O_RDONLY);
+    C(fcntl(keep, F_GETFD));
+    C(close(keep));
+    /* A forked child numbers as its parent would. */
+    e = open("num", ro);
+    C(close(e));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int f = open("num", ro);
+        SAY("  in a forked child: base+%d\n", f - base);
+        _exit(0);
+    }
+    wait_child(pid);
+    /* A listing of /proc/self/fd (its open numbers an fd: the kept one is closed
+     * first) shows the close. */
+    e = open("num", ro);
+    int before = proc_fds();
+    C(close(e));
+    SAY("  /proc/self/fd after a close: %d fewer\n", before - proc_fds());
+    C(close(base));
+}
+
 static void memory_and_copies(void) {
     SAY("== mmap\n");
     int fd = open("f1", O_RDONLY);
@@ -1337,6 +1425,7 @@ int main(int argc, char **argv) {
     sib = argv[1];
     sib_abs = argv[2];
     umask(022);
+    fd_numbers(); /* first: the other sections leave fds open */
     opens();
     io();
     stats();

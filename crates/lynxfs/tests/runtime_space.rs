@@ -336,3 +336,30 @@ fn a_process_attached_when_the_directory_fills_keeps_working() {
     assert_eq!(size, 3000);
     fs.close().unwrap();
 }
+
+/// A process that detaches keeps its slot's open table reserved (zeroed) for the
+/// slot's next process: that one attaches without reserving anything, so even into
+/// a full runtime directory, and works (issue 29: a short program's attach no
+/// longer pays a `fallocate` of its table, nor its detach an `MADV_REMOVE`).
+#[test]
+fn a_detached_process_leaves_its_open_table_to_the_next() {
+    let _dog = lynxfs_test_support::watchdog(
+        "a_detached_process_leaves_its_open_table_to_the_next",
+        TEST_LIMIT,
+    );
+    let (_pool_dir, pool) = make_pool();
+    let rt = Tmpfs::mount("32m");
+    let mut a = Kid::spawn(rt.path(), &pool, "a");
+    assert_eq!(a.said(), "attached");
+    let mut b = Kid::spawn(rt.path(), &pool, "b");
+    assert_eq!(b.said(), "attached");
+    b.work(0);
+    b.finish();
+    rt.fill();
+    let mut c = Kid::spawn(rt.path(), &pool, "c");
+    assert_eq!(c.said(), "attached");
+    c.work(0);
+    c.finish();
+    a.work(0);
+    a.finish();
+}

@@ -229,6 +229,9 @@ pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
         .as_mut()
         .is_some_and(|s| s.remove(&(d as usize)));
     if !mine {
+        // Its fd's number is free again (see `fds::closed`).
+        // SAFETY: the C library's own stream, still open.
+        crate::fds::closed(unsafe { libc::dirfd(d) });
         // SAFETY: the C library's own stream.
         return unsafe { real::closedir(d) };
     }

@@ -26,6 +26,7 @@ fn copied(old: c_int, new: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    fds::flush_spare();
     // SAFETY: the C library's dup on the caller's fd.
     let new = unsafe { real::dup(fd) };
     copied(fd, new);
@@ -47,6 +48,8 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
     if onto_own(new) {
         return -1;
     }
+    fds::flush_spare();
+    fds::closed(new);
     // `new`, if it was ours, is closed by the kernel: its entry goes in `copied`.
     // SAFETY: the C library's dup2 with the caller's arguments.
     let r = unsafe { real::dup2(fd, new) };
@@ -59,6 +62,8 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     if onto_own(new) {
         return -1;
     }
+    fds::flush_spare();
+    fds::closed(new);
     super::stdio::before_standard_copy(new);
     // SAFETY: the C library's dup3 with the caller's arguments.
     let r = unsafe { real::dup3(fd, new, flags) };
@@ -68,11 +73,20 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    if fds::is_spare(fd) {
+        // Closed, as far as the program knows: the kernel says EBADF.
+        fds::flush_spare();
+    }
     if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        fds::flush_spare();
         // SAFETY: the C library's fcntl with the caller's arguments.
         let r = unsafe { real::fcntl64(fd, cmd, arg) };
         copied(fd, r);
         return r;
+    }
+    if cmd == libc::F_SETFD {
+        // A parked spare must be close-on-exec (see `fds::park`).
+        fds::set_parkable(fd, false);
     }
     // Close-on-exec is the kernel fd's own flag: F_GETFD/F_SETFD go there.
     if !matches!(cmd, libc::F_GETFL | libc::F_SETFL) && !locks::is_lock(cmd) {

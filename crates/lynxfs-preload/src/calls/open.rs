@@ -29,6 +29,7 @@ fn install(fs: &lynxfs::Fs, o: lynxfs::Opened, cloexec: bool) -> lynxfs::Result<
     };
     let open = Open::new(o.fd, o.ino, o.mode & libc::S_IFMT == libc::S_IFDIR);
     fds::insert(fd, Arc::new(open));
+    fds::set_parkable(fd, cloexec);
     Ok(fd)
 }
 
@@ -44,6 +45,7 @@ pub unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mod
             path,
             |s, p| pool_open(s, p, flags, mode),
             |fd, p| {
+                fds::flush_spare();
                 let r = real::openat64(fd, p, flags, mode);
                 // A number the kernel hands out is not one of ours (any more).
                 fds::remove(r);
@@ -124,27 +126,45 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     unsafe { creat(path, mode) }
 }
 
-/// Forgets `fd` if it is ours; the kernel fd is closed by the caller.
-fn forget(fd: c_int) {
-    if let Some(o) = fds::remove(fd) {
-        // Closing any fd of a file drops the process's record locks on it (POSIX).
-        locks::closed(o.ino);
+/// Forgets `fd` if it is ours (true); the kernel fd is closed by the caller.
+fn forget(fd: c_int) -> bool {
+    match fds::remove(fd) {
+        Some(o) => {
+            // Closing any fd of a file drops the process's record locks on it (POSIX).
+            locks::closed(o.ino);
+            true
+        }
+        None => false,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fds::is_spare(fd) {
+        // Closed already, as far as the program knows.
+        fds::flush_spare();
+        crate::route::set_errno(libc::EBADF);
+        return -1;
+    }
     if fds::is_own(fd) {
         // The library's own descriptor stays; the program is told it closed.
         return 0;
     }
-    forget(fd);
+    let parkable = fds::parkable(fd);
+    if forget(fd) {
+        return fds::park(fd, parkable);
+    }
+    fds::closed(fd);
     // SAFETY: the C library's close on the caller's fd.
     unsafe { real::close(fd) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    fds::flush_spare();
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        fds::closed(first.min(c_int::MAX as c_uint) as c_int);
+    }
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         for (fd, _) in fds::all() {
             if (first..=last).contains(&(fd as c_uint)) {

@@ -20,6 +20,10 @@ use crate::state::{self, Attached};
 /// program attaches at load to take over its previous image's place.
 pub const ENV_PREVIOUS: &str = "LYNXFS_PREVIOUS_IMAGE";
 
+/// Set in the environment of a program exec'd or spawned by an attached process: it
+/// may have inherited pool fds, which it looks for at load.
+pub const ENV_FDS: &str = "LYNXFS_FDS";
+
 /// Set in the environment of a program exec'd or spawned by a process whose working
 /// directory is inside the pool: that directory's path in the pool (the kernel's
 /// own working directory cannot be there when no FUSE mount shows the pool).
@@ -85,6 +89,8 @@ fn share_all(a: &Attached) {
             let flags = if cloexec(*fd) { libc::O_CLOEXEC } else { 0 };
             // SAFETY: replacing our own fd's file with our own eventfd, same number.
             unsafe { real::dup3(efd, *fd, flags) };
+            // No longer a copy of the placeholder: never parked (see `fds::park`).
+            fds::set_parkable(*fd, false);
         }
         // SAFETY: the eventfd's own number; its copies keep it.
         unsafe { real::close(efd) };
@@ -154,7 +160,7 @@ fn environment(
         let e = unsafe { CStr::from_ptr(*p) };
         let b = e.to_bytes();
         let mine = |n: &str| b.starts_with(n.as_bytes()) && b.get(n.len()) == Some(&b'=');
-        if !mine(ENV_PREVIOUS) && !mine(ENV_CWD) && !mine(locks::ENV_LOCKS) {
+        if !mine(ENV_PREVIOUS) && !mine(ENV_CWD) && !mine(ENV_FDS) && !mine(locks::ENV_LOCKS) {
             for (i, (name, _)) in ours.iter().enumerate() {
                 if b.starts_with(name.as_bytes()) && b.get(name.len()) == Some(&b'=') {
                     have[i] = true;
@@ -174,6 +180,9 @@ fn environment(
     }
     if attached {
         out.push(CString::new(format!("{ENV_PREVIOUS}=1")).expect("no NUL"));
+    }
+    if state::attached_now().is_some() {
+        out.push(CString::new(format!("{ENV_FDS}=1")).expect("no NUL"));
     }
     if let Some(l) = locks {
         out.push(CString::new(l).expect("digits and letters hold no NUL"));
@@ -734,12 +743,24 @@ pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
             claim_for_child()
         }
     };
+    mark_fds_passed(&claimed);
     // SAFETY: the C library's system with the caller's command.
     let r = unsafe { real::system(cmd) };
     if r == -1 {
         release_all(&claimed);
     }
     r
+}
+
+/// The C library spawns system's and popen's shell itself, with the process's own
+/// environment: when pool fds go to it, the environment says so (see [`ENV_FDS`]).
+fn mark_fds_passed(claimed: &[u64]) {
+    if !claimed.is_empty() && std::env::var_os(ENV_FDS).is_none() {
+        let name = CString::new(ENV_FDS).expect("no NUL");
+        // SAFETY: two NUL-terminated strings; setenv copies them. (Not safe against a
+        // thread reading the environment at this moment, as every setenv.)
+        unsafe { libc::setenv(name.as_ptr(), c"1".as_ptr(), 1) };
+    }
 }
 
 /// popen: as system, for a shell that runs alongside.
@@ -749,6 +770,7 @@ pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut 
         let _inside = crate::guard::Inside::enter();
         claim_for_child()
     };
+    mark_fds_passed(&claimed);
     // SAFETY: the C library's popen with the caller's arguments.
     let f = unsafe { real::popen(cmd, mode) };
     if f.is_null() {
@@ -809,6 +831,12 @@ pub fn detach() {
 /// count is a live description's key becomes a pool fd again, and the process's
 /// previous image's place in the pool is taken over.
 pub fn adopt_inherited() {
+    // Only a program started by an attached one can have inherited pool fds: any
+    // other is spared a look at every fd it has (a /proc/self/fd listing and a
+    // readlink each, at every process start).
+    if std::env::var_os(ENV_FDS).is_none() && std::env::var_os(ENV_PREVIOUS).is_none() {
+        return;
+    }
     let inherited = inherited_keys();
     if inherited.is_empty() && std::env::var_os(ENV_PREVIOUS).is_none() {
         return;

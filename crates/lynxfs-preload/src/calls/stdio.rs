@@ -148,6 +148,18 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
     unsafe { fopen64(path, mode) }
 }
 
+/// The C library's fclose; a kernel stream's fd number is free again (see
+/// `fds::closed`; a pool stream's close goes through the replaced close).
+#[no_mangle]
+pub unsafe extern "C" fn fclose(f: *mut FILE) -> c_int {
+    if !f.is_null() {
+        // SAFETY: the caller's open stream.
+        fds::closed(unsafe { libc::fileno(f) });
+    }
+    // SAFETY: the C library's fclose with the caller's stream.
+    unsafe { real::fclose(f) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     if fds::get(fd).is_some() {

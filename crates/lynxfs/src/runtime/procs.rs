@@ -32,6 +32,9 @@ pub fn open_entries_for(inodes: u64) -> usize {
     want.next_multiple_of(PAGE_ENTRIES).max(PAGE_ENTRIES)
 }
 
+/// A slot's table word when its table is kept (see [`Procs::register`]).
+const TABLE_KEPT: u64 = 1;
+
 /// The state word: zero in a fresh file, so a file whose builder died stays BUILDING.
 pub const BUILDING: u32 = 0;
 /// Built and usable.
@@ -131,6 +134,60 @@ pub struct Procs {
     region: Arc<Region>,
     /// Entries of each open table.
     entries: usize,
+    /// The pages of its own open table this process has written (shared by every
+    /// clone in the process), so that freeing its slot zeroes only those.
+    touched: Arc<Touched>,
+}
+
+/// Which pages of one slot's open table this process wrote since it took the slot.
+struct Touched {
+    /// The slot + 1 (0: none) whose table the bits describe.
+    slot: AtomicU32,
+    pages: Box<[AtomicU64]>,
+}
+
+impl Touched {
+    fn new(pages: usize) -> Touched {
+        Touched {
+            slot: AtomicU32::new(0),
+            pages: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// From now on the bits describe `slot`'s table, none written yet.
+    fn start(&self, slot: u32) {
+        for w in self.pages.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.slot.store(slot + 1, Ordering::Release);
+    }
+
+    fn mark(&self, page: usize) {
+        let (w, bit) = (&self.pages[page / 64], 1 << (page % 64));
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            w.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// The pages written in `slot`'s table, if the bits describe it (forgotten).
+    fn take(&self, slot: u32) -> Option<Vec<usize>> {
+        if self
+            .slot
+            .compare_exchange(slot + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        let mut v = Vec::new();
+        for (i, w) in self.pages.iter().enumerate() {
+            let mut bits = w.swap(0, Ordering::Relaxed);
+            while bits != 0 {
+                v.push(i * 64 + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+        }
+        Some(v)
+    }
 }
 
 /// Slots still busy (live, with operations in flight) when a quiescence wait ran out.
@@ -166,6 +223,7 @@ impl Procs {
         Ok(Procs {
             region,
             entries: open_entries,
+            touched: Arc::new(Touched::new(open_entries / PAGE_ENTRIES)),
         })
     }
 
@@ -193,6 +251,11 @@ impl Procs {
     }
     fn identity(&self, slot: u32) -> &AtomicU64 {
         &self.slot_words(slot)[0]
+    }
+    /// [`TABLE_KEPT`] when the slot's open table has its memory reserved and holds
+    /// only zeros (a free slot whose last process detached), else 0.
+    fn table_word(&self, slot: u32) -> &AtomicU64 {
+        &self.slot_words(slot)[1]
     }
     /// Operation counter `line` of `slot`.
     fn ops(&self, slot: u32, line: usize) -> &AtomicU64 {
@@ -278,10 +341,11 @@ impl Procs {
         self.repairer_word().store(0, Ordering::SeqCst);
     }
 
-    /// Claim a free slot for this process and reserve its open table's memory, so
+    /// Claim a free slot for this process with its open table's memory reserved, so
     /// that no store to it can find the runtime directory full (a fault there would
-    /// kill the process). EUSERS when every slot is taken; the reservation's error
-    /// (ENOSPC when the directory is full) when it fails, the slot given back.
+    /// kill the process): a table kept by the slot's last process is taken as it is,
+    /// else it is reserved now. EUSERS when every slot is taken; the reservation's
+    /// error (ENOSPC when the directory is full) when it fails, the slot given back.
     pub fn register(&self) -> Result<u32> {
         let me = own_identity()?;
         let slot = (0..MAX_PROCS)
@@ -291,13 +355,17 @@ impl Procs {
                     .is_ok()
             })
             .ok_or(Error::Errno(libc::EUSERS))?;
-        if let Err(e) = self
-            .region
-            .reserve(self.table_off(slot), self.table_bytes())
-        {
-            self.identity(slot).store(0, Ordering::SeqCst);
-            return Err(Error::Errno(e.raw_os_error().unwrap_or(libc::EIO)));
+        if self.table_word(slot).load(Ordering::SeqCst) != TABLE_KEPT {
+            if let Err(e) = self
+                .region
+                .reserve(self.table_off(slot), self.table_bytes())
+            {
+                self.identity(slot).store(0, Ordering::SeqCst);
+                return Err(Error::Errno(e.raw_os_error().unwrap_or(libc::EIO)));
+            }
+            self.table_word(slot).store(TABLE_KEPT, Ordering::SeqCst);
         }
+        self.touched.start(slot);
         Ok(slot)
     }
 
@@ -314,10 +382,26 @@ impl Procs {
     }
 
     fn clear_slot(&self, slot: u32) {
-        // Give the table's pages back (the next process in the slot reserves them
-        // again) rather than write every word.
-        self.region
-            .discard(self.table_off(slot), self.table_bytes());
+        let at = self.table_off(slot);
+        match self.touched.take(slot) {
+            // This process's own slot: zero the pages it wrote and keep the table's
+            // memory for the slot's next process, which then needs no `fallocate`
+            // of up to 8 MiB at attach nor this `MADV_REMOVE` at detach (most of a
+            // short program's cost of attaching, docs/BENCHMARKS.md).
+            Some(pages) if self.table_word(slot).load(Ordering::SeqCst) == TABLE_KEPT => {
+                for p in pages {
+                    self.region
+                        .clear(at + p * super::region::PAGE, super::region::PAGE);
+                }
+            }
+            // Another process's (a dead one's, a fork's parent's): which pages it
+            // wrote is unknown, so the table's pages are given back (the next
+            // process in the slot reserves them again) rather than every word written.
+            _ => {
+                self.table_word(slot).store(0, Ordering::SeqCst);
+                self.region.discard(at, self.table_bytes());
+            }
+        }
         for l in 0..OPS_LINES {
             self.ops(slot, l).store(0, Ordering::SeqCst);
         }
@@ -430,6 +514,9 @@ impl Procs {
             let e = &table[i];
             let mut w = e.load(Ordering::Acquire);
             loop {
+                if w == 0 {
+                    self.touched.mark(i / PAGE_ENTRIES);
+                }
                 let take = w == 0 || (w >> COUNT_BITS == ino && w & COUNT_MAX < COUNT_MAX);
                 if !take {
                     break;
@@ -674,6 +761,37 @@ mod tests {
         let other = p.register().unwrap();
         assert_ne!(s, other);
         assert!(p.opens_of(other).is_empty(), "tables are per slot");
+    }
+
+    /// A process freeing its own slot zeroes the pages of its table it wrote and
+    /// keeps the table's memory for the slot's next process (which then reserves
+    /// nothing); a slot freed by another process (a reaped one) gives it back.
+    #[test]
+    fn a_freed_slot_keeps_its_table_zeroed_unless_reaped() {
+        let p = procs_of(4 * PAGE_ENTRIES);
+        let s = p.register().unwrap();
+        assert_eq!(p.table_word(s).load(Ordering::SeqCst), TABLE_KEPT);
+        for ino in [3, 700, 1500] {
+            p.open_inc(s, ino).unwrap();
+        }
+        p.unregister(s);
+        assert_eq!(p.table_word(s).load(Ordering::SeqCst), TABLE_KEPT);
+        assert!(p
+            .open_table(s)
+            .iter()
+            .all(|w| w.load(Ordering::SeqCst) == 0));
+        let again = p.register().unwrap();
+        assert_eq!(again, s, "the lowest free slot");
+        assert!(p.opens_of(again).is_empty());
+        p.open_inc(again, 9).unwrap();
+        // Another process's slot (here: one this process's view no longer owns).
+        let other = Procs::new(p.region.clone(), p.entries).unwrap();
+        other.unregister(again);
+        assert_eq!(p.table_word(again).load(Ordering::SeqCst), 0);
+        assert!(p
+            .open_table(again)
+            .iter()
+            .all(|w| w.load(Ordering::SeqCst) == 0));
     }
 
     #[test]
