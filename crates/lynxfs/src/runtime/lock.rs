@@ -123,6 +123,17 @@ fn futex_wake_as(word: &AtomicU32, class: u32, n: i32) {
     }
 }
 
+/// The spins a waiter that first saw the word as `s` may still make: none when
+/// others already sleep on it (`asleep` is set), so that it queues behind them
+/// rather than spinning to overtake them.
+fn spins_for(s: u32, asleep: u32) -> u32 {
+    if s & asleep == asleep {
+        SPINS
+    } else {
+        0
+    }
+}
+
 /// One more spin of a wait, if it has spun fewer than [`SPINS`] times.
 fn spin(spins: &mut u32) -> bool {
     if *spins >= SPINS {
@@ -145,6 +156,9 @@ fn sleep_on(
         return Ok(());
     }
     futex_wait(word, seen, SLICE);
+    // Woken by a release, it is next: it may spin again (a thread that came meanwhile
+    // may have taken the lock, but holds it only briefly).
+    *spins = 0;
     watch.check()
 }
 
@@ -166,7 +180,7 @@ pub fn lock<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<MutexGuard<'a>
     {
         return Ok(MutexGuard { word });
     }
-    let mut spins = 0;
+    let mut spins = spins_for(word.load(Ordering::Relaxed), CONTENDED);
     loop {
         let s = word.load(Ordering::Relaxed);
         if s == 0 {
@@ -257,7 +271,7 @@ fn wait_as_reader(
     spins: &mut u32,
     watch: &dyn Watch,
 ) -> Result<(), Interrupted> {
-    wait_marked(word, s, READERS_WAITING, AS_READER, spins, watch)
+    wait_marked(word, s, READERS_WAITING, AS_READER, spins, watch).map(drop)
 }
 
 /// [`wait_as_reader`] for a writer or updater; sets `slept` once it has slept.
@@ -268,12 +282,16 @@ fn wait_as_writer(
     slept: &mut bool,
     watch: &dyn Watch,
 ) -> Result<(), Interrupted> {
-    if *spins >= SPINS {
+    if wait_marked(word, s, WRITERS_WAITING, AS_WRITER, spins, watch)? {
         *slept = true;
     }
-    wait_marked(word, s, WRITERS_WAITING, AS_WRITER, spins, watch)
+    Ok(())
 }
 
+/// One step of a wait on a reader-writer word seen as `s`: spin, or mark the word with
+/// `mark` and sleep as one of `class`; true if it slept. A waiter that finds others of
+/// its kind asleep already does not spin: it queues behind them rather than spinning
+/// to overtake them. Woken, it is next, and may spin again.
 fn wait_marked(
     word: &AtomicU32,
     s: u32,
@@ -281,19 +299,24 @@ fn wait_marked(
     class: u32,
     spins: &mut u32,
     watch: &dyn Watch,
-) -> Result<(), Interrupted> {
+) -> Result<bool, Interrupted> {
+    if *spins == 0 && s & mark != 0 {
+        *spins = SPINS;
+    }
     if spin(spins) {
-        return Ok(());
+        return Ok(false);
     }
     if s & mark == 0
         && word
             .compare_exchange(s, s | mark, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
     {
-        return Ok(());
+        return Ok(false);
     }
     futex_wait_as(word, s | mark, class);
-    watch.check()
+    // Not 0: a woken waiter spins even if others of its kind still sleep.
+    *spins = 1;
+    watch.check().map(|()| true)
 }
 
 /// A shared (read) hold of a reader-writer lock word.
