@@ -8,8 +8,9 @@
 //! 1 MiB for whole-file reads and writes, mean append 16 KiB (appends are uniform in
 //! 1 B..16 KiB, as `appendfilerand`), 80 % of the files preallocated. What is scaled
 //! down for a 2-core machine is in [`SPECS`] and the report's notes: fewer files for
-//! fileserver, createfiles and listdirs, at most [`Options::max_threads`] threads
-//! instead of 16 to 100, and a fixed number of flow iterations
+//! fileserver, createfiles and listdirs, two rows per personality (2 threads and
+//! [`Options::max_threads`], webserver Filebench's 100 from 32 on: see
+//! [`thread_counts`]) instead of Filebench's 16 to 100, and a fixed number of flow iterations
 //! ([`Options::files`] in all, shared by the threads) instead of 60 s.
 //!
 //! Each thread owns every T-th file of the fileset (Filebench's threads share one
@@ -26,7 +27,7 @@ use anyhow::Context;
 use crate::data::splitmix;
 use crate::mdtest::timed_parallel;
 use crate::target::pwrite_all;
-use crate::{progress_bar, Grid, Handle, Measured, OpenFlags, Options, Target};
+use crate::{progress_bar, Handle, Measured, OpenFlags, Options, Row, Target};
 
 /// The I/O size of whole-file reads and writes (Filebench's `iosize=1m`).
 const IOSIZE: usize = 1 << 20;
@@ -535,38 +536,97 @@ fn measure(t: &dyn Target, spec: &Spec, threads: usize, opts: &Options) -> anyho
     Ok(ops as f64 / secs)
 }
 
+/// The thread counts a personality runs with: 2 (Filebench's counts scaled to the
+/// machine's cores, as the suite ran before) and `--max-threads`, the count that shows
+/// how waits behave with many more threads than CPUs. webserver's second count is
+/// Filebench's own 100 once `--max-threads` is 32 or more.
+fn thread_counts(spec: &Spec, max: usize) -> Vec<usize> {
+    let max = max.max(1);
+    let high = if spec.flow == Flow::Webserver && max >= 32 {
+        max.max(spec.fb_threads)
+    } else {
+        max
+    };
+    let mut counts = vec![2.min(max), high];
+    counts.dedup();
+    counts
+}
+
+/// A row's name: the personality and its thread count.
+fn row_name(spec: &Spec, threads: usize) -> String {
+    format!("{} {threads}t", spec.name)
+}
+
+/// The rows: one per personality and thread count, each the median of every round but
+/// the first; with more than one round, the first round's values follow in rows of
+/// their own (`... round 1`), so a first-round stall neither hides in the median nor
+/// skews it.
+fn rows(names: Vec<String>, cells: Vec<Vec<Vec<f64>>>) -> Vec<Row> {
+    let mut later = Vec::with_capacity(names.len());
+    let mut first = Vec::new();
+    for (name, columns) in names.into_iter().zip(cells) {
+        if columns.iter().all(|c| c.len() > 1) {
+            let (heads, tails): (Vec<_>, Vec<_>) = columns
+                .into_iter()
+                .map(|mut c| {
+                    let tail = c.split_off(1);
+                    (c, tail)
+                })
+                .unzip();
+            first.push(Row::from_rounds(format!("{name} round 1"), heads));
+            later.push(Row::from_rounds(name, tails));
+        } else {
+            later.push(Row::from_rounds(name, columns));
+        }
+    }
+    later.extend(first);
+    later
+}
+
 pub(crate) fn run(
     targets: &[Box<dyn Target>],
     names: &[String],
     opts: &Options,
 ) -> anyhow::Result<Measured> {
     crate::mdtest::check_free(targets, names, ROOT)?;
-    let mut grid = Grid::new(SPECS.iter().map(|s| s.name).collect(), targets.len());
+    let runs: Vec<(&Spec, usize)> = SPECS
+        .iter()
+        .flat_map(|s| {
+            thread_counts(s, opts.max_threads)
+                .into_iter()
+                .map(move |n| (s, n))
+        })
+        .collect();
+    let mut cells = vec![vec![Vec::new(); targets.len()]; runs.len()];
     let bar = progress_bar(
         opts,
         "personalities",
-        opts.rounds * SPECS.len() * targets.len(),
+        opts.rounds * runs.len() * targets.len(),
     );
     let mut notes = Vec::new();
     for _ in 0..opts.rounds {
-        for (row, spec) in SPECS.iter().enumerate() {
-            let threads = spec.fb_threads.min(opts.max_threads.max(1));
+        for (row, &(spec, threads)) in runs.iter().enumerate() {
             for (col, (t, name)) in targets.iter().zip(names).enumerate() {
-                bar.set_message(format!("{} on {name}", spec.name));
+                bar.set_message(format!("{} on {name}", row_name(spec, threads)));
                 bar.inc(1);
-                match measure(t.as_ref(), spec, threads, opts) {
-                    Ok(v) => grid.push(row, col, v),
-                    Err(e) => {
-                        grid.push(row, col, f64::NAN);
-                        notes.push(format!("{} failed on {name}: {e:#}", spec.name));
-                    }
-                }
+                let v = measure(t.as_ref(), spec, threads, opts).unwrap_or_else(|e| {
+                    notes.push(format!(
+                        "{} failed on {name}: {e:#}",
+                        row_name(spec, threads)
+                    ));
+                    f64::NAN
+                });
+                cells[row][col].push(v);
             }
         }
     }
     bar.finish_and_clear();
     for s in SPECS {
-        let threads = s.fb_threads.min(opts.max_threads.max(1));
+        let threads = thread_counts(s, opts.max_threads)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" and ");
         let flows = match s.flow {
             Flow::Createfiles => "until the fileset is full".to_string(),
             Flow::Mongo => "until postsetdel is empty".to_string(),
@@ -594,11 +654,18 @@ pub(crate) fn run(
          varmail fsyncs as Filebench's does"
             .into(),
     );
+    if opts.rounds > 1 {
+        notes.push(format!(
+            "each row is the median of rounds 2-{} (each round runs every row on every \
+             target in turn); the rows `... round 1` are the first round alone",
+            opts.rounds
+        ));
+    }
     Ok(Measured {
         unit: "ops/s",
         higher_is_better: true,
         columns: names.to_vec(),
-        rows: grid.into_rows(),
+        rows: rows(runs.iter().map(|&(s, n)| row_name(s, n)).collect(), cells),
         notes,
         baseline: crate::tmpfs_column(names),
     })
@@ -636,6 +703,34 @@ mod tests {
         let flat = Fileset::new(Path::new("r"), 10, 1_000_000);
         assert_eq!(flat.dirs, [PathBuf::from("r")]);
         assert_eq!(flat.files[3], Path::new("r/f3"));
+    }
+
+    #[test]
+    fn each_personality_runs_with_2_threads_and_the_most() {
+        let web = SPECS.iter().find(|s| s.flow == Flow::Webserver).unwrap();
+        assert_eq!(thread_counts(&SPECS[0], 32), [2, 32]);
+        assert_eq!(thread_counts(&SPECS[0], 2), [2]);
+        assert_eq!(thread_counts(&SPECS[0], 1), [1]);
+        assert_eq!(thread_counts(web, 8), [2, 8]);
+        assert_eq!(thread_counts(web, 32), [2, 100]);
+        assert_eq!(thread_counts(web, 200), [2, 200]);
+    }
+
+    #[test]
+    fn the_first_round_is_a_row_of_its_own() {
+        let cells = vec![vec![vec![9.0, 1.0, 2.0, 3.0], vec![8.0, 4.0, 5.0, 6.0]]];
+        let r = rows(vec!["varmail 2t".into()], cells);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].op.as_str(), r[0].values.clone()),
+            ("varmail 2t", vec![2.0, 5.0])
+        );
+        assert_eq!(
+            (r[1].op.as_str(), r[1].values.clone()),
+            ("varmail 2t round 1", vec![9.0, 8.0])
+        );
+        let one = rows(vec!["x 2t".into()], vec![vec![vec![7.0]]]);
+        assert_eq!((one.len(), one[0].values.clone()), (1, vec![7.0]));
     }
 
     #[test]

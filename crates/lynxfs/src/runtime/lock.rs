@@ -33,9 +33,12 @@ impl Watch for Alone {
     }
 }
 
-/// How long one slice of a wait lasts before the waiter checks the watch.
+/// How long one slice of a wait lasts before the waiter checks the watch. A waiter
+/// is woken by the release it waits for; the slice only bounds how long a lock a dead
+/// process left held goes unnoticed.
 const SLICE: Duration = Duration::from_millis(10);
-/// Spins before sleeping: most holds last well under a microsecond.
+/// Spins before sleeping: most holds last well under a microsecond, and a spin is
+/// cheaper than a sleep and a wake when the holder is running on another CPU.
 const SPINS: u32 = 64;
 
 /// Sleep on `word` (shared between processes) while it holds `expect`, at most
@@ -60,10 +63,85 @@ pub(crate) fn futex_wait(word: &AtomicU32, expect: u32, timeout: Duration) {
 
 /// Wake every sleeper on `word`.
 pub(crate) fn futex_wake_all(word: &AtomicU32) {
+    futex_wake(word, i32::MAX);
+}
+
+/// Wake at most `n` sleepers on `word`, the longest asleep first (the kernel queues
+/// the sleepers of one word in the order they came).
+fn futex_wake(word: &AtomicU32, n: i32) {
     // SAFETY: FUTEX_WAKE only uses the word's address as a key; it reads no memory.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n);
     }
+}
+
+/// Sleep on `word` while it holds `expect`, as one of the sleepers in `class` (a
+/// futex bitset: a wake names the classes it wakes), at most [`SLICE`].
+fn futex_wait_as(word: &AtomicU32, expect: u32, class: u32) {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let nanos = now.tv_nsec as u64 + SLICE.as_nanos() as u64;
+    let until = libc::timespec {
+        tv_sec: now.tv_sec + (nanos / 1_000_000_000) as libc::time_t,
+        tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT_BITSET reads the 4-byte word we borrow (valid for the call)
+    // and sleeps only while it still holds `expect`, until the absolute monotonic
+    // time `until` (which outlives the call). Not FUTEX_PRIVATE_FLAG: the word is
+    // shared between processes.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT_BITSET,
+            expect,
+            &until as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            class,
+        );
+    }
+}
+
+/// Wake at most `n` sleepers of `class` on `word`, the longest asleep first.
+fn futex_wake_as(word: &AtomicU32, class: u32, n: i32) {
+    // SAFETY: FUTEX_WAKE_BITSET only uses the word's address as a key; it reads no
+    // memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE_BITSET,
+            n,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            class,
+        );
+    }
+}
+
+/// The spins a waiter that first saw the word as `s` may still make: none when
+/// others already sleep on it (`asleep` is set), so that it queues behind them
+/// rather than spinning to overtake them.
+fn spins_for(s: u32, asleep: u32) -> u32 {
+    if s & asleep == asleep {
+        SPINS
+    } else {
+        0
+    }
+}
+
+/// One more spin of a wait, if it has spun fewer than [`SPINS`] times.
+fn spin(spins: &mut u32) -> bool {
+    if *spins >= SPINS {
+        return false;
+    }
+    *spins += 1;
+    std::hint::spin_loop();
+    true
 }
 
 /// One step of a wait on `word`: spin a little, then sleep (one slice) while it holds
@@ -74,12 +152,13 @@ fn sleep_on(
     spins: &mut u32,
     watch: &dyn Watch,
 ) -> Result<(), Interrupted> {
-    if *spins < SPINS {
-        *spins += 1;
-        std::hint::spin_loop();
+    if spin(spins) {
         return Ok(());
     }
     futex_wait(word, seen, SLICE);
+    // Woken by a release, it is next: it may spin again (a thread that came meanwhile
+    // may have taken the lock, but holds it only briefly).
+    *spins = 0;
     watch.check()
 }
 
@@ -87,6 +166,8 @@ const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
 
 /// A mutual-exclusion lock on a shared word (0 free, 1 held, 2 held with waiters).
+/// A release wakes one sleeper, which takes the lock as "held with waiters" (others
+/// may sleep still), so each release hands the next sleeper its turn.
 pub struct MutexGuard<'a> {
     word: &'a AtomicU32,
 }
@@ -99,7 +180,7 @@ pub fn lock<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<MutexGuard<'a>
     {
         return Ok(MutexGuard { word });
     }
-    let mut spins = 0;
+    let mut spins = spins_for(word.load(Ordering::Relaxed), CONTENDED);
     loop {
         let s = word.load(Ordering::Relaxed);
         if s == 0 {
@@ -132,13 +213,14 @@ pub fn try_lock(word: &AtomicU32) -> Option<MutexGuard<'_>> {
 impl Drop for MutexGuard<'_> {
     fn drop(&mut self) {
         if self.word.swap(0, Ordering::Release) == CONTENDED {
-            futex_wake_all(self.word);
+            futex_wake(self.word, 1);
         }
     }
 }
 
 const WRITER: u32 = 1 << 31;
-const WAITING: u32 = 1 << 30;
+/// Readers sleep on the word, waiting for the writer to leave.
+const READERS_WAITING: u32 = 1 << 30;
 /// Held for update: excludes writers and other updaters, not readers (see [`update`]).
 const UPDATER: u32 = 1 << 29;
 /// How many exclusive holds ended, modulo 2^13 (bits 16-28): a reader that takes no
@@ -146,25 +228,95 @@ const UPDATER: u32 = 1 << 29;
 const CHANGES: u32 = ((1 << 13) - 1) << 16;
 /// One more exclusive hold ended.
 const CHANGE: u32 = 1 << 16;
-/// Readers holding the lock shared (bits 0-15).
-const READERS: u32 = CHANGE - 1;
+/// Writers or updaters sleep on the word, waiting for their turn.
+const WRITERS_WAITING: u32 = 1 << 15;
+/// Readers holding the lock shared (bits 0-14).
+const READERS: u32 = WRITERS_WAITING - 1;
 
-/// A reader-writer lock word was seen held as `s`: mark it waited on, then wait one
-/// step (a failed mark just means the word changed: the caller looks again).
-fn wait_turn(
+/// The futex classes of a reader-writer word's sleepers: a release wakes every
+/// sleeping reader (they can all go in) but one sleeping writer or updater (only one
+/// can), so a release does not wake a crowd that all but one of must sleep again.
+const AS_READER: u32 = 1;
+const AS_WRITER: u32 = 2;
+/// The one updater that upgrades, waiting for the readers inside to leave.
+const AS_UPGRADER: u32 = 4;
+
+/// A writer or updater that has slept takes the lock marked "writers waiting": the
+/// release that woke it woke no other, and others may still sleep.
+fn taken_by(s: u32, slept: bool) -> u32 {
+    if slept {
+        s | WRITERS_WAITING
+    } else {
+        s
+    }
+}
+
+/// Wake who waits for a release of a hold whose word was `s` (its waiting bits
+/// already cleared from the word): every reader, one writer or updater.
+fn wake_after(word: &AtomicU32, s: u32) {
+    if s & READERS_WAITING != 0 {
+        futex_wake_as(word, AS_READER, i32::MAX);
+    }
+    if s & WRITERS_WAITING != 0 {
+        futex_wake_as(word, AS_WRITER, 1);
+    }
+}
+
+/// A reader-writer lock word was seen held as `s` by a reader that must wait: spin a
+/// little, then mark readers waiting and sleep one step (a failed mark just means the
+/// word changed: the caller looks again).
+fn wait_as_reader(
     word: &AtomicU32,
     s: u32,
     spins: &mut u32,
     watch: &dyn Watch,
 ) -> Result<(), Interrupted> {
-    if s & WAITING == 0
+    wait_marked(word, s, READERS_WAITING, AS_READER, spins, watch).map(drop)
+}
+
+/// [`wait_as_reader`] for a writer or updater; sets `slept` once it has slept.
+fn wait_as_writer(
+    word: &AtomicU32,
+    s: u32,
+    spins: &mut u32,
+    slept: &mut bool,
+    watch: &dyn Watch,
+) -> Result<(), Interrupted> {
+    if wait_marked(word, s, WRITERS_WAITING, AS_WRITER, spins, watch)? {
+        *slept = true;
+    }
+    Ok(())
+}
+
+/// One step of a wait on a reader-writer word seen as `s`: spin, or mark the word with
+/// `mark` and sleep as one of `class`; true if it slept. A waiter that finds others of
+/// its kind asleep already does not spin: it queues behind them rather than spinning
+/// to overtake them. Woken, it is next, and may spin again.
+fn wait_marked(
+    word: &AtomicU32,
+    s: u32,
+    mark: u32,
+    class: u32,
+    spins: &mut u32,
+    watch: &dyn Watch,
+) -> Result<bool, Interrupted> {
+    if *spins == 0 && s & mark != 0 {
+        *spins = SPINS;
+    }
+    if spin(spins) {
+        return Ok(false);
+    }
+    if s & mark == 0
         && word
-            .compare_exchange(s, s | WAITING, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(s, s | mark, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
     {
-        return Ok(());
+        return Ok(false);
     }
-    sleep_on(word, s | WAITING, spins, watch)
+    futex_wait_as(word, s | mark, class);
+    // Not 0: a woken waiter spins even if others of its kind still sleep.
+    *spins = 1;
+    watch.check().map(|()| true)
 }
 
 /// A shared (read) hold of a reader-writer lock word.
@@ -192,26 +344,27 @@ pub fn read<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<ReadGuard<'a>,
             }
             continue;
         }
-        wait_turn(word, s, &mut spins, watch)?;
+        wait_as_reader(word, s, &mut spins, watch)?;
     }
 }
 
 /// Hold the reader-writer lock in `word` alone.
 pub fn write<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<WriteGuard<'a>, Interrupted> {
-    let mut spins = 0;
+    let (mut spins, mut slept) = (0, false);
     loop {
         let s = word.load(Ordering::Relaxed);
         if s & (WRITER | UPDATER | READERS) == 0 {
-            // Keep the waiting bit: others may still sleep on the word.
+            // Keep the waiting bits: others may still sleep on the word.
+            let held = taken_by(s, slept) | WRITER;
             if word
-                .compare_exchange_weak(s, s | WRITER, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange_weak(s, held, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
                 return Ok(WriteGuard { word });
             }
             continue;
         }
-        wait_turn(word, s, &mut spins, watch)?;
+        wait_as_writer(word, s, &mut spins, &mut slept, watch)?;
     }
 }
 
@@ -260,7 +413,7 @@ pub fn read_counted<'a>(
             if s & WRITER == 0 {
                 break;
             }
-            wait_turn(word, s, &mut spins, watch)?;
+            wait_as_reader(word, s, &mut spins, watch)?;
         }
     }
 }
@@ -277,12 +430,26 @@ pub fn try_write_counted<'a>(
     word: &'a AtomicU32,
     drained: &dyn Fn() -> bool,
 ) -> Option<WriteGuard<'a>> {
+    take_counted(word, drained, false)
+}
+
+/// [`try_write_counted`] by a writer that may have slept (see [`taken_by`]).
+fn take_counted<'a>(
+    word: &'a AtomicU32,
+    drained: &dyn Fn() -> bool,
+    slept: bool,
+) -> Option<WriteGuard<'a>> {
     let s = word.load(Ordering::Relaxed);
     if s & (WRITER | UPDATER | READERS) != 0 {
         return None;
     }
-    word.compare_exchange(s, s | WRITER, Ordering::SeqCst, Ordering::Relaxed)
-        .ok()?;
+    word.compare_exchange(
+        s,
+        taken_by(s, slept) | WRITER,
+        Ordering::SeqCst,
+        Ordering::Relaxed,
+    )
+    .ok()?;
     let held = WriteGuard { word };
     // A reader that counted itself before the bit was set is seen here; one that
     // counts itself after sees the bit and steps back.
@@ -302,22 +469,21 @@ pub fn write_counted<'a>(
     drained: &dyn Fn() -> bool,
     watch: &dyn Watch,
 ) -> Result<WriteGuard<'a>, Interrupted> {
-    let mut spins = 0;
+    let (mut spins, mut slept) = (0, false);
     let mut pause = Duration::from_micros(20);
     loop {
-        if let Some(held) = try_write_counted(word, drained) {
+        if let Some(held) = take_counted(word, drained, slept) {
             return Ok(held);
         }
         let s = word.load(Ordering::Relaxed);
         if s & WRITER != 0 {
-            wait_turn(word, s, &mut spins, watch)?;
-        } else if spins < SPINS {
-            spins += 1;
-            std::hint::spin_loop();
-        } else {
-            // Readers leave without waking anyone: look again after a pause, short
-            // enough that a writer meets a moment with no reader inside even while
-            // readers keep coming.
+            wait_as_writer(word, s, &mut spins, &mut slept, watch)?;
+        } else if !spin(&mut spins) {
+            // Readers leave without waking anyone (they write only their own
+            // counters): look again after a pause, short enough that a writer meets
+            // a moment with no reader inside even while readers keep coming. Only
+            // the rare holds alone (rmdir, a rename over a directory, eviction) wait
+            // here.
             std::thread::sleep(pause);
             pause = (pause * 2).min(COUNTED_PAUSE);
             watch.check()?;
@@ -335,26 +501,27 @@ pub struct UpdateGuard<'a> {
 /// updaters, beside readers. For a change that prepares what no reader can see yet
 /// and needs the lock alone only to publish it.
 pub fn update<'a>(word: &'a AtomicU32, watch: &dyn Watch) -> Result<UpdateGuard<'a>, Interrupted> {
-    let mut spins = 0;
+    let (mut spins, mut slept) = (0, false);
     loop {
         let s = word.load(Ordering::Relaxed);
         if s & (WRITER | UPDATER) == 0 {
+            let held = taken_by(s, slept) | UPDATER;
             if word
-                .compare_exchange_weak(s, s | UPDATER, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange_weak(s, held, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
                 return Ok(UpdateGuard { word });
             }
             continue;
         }
-        wait_turn(word, s, &mut spins, watch)?;
+        wait_as_writer(word, s, &mut spins, &mut slept, watch)?;
     }
 }
 
 impl<'a> UpdateGuard<'a> {
     /// Hold the lock alone: new readers wait from now on (the writer bit is set at
-    /// once), and this waits for the readers inside to leave. Interrupted by a
-    /// repair, it lets go of the lock (the readers' counts stay).
+    /// once), and this waits for the readers inside to leave (the last one out wakes
+    /// it). Interrupted by a repair, it lets go of the lock (the readers' counts stay).
     pub fn upgrade(self, watch: &dyn Watch) -> Result<WriteGuard<'a>, Interrupted> {
         let word = self.word;
         std::mem::forget(self);
@@ -366,10 +533,18 @@ impl<'a> UpdateGuard<'a> {
                 word.fetch_and(!UPDATER, Ordering::Relaxed);
                 return Ok(WriteGuard { word });
             }
-            if let Err(e) = wait_turn(word, s, &mut spins, watch) {
-                if word.fetch_and(!(WRITER | UPDATER), Ordering::Release) & WAITING != 0 {
-                    futex_wake_all(word);
-                }
+            if spin(&mut spins) {
+                continue;
+            }
+            // No mark: a reader that leaves last while the writer bit is set wakes
+            // the upgrader (only an upgrade sets it with readers inside).
+            futex_wait_as(word, s, AS_UPGRADER);
+            if let Err(e) = watch.check() {
+                let before = word.fetch_and(
+                    !(WRITER | UPDATER | READERS_WAITING | WRITERS_WAITING),
+                    Ordering::Release,
+                );
+                wake_after(word, before);
                 return Err(e);
             }
         }
@@ -378,10 +553,12 @@ impl<'a> UpdateGuard<'a> {
 
 impl Drop for UpdateGuard<'_> {
     fn drop(&mut self) {
-        let before = self.word.fetch_and(!UPDATER, Ordering::Release);
-        if before & WAITING != 0 {
-            self.word.fetch_and(!WAITING, Ordering::Relaxed);
-            futex_wake_all(self.word);
+        // Readers do not wait for an updater: only writers and updaters to wake.
+        let before = self
+            .word
+            .fetch_and(!(UPDATER | WRITERS_WAITING), Ordering::Release);
+        if before & WRITERS_WAITING != 0 {
+            futex_wake_as(self.word, AS_WRITER, 1);
         }
     }
 }
@@ -389,9 +566,18 @@ impl Drop for UpdateGuard<'_> {
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         let before = self.word.fetch_sub(1, Ordering::Release);
-        if before & READERS == 1 && before & WAITING != 0 {
-            self.word.fetch_and(!WAITING, Ordering::Relaxed);
-            futex_wake_all(self.word);
+        if before & READERS != 1 {
+            return;
+        }
+        if before & WRITER != 0 {
+            futex_wake_as(self.word, AS_UPGRADER, 1);
+        } else if before & (UPDATER | WRITERS_WAITING) == WRITERS_WAITING {
+            // A writer waits for the readers to leave (one held up by an updater is
+            // woken by the updater's release instead).
+            let before = self.word.fetch_and(!WRITERS_WAITING, Ordering::Relaxed);
+            if before & WRITERS_WAITING != 0 {
+                futex_wake_as(self.word, AS_WRITER, 1);
+            }
         }
     }
 }
@@ -411,9 +597,7 @@ impl Drop for WriteGuard<'_> {
                 Err(now) => s = now,
             }
         }
-        if s & WAITING != 0 {
-            futex_wake_all(self.word);
-        }
+        wake_after(self.word, s);
     }
 }
 
@@ -504,6 +688,69 @@ mod tests {
             .collect();
         hs.into_iter().for_each(|h| h.join().unwrap());
         assert_eq!(word.load(Ordering::Relaxed) & !CHANGES, 0);
+    }
+
+    /// Far more threads than CPUs on one word, in every mode: each release wakes one
+    /// sleeping writer or updater (who marks the word again for the next), so none
+    /// may be left asleep: all finish, exclusion holds, and the word ends free.
+    #[test]
+    fn a_crowd_of_every_kind_of_holder_all_finish() {
+        let _w = lynxfs_test_support::watchdog(
+            "a_crowd_of_every_kind_of_holder_all_finish",
+            Duration::from_secs(120),
+        );
+        let word = AtomicU32::new(0);
+        let mutex = AtomicU32::new(0);
+        let pair = (AtomicU64::new(0), AtomicU64::new(0));
+        let counted = AtomicU64::new(0);
+        let go = std::sync::Barrier::new(64);
+        std::thread::scope(|sc| {
+            for t in 0..64u64 {
+                let (word, mutex, pair, counted, go) = (&word, &mutex, &pair, &counted, &go);
+                sc.spawn(move || {
+                    go.wait();
+                    for i in 0..300u64 {
+                        // Each hold gives its CPU away, so the others find the word
+                        // held and go to sleep on it.
+                        let hold = std::thread::yield_now;
+                        match (t + i) % 4 {
+                            0 => {
+                                let _r = read(word, &Alone).unwrap();
+                                let (a, b) = (
+                                    pair.0.load(Ordering::Relaxed),
+                                    pair.1.load(Ordering::Relaxed),
+                                );
+                                assert_eq!(a, b, "a reader saw a half-done write");
+                                hold();
+                            }
+                            1 => {
+                                let _w = write(word, &Alone).unwrap();
+                                pair.0.store(t * 1000 + i, Ordering::Relaxed);
+                                hold();
+                                pair.1.store(t * 1000 + i, Ordering::Relaxed);
+                            }
+                            2 => {
+                                let u = update(word, &Alone).unwrap();
+                                let v = pair.0.load(Ordering::Relaxed);
+                                hold();
+                                let _w = u.upgrade(&Alone).unwrap();
+                                pair.0.store(v + 1, Ordering::Relaxed);
+                                pair.1.store(v + 1, Ordering::Relaxed);
+                            }
+                            _ => {
+                                let _m = lock(mutex, &Alone).unwrap();
+                                let v = counted.load(Ordering::Relaxed);
+                                hold();
+                                counted.store(v + 1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(counted.load(Ordering::Relaxed), 64 * 300 / 4);
+        assert_eq!(word.load(Ordering::Relaxed) & !CHANGES, 0);
+        assert_eq!(mutex.load(Ordering::Relaxed), 0);
     }
 
     #[test]
