@@ -174,7 +174,13 @@ static PLACEHOLDER: OnceLock<Result<c_int, i32>> = OnceLock::new();
 
 fn placeholder() -> Result<c_int, i32> {
     *PLACEHOLDER.get_or_init(|| {
-        let fd = new_eventfd(true)?;
+        // Non-blocking: a program's read of a closed pool fd's number whose kernel fd
+        // is kept (see `park`) fails at once (EAGAIN) instead of waiting forever.
+        // SAFETY: eventfd only creates a new fd.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(last_errno());
+        }
         // SAFETY: moving our own fd up (as the engine's, see `out_of_the_way`).
         let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 1024 - 97) };
         if high >= 0 {
