@@ -176,7 +176,8 @@ fn placeholder() -> Result<c_int, i32> {
     *PLACEHOLDER.get_or_init(|| {
         // Non-blocking: a program's read of a closed pool fd's number whose kernel fd
         // is kept (see `park`) fails at once (EAGAIN) instead of waiting forever.
-        // SAFETY: eventfd only creates a new fd.
+        // SAFETY: eventfd only creates a new fd (the C library's own: this library's
+        // `eventfd` would close the spare it may be about to take).
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
             return Err(last_errno());
@@ -201,8 +202,9 @@ fn last_errno() -> i32 {
 /// A new eventfd (count 0).
 pub fn new_eventfd(cloexec: bool) -> Result<c_int, i32> {
     let flags = if cloexec { libc::EFD_CLOEXEC } else { 0 };
-    // SAFETY: eventfd only creates a new fd.
-    let fd = unsafe { libc::eventfd(0, flags) };
+    // SAFETY: eventfd only creates a new fd (the C library's own: this library's
+    // `eventfd` would close the spare it may be about to take).
+    let fd = unsafe { crate::real::eventfd(0, flags) };
     if fd < 0 {
         Err(last_errno())
     } else {

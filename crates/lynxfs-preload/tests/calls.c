@@ -26,6 +26,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -1129,6 +1130,19 @@ static void fd_numbers(void) {
     k = open("/dev/null", O_RDONLY);
     SAY("  a kernel open after close_range: base+%d\n", k - base);
     C(close(k));
+    /* Fds made without a path (a pipe, a socket) take a closed pool fd's number. */
+    e = open("num", ro);
+    C(close(e));
+    int pp[2];
+    C(pipe(pp));
+    SAY("  a pipe after a pool close: base+%d base+%d\n", pp[0] - base, pp[1] - base);
+    C(close(pp[0]));
+    C(close(pp[1]));
+    e = open("num", ro);
+    C(close(e));
+    int so = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    SAY("  a socket after a pool close: base+%d\n", so - base);
+    C(close(so));
     /* Not close-on-exec: inherited by an exec'd program (as in == exec). */
     int keep = open("num", O_RDONLY);
     C(fcntl(keep, F_GETFD));

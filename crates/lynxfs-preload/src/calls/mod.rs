@@ -14,6 +14,7 @@ pub mod io;
 pub mod ioctl;
 pub mod locks;
 pub mod names;
+pub mod numbered;
 pub mod open;
 pub mod process;
 pub mod scan;
