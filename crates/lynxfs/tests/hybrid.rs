@@ -330,6 +330,23 @@ fn mkfs_refuses_an_existing_device_file_without_force() {
 }
 
 #[test]
+fn mkfs_force_refuses_a_device_file_of_another_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dev = dir.path().join("theirs.dev");
+    std::fs::write(&dev, b"their bytes").unwrap();
+    std::os::unix::fs::chown(&dev, Some(1000), Some(1000)).unwrap();
+    let mut o = MkfsOptions::new(16 << 20);
+    o.force = true;
+    o.data_device = Some(dev.clone());
+    let pool = shm.path().join("pool");
+    let e = Pool::mkfs(&pool, &o, PmemBackend::default()).unwrap_err();
+    assert!(e.to_string().contains("not by the caller"), "{e}");
+    assert_eq!(std::fs::read(&dev).unwrap(), b"their bytes");
+    assert!(!pool.exists());
+}
+
+#[test]
 fn a_failing_device_gives_eio_and_changes_nothing() {
     let p = pair();
     let fs = p.open().unwrap();
