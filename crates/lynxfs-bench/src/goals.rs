@@ -24,7 +24,7 @@ const DEPTH16_OVER_TMPFS: f64 = 2.0;
 
 /// Issue 27's depth notes for a `syscalls` table: every column's depth 16 over its
 /// depth 1 (the ratio the goal is about, side by side), and the goals for the library
-/// and preload columns.
+/// columns (areas on or off) and the preload column.
 fn depth_notes(columns: &[String], rows: &[Row]) -> Vec<String> {
     let row = |op: &str| rows.iter().find(|r| r.op == op);
     let tmpfs = column(columns, |c| c.starts_with("tmpfs"));
@@ -39,7 +39,8 @@ fn depth_notes(columns: &[String], rows: &[Row]) -> Vec<String> {
         for (c, name) in columns.iter().enumerate() {
             let x = deep.values[c] / one.values[c];
             let mut s = format!("{op} depth 16 / depth 1 on {name}: {x:.2}x");
-            if name == LIB_NAME || name == PRELOAD_NAME {
+            // Every LynxFS column (`lynxfs`, `lynxfs areas`, ...) and the preload.
+            if name.starts_with(LIB_NAME) || name == PRELOAD_NAME {
                 s += &format!(
                     " (goal <= {DEPTH16_OVER_DEPTH1}x: {})",
                     met(x <= DEPTH16_OVER_DEPTH1)

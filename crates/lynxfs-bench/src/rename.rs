@@ -13,7 +13,9 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use lynxfs::meta::areas::Thresholds;
 
 use anyhow::{bail, Context};
 
@@ -27,10 +29,6 @@ const SIZES: &[usize] = &[1, 10, 100, 1_000, 10_000];
 const HOT_LOOKUPS: usize = 4;
 /// Renames timed per size and round (there and back again, alternately).
 const RENAMES: usize = 20;
-/// How long a target whose engine evolves areas in the background waits between
-/// making the directory hot and renaming it: longer than the evolution period (5 s by
-/// default), so that one pass has seen the directory's state.
-const EVOLUTION_WAIT: Duration = Duration::from_secs(6);
 
 /// The row of a directory with `n` children.
 fn dir_row(n: usize) -> String {
@@ -134,23 +132,27 @@ fn time_renames(t: &dyn Target, a: &Path, b: &Path) -> io::Result<f64> {
     Ok(start.elapsed().as_secs_f64() * 1e6 / RENAMES as f64)
 }
 
-/// Whether `t` is LynxFS with evolution on (it then waits for the background pass).
-fn evolves(t: &dyn Target) -> bool {
-    t.as_lib()
-        .is_some_and(|l| l.fs().ns().mechanisms.evolution())
+/// On LynxFS with evolution on, one evolution round now (what its background thread
+/// does every 5 s), so the renames find the hot directory's state acted on: the
+/// directories it made area roots (splits and inherits).
+fn evolve(t: &dyn Target) -> u64 {
+    match t.as_lib() {
+        Some(l) if l.fs().ns().mechanisms.evolution() => {
+            let round = l.fs().ns().areas.evolve(&Thresholds::default());
+            round.splits + round.inherits
+        }
+        _ => 0,
+    }
 }
 
-/// One size on one target: (directory rename, file rename) in µs.
-fn one(t: &dyn Target, n: &Names) -> io::Result<(f64, f64)> {
+/// One size on one target: (directory rename, file rename) in µs, and the new area
+/// roots an evolution round made before the renames.
+fn one(t: &dyn Target, n: &Names) -> io::Result<(f64, f64, u64)> {
     setup(t, n)?;
-    if evolves(t) {
-        std::thread::sleep(EVOLUTION_WAIT);
-        // The sleep left the caches cold: the renames should not pay for that.
-        stat_all(t, &n.children)?;
-    }
+    let roots = evolve(t);
     let dir = time_renames(t, &n.dir, &n.moved)?;
     let file = time_renames(t, &n.file, &n.file_moved)?;
-    Ok((dir, file))
+    Ok((dir, file, roots))
 }
 
 pub(crate) fn run(
@@ -170,6 +172,8 @@ pub(crate) fn run(
     // [size][column][round], and the file renames of every size and round per column.
     let mut dirs = vec![vec![Vec::new(); cols]; sizes.len()];
     let mut files = vec![Vec::new(); cols];
+    // Area roots made by the evolution rounds, per column and size (last round).
+    let mut roots = vec![vec![0; sizes.len()]; cols];
     let bar = progress_bar(opts, "rename", opts.rounds * sizes.len() * cols);
     for _ in 0..opts.rounds {
         for (s, &size) in sizes.iter().enumerate() {
@@ -178,7 +182,9 @@ pub(crate) fn run(
                 bar.set_message(format!("{} on {name}", dir_row(size)));
                 let r = one(t.as_ref(), &paths);
                 scrub(t.as_ref(), &paths);
-                let (d, f) = r.with_context(|| format!("rename: {} on {name}", dir_row(size)))?;
+                let (d, f, made) =
+                    r.with_context(|| format!("rename: {} on {name}", dir_row(size)))?;
+                roots[c][s] = made;
                 dirs[s][c].push(d);
                 files[c].push(f);
                 bar.inc(1);
@@ -192,13 +198,20 @@ pub(crate) fn run(
         .map(|(&n, r)| Row::from_rounds(dir_row(n), r))
         .collect();
     rows.push(Row::from_rounds(FILE_ROW, files));
-    let notes = vec![format!(
+    let mut notes = vec![format!(
         "each directory is made hot by {HOT_LOOKUPS} lookups of every child, then renamed \
-         and back, {RENAMES} renames per round back to back; the file row renames one file in the same parent as often, after every \
-         size; LynxFS with evolution on waits {}s before the renames (the evolution period \
-         is 5 s)",
-        EVOLUTION_WAIT.as_secs()
+         and back, {RENAMES} renames per round back to back; the file row renames one file \
+         in the same parent as often, after every size; on LynxFS with evolution on, one \
+         evolution round (default thresholds) runs between the lookups and the renames"
     )];
+    for (c, name) in names.iter().enumerate() {
+        if roots[c].iter().any(|&r| r > 0) {
+            notes.push(format!(
+                "{name}: area roots the evolution round made (splits + inherits), per size: {:?}",
+                sizes.iter().zip(&roots[c]).collect::<Vec<_>>()
+            ));
+        }
+    }
     Ok(Measured {
         unit: "us/rename",
         higher_is_better: false,

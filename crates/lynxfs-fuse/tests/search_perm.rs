@@ -10,7 +10,9 @@
 //! tests/search_perm.c takes the steps for the mount, preload and C API. Through the
 //! library, another caller (root) also changes an ancestor after the user's lookup
 //! through it: chmod, chown, chgrp, an ACL's removal, a move into a closed directory and
-//! out of one; an answer cached for the user must follow each. Through the C API and
+//! out of one; an answer cached for the user must follow each. The library runs both
+//! with ADAM's areas off (the engine's default, which the other front ends get) and
+//! on, with evolution rounds forced between the lookups and the changes. Through the C API and
 //! the preload, a second process of the user's, attached to the same pool, takes search
 //! away between two lookups of the first. Needs root,
 //! `/dev/fuse`, `cc` and uid 1000. Every child runs within a time limit, and a watchdog
@@ -24,6 +26,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use lynxfs::meta::areas::Thresholds;
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fs, MkfsOptions, Pool, Session};
 use lynxfs_fuse::mount::{mount_background, MountOptions};
@@ -134,9 +137,18 @@ fn pool_with_fixtures(path: &Path) {
 
 // ---- the front ends ----
 
-/// The steps through the library, as [`USER`]: what search_perm.c prints.
-fn library_steps(pool: &Path) -> String {
+/// Switches ADAM's areas and their evolution on or off for `fs` (the engine's default
+/// is off; the other front ends run with it).
+fn set_areas(fs: &Fs<PmemBackend>, on: bool) {
+    fs.ns().mechanisms.set_areas(on);
+    fs.ns().mechanisms.set_evolution(on);
+}
+
+/// The steps through the library, as [`USER`], with areas on or off: what
+/// search_perm.c prints.
+fn library_steps(pool: &Path, areas: bool) -> String {
     let fs = Fs::open(pool).expect("open the pool");
+    set_areas(&fs, areas);
     let s = fs.session(Cred::user(USER, USER));
     let say = |r: lynxfs::Result<()>| match r {
         Ok(()) => "0".to_string(),
@@ -274,10 +286,15 @@ fn check(front: &str, got: &str) {
 #[test]
 fn search_permission_holds_through_the_library() {
     let _dog = watchdog("search permission through the library", TEST_LIMIT);
-    let shm = searchable("/dev/shm");
-    let pool = shm.path().join("search.pool");
-    pool_with_fixtures(&pool);
-    check("library", &library_steps(&pool));
+    for areas in [false, true] {
+        let shm = searchable("/dev/shm");
+        let pool = shm.path().join("search.pool");
+        pool_with_fixtures(&pool);
+        check(
+            &format!("library, areas {areas}"),
+            &library_steps(&pool, areas),
+        );
+    }
 }
 
 /// What the library must answer, in order, when another caller (root, in another
@@ -302,12 +319,19 @@ const AFTER_CHANGES: &[(&str, &str)] = &[
 #[test]
 fn search_permission_follows_changes_by_another_caller() {
     let _dog = watchdog("search permission after changes", TEST_LIMIT);
+    follows_changes(false);
+    follows_changes(true);
+}
+
+/// [`AFTER_CHANGES`] with areas (and an evolution round before each change) on or off.
+fn follows_changes(areas: bool) {
     let shm = searchable("/dev/shm");
     let pool = shm.path().join("search.pool");
     let mut o = MkfsOptions::new(64 << 20);
     o.lanes = 2;
     Pool::mkfs(&pool, &o, PmemBackend::default()).expect("mkfs");
     let fs = Fs::open(&pool).expect("open the pool");
+    set_areas(&fs, areas);
     let r = fs.session(Cred::root());
     r.mkdir("/t", 0o755).unwrap();
     for top in ["chmod", "chown", "chgrp", "acl", "moved"] {
@@ -355,14 +379,35 @@ fn search_permission_follows_changes_by_another_caller() {
     ] {
         let p = below(&format!("/t/{case}/a/b/c"));
         got.push(stat(&p));
+        // Again, and an evolution round: an area's answer is learnt and may be acted on.
+        stat(&p);
+        fs.ns().areas.evolve(&Thresholds::default());
+        // With areas on, they hold answers for the user by now (else this guards nothing).
+        let learnt: usize = fs
+            .ns()
+            .areas
+            .summary()
+            .areas
+            .iter()
+            .map(|a| a.entries)
+            .sum();
+        assert_eq!(
+            learnt > 0,
+            areas,
+            "{case}: {learnt} area entries, areas {areas}"
+        );
         change().unwrap_or_else(|e| panic!("{case}: {e}"));
         got.push(stat(&p));
     }
     got.push(stat(&below("/t/moved/a/b/c")));
+    stat(&below("/t/moved/a/b/c"));
+    fs.ns().areas.evolve(&Thresholds::default());
     r.rename("/t/moved/a/b/c", "/t/closed/c", 0).unwrap();
     got.push(stat(&below("/t/closed/c")));
     got.push(stat(&below("/t/moved/a/b/c")));
     got.push(stat(&below("/t/closed/in/a/b/c")));
+    stat(&below("/t/closed/in/a/b/c"));
+    fs.ns().areas.evolve(&Thresholds::default());
     r.rename("/t/closed/in", "/t/out", 0).unwrap();
     got.push(stat(&below("/t/out/a/b/c")));
     drop((u, r));
@@ -375,7 +420,7 @@ fn search_permission_follows_changes_by_another_caller() {
         .collect();
     assert!(
         diff.is_empty() && got.len() == AFTER_CHANGES.len(),
-        "search permission after another caller's change:\n{}",
+        "search permission after another caller's change, areas {areas}:\n{}",
         diff.join("\n")
     );
 }

@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "meta::gate",
             "meta::free_slots",
             "meta::shared",
+            "meta::area_epoch",
         ],
     ),
     ("pool", &["pool"]),

@@ -68,6 +68,9 @@ struct Lynx {
     fs: Option<LFs>,
     /// A hybrid pool's files, reopened by path at a remount.
     hybrid: Option<Hybrid>,
+    /// With full-path areas on: the state of the generator choosing when to force an
+    /// evolution round, and which.
+    areas: Option<std::cell::Cell<u64>>,
 }
 
 /// A hybrid pool: the pool in /dev/shm, its data device a file on the disk.
@@ -82,12 +85,14 @@ impl Lynx {
         Lynx {
             fs: Some(new_fs()),
             hybrid: None,
+            areas: None,
         }
     }
     fn new_in(data: DataMode) -> Lynx {
         Lynx {
             fs: Some(new_fs_in(data)),
             hybrid: None,
+            areas: None,
         }
     }
     /// A hybrid pool in data mode `data` (docs/FORMAT.md, section 17).
@@ -107,10 +112,66 @@ impl Lynx {
                 _disk: disk,
                 pool,
             }),
+            areas: None,
+        }
+    }
+    /// With full-path areas and evolution on, evolution forced at points `seed`
+    /// chooses.
+    fn with_areas(seed: u64) -> Lynx {
+        let t = Lynx {
+            fs: Some(new_fs()),
+            hybrid: None,
+            areas: Some(std::cell::Cell::new(seed | 1)),
+        };
+        t.areas_on();
+        t
+    }
+    fn areas_on(&self) {
+        if self.areas.is_some() {
+            let m = &self.fs.as_ref().expect("mounted").ns().mechanisms;
+            m.set_areas(true);
+            m.set_evolution(true);
         }
     }
     fn r(&self) -> FsRef<'_> {
-        FsRef(self.fs.as_ref().expect("mounted"))
+        let fs = self.fs.as_ref().expect("mounted");
+        if let Some(state) = &self.areas {
+            // xorshift: about one call in four forces a split, inherit or merge round.
+            let mut x = state.get();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            state.set(x);
+            use lynxfs::meta::areas::Thresholds;
+            let th = match x % 12 {
+                0 => Some(Thresholds {
+                    large: 0,
+                    small: 0,
+                    strong_percent: 101,
+                    read_often: 0,
+                    cold_reads: 0,
+                }),
+                1 => Some(Thresholds {
+                    large: 0,
+                    small: 0,
+                    strong_percent: 0,
+                    read_often: 0,
+                    cold_reads: 0,
+                }),
+                2 => Some(Thresholds {
+                    large: usize::MAX,
+                    small: usize::MAX,
+                    strong_percent: 101,
+                    read_often: u64::MAX,
+                    cold_reads: u64::MAX,
+                }),
+                _ => None,
+            };
+            if let Some(th) = th {
+                fs.ns().areas.evolve(&th);
+            }
+        }
+        FsRef(fs)
     }
 }
 
@@ -176,6 +237,7 @@ impl Target for Lynx {
         let fs = self.fs.take().expect("mounted");
         let Some(h) = &self.hybrid else {
             self.fs = Some(reopen(fs, crash)?);
+            self.areas_on();
             return Ok(());
         };
         // The pool file and the device stay as the process left them: a crash leaves
@@ -193,6 +255,7 @@ impl Target for Lynx {
             "the clean flag after a remount"
         );
         self.fs = Some(fs);
+        self.areas_on();
         Ok(())
     }
 }
@@ -597,6 +660,28 @@ fn lynxfs_matches_model() {
         .unwrap();
 }
 
+/// With full-path areas and evolution on, evolution rounds (split, inherit, merge)
+/// forced at random points: the same model. Lookups after renames of area roots and of
+/// other directories, rmdirs, chmods, symlinks, `..` and hard links must all still be
+/// the walk's.
+#[test]
+fn lynxfs_with_areas_matches_model() {
+    let p = Profile { escapes: true };
+    let cases = if long() { 3000 } else { 150 };
+    let seed = std::cell::Cell::new(0x9e37_79b9_7f4a_7c15u64);
+    runner(cases)
+        .run(&ops(p), |ops| {
+            seed.set(
+                seed.get()
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407),
+            );
+            let mut t = Lynx::with_areas(seed.get());
+            run(&ops, &mut t, 1).map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
 /// The inplace data mode changes how overwrites reach the pool, not what they do: the
 /// same model, with remounts (clean and crashed) among the operations.
 #[test]
@@ -846,6 +931,7 @@ fn two_threads_on_disjoint_names_match_the_model() {
         let mut fs = Lynx {
             fs: Some(fs),
             hybrid: None,
+            areas: None,
         };
         for (what, crash) in [
             ("after the threads", None),

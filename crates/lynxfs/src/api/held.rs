@@ -289,7 +289,7 @@ impl<'a, B: Backend> super::Session<'a, B> {
     pub(super) fn resolve_held(&self, p: &[u8], follow: bool) -> Result<HeldIno<'a, B>> {
         let ns = self.fs.ns();
         for _ in 0..LOOKUP_TRIES {
-            let found = path::resolve_last(ns, self.cwd, p, follow, &self.cred, self.scope)?;
+            let found = path::resolve_last_in(ns, self.cwd, p, follow, &self.cred, self.scope)?;
             // Freed since the lookup: the name went meanwhile (see `hold_named`).
             self.fs.open_ref(found.ino)?;
             let held = HeldIno {

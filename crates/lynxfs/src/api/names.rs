@@ -81,7 +81,8 @@ impl<'a, B: Backend> Session<'a, B> {
         let (mut base, mut path) = (self.cwd, p.as_ref().to_vec());
         let mut links = 0;
         loop {
-            let w = path::walk_parent(self.ns(), base, &path, &self.cred, &mut links, self.scope)?;
+            let w =
+                path::walk_parent_in(self.ns(), base, &path, &self.cred, &mut links, self.scope)?;
             // "." or "..": an existing directory (do_open checks O_EXCL first).
             if w.name.is_empty() && excl {
                 return Err(errno::EEXIST);

@@ -5,8 +5,13 @@
 //! directory at a time; another index may answer a run of names at once
 //! ([`PathIndex::prefix`]), the walk going on component by component where it does
 //! not. Whichever answers, the rules stay here, once: search permission on every
-//! directory crossed ([`answered`], and `Namespace::lookup` for a single name), and the
-//! exits of a mounted scope (an absolute path, `..` at the root, a symlink's target).
+//! directory crossed ([`answered`], and `Namespace::lookup` for a single name; an index
+//! may vouch for it from a prefix-check cache, see [`Prefix::searched`]), and the exits
+//! of a mounted scope (an absolute path, `..` at the root, a symlink's target).
+//!
+//! [`resolve_in`], [`resolve_last_in`] and [`walk_parent_in`] walk through the
+//! namespace's full-path areas ([`Areas`]) when they are switched on
+//! (`Mechanisms::areas`), through the namespace alone otherwise.
 
 use crate::error::{errno, Error, Result};
 use crate::format::ROOT_INO;
@@ -35,12 +40,13 @@ pub trait PathIndex {
     /// directory it names, and must call `search` with every directory it crosses, in
     /// order (`dir` first), returning the first error `search` gives: the walk checks
     /// permission there, whoever answers. Called again after each name the walk looks
-    /// up itself.
+    /// up itself. `cred` is the caller's.
     #[inline]
     fn prefix(
         &self,
         _dir: u64,
         _run: &[u8],
+        _cred: &Cred,
         _search: impl FnMut(u64) -> Result<()>,
     ) -> Result<Option<Prefix>> {
         Ok(None)
@@ -54,6 +60,90 @@ pub struct Prefix {
     pub ino: u64,
     /// The run's length in `run`'s bytes.
     pub len: usize,
+    /// The index vouches that the caller's credentials may search every directory
+    /// the run crosses, and did not call `search`: it learnt the run from a walk with
+    /// these credentials, and forgets it when any directory is renamed, removed or
+    /// changes mode, owner, ACL or flags (a prefix-check cache, Tsai et al. SOSP'15).
+    pub searched: bool,
+}
+
+/// The component walk with the namespace's full-path areas in front
+/// (`meta::areas`): a run of names below an area root answered in one probe.
+pub struct Areas<'a, B: Backend>(pub &'a Namespace<B>);
+
+impl<B: Backend> PathIndex for Areas<'_, B> {
+    type Backend = B;
+    const ANSWERS_RUNS: bool = true;
+    #[inline]
+    fn namespace(&self) -> &Namespace<B> {
+        self.0
+    }
+    #[inline]
+    fn prefix(
+        &self,
+        dir: u64,
+        run: &[u8],
+        cred: &Cred,
+        _search: impl FnMut(u64) -> Result<()>,
+    ) -> Result<Option<Prefix>> {
+        let ns = self.0;
+        Ok(ns
+            .areas
+            .answer(ns, dir, run, cred)
+            .map(|(ino, len)| Prefix {
+                ino,
+                len,
+                searched: true,
+            }))
+    }
+}
+
+/// [`resolve`] through the areas when they are on.
+pub fn resolve_in<B: Backend>(
+    ns: &Namespace<B>,
+    base: u64,
+    path: &[u8],
+    follow: bool,
+    cred: &Cred,
+    scope: Scope,
+) -> Result<u64> {
+    if ns.mechanisms.areas() {
+        resolve(&Areas(ns), base, path, follow, cred, scope)
+    } else {
+        resolve(ns, base, path, follow, cred, scope)
+    }
+}
+
+/// [`resolve_last`] through the areas when they are on.
+pub fn resolve_last_in<B: Backend>(
+    ns: &Namespace<B>,
+    base: u64,
+    path: &[u8],
+    follow: bool,
+    cred: &Cred,
+    scope: Scope,
+) -> Result<Resolved> {
+    if ns.mechanisms.areas() {
+        resolve_last(&Areas(ns), base, path, follow, cred, scope)
+    } else {
+        resolve_last(ns, base, path, follow, cred, scope)
+    }
+}
+
+/// [`walk_parent`] through the areas when they are on.
+pub fn walk_parent_in<B: Backend>(
+    ns: &Namespace<B>,
+    base: u64,
+    path: &[u8],
+    cred: &Cred,
+    links: &mut u32,
+    scope: Scope,
+) -> Result<Walked> {
+    if ns.mechanisms.areas() {
+        walk_parent(&Areas(ns), base, path, cred, links, scope)
+    } else {
+        walk_parent(ns, base, path, cred, links, scope)
+    }
 }
 
 /// The component walk over the namespace's (parent, name) index.
@@ -78,16 +168,15 @@ fn answered<I: PathIndex>(
 ) -> Result<Option<(u64, usize)>> {
     let ns = ix.namespace();
     let mut crossed = 0usize;
-    let found = ix.prefix(dir, run, |d| {
+    let found = ix.prefix(dir, run, cred, |d| {
         crossed += 1;
         ns.op(|| ns.may(d, cred, perm::X))
     })?;
     let Some(p) = found.filter(|p| p.len > 0 && p.len <= run.len()) else {
         return Ok(None);
     };
-    let names = components(&run[..p.len]).count();
     let whole = p.len == run.len() || run[p.len] == b'/';
-    if names != crossed || !whole {
+    if !whole || (!p.searched && components(&run[..p.len]).count() != crossed) {
         debug_assert!(
             false,
             "an index answered {p:?} of {run:?} crossing {crossed}"
@@ -434,6 +523,7 @@ mod tests {
             &self,
             dir: u64,
             run: &[u8],
+            _cred: &Cred,
             mut search: impl FnMut(u64) -> Result<()>,
         ) -> Result<Option<Prefix>> {
             let ends: Vec<usize> = components(run)
@@ -446,7 +536,11 @@ mod tests {
                     for &d in crossed {
                         search(d)?;
                     }
-                    return Ok(Some(Prefix { ino: *ino, len }));
+                    return Ok(Some(Prefix {
+                        ino: *ino,
+                        len,
+                        searched: false,
+                    }));
                 }
             }
             Ok(None)

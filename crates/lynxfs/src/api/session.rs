@@ -74,7 +74,7 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn resolve(&self, p: impl AsRef<[u8]>, follow: bool) -> Result<u64> {
-        path::resolve(
+        path::resolve_in(
             self.ns(),
             self.cwd,
             p.as_ref(),
@@ -87,7 +87,7 @@ impl<'a, B: Backend> Session<'a, B> {
     /// The parent directory and last name of `p`; the name must be a real one.
     pub(super) fn parent(&self, p: &[u8]) -> Result<path::Walked> {
         let mut links = 0;
-        let w = path::walk_parent(self.ns(), self.cwd, p, &self.cred, &mut links, self.scope)?;
+        let w = path::walk_parent_in(self.ns(), self.cwd, p, &self.cred, &mut links, self.scope)?;
         Ok(w)
     }
 

@@ -136,6 +136,10 @@ impl<B: Backend> Namespace<B> {
     pub fn setattr(&self, ino: u64, a: &SetAttr, cred: &Cred) -> Result<Stat> {
         self.op(|| {
             self.live(ino)?;
+            // A directory's mode or owner decides who may search it (areas answer for
+            // search permission they saw).
+            let perms = a.mode.is_some() || a.uid.is_some() || a.gid.is_some();
+            let _areas = (perms && super::is_dir(self.mode(ino))).then(|| self.areas.changing());
             // A chmod may rewrite the access ACL: exclude other attribute writers (their
             // lock comes before the inode lock).
             let _xw = match a.mode {

@@ -42,6 +42,7 @@ impl<B: Backend> Namespace<B> {
             if flags & !SUPPORTED != 0 {
                 return Err(errno::EOPNOTSUPP);
             }
+            let _areas = super::is_dir(self.mode(ino)).then(|| self.areas.changing());
             let _g = self.ilock(ino)?;
             let o = self.owner(ino);
             perm::owner_or_root(cred, o)?;

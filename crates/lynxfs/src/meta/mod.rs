@@ -4,6 +4,8 @@
 //! (docs/CONSISTENCY.md).
 
 pub mod acl;
+pub mod area_epoch;
+pub mod areas;
 pub mod atime;
 mod attr;
 pub mod cachelet;
@@ -74,6 +76,8 @@ pub struct Namespace<B: Backend> {
     pub mechanisms: mechanisms::Mechanisms,
     /// This process's indexes of large attribute sets.
     pub(crate) xattr_indexes: crate::data::xattr::Indexes,
+    /// This process's full-path areas, validated against the shared areas' epoch.
+    pub areas: areas::Areas,
 }
 
 /// A number no other namespace of this process has.
@@ -147,6 +151,7 @@ impl<B: Backend> Namespace<B> {
             free_slots: free_slots::FreeSlots::new(parts.free_slots, &l),
             locks: shared::Locks::new(parts.locks),
             gates: gate::Gates::new(parts.gates, &l),
+            areas: areas::Areas::new(area_epoch::AreaEpoch::new(parts.area_epoch)),
             instance: next_instance(),
             notices: crate::runtime::notices::Notices::off(),
             descriptions,
@@ -212,6 +217,7 @@ impl<B: Backend> Namespace<B> {
         self.locks.clear();
         self.gates.clear();
         self.descriptions.unlock_all();
+        self.areas.repaired();
         let inos: Vec<u64> = keep.iter().map(|&(ino, _)| ino).collect();
         let l = self.pool.layout;
         let used = match crate::log::recover_keeping(

@@ -62,6 +62,8 @@ impl<B: Backend> Namespace<B> {
     /// True when the parent's log is due a compaction check (`Dir::remove_entry`).
     fn remove(&self, parent: u64, name: &[u8], cred: &Cred, want_dir: bool) -> Result<bool> {
         check_name(name)?;
+        // A directory removed: paths the areas learnt through it lead nowhere.
+        let _areas = want_dir.then(|| self.areas.changing());
         let dir = self.enter(parent)?;
         let pown = self.owner(parent);
         self.may(parent, cred, perm::X)?;

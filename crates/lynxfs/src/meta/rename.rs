@@ -166,6 +166,8 @@ impl<B: Backend> Namespace<B> {
         let ddir: &super::Dir<'_> = ddir_own.as_deref().unwrap_or(&sdir);
         let sdir: &super::Dir<'_> = &sdir;
         let plan = self.plan(sp, sn, dp, dn, flags, cred, serial)?;
+        // A directory moved or replaced: paths the areas learnt may lead elsewhere.
+        let _areas = (plan.src_dir || plan.dst_dir).then(|| self.areas.changing());
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
             return Ok(false); // two names of one file: POSIX says do nothing
         }

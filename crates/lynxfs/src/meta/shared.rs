@@ -27,6 +27,7 @@ pub struct Parts {
     pub free_slots: Span,
     pub locks: Span,
     pub gates: Span,
+    pub area_epoch: Span,
 }
 
 impl Parts {
@@ -38,6 +39,7 @@ impl Parts {
             carve.take(FreeSlots::bytes_needed(l)),
             carve.take(LOCK_WORDS * 4),
             carve.take(Gates::bytes_needed(l)),
+            carve.take(super::area_epoch::BYTES),
         ]
     }
 
@@ -50,6 +52,7 @@ impl Parts {
             free_slots: span(2),
             locks: span(3),
             gates: span(4),
+            area_epoch: span(5),
         }
     }
 

@@ -187,6 +187,8 @@ impl<B: Backend> Namespace<B> {
         self.op(|| {
             self.live(ino)?;
             let o = self.owner(ino);
+            // A directory's ACL decides who may search it (see `setattr`).
+            let _areas = is_dir(o.mode).then(|| self.areas.changing());
             if o.mode & libc::S_IFMT == libc::S_IFLNK {
                 return Err(errno::EOPNOTSUPP);
             }
