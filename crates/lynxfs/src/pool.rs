@@ -298,6 +298,19 @@ impl<B: Backend> Pool<B> {
         backend: B,
         progress: &dyn Progress,
     ) -> Result<Pool<B>> {
+        Self::open_with_device(path, access, backend, progress, None)
+    }
+
+    /// [`Pool::open_with_progress`], a hybrid pool's data device at `device` instead
+    /// of where the pool records it (a device that moved: another path, or another
+    /// machine); it is checked as at any open. Ignored for an all-PM pool.
+    pub fn open_with_device(
+        path: &Path,
+        access: Access,
+        backend: B,
+        progress: &dyn Progress,
+        device: Option<&Path>,
+    ) -> Result<Pool<B>> {
         file::check_link(path)?;
         let file = OpenOptions::new()
             .read(true)
@@ -353,8 +366,8 @@ impl<B: Backend> Pool<B> {
             Access::ReadOnly => Mapping::map_private(&file, len as usize, path)?,
         };
         let pm = Pm::new(map, backend);
-        let device = match sb.data_device {
-            Some(_) => Some(Box::new(device::attach(&pm, path, &sb, access, None)?)),
+        let found = match sb.data_device {
+            Some(_) => Some(Box::new(device::attach(&pm, path, &sb, access, device)?)),
             None => None,
         };
         let attachment = match access {
@@ -377,7 +390,7 @@ impl<B: Backend> Pool<B> {
             lock: Some(file),
             access,
             attachment,
-            device,
+            device: found,
         };
         Self::start_attached(pm, sb, path, opened, progress)
     }

@@ -236,6 +236,38 @@ fn a_missing_device_is_refused_naming_both() {
 }
 
 #[test]
+fn a_device_that_moved_opens_when_named_and_is_still_checked() {
+    let p = pair();
+    {
+        let fs = p.open().unwrap();
+        write_file(&fs, "/f", b"moved along");
+        fs.close().unwrap();
+    }
+    let moved = p.dev.with_extension("moved");
+    std::fs::rename(&p.dev, &moved).unwrap();
+    assert!(p.refusal().contains("missing"));
+    let open = |dev: &std::path::Path| {
+        Pool::open_with_device(
+            &p.pool,
+            Access::ReadWrite,
+            PmemBackend::default(),
+            &lynxfs::progress::Quiet,
+            Some(dev),
+        )
+    };
+    let fs = Fs::new(open(&moved).unwrap());
+    assert_eq!(read_file(&fs, "/f").unwrap(), b"moved along");
+    fs.close().unwrap();
+    drop(fs);
+    // Another pool's device named instead: refused as at any open.
+    let other = pair();
+    let Err(e) = open(&other.dev) else {
+        panic!("another pool's device opened");
+    };
+    assert!(e.to_string().contains("another pool"), "{e}");
+}
+
+#[test]
 fn a_file_that_is_no_data_device_is_refused() {
     let p = pair();
     std::fs::File::options()
@@ -327,6 +359,23 @@ fn mkfs_refuses_an_existing_device_file_without_force() {
     assert!(!other.exists(), "a refused mkfs made a pool");
     // The first pool still opens with its device.
     p.open().unwrap();
+}
+
+#[test]
+fn mkfs_force_refuses_a_device_file_of_another_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dev = dir.path().join("theirs.dev");
+    std::fs::write(&dev, b"their bytes").unwrap();
+    std::os::unix::fs::chown(&dev, Some(1000), Some(1000)).unwrap();
+    let mut o = MkfsOptions::new(16 << 20);
+    o.force = true;
+    o.data_device = Some(dev.clone());
+    let pool = shm.path().join("pool");
+    let e = Pool::mkfs(&pool, &o, PmemBackend::default()).unwrap_err();
+    assert!(e.to_string().contains("not by the caller"), "{e}");
+    assert_eq!(std::fs::read(&dev).unwrap(), b"their bytes");
+    assert!(!pool.exists());
 }
 
 #[test]

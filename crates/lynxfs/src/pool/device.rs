@@ -10,7 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{file_size, is_block_device, Access};
@@ -64,6 +64,15 @@ pub(super) fn make(
         return Err(Error::Invalid(format!(
             "{}: not a regular file or block device",
             path.display()
+        )));
+    }
+    // As for a pool file: --force formats only what is the caller's (or root's).
+    let caller = super::file::caller_uid();
+    if exists && meta.uid() != caller && meta.uid() != 0 {
+        return Err(Error::Invalid(format!(
+            "{}: owned by uid {}, not by the caller: not formatted",
+            path.display(),
+            meta.uid()
         )));
     }
     // The absolute path, so that an open from any directory finds it.
