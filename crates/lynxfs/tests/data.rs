@@ -648,6 +648,51 @@ fn relatime_reads_through_one_handle_update_atime_when_due() {
     fs.close_fd(fd).unwrap();
 }
 
+/// O_NOATIME: a read through such a description leaves atime alone under every atime
+/// mode, the same file read through a plain open updates it, and only the owner (or
+/// root) may open with it (EPERM otherwise, as on Linux).
+#[test]
+fn o_noatime_reads_leave_atime_alone_and_need_the_owner() {
+    use lynxfs::api::Atime;
+    let fs = fs(8 << 20);
+    let s = fs.session(Cred::root());
+    let w = s.open("/n", CREAT, 0o644).unwrap();
+    fs.pwrite(w, b"hello", 0).unwrap();
+    fs.close_fd(w).unwrap();
+    let atime = || s.stat("/n").unwrap().atime;
+    let mut buf = [0u8; 5];
+    for mode in [Atime::Relative, Atime::Strict] {
+        fs.set_atime(mode);
+        let before = atime();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let fd = s.open("/n", libc::O_RDONLY | libc::O_NOATIME, 0).unwrap();
+        fs.pread(fd, &mut buf, 0).unwrap();
+        fs.close_fd(fd).unwrap();
+        assert_eq!(atime(), before, "{mode:?}: a read through O_NOATIME");
+        // Under relatime the plain read is due only if atime is not after mtime.
+        s.utimens(
+            "/n",
+            Some(lynxfs::meta::TimeSet::At(
+                lynxfs::Timestamp::new(1, 0).unwrap(),
+            )),
+            None,
+        )
+        .unwrap();
+        let old = atime();
+        let fd = s.open("/n", libc::O_RDONLY, 0).unwrap();
+        fs.pread(fd, &mut buf, 0).unwrap();
+        fs.close_fd(fd).unwrap();
+        assert!(atime() > old, "{mode:?}: a plain read updates atime");
+    }
+    let other = fs.session(Cred::user(1000, 1000));
+    assert_eq!(
+        errno(other.open("/n", libc::O_RDONLY | libc::O_NOATIME, 0)),
+        libc::EPERM,
+        "O_NOATIME by a user who does not own the file"
+    );
+    assert!(other.open("/n", libc::O_RDONLY, 0).is_ok());
+}
+
 /// A handle remembers the extent its last read went through, so the next read inside
 /// it skips the map: a change of the map through another handle (the version word it
 /// bumps is shared, as with another process) must make that handle read the new

@@ -49,7 +49,13 @@ impl<B: Backend> Fs<B> {
         }
         let [a, m, c, _] = self.ns.times(ino);
         let now = now_ns();
-        let quiet_since = if mode == Atime::Strict || relatime_due(a, m, c, now) {
+        let due = mode == Atime::Strict || relatime_due(a, m, c, now);
+        // An O_NOATIME description leaves a due update undone, and remembers nothing
+        // (checked only when one is due: a shared description's flags are a lookup).
+        if due && self.opened_noatime(f) {
+            return;
+        }
+        let quiet_since = if due {
             self.ns.store_atime(ino, now);
             now
         } else {
@@ -61,5 +67,11 @@ impl<B: Backend> Fs<B> {
                 .until
                 .store(quiet_since.saturating_add(DAY_NS), Ordering::Relaxed);
         }
+    }
+
+    /// `f`'s description was opened (or set with F_SETFL) with O_NOATIME.
+    fn opened_noatime(&self, f: &OpenFile) -> bool {
+        self.flags_of(f)
+            .is_ok_and(|flags| flags & libc::O_NOATIME != 0)
     }
 }

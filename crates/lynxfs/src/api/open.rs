@@ -114,6 +114,10 @@ impl<B: Backend> Fs<B> {
                 self.ns.may(ino, cred, open_wants(flags))?;
             }
             may_open_flagged(self.ns.inode_flags(ino), flags)?;
+            // Linux: only the owner (or CAP_FOWNER) may leave atime alone.
+            if flags & libc::O_NOATIME != 0 {
+                perm::owner_or_root(cred, o)?;
+            }
             self.open_ref(ino)?;
             if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
                 let in_group = cred.is_root() || cred.in_group(o.gid);
