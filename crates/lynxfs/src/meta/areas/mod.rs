@@ -311,7 +311,11 @@ impl Areas {
         };
         let mut t = self.inner.table.write();
         if self.inner.epoch.still(w) {
-            if t.tag != w || t.entries + steps.len() > MAX_ENTRIES {
+            if t.entries + steps.len() > MAX_ENTRIES {
+                // Full: start afresh, areas too (every start directory made one).
+                t.amt.retain(|&root, _| root == ROOT_INO);
+                t.forget(w);
+            } else if t.tag != w {
                 t.forget(w);
             }
             if let Some(c) = t.cred_number_or_new(cred) {
