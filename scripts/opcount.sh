@@ -3,6 +3,8 @@
 # measured loop only (crates/lynxfs/examples/opcount.rs). Repeatable where timings
 # are noisy; used to check that a refactor does not slow the hot paths.
 # Usage: scripts/opcount.sh [N]   (default 2000 operations of each kind)
+# OPCOUNT_DEPTH=16 puts the files 16 directories deep; LYNXFS_AREAS=1 turns the
+# full-path areas on.
 set -eu
 n=${1:-2000}
 cd "$(dirname "$0")/.."

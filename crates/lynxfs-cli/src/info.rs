@@ -96,6 +96,11 @@ struct Shared {
     processes: usize,
     /// The runtime file's allocated bytes (all shared state), if it could be read.
     runtime_bytes: Option<u64>,
+    /// The full-path areas: each process keeps its own (these are `info`'s), all
+    /// validated against the shared epoch.
+    areas: lynxfs::meta::areas::Summary,
+    areas_on: bool,
+    evolution_on: bool,
 }
 
 pub fn print(path: &Path, kind: BackendKind, json: bool) -> Result<()> {
@@ -425,6 +430,9 @@ fn view_with<B: Backend>(path: &Path, backend: B) -> lynxfs::Result<AttachedView
                 .pool()
                 .attachment()
                 .and_then(|a| a.region().allocated_bytes()),
+            areas: fs.ns().areas.summary(),
+            areas_on: fs.ns().mechanisms.areas(),
+            evolution_on: fs.ns().mechanisms.evolution(),
         },
     };
     fs.close()?;
@@ -454,6 +462,22 @@ fn print_shared(shared: &Shared, u: &Usage) {
             format!("{:.0} B", u.index_bytes as f64 / u.index_entries as f64)
         },
         u.index_entries
+    );
+    let a = &shared.areas;
+    println!(
+        "areas:            {} (each process keeps its own: this one has {} areas, {} \
+         directories, labels {}); epoch {} (directory renames, removals and permission \
+         changes since the runtime state was built); evolution {}",
+        if shared.areas_on { "on" } else { "off" },
+        a.areas.len(),
+        a.areas.iter().map(|x| x.entries).sum::<usize>(),
+        a.areas
+            .iter()
+            .map(|x| x.label.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        a.epoch,
+        if shared.evolution_on { "on" } else { "off" },
     );
     if let Some(b) = shared.runtime_bytes {
         println!(
@@ -566,6 +590,17 @@ impl Info {
             })),
             "processes": self.shared.as_ref().map(|s| s.processes),
             "runtime_bytes": self.shared.as_ref().and_then(|s| s.runtime_bytes),
+            "areas": self.shared.as_ref().map(|s| json!({
+                "on": s.areas_on,
+                "evolution": s.evolution_on,
+                "epoch": s.areas.epoch,
+                "count": s.areas.areas.len(),
+                "areas": s.areas.areas.iter().map(|a| json!({
+                    "root": a.root,
+                    "directories": a.entries,
+                    "label": a.label.name(),
+                })).collect::<Vec<Value>>(),
+            })),
             "daemon": self.daemon.as_ref().map(|d| json!({
                 "rss_anon_bytes": d.rss_anon,
                 "transport": d.transport.map(|t| t.name()),

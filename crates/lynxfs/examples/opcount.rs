@@ -1,7 +1,9 @@
 //! One metadata operation, or a 4 KiB pread, repeated N times through the library, so
 //! `valgrind --tool=callgrind` can count its instructions per operation apart from the
 //! set-up: `scripts/opcount.sh` collects only inside [`measured`] and divides by N.
-//! Usage: `opcount OP N`, OP one of create, stat, unlink, rename, pread.
+//! Usage: `opcount OP N`, OP one of create, stat, unlink, rename, pread; the files in a
+//! directory `OPCOUNT_DEPTH` levels deep (1 by default), the engine's switches from the
+//! environment (`LYNXFS_AREAS=1`).
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fd, Fs, MkfsOptions, Session};
 
@@ -100,12 +102,21 @@ fn main() {
     o.lanes = 2;
     let fs = Fs::in_memory(&o, PmemBackend::default()).expect("pool");
     let s = fs.session(Cred::root());
-    s.mkdir("/d", 0o755).unwrap();
+    // OPCOUNT_DEPTH: the files' directory is that many levels below the root (1).
+    let depth: usize = std::env::var("OPCOUNT_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(1);
+    let mut dir = String::new();
+    for _ in 0..depth.max(1) {
+        dir.push_str("/d");
+        s.mkdir(&dir, 0o755).unwrap();
+    }
     let mut b = Bench {
         fs: &fs,
         s: &s,
-        names: (0..n).map(|i| format!("/d/f{i}")).collect(),
-        renamed: (0..n).map(|i| format!("/d/g{i}")).collect(),
+        names: (0..n).map(|i| format!("{dir}/f{i}")).collect(),
+        renamed: (0..n).map(|i| format!("{dir}/g{i}")).collect(),
         file: None,
     };
     set_up(op, &mut b);

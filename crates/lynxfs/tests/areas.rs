@@ -457,3 +457,27 @@ fn evolution_runs_in_the_background() {
     assert!(fs.ns().areas.summary().areas.len() > 1);
     assert!(errno(fs.session(root).stat("/a/b/c/d/nothing")) == libc::ENOENT);
 }
+
+#[test]
+fn relative_paths_from_a_working_directory_get_an_area_of_their_own() {
+    let fs = fs(16 << 20);
+    mkdirs(&fs, "/w/a/b/c");
+    let f = touch(&fs, "/w/a/b/c/f");
+    areas_on(&fs);
+    let root = Cred::root();
+    let mut s = fs.session(root.clone());
+    s.chdir("/w").unwrap();
+    let w = fs.session(root.clone()).stat("/w").unwrap().ino;
+    assert_eq!(s.stat("a/b/c/f").unwrap().ino, f);
+    assert_eq!(s.stat("a/b/c/f").unwrap().ino, f);
+    let summary = fs.ns().areas.summary();
+    assert!(
+        summary.areas.iter().any(|a| a.root == w && a.entries >= 3),
+        "{summary:?}"
+    );
+    fs.session(root.clone())
+        .rename("/w/a/b", "/w/a/x", 0)
+        .unwrap();
+    assert_eq!(s.stat("a/b/c/f").map_err(|e| e.errno()), Err(libc::ENOENT));
+    assert_eq!(s.stat("a/x/c/f").unwrap().ino, f);
+}

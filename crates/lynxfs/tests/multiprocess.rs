@@ -1060,3 +1060,54 @@ fn open_files_of_the_living_survive_a_repair() {
         assert!(s.stat("/dy").is_ok() && s.stat("/o/dz").is_ok());
     });
 }
+
+/// Full-path areas (issue 27) are each process's own: what one process learnt must
+/// follow what another renames, removes and makes again, also while a third is
+/// stopped inside a directory removal (its change counted as running) and after it is
+/// killed there (the repair ends the count).
+#[test]
+fn one_processs_areas_follow_another_processs_renames_and_removals() {
+    let _dog = watchdog("one_processs_areas_follow_another_processs_renames_and_removals");
+    let st = setup(2);
+    st.with_fs(|fs| {
+        let s = fs.session(Cred::root());
+        for d in ["/p", "/p/q", "/p/q/r", "/p/q/r/s", "/p/e"] {
+            s.mkdir(d, 0o755).unwrap();
+        }
+        make_file(fs, "/p/q/r/s/f", 10, 1);
+    });
+    let mut a = st.spawn("agent", 0, &[]);
+    let mut b = st.spawn("agent", 1, &[]);
+    a.expect("ready");
+    b.expect("ready");
+    let f = a.ok("stat /p/q/r/s/f");
+    assert_eq!(a.ok("stat /p/q/r/s/f"), f);
+    b.ok("rename /p/q /p/q2");
+    assert_eq!(a.call("stat /p/q/r/s/f"), Err(libc::ENOENT));
+    assert_eq!(a.ok("stat /p/q2/r/s/f"), f);
+    b.ok("unlink /p/q2/r/s/f");
+    b.ok("rmdir /p/q2/r/s");
+    assert_eq!(a.call("stat /p/q2/r/s/f"), Err(libc::ENOENT));
+    b.ok("mkdir /p/x");
+    b.ok("mkdir /p/q2/r/s");
+    b.ok("create /p/q2/r/s/f");
+    let g = a.ok("stat /p/q2/r/s/f");
+    assert_ne!(g, f, "the new file");
+    // A third process stops inside an rmdir, its change counted.
+    let point = "rmdir.gate_alone";
+    let mut v = st.spawn("agent", 2, &[(STOP_ENV, point.to_string())]);
+    v.expect("ready");
+    v.send("rmdir /p/e");
+    assert_eq!(v.expect("stopped"), vec![point.to_string()]);
+    b.ok("rename /p/q2 /p/q3");
+    assert_eq!(a.call("stat /p/q2/r/s/f"), Err(libc::ENOENT));
+    assert_eq!(a.ok("stat /p/q3/r/s/f"), g);
+    v.kill_and_reap();
+    assert_eq!(a.ok("stat /p/q3/r/s/f"), g);
+    b.ok("rename /p/q3 /p/q4");
+    assert_eq!(a.call("stat /p/q3/r/s/f"), Err(libc::ENOENT));
+    assert_eq!(a.ok("stat /p/q4/r/s/f"), g);
+    a.finish();
+    b.finish();
+    st.check(|_| {});
+}

@@ -1,6 +1,7 @@
 //! Switches that take a mechanism away, for the `ablation` benchmark: each paper's claim
 //! can then be checked on LynxFS itself. All are on (the normal engine) by default,
-//! except ADAM's areas and their evolution, which stay off until they are proven.
+//! except ADAM's evolution (a background thread in every process using the pool, for a
+//! cache that is already one probe deep: docs/ARCHITECTURE.md, "Full-path areas").
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -30,10 +31,16 @@ impl Default for Mechanisms {
             quick_path: AtomicBool::new(true),
             lock_free: AtomicBool::new(true),
             slot_reuse: AtomicBool::new(true),
-            areas: AtomicBool::new(false),
-            evolution: AtomicBool::new(false),
+            areas: AtomicBool::new(from_env("LYNXFS_AREAS", true)),
+            evolution: AtomicBool::new(from_env("LYNXFS_EVOLUTION", false)),
         }
     }
+}
+
+/// A switch's default, unless the environment sets it ("0" off, anything else on): the
+/// paper's experiments through front ends that make their own `Fs` (preload, C API).
+fn from_env(var: &str, default: bool) -> bool {
+    std::env::var_os(var).map_or(default, |v| v != "0")
 }
 
 impl Mechanisms {

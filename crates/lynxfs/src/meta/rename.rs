@@ -248,6 +248,9 @@ impl<B: Backend> Namespace<B> {
             .commit_rename(&plan, &news, sp, sdir, dp, ddir, flags, lane)
             .map_err(undo)?;
         self.notices.name(sp, sn, plan.src.ino);
+        if plan.src_dir {
+            self.areas.renamed(plan.src.ino);
+        }
         self.notices.name(dp, dn, plan.dst.map_or(0, |d| d.ino));
         if let Some(v) = &victim {
             v.set_removed(dp, self.load(dp, inode::GENERATION));

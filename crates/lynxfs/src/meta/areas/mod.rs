@@ -195,7 +195,9 @@ impl Areas {
     /// `dir` that the areas answer (learning it by a walk as `cred` when they do not
     /// know it yet), and the run's length; `None` to leave it all to the component
     /// walk. Every directory crossed was searched by `cred`, in the epoch the answer
-    /// was learnt in, which is still the current one. `dir` must be an area root.
+    /// was learnt in, which is still the current one. A directory that is not an area
+    /// root becomes one when a walk from it learns something (a working directory's
+    /// relative paths get an area of their own).
     pub fn answer<B: Backend>(
         &self,
         ns: &Namespace<B>,
@@ -208,23 +210,25 @@ impl Areas {
         if run.is_empty() {
             return None;
         }
-        let counting = self.inner.evolver.running();
+        // Reads are counted for the state map while evolution is on; switched on, its
+        // thread starts.
+        let counting = ns.mechanisms.evolution();
+        if counting != self.inner.evolver.running() {
+            self.inner.evolver.start_if(counting, &self.inner);
+        }
         let reached = {
             let t = self.inner.table.read();
-            self.probe(&t, w, dir, run, cred, counting)?
+            self.probe(&t, w, dir, run, cred, counting)
         };
         if reached.len == run.len() {
             return Some((reached.ino, reached.len));
         }
-        self.inner
-            .evolver
-            .start_if(ns.mechanisms.evolution(), &self.inner);
         let learnt = self.learn(ns, w, reached, run, cred);
         (learnt.len > 0).then_some((learnt.ino, learnt.len))
     }
 
-    /// The longest run the areas know, crossing nested roots; `None` when `dir` is not
-    /// an area root.
+    /// The longest run the areas know, crossing nested roots (none when `dir` is not
+    /// an area root).
     fn probe(
         &self,
         t: &Table,
@@ -233,26 +237,27 @@ impl Areas {
         run: &[u8],
         cred: &Cred,
         counting: bool,
-    ) -> Option<Reached> {
-        let area = t.amt.get(&dir)?;
+    ) -> Reached {
         let mut r = Reached {
             ino: dir,
             len: 0,
             root: dir,
             start: 0,
         };
+        let Some(mut area) = t.amt.get(&dir) else {
+            return r;
+        };
         let known = (t.tag == w).then(|| t.cred_number(cred)).flatten();
         let Some(c) = known else {
-            return Some(r);
+            return r;
         };
-        let mut area = area;
         loop {
             let Some(map) = area.by_cred.get(c) else {
-                return Some(r);
+                return r;
             };
             let rest = &run[r.start..];
             let Some((len, d)) = longest(map, rest) else {
-                return Some(r);
+                return r;
             };
             r.ino = d.ino;
             r.len = r.start + len;
@@ -261,7 +266,7 @@ impl Areas {
                 area.reads.fetch_add(1, Ordering::Relaxed);
             }
             if r.len == run.len() {
-                return Some(r);
+                return r;
             }
             match t.amt.get(&d.ino) {
                 Some(nested) => {
@@ -269,7 +274,7 @@ impl Areas {
                     r.root = d.ino;
                     r.start = r.len + 1;
                 }
-                None => return Some(r),
+                None => return r,
             }
         }
     }
@@ -306,10 +311,15 @@ impl Areas {
         };
         let mut t = self.inner.table.write();
         if self.inner.epoch.still(w) {
-            if t.tag != w || t.entries + steps.len() > MAX_ENTRIES {
+            if t.entries + steps.len() > MAX_ENTRIES {
+                // Full: start afresh, areas too (every start directory made one).
+                t.amt.retain(|&root, _| root == ROOT_INO);
+                t.forget(w);
+            } else if t.tag != w {
                 t.forget(w);
             }
             if let Some(c) = t.cred_number_or_new(cred) {
+                t.amt.entry(from.root).or_default();
                 let (mut root, mut start) = (from.root, from.start);
                 for &(end, ino) in &steps {
                     t.insert(root, c, &run[start..end], ino);
@@ -325,11 +335,6 @@ impl Areas {
             root: from.root,
             start: from.start,
         }
-    }
-
-    /// Whether `dir` is an area root (only they start an answer).
-    pub fn is_root(&self, dir: u64) -> bool {
-        self.inner.table.read().amt.contains_key(&dir)
     }
 
     /// A directory was renamed by this process (a write, for the state map).
