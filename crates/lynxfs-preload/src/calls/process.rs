@@ -39,7 +39,7 @@ fn cwd_to_pass() -> Option<Vec<u8>> {
 /// Registers the fork handlers; called once at load.
 pub fn init() {
     // SAFETY: registers three functions that live as long as the process.
-    unsafe { libc::pthread_atfork(Some(before_fork), None, Some(in_child)) };
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(in_parent), Some(in_child)) };
 }
 
 /// Before a fork: every description becomes shared, so parent and child see one
@@ -48,6 +48,13 @@ extern "C" fn before_fork() {
     if let Some(a) = state::attached_now() {
         let _inside = crate::guard::Inside::enter();
         share_all(a);
+        a.fs.before_fork();
+    }
+}
+
+extern "C" fn in_parent() {
+    if let Some(a) = state::attached_now() {
+        a.fs.after_fork_parent();
     }
 }
 

@@ -126,6 +126,20 @@ impl<B: Backend> Fs<B> {
         Ok(t)
     }
 
+    /// Called before a fork by a process that forks while attached (the preload's
+    /// fork handler): the engine's process-local state that a child could otherwise
+    /// inherit held by another thread is taken by this one. Followed by
+    /// [`Self::after_fork_parent`] in the parent and [`Self::after_fork_child`] in the
+    /// child.
+    pub fn before_fork(&self) {
+        self.ns.areas.before_fork();
+    }
+
+    /// The parent's half of [`Self::before_fork`]'s pairing.
+    pub fn after_fork_parent(&self) {
+        self.ns.areas.after_fork();
+    }
+
     /// In the child of `fork()` (single-threaded: from a `pthread_atfork` child
     /// handler) of a process that stays attached: the child becomes an attached
     /// process of its own (its own process slot and pool-file locks), holding every
@@ -134,6 +148,7 @@ impl<B: Backend> Fs<B> {
     /// or closes meanwhile), and claims once more every shared description its
     /// handles are bound to. Nothing to do for a pool in memory.
     pub fn after_fork_child(&self) -> Result<()> {
+        self.ns.areas.after_fork();
         let Some(a) = self.ns.pool.attachment() else {
             return Ok(());
         };

@@ -49,6 +49,8 @@ pub struct Areas {
 pub(super) struct Inner {
     epoch: AreaEpoch,
     table: RwLock<Table>,
+    /// `table` is held across a fork by the forking thread (see `Areas::before_fork`).
+    held_for_fork: std::sync::atomic::AtomicBool,
     /// The evolution thread's state.
     evolver: evolution::Evolver,
 }
@@ -176,6 +178,7 @@ impl Areas {
             inner: Arc::new(Inner {
                 epoch,
                 table: RwLock::new(Table::new()),
+                held_for_fork: AtomicBool::new(false),
                 evolver: evolution::Evolver::new(),
             }),
         }
@@ -341,6 +344,32 @@ impl Areas {
     pub fn renamed(&self, dir: u64) {
         if let Some(a) = self.inner.table.read().amt.get(&dir) {
             a.written.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Before a fork: hold the table, so that no other thread holds it while the
+    /// process is copied (the child would find it held forever). Paired with
+    /// [`Self::after_fork`] in the parent and in the child.
+    pub fn before_fork(&self) {
+        std::mem::forget(self.inner.table.write());
+        self.inner.held_for_fork.store(true, Ordering::Release);
+    }
+
+    /// After a fork, in the parent and in the child: let go of the table
+    /// [`Self::before_fork`] held.
+    /// Nothing when `before_fork` did not run.
+    pub fn after_fork(&self) {
+        if self.inner.held_for_fork.swap(false, Ordering::AcqRel) {
+            // SAFETY: `before_fork` took the write lock in this thread (the one that
+            // forked, which is the child's only thread) and forgot its guard, then set
+            // the flag this call cleared: the lock is held exclusively, and nothing
+            // else releases it.
+            // (parking_lot's exclusive guard state is a stateless marker.)
+            unsafe {
+                self.inner
+                    .table
+                    .force_unlock_write(parking_lot::lock_api::GuardNoSend::new())
+            }
         }
     }
 
