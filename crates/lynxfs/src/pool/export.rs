@@ -543,10 +543,16 @@ impl DataDevice {
     /// Whether `path` starts with a data device's header (so `lynxfs mount`, `fsck`
     /// and `info` can tell a device from a pool).
     pub fn is_device(path: &Path) -> bool {
-        File::open(path)
-            .ok()
-            .and_then(|f| super::device::read_header(&f).ok())
-            .is_some_and(|h| !matches!(h, Err(HeaderProblem::Magic)))
+        use std::os::unix::fs::FileTypeExt;
+        // Only a regular file or a block device is read: opening a fifo would wait
+        // for a writer, and a character device may never answer.
+        let readable = std::fs::metadata(path)
+            .is_ok_and(|m| m.file_type().is_file() || m.file_type().is_block_device());
+        readable
+            && File::open(path)
+                .ok()
+                .and_then(|f| super::device::read_header(&f).ok())
+                .is_some_and(|h| !matches!(h, Err(HeaderProblem::Magic)))
     }
 
     /// The device's newest usable export, which must be of the pool its header names.
