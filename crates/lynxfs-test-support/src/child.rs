@@ -19,9 +19,25 @@ pub fn spawn_group(cmd: &mut Command, what: &str) -> Child {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: spawn {cmd:?}: {e}"))
+        .process_group(0);
+    spawn_exec_ready(cmd).unwrap_or_else(|e| panic!("{what}: spawn {cmd:?}: {e}"))
+}
+
+/// `cmd.spawn()`, again while the kernel says the program is busy (ETXTBSY, for at
+/// most a second): a test that has just written an executable (a copy of `lynxfs`)
+/// can meet a fork made meanwhile by another thread of the test, whose child holds
+/// the written file's descriptor until its own exec closes it.
+pub fn spawn_exec_ready(cmd: &mut Command) -> std::io::Result<Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Waits for `child` (started by [`spawn_group`]) and its output; kills its group and
@@ -73,12 +89,10 @@ pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
 /// Runs `cmd` to completion with its output captured, within `limit` (in this
 /// process's group: a daemon it starts may outlive it).
 pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+        .stderr(Stdio::piped());
+    let mut child = spawn_exec_ready(cmd).unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
