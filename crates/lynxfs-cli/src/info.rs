@@ -315,12 +315,25 @@ impl Format {
 }
 
 fn print_space(u: &Usage) {
+    let pool_blocks = if u.device_blocks_total > 0 {
+        "pool blocks:      "
+    } else {
+        "data blocks:      "
+    };
     println!(
-        "data blocks:      {} used, {} free, {} total (4 KiB each)",
+        "{pool_blocks}{} used, {} free, {} total (4 KiB each)",
         u.blocks_total - u.blocks_free,
         u.blocks_free,
         u.blocks_total
     );
+    if u.device_blocks_total > 0 {
+        println!(
+            "device blocks:    {} used, {} free, {} total (4 KiB each; file data)",
+            u.device_blocks_total - u.device_blocks_free,
+            u.device_blocks_free,
+            u.device_blocks_total
+        );
+    }
     println!(
         "inodes:           {} used, {} free, {} total",
         u.inodes_total - u.inodes_free,
@@ -577,6 +590,10 @@ impl Info {
                 "blocks": used_free_total(u.blocks_total - u.blocks_free, u.blocks_total),
                 "inodes": used_free_total(u.inodes_total - u.inodes_free, u.inodes_total),
                 "dentries": used_free_total(u.dentries_total - u.dentries_free, u.dentries_total),
+                "device_blocks": (u.device_blocks_total > 0).then(|| used_free_total(
+                    u.device_blocks_total - u.device_blocks_free,
+                    u.device_blocks_total,
+                )),
             },
             "nodes": nodes,
             "index": self.runtime.then(|| json!({

@@ -82,6 +82,12 @@ enum Cmd {
         /// names the pool; the pool records the device's path (docs/FORMAT.md).
         #[arg(long, value_name = "DEVICE_OR_FILE")]
         data_device: Option<PathBuf>,
+        /// The data device's size (its header's megabyte, the file data, and an export
+        /// area as large as the pool): default, a block device's whole size; for a
+        /// file, 8 times the pool size (a sparse file: it takes disk space as data is
+        /// written). The pool may be much smaller than the device.
+        #[arg(long, value_name = "SIZE", value_parser = size::parse, requires = "data_device")]
+        device_size: Option<u64>,
         /// Pool file or block device.
         pool: PathBuf,
     },
@@ -270,10 +276,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             root_owner,
             reserved,
             data_device,
+            device_size,
             pool,
         } => {
             mkfs::run(&mkfs::Request {
                 data_device: data_device.as_deref(),
+                device_size,
                 pool: &pool,
                 size,
                 lanes,

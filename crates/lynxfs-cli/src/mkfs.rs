@@ -29,6 +29,8 @@ pub struct Request<'a> {
     pub reserved: u32,
     /// A hybrid pool's data device (or file).
     pub data_device: Option<&'a Path>,
+    /// The data device's size; default: see `MkfsOptions::device_size`.
+    pub device_size: Option<u64>,
 }
 
 /// `UID:GID`, both numeric, for `--root-owner`.
@@ -68,6 +70,7 @@ pub fn run(r: &Request<'_>) -> Result<()> {
     opts.force = r.force;
     opts.data = r.data;
     opts.data_device = r.data_device.map(Path::to_path_buf);
+    opts.device_size = r.device_size;
     if let Some(owner) = r.root_owner {
         opts.root_owner = owner;
     }

@@ -6,7 +6,8 @@
 //! empty; every reachable inode valid (its number in its `ino` word, a known file type,
 //! a readable block map, a sane xattr block); link counts right (files: the dentries
 //! naming them; directories: 2 + subdirectories); no data block owned twice (extents,
-//! extent-tree nodes, xattr blocks, directory log pages); no leak or worse (the
+//! extent-tree nodes, xattr blocks, directory log pages; a hybrid pool's device blocks
+//! apart, numbered on their own); no leak or worse (the
 //! allocator's used sets against what is reachable); every directory log consistent
 //! (slot and dentry agree, names 1..=255 bytes without '/' or NUL, no duplicate name,
 //! no directory linked twice, no cycle); and back pointers.
@@ -47,7 +48,9 @@ pub struct FsckReport {
     pub others: u64,
     pub dentries: u64,
     pub blocks: u64,
-    /// Of `blocks`, those reserved past the end of growing files (speculative
+    /// A hybrid pool's device blocks in use (regular files' data); 0 otherwise.
+    pub device_blocks: u64,
+    /// Of `blocks` (a hybrid pool's: `device_blocks`), those reserved past the end of growing files (speculative
     /// preallocation, `data::prealloc`): owned, so not leaks, and not file data.
     pub speculative: u64,
 }
@@ -349,6 +352,8 @@ struct Walker<'a, B: Backend> {
     rep: FsckReport,
     fixes: Vec<String>,
     blocks: Vec<u64>,
+    /// A hybrid pool's device blocks (numbered on their own).
+    device: Vec<u64>,
     inodes: Vec<u64>,
     dentries: Vec<u64>,
     /// Accepted dentries naming each inode (files), or 2 + subdirectories (dirs).
@@ -357,6 +362,8 @@ struct Walker<'a, B: Backend> {
     first_dentry: Vec<u64>,
     /// The owner of each reached block (inode number), for messages.
     owner: std::collections::HashMap<u64, u64>,
+    /// The same for device blocks.
+    device_owner: std::collections::HashMap<u64, u64>,
     progress: &'a dyn Progress,
     /// The pool has `INCOMPAT_CWON`: every valid dentry's check word must match.
     cwon: bool,
@@ -365,6 +372,7 @@ struct Walker<'a, B: Backend> {
 /// The reachable sets, for comparing with the allocators.
 struct View<'v> {
     blocks: &'v [u64],
+    device: &'v [u64],
     inodes: &'v [u64],
     dentries: &'v [u64],
     l: &'v Layout,
@@ -382,11 +390,13 @@ impl<'a, B: Backend> Walker<'a, B> {
             rep: FsckReport::default(),
             fixes: Vec::new(),
             blocks: e.blocks,
+            device: e.device,
             inodes: e.inodes,
             dentries: e.dentries,
             links: vec![0; l.total_inodes() as usize],
             first_dentry: vec![0; l.total_inodes() as usize],
             owner: Default::default(),
+            device_owner: Default::default(),
             progress,
             cwon: false,
         }
@@ -395,6 +405,7 @@ impl<'a, B: Backend> Walker<'a, B> {
     fn view<'v>(w: &'v Walker<'_, B>) -> View<'v> {
         View {
             blocks: &w.blocks,
+            device: &w.device,
             inodes: &w.inodes,
             dentries: &w.dentries,
             l: w.l,
@@ -453,6 +464,17 @@ impl<'a, B: Backend> Walker<'a, B> {
         true
     }
 
+    fn take_device_block(&mut self, ino: u64, b: u64) {
+        if UsedSets::mark(&mut self.device, b) {
+            let other = self.device_owner.get(&b).copied().unwrap_or(0);
+            self.problem(format!(
+                "device block {b} (file data of inode {ino}) is also used by inode {other}"
+            ));
+            return;
+        }
+        self.device_owner.insert(b, ino);
+    }
+
     /// Check the map and xattr block of `ino` and take their blocks.
     /// How many of `ino`'s mapped blocks (`ext`) are speculative preallocation.
     fn speculative_blocks(&self, ino: u64, ext: &[inode::Extent]) -> u64 {
@@ -475,10 +497,12 @@ impl<'a, B: Backend> Walker<'a, B> {
             Ok(e) => ext = e,
             Err(e) => map_bad = Some(e),
         }
+        let on_device = self.l.extents_on_device(self.word(ino, inode::MODE) as u32);
         if map_bad.is_none() {
             // Nodes and extents must not collide with blocks already taken, nor with
-            // each other.
+            // each other (a hybrid pool's file data: with device blocks).
             let mut mine = HashSet::new();
+            let mut mine_dev = HashSet::new();
             'scan: for n in &nodes {
                 let b = self.l.block_of(*n).unwrap_or(u64::MAX);
                 if bit(&self.blocks, b) || !mine.insert(b) {
@@ -487,11 +511,16 @@ impl<'a, B: Backend> Walker<'a, B> {
                 }
             }
             if map_bad.is_none() {
+                let (what, taken, owner, mine) = match on_device {
+                    true => ("device", &self.device, &self.device_owner, &mut mine_dev),
+                    false => ("data", &self.blocks, &self.owner, &mut mine),
+                };
                 'ext: for e in &ext {
                     for b in e.pblk..e.pblk + e.len as u64 {
-                        if bit(&self.blocks, b) || !mine.insert(b) {
-                            let other = self.owner.get(&b).copied().unwrap_or(ino);
-                            map_bad = Some(format!("data block {b} is also used by inode {other}"));
+                        if bit(taken, b) || !mine.insert(b) {
+                            let other = owner.get(&b).copied().unwrap_or(ino);
+                            map_bad =
+                                Some(format!("{what} block {b} is also used by inode {other}"));
                             break 'ext;
                         }
                     }
@@ -519,7 +548,11 @@ impl<'a, B: Backend> Walker<'a, B> {
                 }
                 for e in ext {
                     for b in e.pblk..e.pblk + e.len as u64 {
-                        self.take_block(ino, b, "file data");
+                        if on_device {
+                            self.take_device_block(ino, b);
+                        } else {
+                            self.take_block(ino, b, "file data");
+                        }
                     }
                 }
             }
@@ -780,6 +813,7 @@ impl<'a, B: Backend> Walker<'a, B> {
             }
         }
         self.rep.blocks = self.blocks.iter().map(|w| w.count_ones() as u64).sum();
+        self.rep.device_blocks = self.device.iter().map(|w| w.count_ones() as u64).sum();
     }
 }
 
@@ -789,10 +823,17 @@ fn compare_used(v: &View<'_>, used: &UsedSets) -> Vec<String> {
     let l = v.l;
     // (what, reached, allocated, first id, end)
     type Set<'s> = (&'s str, &'s [u64], &'s [u64], u64, u64);
-    let sets: [Set<'_>; 3] = [
+    let sets: [Set<'_>; 4] = [
         ("data block", v.blocks, &used.blocks, 0, l.data_blocks),
         ("inode", v.inodes, &used.inodes, 1, l.total_inodes()),
         ("dentry", v.dentries, &used.dentries, 1, l.total_dentries()),
+        (
+            "device block",
+            v.device,
+            &used.device,
+            0,
+            l.geo.device_blocks,
+        ),
     ];
     for (what, reach, alloc, from, to) in sets {
         let mut leaked = Vec::new();

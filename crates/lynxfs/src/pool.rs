@@ -59,7 +59,16 @@ pub struct MkfsOptions {
     /// A hybrid pool: file data on this device or file (made or, with `force`,
     /// formatted), metadata in the pool (`format::device`).
     pub data_device: Option<PathBuf>,
+    /// The data device's size in bytes (header, data area, export area). `None`: a
+    /// block device's whole size; for a file, [`DEFAULT_DEVICE_FACTOR`] times the
+    /// pool's (the file is sparse: it takes disk space as data is written).
+    pub device_size: Option<u64>,
 }
+
+/// A new data device file is this many times the pool's size unless told otherwise:
+/// persistent memory is small and dear, disks large (a sparse file costs only what is
+/// written).
+pub const DEFAULT_DEVICE_FACTOR: u64 = 8;
 
 /// The reserve a new pool holds back for root, as ext4's.
 pub const DEFAULT_RESERVED_PERCENT: u32 = 5;
@@ -77,6 +86,7 @@ impl MkfsOptions {
             data: DataMode::Atomic,
             reserved_percent: DEFAULT_RESERVED_PERCENT,
             data_device: None,
+            device_size: None,
         }
     }
     /// The node count: the one asked for, else the machine's if the lanes split evenly
@@ -92,7 +102,8 @@ impl MkfsOptions {
         })
     }
 
-    fn geometry(&self) -> Result<Layout> {
+    /// The layout of the pool, with `device_blocks` blocks on a data device (0: none).
+    fn geometry(&self, device_blocks: u64) -> Result<Layout> {
         if self.reserved_percent > MAX_RESERVED_PERCENT {
             return Err(Error::Invalid(format!(
                 "a reserve of {}%: it must be 0 to {MAX_RESERVED_PERCENT}%",
@@ -114,7 +125,10 @@ impl MkfsOptions {
                 geo.lanes
             )));
         }
-        let geo = geo.with_nodes(nodes);
+        let geo = Geometry {
+            device_blocks,
+            ..geo.with_nodes(nodes)
+        };
         if self.size < crate::format::layout::MIN_POOL {
             return Err(Error::Invalid(format!(
                 "pool size {} is below the minimum of {} bytes",
@@ -123,8 +137,12 @@ impl MkfsOptions {
             )));
         }
         Layout::compute(geo).ok_or_else(|| {
+            let device = match device_blocks {
+                0 => String::new(),
+                n => format!(" and the bitmap of a data device of {n} blocks"),
+            };
             Error::Invalid(format!(
-                "a pool of {} bytes cannot hold {} lanes and {} inodes",
+                "a pool of {} bytes cannot hold {} lanes and {} inodes{device}",
                 self.size,
                 geo.lanes,
                 geo.inodes_per_lane * geo.lanes as u64
@@ -209,7 +227,16 @@ impl<B: Backend> Pool<B> {
         backend: B,
         progress: &dyn Progress,
     ) -> Result<()> {
-        let layout = opts.geometry()?;
+        if opts.device_size.is_some() && opts.data_device.is_none() {
+            return Err(Error::Invalid(
+                "a device size without a data device (--data-device)".into(),
+            ));
+        }
+        let device_blocks = match &opts.data_device {
+            Some(d) => device::blocks_for(d, path, opts)?,
+            None => 0,
+        };
+        let layout = opts.geometry(device_blocks)?;
         let len = usize::try_from(opts.size)
             .map_err(|_| Error::Invalid(format!("pool size {} is out of range", opts.size)))?;
         let target = file::examine(path, opts.force)?;
@@ -252,7 +279,7 @@ impl<B: Backend> Pool<B> {
 
     /// A formatted pool in anonymous memory (tests, the crash checker).
     pub fn create_in_memory(opts: &MkfsOptions, backend: B) -> Result<Pool<B>> {
-        let layout = opts.geometry()?;
+        let layout = opts.geometry(0)?;
         if opts.data_device.is_some() {
             return Err(Error::Invalid(
                 "a pool in memory keeps its data in memory (no data device)".into(),
@@ -354,6 +381,13 @@ impl<B: Backend> Pool<B> {
             // A short read leaves zeros, which fail the magic check.
             let _ = file.read_at(buf, off);
         })?;
+        if sb.data_device.is_some() && !sb.layout.has_device_blocks() {
+            return Err(Error::Invalid(format!(
+                "{}: a hybrid pool of an earlier format (its file data at the pool's own \
+                 block numbers, no device block count), which this build does not open",
+                path.display()
+            )));
+        }
         let len = sb.geo.pool_size;
         if meta.is_file() && file::unbacked(&meta, len) > 0 {
             match access {
@@ -899,6 +933,10 @@ fn load_state<B: Backend>(pm: &Pm<B>, l: &Layout) -> UsedSets {
         blocks: read_bits(b, l.data_blocks),
         inodes: read_bits(i, l.total_inodes()),
         dentries: read_bits(d, l.total_dentries()),
+        device: match l.has_device_blocks() {
+            true => read_bits(l.device_bitmap(), l.geo.device_blocks),
+            false => Vec::new(),
+        },
     };
     // Inode 0, the root and dentry 0 are never free, whatever the bitmap says.
     UsedSets::mark(&mut used.inodes, 0);
@@ -915,6 +953,9 @@ fn save_state<B: Backend>(pm: &Pm<B>, l: &Layout, used: &UsedSets) {
         .write(b, &bytes(&used.blocks))
         .write(i, &bytes(&used.inodes))
         .write(d, &bytes(&used.dentries));
+    if l.has_device_blocks() {
+        batch.write(l.device_bitmap(), &bytes(&used.device));
+    }
     let _ = batch.persist();
 }
 
@@ -1029,7 +1070,7 @@ mod tests {
     #[test]
     fn a_device_loses_its_old_superblocks_first_and_gets_new_ones_last() {
         let opts = MkfsOptions::new(8 << 20);
-        let layout = opts.geometry().unwrap();
+        let layout = opts.geometry(0).unwrap();
         let rec = RecordingBackend::new();
         let pm = Pm::new(Mapping::anonymous(8 << 20).unwrap(), rec.clone());
         zero_metadata(&pm, &layout, &Quiet);

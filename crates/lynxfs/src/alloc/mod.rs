@@ -19,9 +19,15 @@ use crate::format::Layout;
 use crate::runtime::{Carve, Span};
 
 pub struct Allocators {
-    /// The pool's blocks. Taken and given back through [`Self::data_blocks`] (file
-    /// data) or [`Self::meta_blocks`] (everything else), which are one allocator today.
+    /// The pool's blocks, taken and given back through [`Self::meta_blocks`] (and
+    /// [`Self::data_blocks`] in an all-PM pool).
     pub blocks: BlockAlloc,
+    /// File data blocks ([`Self::data_blocks`]): a hybrid pool's device blocks, else
+    /// a second view of `blocks` (the same shared state), so that choosing it costs
+    /// no branch.
+    data: BlockAlloc,
+    /// `data` is the device's own allocator.
+    device: bool,
     pub inodes: IdPool,
     pub dentries: IdPool,
 }
@@ -31,6 +37,8 @@ pub struct UsedSets {
     pub blocks: Vec<u64>,
     pub inodes: Vec<u64>,
     pub dentries: Vec<u64>,
+    /// A hybrid pool's device blocks (empty in an all-PM pool).
+    pub device: Vec<u64>,
 }
 
 impl UsedSets {
@@ -40,6 +48,7 @@ impl UsedSets {
             blocks: vec![0; l.data_blocks.div_ceil(64) as usize],
             inodes: vec![0; l.total_inodes().div_ceil(64) as usize],
             dentries: vec![0; l.total_dentries().div_ceil(64) as usize],
+            device: vec![0; l.geo.device_blocks.div_ceil(64) as usize],
         };
         s.inodes[0] |= 1 | 1 << crate::format::ROOT_INO;
         s.dentries[0] |= 1;
@@ -75,6 +84,8 @@ struct Parts {
     blocks: Range<usize>,
     inodes: Range<usize>,
     dentries: Range<usize>,
+    /// A hybrid pool's device blocks (after the rest, so an all-PM pool's parts stay).
+    device: Option<Range<usize>>,
     total: usize,
 }
 
@@ -84,10 +95,14 @@ impl Parts {
         let blocks = c.take(BlockAlloc::bytes(&lane_blocks(l)));
         let inodes = c.take(IdPool::bytes(l.lanes(), l.geo.inodes_per_lane));
         let dentries = c.take(IdPool::bytes(l.lanes(), l.geo.dentries_per_lane));
+        let device = l
+            .has_device_blocks()
+            .then(|| c.take(BlockAlloc::bytes(&lane_device_blocks(l))));
         Parts {
             blocks,
             inodes,
             dentries,
+            device,
             total: c.total(),
         }
     }
@@ -95,6 +110,10 @@ impl Parts {
 
 fn lane_blocks(l: &Layout) -> Vec<Range<u64>> {
     (0..l.lanes()).map(|x| l.lane_blocks(x)).collect()
+}
+
+fn lane_device_blocks(l: &Layout) -> Vec<Range<u64>> {
+    (0..l.lanes()).map(|x| l.lane_device_blocks(x)).collect()
 }
 
 fn sub(span: &Span, r: &Range<usize>) -> Span {
@@ -111,10 +130,19 @@ impl Allocators {
     /// it held before), everything not in `used` free.
     pub fn build(span: Span, l: &Layout, used: &UsedSets) -> Allocators {
         let p = Parts::of(l);
-        Allocators {
-            blocks: BlockAlloc::build(sub(&span, &p.blocks), lane_blocks(l), l.nodes(), |b| {
-                bit(&used.blocks, b)
+        let blocks = BlockAlloc::build(sub(&span, &p.blocks), lane_blocks(l), l.nodes(), |b| {
+            bit(&used.blocks, b)
+        });
+        let data = match &p.device {
+            Some(r) => BlockAlloc::build(sub(&span, r), lane_device_blocks(l), l.nodes(), |b| {
+                bit(&used.device, b)
             }),
+            None => BlockAlloc::attach(sub(&span, &p.blocks), lane_blocks(l), l.nodes()),
+        };
+        Allocators {
+            blocks,
+            data,
+            device: p.device.is_some(),
             inodes: IdPool::build(
                 sub(&span, &p.inodes),
                 (l.lanes(), l.nodes()),
@@ -135,8 +163,14 @@ impl Allocators {
     /// Use the allocators another process built over `span` for the same layout.
     pub fn attach(span: Span, l: &Layout) -> Allocators {
         let p = Parts::of(l);
+        let data = match &p.device {
+            Some(r) => BlockAlloc::attach(sub(&span, r), lane_device_blocks(l), l.nodes()),
+            None => BlockAlloc::attach(sub(&span, &p.blocks), lane_blocks(l), l.nodes()),
+        };
         Allocators {
             blocks: BlockAlloc::attach(sub(&span, &p.blocks), lane_blocks(l), l.nodes()),
+            data,
+            device: p.device.is_some(),
             inodes: IdPool::attach(
                 sub(&span, &p.inodes),
                 (l.lanes(), l.nodes()),
@@ -186,17 +220,40 @@ impl Allocators {
     pub fn with_reserve(mut self, l: &Layout, percent: u32) -> Allocators {
         let share = |n: u64| n * percent as u64 / 100;
         self.blocks.set_floor(share(l.data_blocks));
+        self.data.set_floor(share(if self.device {
+            l.geo.device_blocks
+        } else {
+            l.data_blocks
+        }));
         self.inodes.set_lane_floor(share(l.geo.inodes_per_lane));
         self.dentries.set_lane_floor(share(l.geo.dentries_per_lane));
         self
     }
 
-    /// The allocator of file-data blocks (extents' blocks, read and written through
-    /// `data::DataStore`). A pool whose data lived on another medium would serve them
-    /// from that medium's allocator; callers never mix the two classes up.
+    /// The allocator of file-data blocks (regular files' extents, read and written
+    /// through `data::DataStore`): a hybrid pool's device blocks, numbered on their
+    /// own, else the pool's (the same state as [`Self::meta_blocks`]). Callers never
+    /// mix the two classes up.
     #[inline]
     pub fn data_blocks(&self) -> &BlockAlloc {
-        &self.blocks
+        &self.data
+    }
+
+    /// The allocator of the blocks the extents of an inode of `mode` name:
+    /// [`Self::data_blocks`] for a regular file, [`Self::meta_blocks`] for a symlink's
+    /// target (metadata, in the pool even in a hybrid pool).
+    #[inline]
+    pub fn extent_blocks(&self, mode: u32) -> &BlockAlloc {
+        if mode & libc::S_IFMT == libc::S_IFLNK {
+            &self.blocks
+        } else {
+            &self.data
+        }
+    }
+
+    /// A hybrid pool's device blocks (`None`: file data is in the pool's blocks).
+    pub fn device_blocks(&self) -> Option<&BlockAlloc> {
+        self.device.then_some(&self.data)
     }
 
     /// The allocator of metadata blocks (directory-log pages, extent-tree nodes,
@@ -211,6 +268,9 @@ impl Allocators {
             blocks: self.blocks.used_bitmap(),
             inodes: self.inodes.used_bitmap(),
             dentries: self.dentries.used_bitmap(),
+            device: self
+                .device_blocks()
+                .map_or_else(Vec::new, BlockAlloc::used_bitmap),
         }
     }
 }

@@ -982,8 +982,11 @@ pub fn free_all<B: Backend>(pool: &Pool<B>, ino: u64) {
         return;
     }
     if let Ok(m) = map::read(pool, ino) {
+        // A symlink's target is in the pool's blocks, a file's data maybe on a device.
+        let mode = pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::MODE) as u32;
+        let blocks = pool.alloc.extent_blocks(mode);
         for e in &m.extents {
-            pool.alloc.data_blocks().free(e.pblk, e.len as u64);
+            blocks.free(e.pblk, e.len as u64);
         }
         map::free_nodes(pool, &m.nodes);
     }

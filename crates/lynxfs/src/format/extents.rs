@@ -18,7 +18,9 @@ pub const MAX_DEPTH: u16 = 4;
 pub type MapError = String;
 
 /// Every extent of the inode at `inode_off`, in file order, checked for sanity (in
-/// bounds, sorted, not overlapping). `nodes` receives the tree's own blocks.
+/// bounds of the blocks they name: a hybrid pool's regular files' the device's, the
+/// others' the pool's; sorted, not overlapping). `nodes` receives the tree's own
+/// blocks (always the pool's).
 pub fn read_map<B: Backend>(
     pm: &Pm<B>,
     l: &Layout,
@@ -42,7 +44,12 @@ pub fn read_map<B: Backend>(
         }
         read_node(pm, l, root, m.count, nodes, &mut out)?;
     }
-    check_extents(l, &out)?;
+    let limit = if l.has_device_blocks() {
+        l.extent_blocks(pm.load_u64(inode_off + inode::MODE) as u32)
+    } else {
+        l.data_blocks
+    };
+    check_extents(limit, &out)?;
     Ok(out)
 }
 
@@ -83,8 +90,8 @@ fn read_node<B: Backend>(
     Ok(())
 }
 
-/// Extents must be non-empty, sorted, disjoint, and inside the data area.
-pub fn check_extents(l: &Layout, ext: &[Extent]) -> Result<(), MapError> {
+/// Extents must be non-empty, sorted, disjoint, and name blocks below `blocks`.
+pub fn check_extents(blocks: u64, ext: &[Extent]) -> Result<(), MapError> {
     let mut prev_end = 0u64;
     for e in ext {
         if e.len == 0 {
@@ -98,7 +105,7 @@ pub fn check_extents(l: &Layout, ext: &[Extent]) -> Result<(), MapError> {
         }
         if e.pblk
             .checked_add(e.len as u64)
-            .is_none_or(|end| end > l.data_blocks)
+            .is_none_or(|end| end > blocks)
         {
             return Err(format!("extent {e:?} points outside the data area"));
         }

@@ -31,6 +31,10 @@ pub struct Geometry {
     /// must be a multiple of it). It moves no region: the layout of every geometry is
     /// the same whatever its node count; only allocation prefers a thread's node.
     pub nodes: u32,
+    /// A hybrid pool's data device blocks (file data of regular files, numbered on
+    /// their own, `Layout::lane_device_blocks`); 0: file data is in the pool. Their
+    /// bitmap is part of the saved allocator state.
+    pub device_blocks: u64,
 }
 
 impl Geometry {
@@ -47,6 +51,7 @@ impl Geometry {
             inodes_per_lane,
             dentries_per_lane: inodes_per_lane + inodes_per_lane / 4,
             nodes: 1,
+            device_blocks: 0,
         }
     }
 
@@ -96,10 +101,19 @@ fn round_up(x: u64, to: u64) -> Option<u64> {
     Some(x.checked_add(to - 1)? / to * to)
 }
 
-/// Bytes of the saved allocation state: three bitmaps, each padded to 8 bytes.
-fn state_bytes(data_blocks: u64, inodes: u64, dentries: u64) -> Option<u64> {
-    let bits = |n: u64| n.div_ceil(64) * 8;
-    round_up(bits(data_blocks) + bits(inodes) + bits(dentries), BLOCK)
+/// Bytes of a bitmap of `n` bits padded to whole words.
+fn bitmap_bytes(n: u64) -> u64 {
+    n.div_ceil(64) * 8
+}
+
+/// Bytes of the saved allocation state: three bitmaps (four in a hybrid pool: its
+/// device blocks'), each padded to 8 bytes.
+fn state_bytes(data_blocks: u64, inodes: u64, dentries: u64, device: u64) -> Option<u64> {
+    let bits = bitmap_bytes(data_blocks)
+        .checked_add(bitmap_bytes(inodes))?
+        .checked_add(bitmap_bytes(dentries))?
+        .checked_add(bitmap_bytes(device))?;
+    round_up(bits, BLOCK)
 }
 
 /// The node count divides the lanes, and with more than one node every lane's part of
@@ -138,13 +152,16 @@ impl Layout {
         let room = geo.pool_size.checked_sub(fixed)?;
         let mut data_blocks = room / BLOCK;
         loop {
-            let state_len = state_bytes(data_blocks, inodes, dentries)?;
+            let state_len = state_bytes(data_blocks, inodes, dentries, geo.device_blocks)?;
             let need = state_len.checked_add(data_blocks.checked_mul(BLOCK)?)?;
             if need <= room {
                 let inode_off = state_off + state_len;
                 let dentry_off = inode_off + inode_len;
                 let data_off = dentry_off + dentry_len;
-                if data_blocks < 16 * geo.lanes as u64 {
+                let lane_min = 16 * geo.lanes as u64;
+                if data_blocks < lane_min
+                    || (geo.device_blocks != 0 && geo.device_blocks < lane_min)
+                {
                     return None;
                 }
                 return Some(Layout {
@@ -287,6 +304,41 @@ impl Layout {
         start..end
     }
 
+    // ---- a hybrid pool's device blocks: numbered from 0, split among lanes alike ----
+
+    /// True when file data is on a data device with blocks of its own (their number
+    /// space is `device_blocks`, not the pool's).
+    #[inline]
+    pub fn has_device_blocks(&self) -> bool {
+        self.geo.device_blocks != 0
+    }
+    /// The device blocks of `lane`; the last lane also takes the remainder.
+    pub fn lane_device_blocks(&self, lane: u32) -> Range<u64> {
+        let per = self.geo.device_blocks / self.geo.lanes as u64;
+        let start = lane as u64 * per;
+        let end = if lane + 1 == self.geo.lanes {
+            self.geo.device_blocks
+        } else {
+            start + per
+        };
+        start..end
+    }
+    /// Whether the extents of an inode of `mode` name device blocks (a hybrid pool's
+    /// regular files) rather than the pool's own (symlink targets, all-PM pools).
+    #[inline]
+    pub fn extents_on_device(&self, mode: u32) -> bool {
+        self.has_device_blocks() && mode & libc::S_IFMT == libc::S_IFREG
+    }
+    /// How many blocks the extents of an inode of `mode` may name.
+    #[inline]
+    pub fn extent_blocks(&self, mode: u32) -> u64 {
+        if self.extents_on_device(mode) {
+            self.geo.device_blocks
+        } else {
+            self.data_blocks
+        }
+    }
+
     // ---- journals and saved state ----
 
     pub fn journal_addr(&self, lane: u32) -> u64 {
@@ -294,11 +346,14 @@ impl Layout {
     }
     /// Offsets of the saved block, inode and dentry bitmaps.
     pub fn state_bitmaps(&self) -> (u64, u64, u64) {
-        let bytes = |n: u64| n.div_ceil(64) * 8;
         let blocks = self.state_off;
-        let inodes = blocks + bytes(self.data_blocks);
-        let dentries = inodes + bytes(self.total_inodes());
+        let inodes = blocks + bitmap_bytes(self.data_blocks);
+        let dentries = inodes + bitmap_bytes(self.total_inodes());
         (blocks, inodes, dentries)
+    }
+    /// Offset of a hybrid pool's saved device-block bitmap (after the other three).
+    pub fn device_bitmap(&self) -> u64 {
+        self.state_bitmaps().2 + bitmap_bytes(self.total_dentries())
     }
 
     /// True when `[addr, addr+len)` lies in a region the journal may write: inodes,

@@ -8,7 +8,8 @@ pub const MAGIC: [u8; 8] = *b"LYNXFSPM";
 pub const VERSION: u32 = 1;
 /// Feature bits this build understands: an unknown incompat or ro_compat bit refuses
 /// the pool (any open, read-only included, for now).
-pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CWON | INCOMPAT_XATTR_LOG | INCOMPAT_DATA_DEVICE;
+pub const INCOMPAT_KNOWN: u32 =
+    INCOMPAT_CWON | INCOMPAT_XATTR_LOG | INCOMPAT_DATA_DEVICE | INCOMPAT_DEVICE_BLOCKS;
 /// Incompat bit: creates use consistency without ordering (one fence; every valid
 /// dentry carries a check word, `log::cwon`). A build that does not know it would
 /// write dentries without one, which this pool's recovery drops; so it must refuse.
@@ -22,6 +23,11 @@ pub const INCOMPAT_XATTR_LOG: u32 = 2;
 /// whose identity is at byte 168. A build that does not know it would look for file
 /// data in the pool.
 pub const INCOMPAT_DATA_DEVICE: u32 = 4;
+/// Incompat bit (with `INCOMPAT_DATA_DEVICE`): the data device's blocks are numbered
+/// and allocated on their own, their count at byte 184 (so a small pool serves a large
+/// disk), and their bitmap ends the saved allocator state. A build that does not know
+/// it would number file data as the pool's blocks and hand out blocks in use.
+pub const INCOMPAT_DEVICE_BLOCKS: u32 = 8;
 pub const RO_COMPAT_KNOWN: u32 = 0;
 /// Compat bit: the pool's default data mode is `inplace` (docs/CONSISTENCY.md). A build
 /// that does not know it writes in the `atomic` mode, whose promise is the stronger.
@@ -104,7 +110,11 @@ impl Superblock {
     pub fn new(layout: Layout, uuid: [u8; 16], created_ns: u64) -> Self {
         Superblock {
             version: VERSION,
-            incompat: 0,
+            incompat: if layout.has_device_blocks() {
+                INCOMPAT_DEVICE_BLOCKS
+            } else {
+                0
+            },
             compat: if layout.geo.nodes > 1 {
                 COMPAT_NODES
             } else {
@@ -187,6 +197,7 @@ impl Superblock {
         if let Some(u) = self.data_device {
             b[168..184].copy_from_slice(&u);
         }
+        put64(&mut b, 184, self.geo.device_blocks);
         let crc = crc32c::crc32c(&b[..SB_LEN - 4]);
         put32(&mut b, SB_LEN - 4, crc);
         b
@@ -221,7 +232,19 @@ impl Superblock {
             inodes_per_lane: get64(b, 48),
             dentries_per_lane: get64(b, 56),
             nodes: nodes_of(get32(b, 16), get32(b, 160)),
+            device_blocks: if incompat & INCOMPAT_DEVICE_BLOCKS != 0 {
+                get64(b, 184)
+            } else {
+                0
+            },
         };
+        let device_blocks_bit = incompat & INCOMPAT_DEVICE_BLOCKS != 0;
+        if device_blocks_bit && (incompat & INCOMPAT_DATA_DEVICE == 0 || geo.device_blocks == 0) {
+            return Err(SbProblem::Geometry(format!(
+                "{} device blocks without a data device",
+                geo.device_blocks
+            )));
+        }
         let layout = Layout::compute(geo)
             .ok_or_else(|| SbProblem::Geometry(format!("impossible geometry {geo:?}")))?;
         let recorded = [
@@ -369,6 +392,29 @@ mod tests {
         assert_eq!(sb.incompat & INCOMPAT_DATA_DEVICE, INCOMPAT_DATA_DEVICE);
         let back = Superblock::decode(&sb.encode()).unwrap();
         assert_eq!(back.data_device, Some([9; 16]));
+    }
+
+    #[test]
+    fn device_blocks_round_trip_and_need_a_data_device() {
+        let geo = Geometry {
+            device_blocks: 100_000,
+            ..Geometry::for_size(8 << 20, 2, None)
+        };
+        let mut sb = Superblock::new(Layout::compute(geo).unwrap(), [7; 16], 42);
+        assert_eq!(sb.incompat & INCOMPAT_DEVICE_BLOCKS, INCOMPAT_DEVICE_BLOCKS);
+        assert!(
+            matches!(
+                Superblock::decode(&sb.encode()),
+                Err(SbProblem::Geometry(_))
+            ),
+            "device blocks but no device"
+        );
+        sb.set_data_device(Some([9; 16]));
+        let back = Superblock::decode(&sb.encode()).unwrap();
+        assert_eq!(back.geo.device_blocks, 100_000);
+        assert_eq!(back, sb);
+        // Its bitmap (12504 bytes) grows the saved state: the regions move.
+        assert!(sb.layout.state_len > sample().layout.state_len);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! from the root through the directory logs. What the walk reaches is in use; every
 //! torn create, unlink or rename is judged by the dentry's valid bit, its parent field
 //! and the inode's own number, and what nothing reaches is reclaimed. Link counts are
-//! recounted from the dentries found. The walk yields the allocators' state.
+//! recounted from the dentries found. The walk yields the allocators' state (in a
+//! hybrid pool, the device blocks regular files' extents name too).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -101,6 +102,7 @@ pub fn recover_keeping<B: Backend>(
         pm,
         l,
         blocks: AtomicBits::new(l.data_blocks),
+        device: AtomicBits::new(l.geo.device_blocks),
         inodes: AtomicBits::new(l.total_inodes()),
         dentries: AtomicBits::new(l.total_dentries()),
         links: (0..l.total_inodes()).map(|_| AtomicU32::new(0)).collect(),
@@ -168,6 +170,7 @@ pub fn recover_keeping<B: Backend>(
         blocks: shared.blocks.into_plain(),
         inodes: shared.inodes.into_plain(),
         dentries: shared.dentries.into_plain(),
+        device: shared.device.into_plain(),
     };
     Ok((used, rep))
 }
@@ -218,6 +221,8 @@ struct Shared<'a, B: Backend> {
     pm: &'a Pm<B>,
     l: &'a Layout,
     blocks: AtomicBits,
+    /// A hybrid pool's device blocks (regular files' data); empty otherwise.
+    device: AtomicBits,
     inodes: AtomicBits,
     dentries: AtomicBits,
     /// Dentries naming each inode; for directories, 2 + subdirectories.
@@ -496,9 +501,14 @@ impl<B: Backend> Walker<'_, '_, B> {
         let mut nodes = Vec::new();
         match extents::read_map(pm, l, off, &mut nodes) {
             Ok(ext) => {
+                let on_device = l.extents_on_device(self.sh.mode(ino));
                 for e in ext {
                     for b in e.pblk..e.pblk + e.len as u64 {
-                        self.mark_block(ino, b);
+                        if on_device {
+                            self.mark_device_block(ino, b);
+                        } else {
+                            self.mark_block(ino, b);
+                        }
                     }
                 }
             }
@@ -536,6 +546,14 @@ impl<B: Backend> Walker<'_, '_, B> {
             self.rep
                 .problems
                 .push(format!("inode {ino}: block {b} is owned twice"));
+        }
+    }
+
+    fn mark_device_block(&mut self, ino: u64, b: u64) {
+        if self.sh.device.set(b) {
+            self.rep
+                .problems
+                .push(format!("inode {ino}: device block {b} is owned twice"));
         }
     }
 }

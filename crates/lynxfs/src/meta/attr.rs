@@ -280,11 +280,16 @@ impl<B: Backend> Namespace<B> {
         let u = super::Usage::of_pool(&self.pool);
         let a = &self.pool.alloc;
         let avail = |free: u64, reserved: u64| free.saturating_sub(reserved);
+        // A hybrid pool's capacity for file data is its device's.
+        let (blocks, free, reserved) = match a.device_blocks() {
+            Some(d) => (u.device_blocks_total, u.device_blocks_free, d.reserved()),
+            None => (u.blocks_total, u.blocks_free, a.blocks.reserved()),
+        };
         StatFs {
             block_size: BLOCK,
-            blocks: u.blocks_total,
-            blocks_free: u.blocks_free,
-            blocks_avail: avail(u.blocks_free, a.blocks.reserved()),
+            blocks,
+            blocks_free: free,
+            blocks_avail: avail(free, reserved),
             files: u.inodes_total,
             // A new file needs an inode and a dentry.
             files_free: u.inodes_free.min(u.dentries_free),

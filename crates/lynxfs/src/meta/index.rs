@@ -818,6 +818,7 @@ mod tests {
             inodes_per_lane: 256,
             dentries_per_lane: dentries,
             nodes: 1,
+            device_blocks: 0,
         })
         .unwrap();
         let span = Span::anonymous(Index::bytes_needed(&layout)).unwrap();

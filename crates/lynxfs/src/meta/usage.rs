@@ -9,8 +9,12 @@ use super::Namespace;
 /// A snapshot of a live namespace's use of the pool and of DRAM.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// The pool's own blocks (in a hybrid pool: metadata only).
     pub blocks_total: u64,
     pub blocks_free: u64,
+    /// A hybrid pool's data device blocks (its files' data); 0 in an all-PM pool.
+    pub device_blocks_total: u64,
+    pub device_blocks_free: u64,
     pub inodes_total: u64,
     pub inodes_free: u64,
     pub dentries_total: u64,
@@ -34,6 +38,8 @@ impl Usage {
         Usage {
             blocks_total: l.data_blocks,
             blocks_free: a.blocks.free_count(),
+            device_blocks_total: l.geo.device_blocks,
+            device_blocks_free: a.device_blocks().map_or(0, |d| d.free_count()),
             // Inode 0 and dentry 0 are never handed out.
             inodes_total: l.total_inodes() - 1,
             inodes_free: a.inodes.free_count(),

@@ -13,10 +13,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{file_size, is_block_device, Access};
+use super::{file_size, is_block_device, Access, MkfsOptions, DEFAULT_DEVICE_FACTOR};
 use crate::error::{Error, Result};
 use crate::format::device::{
-    uuid_text, DeviceHeader, DeviceRecord, HeaderProblem, HEADER_LEN, RECORD_A, RECORD_B,
+    uuid_text, DeviceHeader, DeviceRecord, HeaderProblem, DATA_OFF, HEADER_LEN, RECORD_A, RECORD_B,
     RECORD_LEN,
 };
 use crate::format::{Layout, Superblock, BLOCK};
@@ -35,9 +35,54 @@ fn device_error(pool: &Path, dev: &Path, what: impl std::fmt::Display) -> Error 
     }
 }
 
+/// How many data blocks a new pool's device at `path` gets (mkfs): its size (a block
+/// device's, or `device_size` if that is smaller; for a file `device_size`, else
+/// [`DEFAULT_DEVICE_FACTOR`] times the pool's) less
+/// the header's megabyte and an export area as large as the pool. Refused, naming the
+/// device, when fewer than 16 blocks per lane are left.
+pub(super) fn blocks_for(path: &Path, pool: &Path, opts: &MkfsOptions) -> Result<u64> {
+    // Looked at before opening: opening a FIFO would block (make() refuses one).
+    let whole = match &std::fs::metadata(path).ok() {
+        Some(m) if is_block_device(m) => {
+            let f = File::open(path).map_err(|e| Error::io(path, e))?;
+            Some(file_size(&f, m, path)?)
+        }
+        _ => None,
+    };
+    let size = match (opts.device_size, whole) {
+        (Some(asked), Some(have)) if asked > have => {
+            return Err(device_error(
+                pool,
+                path,
+                format!("a device size of {asked} bytes, but the device holds {have}"),
+            ))
+        }
+        (Some(asked), _) => asked,
+        (None, Some(have)) => have,
+        (None, None) => opts.size.saturating_mul(DEFAULT_DEVICE_FACTOR),
+    };
+    let export = opts.size.div_ceil(BLOCK) * BLOCK;
+    let lanes = opts.lanes.clamp(1, crate::format::layout::MAX_LANES) as u64;
+    let blocks = size.saturating_sub(DATA_OFF + export) / BLOCK;
+    if blocks < 16 * lanes {
+        return Err(device_error(
+            pool,
+            path,
+            format!(
+                "too small: {size} bytes hold the header ({DATA_OFF} bytes), an export \
+                 area as large as the pool ({export} bytes) and {blocks} data blocks, \
+                 fewer than 16 per lane ({})",
+                16 * lanes
+            ),
+        ));
+    }
+    Ok(blocks)
+}
+
 /// Make `path` the data device of a new pool `pool` (identity `pool_uuid`) of
 /// `layout`: a new file, or (with `force`) an existing file or block device, which
-/// must hold the header, the data area and an export area as large as the pool.
+/// must hold the header, the layout's device blocks and an export area as large as
+/// the pool.
 pub(super) fn make(
     path: &Path,
     pool: &Path,
@@ -80,7 +125,7 @@ pub(super) fn make(
     let header = DeviceHeader::new(
         pool_uuid,
         super::uuid(),
-        layout.data_blocks,
+        layout.geo.device_blocks,
         layout.geo.pool_size,
         crate::time::now_ns(),
     );
@@ -228,14 +273,14 @@ fn check(
             ),
         ));
     }
-    if h.data_blocks() < sb.layout.data_blocks {
+    if h.data_blocks() < sb.layout.geo.device_blocks {
         return Err(device_error(
             pool,
             path,
             format!(
-                "its data area holds {} blocks, the pool has {}",
+                "too small: its data area holds {} blocks, the pool has {} on it",
                 h.data_blocks(),
-                sb.layout.data_blocks
+                sb.layout.geo.device_blocks
             ),
         ));
     }
