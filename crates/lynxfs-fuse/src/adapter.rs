@@ -1065,6 +1065,14 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.fs.pool().txn().is_some() {
+            // A hybrid pool's writes are durable at its commit (never ENOSYS: the
+            // kernel would stop asking).
+            return match self.fs.sync() {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
+            };
+        }
         // Every write is durable when it is answered, with either backend (msync's
         // fence writes the pages back synchronously before the write is answered), so
         // the engine's fsync has nothing to do. ENOSYS says so once: the kernel then

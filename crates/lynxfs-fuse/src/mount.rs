@@ -81,6 +81,8 @@ pub struct MountOptions {
     pub extra: Vec<MountOption>,
     /// `data=atomic|inplace`: this mount's data mode; `None` keeps the pool's.
     pub data: Option<lynxfs::DataMode>,
+    /// `commit=`: a hybrid pool's commit interval (`None`: the engine's 5 s).
+    pub commit: Option<Duration>,
 }
 
 /// Whether the kernel's FUSE requests come over io_uring (one queue per CPU, served
@@ -145,6 +147,7 @@ impl Default for MountOptions {
             atime: Atime::default(),
             extra: Vec::new(),
             data: None,
+            commit: None,
         }
     }
 }
@@ -205,6 +208,15 @@ impl MountOptions {
                     })
                 }
                 Effect::Data => self.data = Some(need()?.parse()?),
+                Effect::Commit => {
+                    let v = need()?;
+                    match v.parse::<u64>() {
+                        Ok(s) if (1..=86_400).contains(&s) => {
+                            self.commit = Some(Duration::from_secs(s))
+                        }
+                        _ => bail!("commit={v}: must be 1 to 86400 seconds"),
+                    }
+                }
                 Effect::AllowOther => self.allow_other = true,
                 Effect::DefaultPermissions => self.default_permissions = true,
                 Effect::DaemonPermissions => self.daemon_permissions = true,
@@ -384,6 +396,7 @@ fn session<B: Backend>(
     pool.populate();
     let fs = Arc::new(Fs::new(pool));
     fs.set_atime(o.atime);
+    fs.commit_every(o.commit.unwrap_or(lynxfs::data::txn::DEFAULT_INTERVAL));
     let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     if o.daemon_permissions {
         fuse = fuse.without_kernel_acls();
@@ -774,5 +787,14 @@ mod tests {
         assert_eq!(o.data, Some(lynxfs::DataMode::Inplace));
         let o = MountOptions::parse("data=atomic").unwrap();
         assert_eq!(o.data, Some(lynxfs::DataMode::Atomic));
+    }
+
+    #[test]
+    fn commit_interval_is_a_mount_option() {
+        assert_eq!(MountOptions::parse("rw").unwrap().commit, None);
+        let o = MountOptions::parse("commit=2").unwrap();
+        assert_eq!(o.commit, Some(Duration::from_secs(2)));
+        assert!(MountOptions::parse("commit=0").is_err());
+        assert!(MountOptions::parse("commit=x").is_err());
     }
 }

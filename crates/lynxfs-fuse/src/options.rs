@@ -12,6 +12,7 @@ pub enum Effect {
     Threads,
     Backend,
     Data,
+    Commit,
     AllowOther,
     DefaultPermissions,
     DaemonPermissions,
@@ -108,6 +109,15 @@ pub const OPTIONS: &[OptionSpec] = &[
         "This mount's data mode (default: the pool's, see lynxfs mkfs --data): atomic \
          writes are all or nothing after a crash; inplace overwrites go in place, faster, \
          and a torn one may mix old and new bytes.",
+    ),
+    valued(
+        "commit",
+        "SECONDS",
+        Effect::Commit,
+        "A hybrid pool's commit interval (default 5): writes return once their bytes are \
+         in the page cache and are durable at fsync, fdatasync, sync, O_SYNC and O_DSYNC \
+         writes, unmount, or at the latest this many seconds later (1 to 86400). No \
+         effect on other pools, whose writes are durable when they return.",
     ),
     flag(
         "allow_other",

@@ -146,6 +146,9 @@ pub fn check_with_progress<B: Backend>(pool: &Pool<B>, progress: &dyn Progress) 
     progress.phase("checking the namespace (entries)", Some(in_use));
     w.walk();
     w.finish();
+    if let Some(t) = pool.txn() {
+        t.undo().mark(&mut w.blocks);
+    }
     let used = pool.alloc.used_sets();
     let extra = compare_used(&Walker::view(&w), &used);
     let mut rep = w.rep;
@@ -232,9 +235,12 @@ pub fn repair_with_progress<B: Backend>(
     out.fixes.extend(w.fixes.iter().cloned());
     // The stricter pass only cuts: a second recovery walk reclaims what it cut loose,
     // recounts links and yields the allocators' state.
-    let (used, rep) = recover(&pool.pm, &pool.layout, pool.cwon, progress)?;
+    let (mut used, rep) = recover(&pool.pm, &pool.layout, pool.cwon, progress)?;
     out.recovery_problems.extend(rep.problems.iter().cloned());
     out.recovery = rep;
+    if let Some(t) = pool.txn() {
+        t.undo().mark(&mut used.blocks);
+    }
     pool.alloc = Allocators::from_used(&pool.layout, &used)
         .with_reserve(&pool.layout, pool.superblock().reserved_percent);
     Ok(out)

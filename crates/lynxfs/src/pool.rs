@@ -12,10 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 
 use crate::alloc::{Allocators, UsedSets};
+use crate::data::txn::{Txn, UndoArea};
 use crate::error::{Error, Result};
 use crate::format::device::{DeviceHeader, DeviceRecord};
 use crate::format::superblock::{
-    SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_XATTR_LOG, MAX_RESERVED_PERCENT, SB_LEN,
+    SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_UNDO, INCOMPAT_XATTR_LOG,
+    MAX_RESERVED_PERCENT, SB_LEN,
 };
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
 use crate::log::{recover, Journals, RecoveryReport};
@@ -201,6 +203,11 @@ pub struct Pool<B: Backend> {
     /// A hybrid pool's data device, with its header (`None`: data in the pool); boxed,
     /// so that an all-PM pool's fields stay as they were.
     device: Option<Box<(Device, DeviceHeader)>>,
+    /// A hybrid pool's transactions (`INCOMPAT_UNDO`, `data::txn`); `None`: writes
+    /// flush the device before they commit.
+    txn: Option<Box<Txn>>,
+    /// The transactions' part of the runtime state (a repair resets it).
+    txn_span: Span,
     /// Creates use consistency without ordering (`INCOMPAT_CWON`, `log::cwon`).
     pub cwon: bool,
     /// Large attribute sets are logs (`INCOMPAT_XATTR_LOG`, `data::xattr`).
@@ -487,6 +494,9 @@ impl<B: Backend> Pool<B> {
         };
         let alloc_span = span(&runtime_layout.alloc)?;
         let journal_span = span(&runtime_layout.journals)?;
+        let txn_span = span(&runtime_layout.txn)?;
+        let undo =
+            (device.is_some() && sb.incompat & INCOMPAT_UNDO != 0).then(|| UndoArea::of(&layout));
         let watch: Arc<dyn crate::runtime::Watch + Send + Sync> = match &runtime {
             Some(a) => a.clone(),
             None => Arc::new(crate::runtime::Private),
@@ -495,13 +505,25 @@ impl<B: Backend> Pool<B> {
         let first = runtime.as_ref().is_none_or(|a| a.first());
         let reserve = sb.reserved_percent;
         let (alloc, recovery) = if first {
-            let (used, recovery) = if was_clean {
+            if let Some(u) = undo {
+                // Metadata of writes whose transaction did not commit goes back to its
+                // original before the walk reads any map (journals first: a committed
+                // record's words are newer than any original).
+                for lane in 0..layout.lanes() {
+                    crate::log::journal::replay(&pm, &layout, lane);
+                }
+                crate::data::txn::roll_back(&pm, &layout, u);
+            }
+            let (mut used, recovery) = if was_clean {
                 (load_state(&pm, &layout), None)
             } else {
                 let (used, rep) = recover(&pm, &layout, sb.incompat & INCOMPAT_CWON != 0, progress)
                     .map_err(|w| Error::corrupt(path, w))?;
                 (used, Some(rep))
             };
+            if let Some(u) = undo {
+                u.mark(&mut used.blocks);
+            }
             sb.clean = false;
             sb.epoch += 1;
             sb.generation += 1;
@@ -528,6 +550,8 @@ impl<B: Backend> Pool<B> {
             runtime,
             runtime_layout,
             alloc_span,
+            txn: undo.map(|u| Box::new(Txn::new(txn_span.clone(), u, watch.clone()))),
+            txn_span,
             journals: Journals::new(journal_span.clone(), layout.lanes(), watch),
             journal_span,
             pm,
@@ -557,6 +581,37 @@ impl<B: Backend> Pool<B> {
     #[inline]
     pub fn device(&self) -> Option<&Device> {
         self.device.as_ref().map(|d| &d.0)
+    }
+
+    /// A hybrid pool's transactions (`None`: every write is durable when it returns).
+    #[inline]
+    pub fn txn(&self) -> Option<&Txn> {
+        self.txn.as_deref()
+    }
+
+    /// Commit the running transaction of a hybrid pool (fsync, sync, close): every
+    /// write that returned before is durable after. Nothing to do in other pools.
+    pub fn commit(&self) -> Result<()> {
+        match self.txn() {
+            Some(t) => t.commit(self),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::commit`] if a hybrid pool has writes not yet committed (one load
+    /// otherwise).
+    #[inline]
+    pub fn commit_pending(&self) -> Result<()> {
+        match self.txn() {
+            Some(t) if t.pending() => t.commit(self),
+            _ => Ok(()),
+        }
+    }
+
+    /// The runtime state's generation (bumped by every repair; 0 when private).
+    pub fn runtime_generation(&self) -> u64 {
+        use crate::runtime::Runtime;
+        self.runtime.as_ref().map_or(0, |a| a.generation())
     }
 
     /// A hybrid pool's data device's header.
@@ -640,6 +695,7 @@ impl<B: Backend> Pool<B> {
     /// Rebuild the allocators' shared state from what is in use (a repair).
     pub(crate) fn rebuild_allocators(&self, used: &UsedSets) {
         self.journal_span.zero();
+        self.txn_span.zero();
         // The state lives in the span: the value built over it is only a view.
         drop(Allocators::build(
             self.alloc_span.clone(),
@@ -655,6 +711,9 @@ impl<B: Backend> Pool<B> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // What this process wrote is durable before the pool is marked clean (a failed
+        // flush leaves the originals for the next open to restore).
+        let _ = self.commit();
         match &self.runtime {
             Some(a) => a.detach(|| self.save_clean()),
             None => self.save_clean(),
@@ -760,13 +819,20 @@ fn format<B: Backend>(pm: &Pm<B>, layout: Layout, opts: &MkfsOptions, new: &New)
     let mut b = pm.batch();
     b.write(layout.inode_addr(ROOT_INO), &root.encode());
     let _ = b.persist();
-    save_state(pm, &layout, &UsedSets::empty(&layout));
+    let mut used = UsedSets::empty(&layout);
+    if new.device.is_some() {
+        UndoArea::of(&layout).mark(&mut used.blocks);
+    }
+    save_state(pm, &layout, &used);
     if let Some(r) = new.device {
         device::write_records(pm, r);
     }
     let mut sb = Superblock::new(layout, new.uuid, now);
     sb.set_data_device(new.device.map(|r| r.device_uuid));
     sb.incompat |= INCOMPAT_CWON | INCOMPAT_XATTR_LOG;
+    if new.device.is_some() {
+        sb.incompat |= INCOMPAT_UNDO;
+    }
     if opts.data == DataMode::Inplace {
         sb.compat |= COMPAT_DATA_INPLACE;
     }

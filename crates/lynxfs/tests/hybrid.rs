@@ -94,6 +94,14 @@ fn write_file<B: Backend>(fs: &Fs<B>, name: &str, data: &[u8]) {
     fs.close_fd(fd).unwrap();
 }
 
+/// [`write_file`], then fsync: durable (committed) when it returns.
+fn write_synced<B: Backend>(fs: &Fs<B>, name: &str, data: &[u8]) {
+    let fd = fs.session(Cred::root()).create(name, 0o644).unwrap();
+    assert_eq!(fs.pwrite(fd, data, 0).unwrap(), data.len());
+    fs.fsync(fd).unwrap();
+    fs.close_fd(fd).unwrap();
+}
+
 fn read_file<B: Backend>(fs: &Fs<B>, name: &str) -> lynxfs::Result<Vec<u8>> {
     let fd = fs.session(Cred::root()).open(name, libc::O_RDONLY, 0)?;
     let size = fs.fstat(fd)?.size as usize;
@@ -149,6 +157,7 @@ fn file_data_is_on_the_device_and_survives_a_close_and_a_crash() {
     assert!(fs.pool().was_clean);
     assert_eq!(read_file(&fs, "/f").unwrap(), data);
     write_file(&fs, "/g", b"after the reopen");
+    fs.sync().unwrap();
     fs.pool().crash_in_place();
     drop(fs);
     let fs = p.open().unwrap();
@@ -395,7 +404,8 @@ fn a_failing_device_gives_eio_and_changes_nothing() {
         let e = fs.pwrite(fd, &pattern(len, 1), off).unwrap_err();
         assert_eq!(e.errno(), libc::EIO, "write at {off}");
     }
-    assert_eq!(fs.ftruncate(fd, 20 * BLOCK).unwrap_err().errno(), libc::EIO);
+    // The commit's flush fails: fsync says so.
+    assert_eq!(fs.fsync(fd).unwrap_err().errno(), libc::EIO);
     assert_eq!(fs.pool().alloc.blocks.free_count(), free, "blocks leaked");
     // Reads still work, and show the old bytes.
     assert_eq!(read_file(&fs, "/f").unwrap(), old);
@@ -477,6 +487,9 @@ struct Case {
     op: fn(&Fs<RecordingBackend>, lynxfs::Fd),
     new: fn(&[u8]) -> Vec<Vec<u8>>,
     bytewise: bool,
+    /// The op ends with a commit (fsync, fdatasync, a shrink): once it returned, the
+    /// file must be the last state exactly, whatever the device lost.
+    synced: bool,
 }
 
 const OLD_LEN: usize = 4 * BLOCK as usize;
@@ -501,6 +514,7 @@ fn cases() -> Vec<Case> {
             },
             new: |f| vec![overwrite(f, 100, 2 * BLOCK as usize, 5)],
             bytewise: false,
+            synced: false,
         },
         Case {
             name: "atomic overwrite in one block",
@@ -510,6 +524,7 @@ fn cases() -> Vec<Case> {
             },
             new: |f| vec![overwrite(f, BLOCK as usize + 7, 300, 6)],
             bytewise: false,
+            synced: false,
         },
         Case {
             name: "inplace overwrite across blocks",
@@ -519,6 +534,7 @@ fn cases() -> Vec<Case> {
             },
             new: |f| vec![overwrite(f, 100, 2 * BLOCK as usize, 7)],
             bytewise: true,
+            synced: false,
         },
         Case {
             name: "append",
@@ -528,6 +544,7 @@ fn cases() -> Vec<Case> {
             },
             new: |f| vec![overwrite(f, OLD_LEN, 5000, 8)],
             bytewise: false,
+            synced: false,
         },
         Case {
             name: "inplace append past a hole",
@@ -537,6 +554,7 @@ fn cases() -> Vec<Case> {
             },
             new: |f| vec![overwrite(f, 6 * BLOCK as usize + 1, 10, 9)],
             bytewise: false,
+            synced: false,
         },
         Case {
             name: "fallocate growing",
@@ -548,6 +566,7 @@ fn cases() -> Vec<Case> {
                 vec![v]
             },
             bytewise: false,
+            synced: false,
         },
         Case {
             name: "truncate down then up",
@@ -563,6 +582,62 @@ fn cases() -> Vec<Case> {
                 vec![down, v]
             },
             bytewise: false,
+            synced: false,
+        },
+        Case {
+            name: "append then fsync",
+            mode: DataMode::Atomic,
+            op: |fs, fd| {
+                fs.pwrite(fd, &pattern(5000, 10), OLD_LEN as u64).unwrap();
+                fs.fsync(fd).unwrap();
+            },
+            new: |f| vec![overwrite(f, OLD_LEN, 5000, 10)],
+            bytewise: false,
+            synced: true,
+        },
+        Case {
+            name: "two overwrites then fdatasync (one commit)",
+            mode: DataMode::Atomic,
+            op: |fs, fd| {
+                fs.pwrite(fd, &pattern(BLOCK as usize, 11), 0).unwrap();
+                fs.pwrite(fd, &pattern(300, 12), 2 * BLOCK + 5).unwrap();
+                fs.fsync(fd).unwrap();
+            },
+            new: |f| {
+                let one = overwrite(f, 0, BLOCK as usize, 11);
+                let two = overwrite(&one, 2 * BLOCK as usize + 5, 300, 12);
+                vec![one, two]
+            },
+            bytewise: false,
+            synced: true,
+        },
+        Case {
+            name: "inplace overwrite then fsync",
+            mode: DataMode::Inplace,
+            op: |fs, fd| {
+                fs.pwrite(fd, &pattern(2 * BLOCK as usize, 13), 100)
+                    .unwrap();
+                fs.fsync(fd).unwrap();
+            },
+            new: |f| vec![overwrite(f, 100, 2 * BLOCK as usize, 13)],
+            bytewise: true,
+            synced: true,
+        },
+        Case {
+            name: "truncate down (commits) then append",
+            mode: DataMode::Atomic,
+            op: |fs, fd| {
+                fs.ftruncate(fd, 100).unwrap();
+                fs.pwrite(fd, &pattern(200, 14), 100).unwrap();
+            },
+            new: |f| {
+                let down = f[..100].to_vec();
+                let mut up = down.clone();
+                up.extend_from_slice(&pattern(200, 14));
+                vec![down, up]
+            },
+            bytewise: false,
+            synced: false,
         },
     ]
 }
@@ -667,7 +742,7 @@ fn judge(case: &Case) -> (usize, Vec<String>) {
     let old = pattern(OLD_LEN, 1);
     let rec = RecordingBackend::new();
     let fs = Fs::new(Pool::open(&p.pool, Access::ReadWrite, rec.clone()).unwrap());
-    write_file(&fs, "/f", &old);
+    write_synced(&fs, "/f", &old);
     let fd = fs
         .session(Cred::root())
         .open("/f", libc::O_RDWR, 0)
@@ -712,15 +787,20 @@ fn judge(case: &Case) -> (usize, Vec<String>) {
                     }
                 };
                 let got = read_file(&fs, "/f").unwrap();
-                let fine = got == old
-                    || states.contains(&got)
-                    || (case.bytewise
-                        && got.len() == old.len()
-                        && got
-                            .iter()
-                            .zip(&old)
-                            .zip(&new)
-                            .all(|((g, o), n)| g == o || g == n));
+                let committed = case.synced && k == events.len();
+                let fine = if committed {
+                    got == new
+                } else {
+                    got == old
+                        || states.contains(&got)
+                        || (case.bytewise
+                            && got.len() == old.len()
+                            && got
+                                .iter()
+                                .zip(&old)
+                                .zip(&new)
+                                .all(|((g, o), n)| g == o || g == n))
+                };
                 if !fine {
                     bad.push(format!(
                         "{} at event {k}: /f is neither old nor new ({} bytes)",
@@ -756,4 +836,238 @@ fn crash_images_of_hybrid_writes_show_old_or_new() {
         all_bad.extend(bad);
     }
     assert!(all_bad.is_empty(), "{all_bad:#?}");
+}
+
+/// Overwrite `data` over "/f" (open `fd`) from 0, growing it.
+fn rewrite(fs: &Fs<PmemBackend>, name: &str, data: &[u8], sync: bool) {
+    let fd = fs
+        .session(Cred::root())
+        .open(name, libc::O_RDWR, 0)
+        .unwrap();
+    assert_eq!(fs.pwrite(fd, data, 0).unwrap(), data.len());
+    if sync {
+        fs.fsync(fd).unwrap();
+    }
+    fs.close_fd(fd).unwrap();
+}
+
+/// Crash `fs` (nothing saved, nothing committed) and open the pair again.
+fn crash_and_reopen(p: &Pair, fs: Fs<PmemBackend>) -> Fs<PmemBackend> {
+    fs.pool().crash_in_place();
+    drop(fs);
+    let fs = p.open().unwrap();
+    assert!(!fs.pool().was_clean);
+    let rep = lynxfs::fsck::check(fs.pool());
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+    fs
+}
+
+#[test]
+fn a_crash_before_the_commit_rolls_back_and_a_commit_keeps() {
+    let p = pair();
+    let v1 = pattern(3 * BLOCK as usize + 100, 1);
+    let v2 = pattern(5 * BLOCK as usize + 7, 2);
+    let fs = p.open().unwrap();
+    write_synced(&fs, "/f", &v1);
+    // Written (in the page cache, so on the device file too) but not committed: the
+    // file goes back to its last committed map and size.
+    rewrite(&fs, "/f", &v2, false);
+    assert_eq!(read_file(&fs, "/f").unwrap(), v2);
+    let fs = crash_and_reopen(&p, fs);
+    assert_eq!(read_file(&fs, "/f").unwrap(), v1);
+    // Committed by fsync: kept.
+    rewrite(&fs, "/f", &v2, true);
+    let fs = crash_and_reopen(&p, fs);
+    assert_eq!(read_file(&fs, "/f").unwrap(), v2);
+    // An O_DSYNC write is durable when it returns.
+    let fd = fs
+        .session(Cred::root())
+        .open("/f", libc::O_RDWR | libc::O_DSYNC, 0)
+        .unwrap();
+    fs.pwrite(fd, &v1, 0).unwrap();
+    let mut v3 = v2.clone();
+    v3[..v1.len()].copy_from_slice(&v1);
+    let fs = crash_and_reopen(&p, fs);
+    assert_eq!(read_file(&fs, "/f").unwrap(), v3);
+    // A file created and written without a commit stays (its name is durable), empty.
+    write_file(&fs, "/new", &v1);
+    let fs = crash_and_reopen(&p, fs);
+    assert_eq!(read_file(&fs, "/new").unwrap(), b"");
+    // Write a temporary file, rename it over the old one (no fsync): the rename
+    // commits the data first (auto_da_alloc), never an empty file after a crash.
+    write_file(&fs, "/f.tmp", &v1);
+    fs.session(Cred::root()).rename("/f.tmp", "/f", 0).unwrap();
+    let fs = crash_and_reopen(&p, fs);
+    assert_eq!(read_file(&fs, "/f").unwrap(), v1);
+    // A clean close commits.
+    rewrite(&fs, "/f", &v2, false);
+    fs.close().unwrap();
+    drop(fs);
+    let fs = p.open().unwrap();
+    assert!(fs.pool().was_clean);
+    assert_eq!(read_file(&fs, "/f").unwrap(), v2);
+}
+
+#[test]
+fn blocks_an_uncommitted_original_names_are_not_reused_before_the_commit() {
+    let p = pair();
+    let fs = p.open().unwrap();
+    write_synced(&fs, "/f", &pattern(4 * BLOCK as usize, 3));
+    let free = || fs.pool().alloc.blocks.free_count();
+    let before = free();
+    // Copy-on-write overwrites: fresh blocks in, the old ones held back.
+    rewrite(&fs, "/f", &pattern(4 * BLOCK as usize, 4), false);
+    assert_eq!(
+        free(),
+        before - 4,
+        "the replaced blocks were given back early"
+    );
+    fs.sync().unwrap();
+    assert_eq!(free(), before, "the commit gives them back");
+}
+
+#[test]
+fn a_one_block_overwrite_in_a_tree_leaf_is_rolled_back_too() {
+    let p = pair();
+    let fs = p.open().unwrap();
+    let fd = fs
+        .session(Cred::root())
+        .open("/f", libc::O_RDWR | libc::O_CREAT, 0o644)
+        .unwrap();
+    // Every other block: more extents than the inode holds, so the map is a tree and
+    // each written block an extent of its own in a leaf.
+    for i in 0..12u64 {
+        fs.pwrite(fd, &pattern(BLOCK as usize, i as u8), 2 * i * BLOCK)
+            .unwrap();
+    }
+    fs.fsync(fd).unwrap();
+    let old = {
+        let mut b = vec![0u8; BLOCK as usize];
+        fs.pread(fd, &mut b, 4 * BLOCK).unwrap();
+        b
+    };
+    fs.pwrite(fd, &pattern(BLOCK as usize, 99), 4 * BLOCK)
+        .unwrap();
+    fs.close_fd(fd).unwrap();
+    let fs = crash_and_reopen(&p, fs);
+    let got = read_file(&fs, "/f").unwrap();
+    assert!(
+        got[4 * BLOCK as usize..5 * BLOCK as usize] == old[..],
+        "block 4 does not hold its committed bytes"
+    );
+}
+
+#[test]
+fn a_crash_during_the_rollback_rolls_back_again() {
+    let p = pair();
+    let v1 = pattern(2 * BLOCK as usize + 10, 5);
+    {
+        let fs = p.open().unwrap();
+        write_synced(&fs, "/f", &v1);
+        rewrite(&fs, "/f", &pattern(6 * BLOCK as usize, 6), false);
+        write_file(&fs, "/g", &pattern(3 * BLOCK as usize, 7));
+        fs.pool().crash_in_place();
+    }
+    let crashed = std::fs::read(&p.pool).unwrap();
+    // The recovery that rolls back, recorded store by store.
+    let rec = RecordingBackend::new();
+    let pool = Pool::open(&p.pool, Access::ReadWrite, rec.clone()).unwrap();
+    let events = rec.take();
+    pool.crash_in_place();
+    drop(pool);
+    let fences: Vec<usize> = (0..=events.len())
+        .filter(|&k| k == events.len() || matches!(events[k], Event::Fence))
+        .collect();
+    assert!(fences.len() > 2, "too few crash points");
+    for k in fences {
+        for img in pool_images(&crashed, &events, k) {
+            std::fs::write(&p.pool, &img).unwrap();
+            let fs = p.open().unwrap();
+            assert_eq!(read_file(&fs, "/f").unwrap(), v1, "crash at event {k}");
+            assert_eq!(read_file(&fs, "/g").unwrap(), b"", "crash at event {k}");
+            let rep = lynxfs::fsck::check(fs.pool());
+            assert!(rep.is_clean(), "crash at event {k}: {:?}", rep.problems);
+            fs.pool().crash_in_place();
+        }
+    }
+}
+
+/// Child mode of [`a_commit_by_one_process_covers_another_processs_writes`]: write
+/// "/b" in the pool named here (no commit), say so, and die without a close when
+/// stdin closes.
+const CHILD_POOL_ENV: &str = "LYNXFS_HYBRID_CHILD_POOL";
+
+#[test]
+fn hybrid_writer_child() {
+    let Ok(pool) = std::env::var(CHILD_POOL_ENV) else {
+        return;
+    };
+    let fs = Fs::new(Pool::open(pool.as_ref(), Access::ReadWrite, PmemBackend::default()).unwrap());
+    write_file(&fs, "/b", &pattern(3 * BLOCK as usize, 8));
+    println!("written");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    // SAFETY: _exit ends the process at once: nothing is closed or committed.
+    unsafe { libc::_exit(0) };
+}
+
+/// Run [`hybrid_writer_child`] on `p` until it has written.
+fn spawn_writer(p: &Pair) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "hybrid_writer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_POOL_ENV, &p.pool)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines() {
+            if l.is_ok_and(|l| l.contains("written")) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    if rx.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
+        let _ = child.kill();
+        panic!("the child did not write");
+    }
+    child
+}
+
+#[test]
+fn a_commit_by_one_process_covers_another_processs_writes() {
+    let p = pair();
+    let data = pattern(3 * BLOCK as usize, 8);
+    for commit in [false, true] {
+        let fs = p.open().unwrap();
+        write_file(&fs, "/a", &pattern(BLOCK as usize + 5, 9));
+        let mut child = spawn_writer(&p);
+        if commit {
+            fs.sync().unwrap();
+        }
+        fs.pool().crash_in_place();
+        drop(fs);
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        let fs = p.open().unwrap();
+        let (a, b) = (read_file(&fs, "/a").unwrap(), read_file(&fs, "/b").unwrap());
+        if commit {
+            assert_eq!(a, pattern(BLOCK as usize + 5, 9));
+            assert_eq!(b, data, "the other process's write was not committed");
+        } else {
+            assert_eq!((a, b), (Vec::new(), Vec::new()), "nothing committed");
+        }
+        assert!(lynxfs::fsck::check(fs.pool()).is_clean());
+        fs.session(Cred::root()).unlink("/a").unwrap();
+        fs.session(Cred::root()).unlink("/b").unwrap();
+        fs.close().unwrap();
+    }
 }

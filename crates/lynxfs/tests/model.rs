@@ -241,8 +241,11 @@ impl Target for Lynx {
             return Ok(());
         };
         // The pool file and the device stay as the process left them: a crash leaves
-        // what every returned call made durable, and recovery runs at the open.
+        // what every returned call made durable, and recovery runs at the open. A
+        // hybrid pool's writes are durable at their commit (the model's calls all
+        // are): the crash comes after one (crashes before it: tests/hybrid.rs).
         if crash {
+            e(fs.sync())?;
             fs.pool().crash_in_place();
         } else {
             e(fs.close())?;

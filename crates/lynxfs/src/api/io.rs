@@ -102,6 +102,11 @@ impl<B: Backend> Fs<B> {
             self.ns.clear_setid(f.ino, f.in_group);
         }
         self.ns.notices.data(f.ino, at, n as u64);
+        if pool.txn().is_some() && self.flags_of(f)? & libc::O_DSYNC != 0 {
+            // O_SYNC and O_DSYNC (O_SYNC includes its bit): durable on return.
+            drop(_alone);
+            pool.commit()?;
+        }
         Ok((at, n))
     }
 

@@ -228,9 +228,43 @@ impl<B: Backend> Fs<B> {
         then(files.get(&fd).ok_or(errno::EBADF)?)
     }
 
-    /// Every call is durable when it returns: nothing to do.
+    /// fsync and fdatasync: every call is durable when it returns, except a hybrid
+    /// pool's writes, which commit here (with every other write to the pool before:
+    /// one transaction holds them all).
     pub fn fsync(&self, fd: Fd) -> Result<()> {
-        self.file(fd).map(drop)
+        self.file(fd)?;
+        self.sync()
+    }
+
+    /// sync and syncfs: a hybrid pool's running transaction commits (nothing to do in
+    /// other pools).
+    pub fn sync(&self) -> Result<()> {
+        match self.ns.pool.txn() {
+            Some(_) => self.op(|| self.ns.pool.commit()),
+            None => Ok(()),
+        }
+    }
+
+    /// Commit a hybrid pool's writes at least every `every` while this `Fs` lives
+    /// (the mount option `commit=S`; a thread that holds only a weak reference).
+    /// Nothing for other pools.
+    pub fn commit_every(self: &std::sync::Arc<Self>, every: std::time::Duration) {
+        let Some(t) = self.ns.pool.txn() else {
+            return;
+        };
+        t.set_interval(every);
+        let weak = std::sync::Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("lynxfs-commit".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                let Some(fs) = weak.upgrade() else {
+                    return;
+                };
+                let _ = fs.ns.pool.commit_pending();
+            });
+        // Without the thread, writes still commit once the interval has passed.
+        drop(spawned);
     }
 
     pub fn fstat(&self, fd: Fd) -> Result<Stat> {

@@ -6,6 +6,7 @@ pub mod map;
 pub mod prealloc;
 mod rw;
 pub mod store;
+pub mod txn;
 pub mod xattr;
 
 /// The data mode is the pool's (chosen at mkfs, changed per mount): `pool::DataMode`.

@@ -19,6 +19,7 @@ use crate::pmem::Backend;
 use crate::pool::Pool;
 
 use super::map::{self, MapCache};
+use super::txn::{self, Cover};
 
 /// Files shorter than this (64 KiB) get no preallocation: most files are written
 /// once and closed, and a reservation would cost them a trim at close.
@@ -60,6 +61,20 @@ pub fn blocks_from(ext: &[Extent], from: u64) -> u64 {
 /// published by one store of the map word (the commit point); the times stay. The
 /// caller holds the file's lock alone.
 pub fn trim<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, cache: &MapCache<'_>) -> Result<()> {
+    if cache.get(pool, ino)?.word.spec == 0 {
+        return Ok(());
+    }
+    trim_covered(pool, ino, lane, cache, &txn::cover(pool, ino)?)
+}
+
+/// [`trim`] inside a change that already holds its cover (fallocate).
+pub(super) fn trim_covered<B: Backend>(
+    pool: &Pool<B>,
+    ino: u64,
+    lane: u32,
+    cache: &MapCache<'_>,
+    cover: &Cover<'_>,
+) -> Result<()> {
     let m = cache.get(pool, ino)?;
     if m.word.spec == 0 {
         return Ok(());
@@ -74,9 +89,9 @@ pub fn trim<B: Backend>(pool: &Pool<B>, ino: u64, lane: u32, cache: &MapCache<'_
             .commit_u64(pool.layout.inode_addr(ino) + inode::MAP, staged.word, ready),
     );
     for &(s, n) in &freed {
-        pool.alloc.data_blocks().free(s, n);
+        cover.free_data(pool, s, n);
     }
-    map::free_nodes(pool, &staged.old_nodes);
+    cover.free_nodes(pool, &staged.old_nodes);
     cache.put(staged.map);
     Ok(())
 }

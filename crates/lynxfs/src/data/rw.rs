@@ -20,6 +20,7 @@ use crate::time::now_ns;
 
 use super::map::{self, MapCache};
 use super::store::{DataStore, DataWriter};
+use super::txn::{self, Cover};
 use super::{prealloc, DataMode};
 
 /// The largest file: file block numbers are 32-bit, so (2^32 - 1) blocks, as ext4's
@@ -275,6 +276,7 @@ pub fn write_at<B: Backend>(
     let data = &data[..data.len().min((MAX_FILE - off) as usize)];
     // Its first change since its create settles it (a no-op after that).
     pool.settle(ino);
+    let cover = txn::cover(pool, ino)?;
     let end = off + data.len() as u64;
     let size = size_of(pool, ino);
     let m = cache.get(pool, ino)?;
@@ -282,8 +284,8 @@ pub fn write_at<B: Backend>(
     let last = (end - 1) / BLOCK;
     let overwrite_in_place = pool.data_mode() == DataMode::Inplace;
     if !overwrite_in_place && first == last && end <= size {
-        if let Some(ptr) = single_block_pointer(pool, ino, &m, first) {
-            return repoint_block(pool, ino, lane, (off, data), ptr, m, cache, gate);
+        if let Some(ptr) = single_block_pointer(pool, ino, &m, first, &cover) {
+            return repoint_block(pool, ino, lane, (off, data), ptr, m, (cache, &cover), gate);
         }
     }
     // Which blocks need a fresh copy: every hole, and (in the atomic mode) any block a
@@ -412,9 +414,9 @@ pub fn write_at<B: Backend>(
         Some(ready) => {
             let at = pool.layout.inode_addr(ino) + inode::MAP;
             drop(pool.pm.commit_u64(at, staged.word, ready));
-            settle_staged(pool, staged, &freed, cache);
+            settle_staged(pool, staged, &freed, cache, &cover);
         }
-        None => commit_staged(pool, ino, lane, staged, new_size, &freed, cache)?,
+        None => commit_staged(pool, (ino, lane), staged, new_size, &freed, (cache, &cover))?,
     }
     Ok(data.len())
 }
@@ -489,6 +491,7 @@ fn single_block_pointer<B: Backend>(
     ino: u64,
     m: &map::Map,
     lb: u64,
+    cover: &Cover<'_>,
 ) -> Option<(usize, u64)> {
     let i = extents::find(&m.extents, lb)?;
     if m.extents[i].len != 1 {
@@ -496,6 +499,8 @@ fn single_block_pointer<B: Backend>(
     }
     let entry = match m.word.kind {
         0 => pool.layout.inode_addr(ino) + m.word.area_off() + i as u64 * inode::EXTENT_LEN,
+        // A leaf is outside the inode: its original would not be undone.
+        _ if cover.in_txn() => return None,
         _ => {
             let leaf = m
                 .leaves
@@ -518,7 +523,7 @@ fn repoint_block<B: Backend>(
     (off, data): (u64, &[u8]),
     (i, ptr): (usize, u64),
     m: std::sync::Arc<map::Map>,
-    cache: &MapCache<'_>,
+    (cache, cover): (&MapCache<'_>, &Cover<'_>),
     gate: &mut dyn FnMut() -> Result<()>,
 ) -> Result<usize> {
     let old = m.extents[i].pblk;
@@ -551,7 +556,7 @@ fn repoint_block<B: Backend>(
         return Err(e);
     }
     drop(pool.pm.commit_u64(ptr, nb, ready));
-    pool.alloc.data_blocks().free(old, 1);
+    cover.free_data(pool, old, 1);
     cache.repoint(m, i, nb);
     Ok(data.len())
 }
@@ -572,19 +577,18 @@ fn push_block(repl: &mut Vec<Extent>, lb: u64, pblk: u64) {
 /// cache the new map. On failure the staged nodes go back and the cache is dropped.
 fn commit_staged<B: Backend>(
     pool: &Pool<B>,
-    ino: u64,
-    lane: u32,
+    (ino, lane): (u64, u32),
     staged: map::Staged,
     new_size: Option<u64>,
     freed: &[(u64, u64)],
-    cache: &MapCache<'_>,
+    (cache, cover): (&MapCache<'_>, &Cover<'_>),
 ) -> Result<()> {
-    if let Err(e) = publish(pool, ino, lane, Some(staged.word), new_size) {
+    if let Err(e) = publish(pool, (ino, lane), Some(staged.word), new_size, cover) {
         map::free_nodes(pool, &staged.new_nodes);
         cache.clear();
         return Err(e);
     }
-    settle_staged(pool, staged, freed, cache);
+    settle_staged(pool, staged, freed, cache, cover);
     Ok(())
 }
 
@@ -594,11 +598,12 @@ fn settle_staged<B: Backend>(
     staged: map::Staged,
     freed: &[(u64, u64)],
     cache: &MapCache<'_>,
+    cover: &Cover<'_>,
 ) {
     for &(s, n) in freed {
-        pool.alloc.data_blocks().free(s, n);
+        cover.free_data(pool, s, n);
     }
-    map::free_nodes(pool, &staged.old_nodes);
+    cover.free_nodes(pool, &staged.old_nodes);
     cache.put(staged.map);
 }
 
@@ -642,13 +647,15 @@ fn zero_gap<B: Backend>(pool: &Pool<B>, ext: &[Extent], from: u64, to: u64) -> R
     b.flushed()
 }
 
-/// Publish a new map word and/or a new size, with the times, as one commit.
+/// Publish a new map word and/or a new size, with the times, as one commit. The
+/// cover is its proof: in a hybrid pool the inode's original is recorded (the
+/// running transaction), elsewhere the data is already flushed.
 fn publish<B: Backend>(
     pool: &Pool<B>,
-    ino: u64,
-    lane: u32,
+    (ino, lane): (u64, u32),
     map_word: Option<u64>,
     new_size: Option<u64>,
+    _cover: &Cover<'_>,
 ) -> Result<()> {
     let at = pool.layout.inode_addr(ino);
     let now = now_ns();
@@ -695,26 +702,43 @@ pub fn truncate<B: Backend>(
         return Err(errno::EFBIG);
     }
     pool.settle(ino);
+    let cover = txn::cover(pool, ino)?;
     let size = size_of(pool, ino);
     let m = cache.get(pool, ino)?;
     if new_size >= size {
         zero_gap(pool, &m.extents, size, new_size)?;
         return publish(
             pool,
-            ino,
-            lane,
+            (ino, lane),
             None,
             (new_size != size).then_some(new_size),
+            &cover,
         );
     }
     let keep = new_size.div_ceil(BLOCK);
     let (ext, freed) = map::splice(&m.extents, keep, u64::MAX, &[]);
     if freed.is_empty() {
-        return publish(pool, ino, lane, None, Some(new_size));
+        publish(pool, (ino, lane), None, Some(new_size), &cover)?;
+    } else {
+        // Everything past the new end goes, speculative blocks with it.
+        let staged = map::stage(pool, ino, lane, &m, ext, (keep, u64::MAX), 0)?;
+        commit_staged(
+            pool,
+            (ino, lane),
+            staged,
+            Some(new_size),
+            &freed,
+            (cache, &cover),
+        )?;
     }
-    // Everything past the new end goes, speculative blocks with it.
-    let staged = map::stage(pool, ino, lane, &m, ext, (keep, u64::MAX), 0)?;
-    commit_staged(pool, ino, lane, staged, Some(new_size), &freed, cache)
+    if cover.in_txn() {
+        // A hybrid pool's shrink commits: bytes past the new end are written in place
+        // from now on (appends, zeroing), which an original of the longer file would
+        // show again if it could still be restored.
+        drop(cover);
+        pool.commit()?;
+    }
+    Ok(())
 }
 
 pub const FALLOC_KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
@@ -739,12 +763,14 @@ pub fn fallocate<B: Backend>(
         return Err(errno::EFBIG);
     }
     pool.settle(ino);
+    let cover = txn::cover(pool, ino)?;
     // Blocks fallocate maps are the caller's: a speculative reserve goes first, so
     // none of them is taken for one (nor given back with it).
-    prealloc::trim(pool, ino, lane, cache)?;
+    prealloc::trim_covered(pool, ino, lane, cache, &cover)?;
+    let c = (cache, &cover);
     match mode {
-        0 | FALLOC_KEEP_SIZE => allocate(pool, ino, lane, off, end, mode == 0, cache),
-        m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE => punch(pool, ino, lane, off, end, cache),
+        0 | FALLOC_KEEP_SIZE => allocate(pool, (ino, lane), off, end, mode == 0, c),
+        m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE => punch(pool, (ino, lane), off, end, c),
         m if m & FALLOC_PUNCH_HOLE != 0 => Err(errno::EINVAL),
         _ => Err(errno::EOPNOTSUPP),
     }
@@ -752,12 +778,11 @@ pub fn fallocate<B: Backend>(
 
 fn allocate<B: Backend>(
     pool: &Pool<B>,
-    ino: u64,
-    lane: u32,
+    (ino, lane): (u64, u32),
     off: u64,
     end: u64,
     grow: bool,
-    cache: &MapCache<'_>,
+    (cache, cover): (&MapCache<'_>, &Cover<'_>),
 ) -> Result<()> {
     let size = size_of(pool, ino);
     let m = cache.get(pool, ino)?;
@@ -772,7 +797,7 @@ fn allocate<B: Backend>(
         if let Some(sz) = new_size {
             zero_gap(pool, &m.extents, size, sz)?;
         }
-        return publish(pool, ino, lane, None, new_size);
+        return publish(pool, (ino, lane), None, new_size, cover);
     }
     let runs = pool
         .alloc
@@ -817,16 +842,15 @@ fn allocate<B: Backend>(
             return Err(e);
         }
     };
-    commit_staged(pool, ino, lane, staged, new_size, &[], cache)
+    commit_staged(pool, (ino, lane), staged, new_size, &[], (cache, cover))
 }
 
 fn punch<B: Backend>(
     pool: &Pool<B>,
-    ino: u64,
-    lane: u32,
+    (ino, lane): (u64, u32),
     off: u64,
     end: u64,
-    cache: &MapCache<'_>,
+    (cache, cover): (&MapCache<'_>, &Cover<'_>),
 ) -> Result<()> {
     let m = cache.get(pool, ino)?;
     let (first, stop) = (off / BLOCK, end.div_ceil(BLOCK));
@@ -873,10 +897,10 @@ fn punch<B: Backend>(
     }
     let (ext, freed) = map::splice(&m.extents, first, stop, &repl);
     if freed.is_empty() && repl.is_empty() {
-        return publish(pool, ino, lane, None, None);
+        return publish(pool, (ino, lane), None, None, cover);
     }
     let staged = map::stage(pool, ino, lane, &m, ext, (first, stop), 0)?;
-    commit_staged(pool, ino, lane, staged, None, &freed, cache)
+    commit_staged(pool, (ino, lane), staged, None, &freed, (cache, cover))
 }
 
 /// Fill a new inode (not yet visible) with `bytes`: a symlink's target. It is

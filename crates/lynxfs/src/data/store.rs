@@ -72,6 +72,9 @@ pub struct PmData<'a, B: Backend> {
 pub struct DiskData<'a, B: Backend> {
     dev: &'a Device,
     backend: &'a B,
+    /// The pool commits in transactions (`data::txn`): a group of writes ends in the
+    /// page cache, and the transaction's commit flushes it.
+    txn: bool,
 }
 
 /// The store of a pool's file data: in the pool, or on its data device.
@@ -89,6 +92,7 @@ impl<B: Backend> Pool<B> {
             Some(dev) => Data::Disk(DiskData {
                 dev,
                 backend: self.pm.backend(),
+                txn: self.txn().is_some(),
             }),
         }
     }
@@ -199,6 +203,7 @@ impl<B: Backend> DataStore for DiskData<'_, B> {
             dev: self.dev,
             backend: self.backend,
             failed: None,
+            txn: self.txn,
         }
     }
 
@@ -214,6 +219,7 @@ pub struct DiskWriter<'a, B: Backend> {
     dev: &'a Device,
     backend: &'a B,
     failed: Option<std::io::Error>,
+    txn: bool,
 }
 
 impl<B: Backend> DataWriter for DiskWriter<'_, B> {
@@ -242,6 +248,11 @@ impl<B: Backend> DataWriter for DiskWriter<'_, B> {
     fn flushed(self) -> Result<()> {
         if let Some(e) = self.failed {
             return Err(device_error(e));
+        }
+        if self.txn {
+            // The inode's original is in the undo area: the commit of its transaction
+            // flushes these writes before the original is dropped.
+            return Ok(());
         }
         let done = self.dev.sync().map(drop).map_err(device_error);
         if done.is_ok() {

@@ -9,7 +9,11 @@ pub const VERSION: u32 = 1;
 /// Feature bits this build understands: an unknown incompat or ro_compat bit refuses
 /// the pool (any open, read-only included, for now).
 pub const INCOMPAT_KNOWN: u32 =
-    INCOMPAT_CWON | INCOMPAT_XATTR_LOG | INCOMPAT_DATA_DEVICE | INCOMPAT_DEVICE_BLOCKS;
+    INCOMPAT_CWON
+    | INCOMPAT_XATTR_LOG
+    | INCOMPAT_DATA_DEVICE
+    | INCOMPAT_DEVICE_BLOCKS
+    | INCOMPAT_UNDO;
 /// Incompat bit: creates use consistency without ordering (one fence; every valid
 /// dentry carries a check word, `log::cwon`). A build that does not know it would
 /// write dentries without one, which this pool's recovery drops; so it must refuse.
@@ -28,6 +32,12 @@ pub const INCOMPAT_DATA_DEVICE: u32 = 4;
 /// disk), and their bitmap ends the saved allocator state. A build that does not know
 /// it would number file data as the pool's blocks and hand out blocks in use.
 pub const INCOMPAT_DEVICE_BLOCKS: u32 = 8;
+/// Incompat bit (hybrid pools only): writes commit in transactions, the originals of
+/// the inodes they change in an undo area at the end of the pool's blocks
+/// (`data::txn`, docs/FORMAT.md 17.4). A build that does not know it would neither
+/// roll back an uncommitted write nor keep the area's blocks. Hybrid pools made
+/// before it flush the device at every write.
+pub const INCOMPAT_UNDO: u32 = 16;
 pub const RO_COMPAT_KNOWN: u32 = 0;
 /// Compat bit: the pool's default data mode is `inplace` (docs/CONSISTENCY.md). A build
 /// that does not know it writes in the `atomic` mode, whose promise is the stronger.

@@ -220,7 +220,8 @@ impl<B: Backend> Namespace<B> {
         self.areas.repaired();
         let inos: Vec<u64> = keep.iter().map(|&(ino, _)| ino).collect();
         let l = self.pool.layout;
-        let used = match crate::log::recover_keeping(
+        crate::data::txn::repair_commit(&self.pool);
+        let mut used = match crate::log::recover_keeping(
             &self.pool.pm,
             &l,
             self.pool.cwon,
@@ -237,6 +238,9 @@ impl<B: Backend> Namespace<B> {
                 std::process::abort();
             }
         };
+        if let Some(t) = self.pool.txn() {
+            t.undo().mark(&mut used.blocks);
+        }
         self.pool.rebuild_allocators(&used);
         for (ino, n) in keep {
             if !l.ino_valid(ino) {

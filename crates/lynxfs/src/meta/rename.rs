@@ -100,6 +100,10 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
     ) -> Result<()> {
         self.op(|| {
+            // A hybrid pool's pending writes commit first: a rename over a file then
+            // never leaves the new name on data that a crash would roll back
+            // (`auto_da_alloc`, docs/CONSISTENCY.md "Hybrid pools").
+            self.pool.commit_pending()?;
             // Only a directory changing parent takes the namespace-wide lock; every
             // other rename learns that from its plan and runs beside the others.
             let mut serial = false;

@@ -20,6 +20,8 @@ pub struct RuntimeLayout {
     pub alloc: Range<usize>,
     /// The journals' lane locks and sequence numbers.
     pub journals: Range<usize>,
+    /// A hybrid pool's transactions (`data::txn`; unused in other pools).
+    pub txn: Range<usize>,
     /// The namespace's parts (see `meta::shared::Parts`).
     pub namespace: Vec<Range<usize>>,
     /// The change notices' ring (kept across repairs: its watchers stay registered).
@@ -43,6 +45,7 @@ impl RuntimeLayout {
         c.take(procs::bytes_needed(open_entries));
         let alloc = c.take(Allocators::bytes_needed(l));
         let journals = c.take(Journals::bytes_needed(l.lanes()));
+        let txn = c.take(crate::data::txn::Txn::BYTES);
         let namespace = Parts::carve(&mut c, l);
         let notices = c.take(Notices::bytes_needed());
         let descriptions = c.take(Descriptions::bytes_needed());
@@ -53,6 +56,7 @@ impl RuntimeLayout {
             descriptions,
             alloc,
             journals,
+            txn,
             namespace,
             total,
             open_entries,
