@@ -678,7 +678,8 @@ fn mkfs_a_small_pool_over_a_large_device() {
     assert!(v["space"]["blocks"]["total"].as_u64() < Some(64 << 20 >> 12));
     let o = lynxfs(&["info", s(&pool)]);
     assert!(
-        o.stdout.contains(&format!("device blocks:    0 used, {blocks} free")),
+        o.stdout
+            .contains(&format!("device blocks:    0 used, {blocks} free")),
         "{}",
         o.stdout
     );

@@ -384,7 +384,7 @@ fn a_failing_device_gives_eio_and_changes_nothing() {
     let fs = p.open().unwrap();
     let old = pattern(2 * BLOCK as usize, 9);
     write_file(&fs, "/f", &old);
-    let free = fs.pool().alloc.blocks.free_count();
+    let free = fs.pool().alloc.data_blocks().free_count();
     let fd = fs
         .session(Cred::root())
         .open("/f", libc::O_RDWR, 0)
@@ -396,7 +396,11 @@ fn a_failing_device_gives_eio_and_changes_nothing() {
         assert_eq!(e.errno(), libc::EIO, "write at {off}");
     }
     assert_eq!(fs.ftruncate(fd, 20 * BLOCK).unwrap_err().errno(), libc::EIO);
-    assert_eq!(fs.pool().alloc.blocks.free_count(), free, "blocks leaked");
+    assert_eq!(
+        fs.pool().alloc.data_blocks().free_count(),
+        free,
+        "blocks leaked"
+    );
     // Reads still work, and show the old bytes.
     assert_eq!(read_file(&fs, "/f").unwrap(), old);
     dev.fail(Fault::Full);
