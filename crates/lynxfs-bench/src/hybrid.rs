@@ -278,8 +278,8 @@ struct ExportTimes {
 fn export_rounds(files: usize, rounds: usize) -> anyhow::Result<Vec<ExportTimes>> {
     let pool = PoolFile(fresh_pool_path()?);
     let device = PoolFile(fresh_device_path()?);
-    // A hybrid pool's data area is as large as the pool's (the device's is laid out
-    // by the pool's geometry), so the pool must be sized for the files' blocks.
+    // The files' data blocks are the device's (8 times the pool by default); the pool
+    // holds their metadata.
     let mut opts = MkfsOptions::new(1 << 30);
     opts.inodes = Some((files as u64 * 2).max(1 << 12));
     opts.data_device = Some(device.0.clone());

@@ -644,3 +644,70 @@ fn mkfs_data_device_info_fsck_and_refusals() {
         );
     }
 }
+
+/// A small pool over a large device (`--device-size`): the device's blocks are its
+/// own, `info` shows them (text and JSON), fsck is clean; a device too small for a
+/// header, an export area and 16 blocks per lane, and `--device-size` without a
+/// device, are refused.
+#[test]
+fn mkfs_a_small_pool_over_a_large_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = (dir.path().join("pool"), dir.path().join("pool.dev"));
+    let o = lynxfs(&[
+        "mkfs",
+        "--size",
+        "64M",
+        "--lanes",
+        "2",
+        "--data-device",
+        s(&dev),
+        "--device-size",
+        "4G",
+        s(&pool),
+    ]);
+    assert!(o.status.success(), "mkfs: {}", o.stderr);
+    assert_eq!(std::fs::metadata(&dev).unwrap().len(), 4 << 30);
+    // 4 GiB less the header's MiB and a 64 MiB export area.
+    let blocks = ((4u64 << 30) - (1 << 20) - (64 << 20)) / 4096;
+    let o = lynxfs(&["info", "--json", s(&pool)]);
+    assert!(o.status.success(), "info --json: {}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let d = &v["space"]["device_blocks"];
+    assert_eq!(d["total"].as_u64(), Some(blocks), "{}", o.stdout);
+    assert_eq!(d["used"].as_u64(), Some(0), "{}", o.stdout);
+    assert!(v["space"]["blocks"]["total"].as_u64() < Some(64 << 20 >> 12));
+    let o = lynxfs(&["info", s(&pool)]);
+    assert!(
+        o.stdout
+            .contains(&format!("device blocks:    0 used, {blocks} free")),
+        "{}",
+        o.stdout
+    );
+    let o = lynxfs(&["fsck", s(&pool)]);
+    assert!(o.status.success(), "fsck: {} {}", o.stdout, o.stderr);
+    // An all-PM pool has no device blocks.
+    let pm = dir.path().join("pm");
+    assert!(lynxfs(&["mkfs", "--size", "8M", s(&pm)]).status.success());
+    let o = lynxfs(&["info", "--json", s(&pm)]);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert!(v["space"]["device_blocks"].is_null(), "{}", o.stdout);
+    // Too small: 64 MiB + 1 MiB hold no data block.
+    let (p2, d2) = (dir.path().join("p2"), dir.path().join("d2"));
+    let o = lynxfs(&[
+        "mkfs",
+        "--size",
+        "64M",
+        "--data-device",
+        s(&d2),
+        "--device-size",
+        "65M",
+        s(&p2),
+    ]);
+    assert!(!o.status.success());
+    assert!(o.stderr.contains("too small"), "{}", o.stderr);
+    assert!(!p2.exists() && !d2.exists());
+    let o = lynxfs(&["mkfs", "--size", "8M", "--device-size", "1G", s(&p2)]);
+    assert!(!o.status.success());
+    assert!(o.stderr.contains("--data-device"), "{}", o.stderr);
+    assert!(!p2.exists());
+}

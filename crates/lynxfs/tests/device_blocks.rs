@@ -180,7 +180,7 @@ fn a_full_device_gives_enospc_while_the_pool_has_room() {
     let s = fs.session(Cred::root());
     s.mkdir("/d", 0o755).unwrap();
     for i in 0..50 {
-        let fd = s.create(&format!("/d/empty{i}"), 0o644).unwrap();
+        let fd = s.create(format!("/d/empty{i}"), 0o644).unwrap();
         fs.close_fd(fd).unwrap();
     }
     s.symlink("/d/empty0", "/link").unwrap();
@@ -278,4 +278,37 @@ fn mkfs_refuses_a_device_too_small_or_a_pool_too_small_for_its_bitmap() {
     let mut o = MkfsOptions::new(16 * MIB);
     o.device_size = Some(64 * MIB);
     assert!(Pool::mkfs(&dir.path().join("p"), &o, PmemBackend::default()).is_err());
+}
+
+#[test]
+fn a_hybrid_pool_of_the_earlier_format_is_refused() {
+    use lynxfs::format::superblock::{INCOMPAT_DEVICE_BLOCKS, SB_LEN};
+    use lynxfs::format::{Geometry, Layout, Superblock};
+    use std::os::unix::fs::FileExt;
+    // A device small enough that its bitmap fits the saved state's padding: without
+    // the count, the regions are where they were.
+    let p = pair(16 * MIB, 64 * MIB);
+    let f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&p.pool)
+        .unwrap();
+    for off in [0, BLOCK] {
+        let mut b = [0u8; SB_LEN];
+        f.read_exact_at(&mut b, off).unwrap();
+        let mut sb = Superblock::decode(&b).unwrap();
+        sb.incompat &= !INCOMPAT_DEVICE_BLOCKS;
+        sb.geo = Geometry {
+            device_blocks: 0,
+            ..sb.geo
+        };
+        let old = Layout::compute(sb.geo).unwrap();
+        assert_eq!(old.state_len, sb.layout.state_len, "the regions moved");
+        sb.layout = old;
+        f.write_all_at(&sb.encode(), off).unwrap();
+    }
+    match Fs::<PmemBackend>::open(&p.pool) {
+        Ok(_) => panic!("a hybrid pool without a device block count opened"),
+        Err(e) => assert!(e.to_string().contains("earlier format"), "{e}"),
+    }
 }

@@ -393,7 +393,7 @@ fn a_failing_device_gives_eio_and_changes_nothing() {
     let fs = p.open().unwrap();
     let old = pattern(2 * BLOCK as usize, 9);
     write_file(&fs, "/f", &old);
-    let free = fs.pool().alloc.blocks.free_count();
+    let free = fs.pool().alloc.data_blocks().free_count();
     let fd = fs
         .session(Cred::root())
         .open("/f", libc::O_RDWR, 0)
@@ -406,7 +406,11 @@ fn a_failing_device_gives_eio_and_changes_nothing() {
     }
     // The commit's flush fails: fsync says so.
     assert_eq!(fs.fsync(fd).unwrap_err().errno(), libc::EIO);
-    assert_eq!(fs.pool().alloc.blocks.free_count(), free, "blocks leaked");
+    assert_eq!(
+        fs.pool().alloc.data_blocks().free_count(),
+        free,
+        "blocks leaked"
+    );
     // Reads still work, and show the old bytes.
     assert_eq!(read_file(&fs, "/f").unwrap(), old);
     dev.fail(Fault::Full);
@@ -913,7 +917,7 @@ fn blocks_an_uncommitted_original_names_are_not_reused_before_the_commit() {
     let p = pair();
     let fs = p.open().unwrap();
     write_synced(&fs, "/f", &pattern(4 * BLOCK as usize, 3));
-    let free = || fs.pool().alloc.blocks.free_count();
+    let free = || fs.pool().alloc.data_blocks().free_count();
     let before = free();
     // Copy-on-write overwrites: fresh blocks in, the old ones held back.
     rewrite(&fs, "/f", &pattern(4 * BLOCK as usize, 4), false);

@@ -470,6 +470,42 @@ mod tests {
     }
 
     #[test]
+    fn device_blocks_split_among_lanes_and_their_bitmap_ends_the_state() {
+        let pm = Layout::compute(Geometry::for_size(64 << 20, 3, None)).unwrap();
+        let geo = Geometry {
+            device_blocks: 1_000_001,
+            ..pm.geo
+        };
+        let l = Layout::compute(geo).unwrap();
+        assert!(!pm.has_device_blocks() && l.has_device_blocks());
+        let mut covered = 0;
+        for lane in 0..3 {
+            let r = l.lane_device_blocks(lane);
+            assert_eq!(r.start, covered);
+            covered = r.end;
+        }
+        assert_eq!(covered, 1_000_001);
+        // The bitmap (125 001 bytes) follows the other three, inside the state.
+        assert_eq!(
+            l.device_bitmap(),
+            l.state_bitmaps().2 + l.total_dentries().div_ceil(64) * 8
+        );
+        assert!(l.device_bitmap() + 1_000_001u64.div_ceil(64) * 8 <= l.state_off + l.state_len);
+        assert!(l.state_len >= pm.state_len + 125_001 - BLOCK);
+        assert!(l.data_blocks < pm.data_blocks);
+        // Regular files' extents name device blocks, symlinks' the pool's.
+        assert_eq!(l.extent_blocks(libc::S_IFREG | 0o644), 1_000_001);
+        assert_eq!(l.extent_blocks(libc::S_IFLNK | 0o777), l.data_blocks);
+        assert_eq!(pm.extent_blocks(libc::S_IFREG | 0o644), pm.data_blocks);
+        // Fewer than 16 per lane: refused.
+        assert!(Layout::compute(Geometry {
+            device_blocks: 47,
+            ..pm.geo
+        })
+        .is_none());
+    }
+
+    #[test]
     fn addresses_round_trip() {
         let l = Layout::compute(Geometry::for_size(64 << 20, 4, None)).unwrap();
         for id in [1, 2, l.total_dentries() - 1] {
