@@ -55,9 +55,12 @@ pub trait DataWriter {
 
     /// End the group. In persistent memory its writes are on their way: the next fence
     /// of this thread (the one before the metadata commit that publishes them) makes
-    /// them durable. On a data device they are durable when this returns (`fdatasync`,
-    /// a `Durable<Disk>`), before any commit that publishes them. An error (EIO,
-    /// ENOSPC) means some may not have reached the medium: the caller publishes none.
+    /// them durable. On a data device of a pool with transactions they are in the page
+    /// cache, and the commit of the transaction the caller joined (`data::txn`)
+    /// flushes them before the inode's original is dropped; on one without, they are
+    /// durable when this returns (`fdatasync`, a `Durable<Disk>`), before any commit
+    /// that publishes them. An error (EIO, ENOSPC) means some may not have reached the
+    /// medium: the caller publishes none.
     fn flushed(self) -> Result<()>;
 }
 
