@@ -171,19 +171,6 @@ impl Device {
         self.file.write_all_at(bytes, off)
     }
 
-    /// Write `len` zero bytes from byte `at` of block `blk` on.
-    pub fn zero(&self, blk: u64, at: u64, len: usize) -> std::io::Result<()> {
-        static ZEROS: [u8; BLOCK as usize] = [0; BLOCK as usize];
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(ZEROS.len());
-            let pos = at + done as u64;
-            self.write(blk + pos / BLOCK, pos % BLOCK, &ZEROS[..n])?;
-            done += n;
-        }
-        Ok(())
-    }
-
     /// Make every write so far durable: `fdatasync` (which also flushes the disk's
     /// volatile cache).
     pub fn sync(&self) -> std::io::Result<Durable<Disk>> {
