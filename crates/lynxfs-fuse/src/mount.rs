@@ -355,10 +355,13 @@ struct Serving<B: Backend> {
     session: Session<LynxFuse<B>>,
     forward: crate::forward::Forward<B>,
     device: std::os::fd::OwnedFd,
+    /// A hybrid pool's commit timer (`commit=`), a thread too.
+    commit: (Arc<Fs<B>>, Duration),
 }
 
 impl<B: Backend> Serving<B> {
     fn start_notices(&self) -> std::io::Result<()> {
+        self.commit.0.commit_every(self.commit.1);
         let device = self.device.try_clone()?;
         self.forward.start(self.session.notifier(), device)
     }
@@ -396,7 +399,6 @@ fn session<B: Backend>(
     pool.populate();
     let fs = Arc::new(Fs::new(pool));
     fs.set_atime(o.atime);
-    fs.commit_every(o.commit.unwrap_or(lynxfs::data::txn::DEFAULT_INTERVAL));
     let mut fuse = LynxFuse::new(fs.clone(), o.entry_timeout, o.attr_timeout, o.read_only);
     if o.daemon_permissions {
         fuse = fuse.without_kernel_acls();
@@ -436,6 +438,7 @@ fn session<B: Backend>(
                 session: s,
                 forward,
                 device,
+                commit: (fs, o.commit.unwrap_or(lynxfs::data::txn::DEFAULT_INTERVAL)),
             };
             Ok((Box::new(serving), mount))
         }

@@ -713,7 +713,7 @@ impl<B: Backend> Pool<B> {
         }
         // What this process wrote is durable before the pool is marked clean (a failed
         // flush leaves the originals for the next open to restore).
-        let _ = self.commit();
+        let _ = self.commit_pending();
         match &self.runtime {
             Some(a) => a.detach(|| self.save_clean()),
             None => self.save_clean(),

@@ -157,6 +157,9 @@ impl<B: Backend> Fs<B> {
             let _ = self.close_fd(fd);
         }
         self.forget_all();
-        self.ns.close()
+        // A hybrid pool's commit inside an operation (see `sync`); the pool's close
+        // then finds nothing pending.
+        let committed = self.sync();
+        self.ns.close().and(committed)
     }
 }

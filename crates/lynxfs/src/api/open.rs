@@ -261,7 +261,9 @@ impl<B: Backend> Fs<B> {
                 let Some(fs) = weak.upgrade() else {
                     return;
                 };
-                let _ = fs.ns.pool.commit_pending();
+                // Inside an operation (`sync`), so a repair never rebuilds the
+                // transaction's lock words under this thread.
+                let _ = fs.sync();
             });
         // Without the thread, writes still commit once the interval has passed.
         drop(spawned);

@@ -55,9 +55,12 @@ pub trait DataWriter {
 
     /// End the group. In persistent memory its writes are on their way: the next fence
     /// of this thread (the one before the metadata commit that publishes them) makes
-    /// them durable. On a data device they are durable when this returns (`fdatasync`,
-    /// a `Durable<Disk>`), before any commit that publishes them. An error (EIO,
-    /// ENOSPC) means some may not have reached the medium: the caller publishes none.
+    /// them durable. On a data device of a pool with transactions they are in the page
+    /// cache, and the commit of the transaction the caller joined (`data::txn`)
+    /// flushes them before the inode's original is dropped; on one without, they are
+    /// durable when this returns (`fdatasync`, a `Durable<Disk>`), before any commit
+    /// that publishes them. An error (EIO, ENOSPC) means some may not have reached the
+    /// medium: the caller publishes none.
     fn flushed(self) -> Result<()>;
 }
 
@@ -204,6 +207,7 @@ impl<B: Backend> DataStore for DiskData<'_, B> {
             backend: self.backend,
             failed: None,
             txn: self.txn,
+            run: Run::default(),
         }
     }
 
@@ -212,40 +216,82 @@ impl<B: Backend> DataStore for DiskData<'_, B> {
     }
 }
 
-/// Data writes to the device: each `pwrite` at once, the group's `fdatasync` at the
-/// end. The first failure is kept (later writes of the group are skipped) and
-/// returned by [`DataWriter::flushed`].
+/// Data writes to the device: pieces that follow each other on the device gathered
+/// into one `pwrite` (a 1 MiB write is 256 block pieces), the group's `fdatasync` at
+/// the end (pools without transactions). The first failure is kept (later writes of
+/// the group are skipped) and returned by [`DataWriter::flushed`].
 pub struct DiskWriter<'a, B: Backend> {
     dev: &'a Device,
     backend: &'a B,
     failed: Option<std::io::Error>,
     txn: bool,
+    run: Run,
+}
+
+/// Bytes gathered for one `pwrite` at byte `at` of block `blk`.
+#[derive(Default)]
+struct Run {
+    blk: u64,
+    at: u64,
+    bytes: Vec<u8>,
+}
+
+/// The most bytes gathered before they are written (8 MiB).
+const RUN_MAX: usize = 8 << 20;
+
+impl<B: Backend> DiskWriter<'_, B> {
+    /// Gather `bytes` (zeros when `None`) for byte `at` of block `blk` on: appended
+    /// to the run when they follow it on the device, else the run is written first.
+    fn gather(&mut self, blk: u64, at: u64, len: usize, bytes: Option<&[u8]>) {
+        if self.failed.is_some() {
+            return;
+        }
+        let here = blk * BLOCK + at;
+        let r = &self.run;
+        if !r.bytes.is_empty() && r.blk * BLOCK + r.at + r.bytes.len() as u64 != here {
+            self.write_run();
+        }
+        if self.run.bytes.is_empty() {
+            self.run.blk = blk;
+            self.run.at = at;
+        }
+        match bytes {
+            Some(b) => self.run.bytes.extend_from_slice(b),
+            None => self.run.bytes.resize(self.run.bytes.len() + len, 0),
+        }
+        if self.run.bytes.len() >= RUN_MAX {
+            self.write_run();
+        }
+    }
+
+    /// Write the gathered run (one `pwrite`).
+    fn write_run(&mut self) {
+        if self.run.bytes.is_empty() || self.failed.is_some() {
+            return;
+        }
+        let Run { blk, at, bytes } = &self.run;
+        self.failed = self.dev.write(*blk, *at, bytes).err();
+        if self.failed.is_none() {
+            self.backend
+                .device_written(self.dev.physical(*blk) + at, bytes);
+        }
+        self.run.bytes.clear();
+    }
 }
 
 impl<B: Backend> DataWriter for DiskWriter<'_, B> {
     fn write(&mut self, blk: u64, at: u64, bytes: &[u8]) -> &mut Self {
-        if self.failed.is_none() {
-            self.failed = self.dev.write(blk, at, bytes).err();
-            if self.failed.is_none() {
-                let off = self.dev.physical(blk) + at;
-                self.backend.device_written(off, bytes);
-            }
-        }
+        self.gather(blk, at, bytes.len(), Some(bytes));
         self
     }
 
     fn zero(&mut self, blk: u64, at: u64, len: usize) -> &mut Self {
-        if self.failed.is_none() {
-            self.failed = self.dev.zero(blk, at, len).err();
-            if self.failed.is_none() {
-                let off = self.dev.physical(blk) + at;
-                self.backend.device_zeroed(off, len);
-            }
-        }
+        self.gather(blk, at, len, None);
         self
     }
 
-    fn flushed(self) -> Result<()> {
+    fn flushed(mut self) -> Result<()> {
+        self.write_run();
         if let Some(e) = self.failed {
             return Err(device_error(e));
         }

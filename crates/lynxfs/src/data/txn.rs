@@ -473,7 +473,7 @@ pub fn roll_back<B: Backend>(pm: &Pm<B>, l: &Layout, undo: UndoArea) -> usize {
             }
         }
     }
-    recs.sort_unstable_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+    recs.sort_unstable_by_key(|r| std::cmp::Reverse((r.0, r.1)));
     let mut restored = 0;
     for &(_, _, rec) in &recs {
         let ino = pm.load_u64(rec + R_INO);
