@@ -561,8 +561,8 @@ fn a_read_only_open_and_an_export_leave_the_export_current() {
     assert_eq!((second.header.generation, second.replaced), (2, Some(1)));
     let h = DataDevice::open(&dev).unwrap().header;
     let d = OpenOptions::new().write(true).open(&dev).unwrap();
-    d.write_all_at(&[0u8; 4096], h.export_off + (2 % 2) * 4096)
-        .unwrap();
+    // Generation 2's header is copy 0, at the area's start.
+    d.write_all_at(&[0u8; 4096], h.export_off).unwrap();
     let e = DataDevice::open(&dev)
         .unwrap()
         .read_export(IfStale::Refuse)
@@ -581,7 +581,8 @@ fn a_crash_during_the_stale_mark_leaves_the_export_current_and_the_next_open_mar
     let before = listing(&pool);
     export_hybrid(&pool, PmemBackend::default()).unwrap();
     let h = DataDevice::open(&dev).unwrap().header;
-    let mark_at = h.export_off + (2 % 2) * 4096;
+    // The mark (generation 2) goes to copy 0, the export (1) is in copy 1.
+    let mark_at = h.export_off;
     let d = OpenOptions::new()
         .read(true)
         .write(true)
