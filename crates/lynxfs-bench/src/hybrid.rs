@@ -34,7 +34,7 @@ use anyhow::{bail, Context};
 use tempfile::TempDir;
 
 use lynxfs::pmem::PmemBackend;
-use lynxfs::pool::export::{export_hybrid, DataDevice};
+use lynxfs::pool::export::{export_hybrid, DataDevice, IfStale};
 use lynxfs::{Cred, Fs, MkfsOptions};
 
 use crate::lib_target::{fresh_pool_path, to_io, PoolFile};
@@ -295,7 +295,7 @@ fn export_rounds(files: usize, rounds: usize) -> anyhow::Result<Vec<ExportTimes>
         let imported = PoolFile(fresh_pool_path()?);
         let start = Instant::now();
         DataDevice::open(&device.0)
-            .and_then(|d| d.import(&imported.0))
+            .and_then(|d| d.import(&imported.0, IfStale::Refuse))
             .map_err(to_io)?;
         let import = start.elapsed().as_secs_f64();
         out.push(ExportTimes {

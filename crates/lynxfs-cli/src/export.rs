@@ -4,9 +4,14 @@
 //! `lynxfs::pool::export`, docs/CONSISTENCY.md "Exports").
 //!
 //! Without persistent memory, the device's export is imported into a temporary pool in
-//! /dev/shm (DRAM), which is checked or mounted; a mount exports it back to the device
-//! when it ends and removes it. `lynxfs umount` waits for that (the temporary pool's
-//! name says it is one: [`PMLESS_PREFIX`]).
+//! /dev/shm (DRAM), which is checked or mounted; a read-write mount exports it back to
+//! the device when it ends and removes it. `lynxfs umount` waits for that (the
+//! temporary pool's name says it is one: [`PMLESS_PREFIX`]).
+//!
+//! A stale export (its pool opened read-write since) is refused by all of them; with
+//! `--stale`, `fsck DEVICE` and `mount -o ro DEVICE` look at it anyway, read-only, and
+//! never export it back (that would hide the mark). `import` has no such flag: the
+//! pool it makes is read-write, and its files' blocks may be another pool's now.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use lynxfs::pmem::{MsyncBackend, PmemBackend};
-use lynxfs::pool::export::{export_hybrid, DataDevice, ExportReport};
+use lynxfs::pool::export::{export_hybrid, DataDevice, Export, ExportReport, IfStale};
 
 use crate::backend::BackendKind;
 
@@ -60,14 +65,11 @@ fn describe(pool: &Path, r: &ExportReport, took: Duration) -> String {
 /// `lynxfs import DEVICE NEWPOOL`.
 pub fn import(device: &Path, new_pool: &Path) -> Result<()> {
     let start = Instant::now();
-    let e = DataDevice::open(device)
-        .and_then(|d| d.import(new_pool))
-        .with_context(|| format!("importing {} into {}", device.display(), new_pool.display()))?;
-    if let Some(why) = &e.skipped {
-        eprintln!(
-            "lynxfs: warning: the newest export was not usable ({why}); imported an older one"
-        );
-    }
+    let what = || format!("importing {} into {}", device.display(), new_pool.display());
+    let dev = DataDevice::open(device).with_context(what)?;
+    let e =
+        read_with_leftovers(&dev, |d| d.import(new_pool, IfStale::Refuse)).with_context(what)?;
+    warn_skipped(&e, "imported");
     println!(
         "{}: pool rebuilt from {}'s export of generation {} ({} blocks), in {:.3} s",
         new_pool.display(),
@@ -79,6 +81,45 @@ pub fn import(device: &Path, new_pool: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Says why the newest export was passed over, if it was.
+fn warn_skipped(e: &Export, used: &str) {
+    if let Some(why) = &e.skipped {
+        eprintln!("lynxfs: warning: the newest export was not usable ({why}); {used} an older one");
+    }
+}
+
+/// `dev`'s export, or why not, mentioning the temporary pools that mounts of the
+/// device without persistent memory left in /dev/shm (a session that crashed left the
+/// device's export stale, and its metadata there).
+fn read_with_leftovers(
+    dev: &DataDevice,
+    read: impl FnOnce(&DataDevice) -> lynxfs::Result<Export>,
+) -> Result<Export> {
+    let err = match read(dev) {
+        Ok(e) => return Ok(e),
+        Err(e) => anyhow::Error::from(e),
+    };
+    let prefix = format!(
+        "{PMLESS_PREFIX}{}.",
+        lynxfs::format::device::uuid_text(&dev.header.device_uuid)
+    );
+    let found: Vec<String> = std::fs::read_dir(SHM)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path().display().to_string())
+        .collect();
+    Err(match found.is_empty() {
+        true => err,
+        false => err.context(format!(
+            "a mount of this device without persistent memory left its metadata in {}: if \
+             that session ended without exporting, `lynxfs export` that pool",
+            found.join(", ")
+        )),
+    })
+}
+
 /// Is `path` a data device (rather than a pool)?
 pub fn is_device(path: &Path) -> bool {
     DataDevice::is_device(path)
@@ -88,7 +129,8 @@ pub fn is_device(path: &Path) -> bool {
 struct TempPool(PathBuf);
 
 impl TempPool {
-    fn import(device: &Path) -> Result<(TempPool, DataDevice)> {
+    /// `if_stale`: [`IfStale::Read`] only for a read-only look (`--stale`).
+    fn import(device: &Path, if_stale: IfStale) -> Result<(TempPool, DataDevice)> {
         let dev = DataDevice::open(device).with_context(|| format!("{}", device.display()))?;
         let name = format!(
             "{PMLESS_PREFIX}{}.{}.pool",
@@ -96,12 +138,16 @@ impl TempPool {
             std::process::id()
         );
         let path = Path::new(SHM).join(name);
-        let e = dev
-            .import(&path)
+        let e = read_with_leftovers(&dev, |d| d.import(&path, if_stale))
             .with_context(|| format!("reading {}'s export", device.display()))?;
-        if let Some(why) = &e.skipped {
+        warn_skipped(&e, "using");
+        if e.stale {
             eprintln!(
-                "lynxfs: warning: the newest export was not usable ({why}); using an older one"
+                "lynxfs: warning: {}'s export (generation {}) is stale: its pool was opened \
+                 read-write since, so files may show bytes of other files or of later \
+                 writes; looking at it read-only",
+                device.display(),
+                e.header.generation
             );
         }
         Ok((TempPool(path), dev))
@@ -114,10 +160,10 @@ impl Drop for TempPool {
     }
 }
 
-/// `lynxfs fsck DEVICE`: the device's export checked as a pool (read-only: the check
-/// changes nothing on the device).
-pub fn fsck_device(device: &Path, kind: BackendKind, json: bool) -> Result<ExitCode> {
-    let (tmp, _) = TempPool::import(device)?;
+/// `lynxfs fsck [--stale] DEVICE`: the device's export checked as a pool (read-only:
+/// the check changes nothing on the device).
+pub fn fsck_device(device: &Path, kind: BackendKind, json: bool, stale: bool) -> Result<ExitCode> {
+    let (tmp, _) = TempPool::import(device, if_stale(stale))?;
     if !json {
         println!(
             "{}: checking its export, imported into {}",
@@ -128,16 +174,37 @@ pub fn fsck_device(device: &Path, kind: BackendKind, json: bool) -> Result<ExitC
     Ok(crate::fsck::run(&tmp.0, false, kind, json))
 }
 
-/// `lynxfs mount DEVICE DIR`: serves the device without persistent memory, from a
-/// pool in /dev/shm imported from its export, exported back when the mount ends.
+fn if_stale(stale: bool) -> IfStale {
+    match stale {
+        true => IfStale::Read,
+        false => IfStale::Refuse,
+    }
+}
+
+/// `lynxfs mount [--stale] DEVICE DIR`: serves the device without persistent memory,
+/// from a pool in /dev/shm imported from its export, exported back when a read-write
+/// mount ends. `--stale` (a stale export) only with `-o ro`.
 pub fn mount_device(
     device: &Path,
     mountpoint: &Path,
     foreground: bool,
     options: &[String],
+    stale: bool,
 ) -> Result<()> {
-    let (tmp, _) = TempPool::import(device)?;
+    let read_only = crate::mount::read_only(options)?;
+    if stale && !read_only {
+        anyhow::bail!(
+            "{}: --stale mounts a stale export read-only only (add -o ro): its files' \
+             blocks may be another pool's now",
+            device.display()
+        );
+    }
+    let (tmp, _) = TempPool::import(device, if_stale(stale))?;
     crate::mount::mount(&tmp.0, mountpoint, foreground, options)?;
+    if read_only {
+        // Nothing changed: the device's export (or its stale mark) stays as it is.
+        return Ok(());
+    }
     // The mount has ended (in the daemon, when detached) and the pool is closed:
     // the device gets its metadata back, then the temporary pool goes.
     if let Err(e) = export_with(&tmp.0, BackendKind::pick(None, &tmp.0)) {

@@ -117,11 +117,16 @@ enum Cmd {
     },
     /// Check a pool; with --repair, fix it. Exit code: 0 clean, 1 errors corrected,
     /// 4 errors left uncorrected, 8 operational error. Given a hybrid pool's data
-    /// device, checks the pool its export holds (read-only).
+    /// device, checks the pool its export holds (read-only); a stale export (its pool
+    /// opened read-write since) is refused unless --stale.
     Fsck {
         /// Fix what is found (forces the recovery walk).
         #[arg(long)]
         repair: bool,
+        /// For a data device: check its export even if stale (the pool was opened
+        /// read-write after it was made, so it may name blocks since reused).
+        #[arg(long)]
+        stale: bool,
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
         backend: Option<BackendKind>,
@@ -135,7 +140,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Mount a pool with FUSE. Given a hybrid pool's data device instead, serves the
     /// device alone, without persistent memory: its export is imported into a pool in
-    /// /dev/shm, which is exported back to the device when the mount ends.
+    /// /dev/shm, which is exported back to the device when a read-write mount ends. A
+    /// stale export (its pool opened read-write since) is refused unless --stale -o ro.
     ///
     /// Without -f, returns once the mount is ready and serves from the background.
     /// `lynxfs mount --help` lists the -o options, as mount.lynxfs(8) does.
@@ -146,6 +152,10 @@ enum Cmd {
         /// Mount options, comma-separated; may be given more than once.
         #[arg(short = 'o')]
         options: Vec<String>,
+        /// For a data device: serve its export even if stale, read-only (-o ro): to
+        /// copy files out when the pool is lost; they may show other files' bytes.
+        #[arg(long)]
+        stale: bool,
         pool: PathBuf,
         mountpoint: PathBuf,
     },
@@ -301,14 +311,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Fsck {
             repair,
+            stale,
             backend,
             json,
             pool,
         } if export::is_device(&pool) && !repair => {
-            export::fsck_device(&pool, BackendKind::pick(backend, &pool), json)
+            export::fsck_device(&pool, BackendKind::pick(backend, &pool), json, stale)
+        }
+        Cmd::Fsck { stale: true, .. } => {
+            anyhow::bail!("--stale applies to a data device's export, checked without --repair")
         }
         Cmd::Fsck {
             repair,
+            stale: false,
             backend,
             json,
             pool,
@@ -325,11 +340,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Mount {
             foreground,
             options,
+            stale,
             pool,
             mountpoint,
         } => {
             if export::is_device(&pool) {
-                export::mount_device(&pool, &mountpoint, foreground, &options)?;
+                export::mount_device(&pool, &mountpoint, foreground, &options, stale)?;
+            } else if stale {
+                anyhow::bail!("--stale applies to a data device's export, not to a pool");
             } else {
                 mount::mount(&pool, &mountpoint, foreground, &options)?;
             }

@@ -40,6 +40,15 @@ pub fn mount(pool: &Path, mountpoint: &Path, foreground: bool, options: &[String
     prepared.run(Some(signals))
 }
 
+/// Whether these `-o` options make a read-only mount (checked as the mount checks them).
+pub fn read_only(options: &[String]) -> Result<bool> {
+    let mut opts = MountOptions::default();
+    for o in options {
+        opts.apply(o)?;
+    }
+    Ok(opts.read_only)
+}
+
 fn threads_in_process() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status

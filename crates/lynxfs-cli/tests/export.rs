@@ -49,15 +49,16 @@ struct Mount<'a>(&'a Path);
 
 impl<'a> Mount<'a> {
     fn new(source: &Path, mnt: &'a Path) -> Mount<'a> {
+        Mount::with(source, mnt, &[])
+    }
+
+    /// A mount with these arguments before the source.
+    fn with(source: &Path, mnt: &'a Path, extra: &[&str]) -> Mount<'a> {
         // noatime: the listings read every file, which must not change the atimes
         // they compare.
-        let args = [
-            Path::new("mount"),
-            Path::new("-o"),
-            Path::new("noatime"),
-            source,
-            mnt,
-        ];
+        let mut args = vec![Path::new("mount"), Path::new("-o"), Path::new("noatime")];
+        args.extend(extra.iter().map(Path::new));
+        args.extend([source, mnt]);
         ok(run(&args), "mount");
         wait_until("the mount", Duration::from_secs(60), || mounted(mnt));
         Mount(mnt)
@@ -305,11 +306,48 @@ fn a_tree_moves_with_its_device_and_is_served_without_persistent_memory() {
     assert!(out.contains("rebuilt"), "{out}");
     let m = Mount::new(&new_pool, &mnt);
     assert_eq!(listing(&mnt), before);
+    std::fs::write(mnt.join("moved-on"), b"after the export").unwrap();
     m.umount(false);
+    // The pool moved on after its export: every use of the device's export is refused,
+    // saying why and what to do, and changes nothing.
+    let other = PathBuf::from(format!("{}.other", pool.display()));
+    let p = Path::new;
+    for (args, what) in [
+        (vec![p("import"), &dev, &other], "import"),
+        (vec![p("fsck"), &dev], "fsck"),
+        (vec![p("mount"), &dev, &mnt], "mount"),
+    ] {
+        let err = fails(run(&args), what);
+        assert!(err.contains("the export is stale"), "{what}: {err}");
+        assert!(err.contains("export it again"), "{what}: {err}");
+    }
+    assert!(!other.exists() && !mounted(&mnt));
+    // Looked at anyway, read-only only: the tree as exported, and it stays stale.
+    let out = ok(run(&[p("fsck"), p("--stale"), &dev]), "fsck --stale");
+    assert!(out.contains("checking its export"), "{out}");
+    let err = fails(
+        run(&[p("mount"), p("--stale"), &dev, &mnt]),
+        "mount --stale",
+    );
+    assert!(err.contains("-o ro"), "{err}");
+    let m = Mount::with(&dev, &mnt, &["-o", "ro", "--stale"]);
+    assert_eq!(listing(&mnt), before);
+    m.umount(false);
+    let err = fails(run(&[p("fsck"), &dev]), "fsck after the look");
+    assert!(err.contains("the export is stale"), "{err}");
+    // Exported again, the device holds the pool as it is now.
+    ok(run(&[p("export"), &new_pool]), "export again");
     ok(run(&[Path::new("fsck"), &dev]), "fsck DEVICE");
+    let m = Mount::new(&new_pool, &mnt);
+    let now = listing(&mnt);
+    m.umount(true);
+    assert!(now.contains_key(Path::new("moved-on")), "{now:#?}");
+    let m = Mount::new(&dev, &mnt);
+    assert_eq!(listing(&mnt), now);
+    m.umount(false);
     // Served from the device alone; a change made there is exported back.
     let m = Mount::new(&dev, &mnt);
-    assert_eq!(listing(&mnt), before);
+    assert_eq!(listing(&mnt), now);
     std::fs::write(mnt.join("added"), b"without PM").unwrap();
     m.umount(false);
     std::fs::remove_file(&new_pool).unwrap();

@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 pub mod device;
 pub mod export;
+use export::OpenFor;
 mod file;
 mod mode;
 mod runtime_layout;
@@ -345,6 +346,19 @@ impl<B: Backend> Pool<B> {
         progress: &dyn Progress,
         device: Option<&Path>,
     ) -> Result<Pool<B>> {
+        Self::open_for(path, access, backend, progress, device, OpenFor::Use)
+    }
+
+    /// [`Pool::open_with_device`]; `purpose` says whether a read-write open of a hybrid
+    /// pool marks its device's export stale (`export::OpenFor`).
+    pub(crate) fn open_for(
+        path: &Path,
+        access: Access,
+        backend: B,
+        progress: &dyn Progress,
+        device: Option<&Path>,
+        purpose: OpenFor,
+    ) -> Result<Pool<B>> {
         file::check_link(path)?;
         let file = OpenOptions::new()
             .read(true)
@@ -408,7 +422,9 @@ impl<B: Backend> Pool<B> {
         };
         let pm = Pm::new(map, backend);
         let found = match sb.data_device {
-            Some(_) => Some(Box::new(device::attach(&pm, path, &sb, access, device)?)),
+            Some(_) => Some(Box::new(device::attach(
+                &pm, path, &sb, access, device, purpose,
+            )?)),
             None => None,
         };
         let attachment = match access {

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use lynxfs::pmem::{Backend, PmemBackend};
-use lynxfs::pool::export::{export_hybrid, DataDevice};
+use lynxfs::pool::export::{export_hybrid, DataDevice, IfStale};
 use lynxfs::{Cred, Error, Fs, MkfsOptions, Pool};
 
 const MIB: u64 = 1 << 20;
@@ -233,7 +233,10 @@ fn export_and_import_keep_the_device_numbering() {
     export_hybrid(&p.pool, PmemBackend::default()).unwrap();
     std::fs::remove_file(&p.pool).unwrap();
     let new_pool = p.disk.path().join("imported");
-    DataDevice::open(&p.dev).unwrap().import(&new_pool).unwrap();
+    DataDevice::open(&p.dev)
+        .unwrap()
+        .import(&new_pool, IfStale::Refuse)
+        .unwrap();
     let fs = Fs::<PmemBackend>::open(&new_pool).unwrap();
     assert!(fs.pool().layout.data_blocks * BLOCK < 5 * CHUNK as u64);
     for f in 0..5 {

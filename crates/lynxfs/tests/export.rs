@@ -9,8 +9,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use lynxfs::pmem::PmemBackend;
-use lynxfs::pool::export::{export, export_hybrid, read_export, DataDevice, ExportArea};
-use lynxfs::{Cred, Fs, MkfsOptions, Pool, TimeSet, Timestamp};
+use lynxfs::pool::export::{export, export_hybrid, read_export, DataDevice, ExportArea, IfStale};
+use lynxfs::{Access, Cred, Fs, MkfsOptions, Pool, TimeSet, Timestamp};
 
 const POOL_SIZE: u64 = 32 << 20;
 /// The area at the start of a plain file standing in for the device.
@@ -62,7 +62,13 @@ impl Setup {
     }
     /// Imports the device's current export into a new pool file named `name`.
     fn import(&self, name: &str) -> lynxfs::Result<PathBuf> {
-        let e = read_export(&self.device(), &self.device_path(), AREA, None)?;
+        let e = read_export(
+            &self.device(),
+            &self.device_path(),
+            AREA,
+            None,
+            IfStale::Refuse,
+        )?;
         let path = self.dir.path().join(name);
         e.import(&path)?;
         Ok(path)
@@ -256,7 +262,7 @@ fn an_export_crashed_before_its_header_leaves_the_previous_one_importable() {
     let slot = AREA.start + 2 * 4096 + u64::from(second.header.slot) * AREA.slot_len();
     dev.write_all_at(&vec![0xeeu8; 1 << 20], slot + 4096)
         .unwrap();
-    let e = read_export(&dev, &s.device_path(), AREA, None).unwrap();
+    let e = read_export(&dev, &s.device_path(), AREA, None, IfStale::Refuse).unwrap();
     assert_eq!(e.header.generation, 1);
     assert_eq!(listing(&s.import("first").unwrap()), at_first);
     // The next export goes to the slot the surviving one does not use.
@@ -276,7 +282,7 @@ fn a_torn_header_or_slot_falls_back_and_a_ruined_device_is_refused() {
     // A header torn at its last bytes: its checksum fails, the older copy is used.
     let h2 = AREA.start + (second.header.generation % 2) * 4096;
     dev.write_all_at(&[0xffu8; 8], h2 + 60).unwrap();
-    let e = read_export(&dev, &s.device_path(), AREA, None).unwrap();
+    let e = read_export(&dev, &s.device_path(), AREA, None, IfStale::Refuse).unwrap();
     assert_eq!(e.header.generation, first.header.generation);
     assert!(e.skipped.is_none());
     // The older slot damaged too (a byte of its image): nothing is usable, and the
@@ -285,7 +291,7 @@ fn a_torn_header_or_slot_falls_back_and_a_ruined_device_is_refused() {
     let mut b = [0u8; 1];
     dev.read_exact_at(&mut b, slot1 + 100).unwrap();
     dev.write_all_at(&[b[0] ^ 1], slot1 + 100).unwrap();
-    let err = read_export(&dev, &s.device_path(), AREA, None)
+    let err = read_export(&dev, &s.device_path(), AREA, None, IfStale::Refuse)
         .expect_err("a ruined export is refused")
         .to_string();
     assert!(err.contains("no usable export"), "{err}");
@@ -303,7 +309,7 @@ fn a_torn_header_or_slot_falls_back_and_a_ruined_device_is_refused() {
 fn a_foreign_export_an_empty_area_and_an_existing_target_are_refused() {
     let s = Setup::new();
     let dev = s.device();
-    let err = read_export(&dev, &s.device_path(), AREA, None)
+    let err = read_export(&dev, &s.device_path(), AREA, None, IfStale::Refuse)
         .expect_err("no export yet")
         .to_string();
     assert!(err.contains("no export header"), "{err}");
@@ -311,11 +317,11 @@ fn a_foreign_export_an_empty_area_and_an_existing_target_are_refused() {
     let uuid = Fs::open(&s.pool()).unwrap().pool().superblock().uuid;
     let mut other = uuid;
     other[0] ^= 0xff;
-    let err = read_export(&dev, &s.device_path(), AREA, Some(other))
+    let err = read_export(&dev, &s.device_path(), AREA, Some(other), IfStale::Refuse)
         .expect_err("another pool's export")
         .to_string();
     assert!(err.contains("belongs to pool"), "{err}");
-    assert!(read_export(&dev, &s.device_path(), AREA, Some(uuid)).is_ok());
+    assert!(read_export(&dev, &s.device_path(), AREA, Some(uuid), IfStale::Refuse).is_ok());
     // An existing file is never replaced by an import.
     std::fs::write(s.dir.path().join("taken"), b"mine").unwrap();
     assert!(s.import("taken").is_err());
@@ -341,7 +347,7 @@ fn an_export_that_does_not_fit_changes_nothing() {
     .expect_err("too small")
     .to_string();
     assert!(err.contains("does not fit"), "{err}");
-    assert!(read_export(&dev, &s.device_path(), small, None).is_err());
+    assert!(read_export(&dev, &s.device_path(), small, None, IfStale::Refuse).is_err());
     // The pool is unharmed and still opens.
     assert!(!listing(&s.pool()).is_empty());
 }
@@ -377,16 +383,17 @@ fn a_hybrid_pool_moves_with_its_device_alone() {
     let dir = tempfile::tempdir().unwrap();
     let (pool, dev) = hybrid(dir.path());
     populate(&pool);
+    // Listed before the export: any read-write open after it makes it stale.
+    let before = listing(&pool);
     let report = export_hybrid(&pool, PmemBackend::default()).unwrap();
     assert_eq!(report.header.generation, 1);
-    let before = listing(&pool);
     // The persistent memory is lost, and the disk moves (another path).
     std::fs::remove_file(&pool).unwrap();
     let moved = dir.path().join("moved-dev");
     std::fs::rename(&dev, &moved).unwrap();
     let device = DataDevice::open(&moved).unwrap();
     let new_pool = dir.path().join("new-pool");
-    device.import(&new_pool).unwrap();
+    device.import(&new_pool, IfStale::Refuse).unwrap();
     // The new pool finds its device where it is now, and has the same tree and data.
     assert_eq!(listing(&new_pool), before);
     let fs = Fs::open(&new_pool).unwrap();
@@ -403,13 +410,18 @@ fn a_hybrid_pool_moves_with_its_device_alone() {
         drop(s);
         fs.close().unwrap();
     }
-    let again = export_hybrid(&new_pool, PmemBackend::default()).unwrap();
-    assert_eq!(again.header.generation, 2);
-    assert_ne!(again.header.slot, report.header.slot);
     let after = listing(&new_pool);
+    let again = export_hybrid(&new_pool, PmemBackend::default()).unwrap();
+    // Generation 2 was the stale mark of the new pool's first read-write open.
+    assert_eq!(again.header.generation, 3);
+    assert_eq!(again.replaced, Some(2));
+    assert_ne!(again.header.slot, report.header.slot);
     std::fs::remove_file(&new_pool).unwrap();
     let third = dir.path().join("third-pool");
-    DataDevice::open(&moved).unwrap().import(&third).unwrap();
+    DataDevice::open(&moved)
+        .unwrap()
+        .import(&third, IfStale::Refuse)
+        .unwrap();
     assert_eq!(listing(&third), after);
 }
 
@@ -420,7 +432,7 @@ fn a_device_is_refused_when_it_is_not_one_or_holds_another_pools_export() {
     // Nothing exported yet.
     let err = DataDevice::open(&dev)
         .unwrap()
-        .import(&dir.path().join("x"))
+        .import(&dir.path().join("x"), IfStale::Refuse)
         .expect_err("no export")
         .to_string();
     assert!(err.contains("no usable export"), "{err}");
@@ -444,7 +456,7 @@ fn a_device_is_refused_when_it_is_not_one_or_holds_another_pools_export() {
         .unwrap();
     let err = DataDevice::open(&other_dev)
         .unwrap()
-        .import(&other.path().join("x"))
+        .import(&other.path().join("x"), IfStale::Refuse)
         .expect_err("a foreign export")
         .to_string();
     assert!(err.contains("belongs to pool"), "{err}");
@@ -459,4 +471,160 @@ fn a_device_is_refused_when_it_is_not_one_or_holds_another_pools_export() {
         .expect_err("all-PM")
         .to_string();
     assert!(err.contains("not a hybrid pool"), "{err}");
+}
+
+/// Writes `data` into a new file `name` of the pool (opened read-write), and closes it.
+fn write_file(pool: &Path, name: &str, data: &[u8]) {
+    let fs = Fs::open(pool).unwrap();
+    let s = fs.session(Cred::root());
+    let fd = s.create(name, 0o644).unwrap();
+    fs.pwrite(fd, data, 0).unwrap();
+    fs.close_fd(fd).unwrap();
+    drop(s);
+    fs.close().unwrap();
+}
+
+/// Imports `dev`'s export into a new pool `name` beside it.
+fn import_device(dev: &Path, name: &str, if_stale: IfStale) -> lynxfs::Result<PathBuf> {
+    let path = dev.with_file_name(name);
+    DataDevice::open(dev)?.import(&path, if_stale)?;
+    Ok(path)
+}
+
+#[test]
+fn an_export_is_stale_once_its_pool_is_opened_read_write_until_exported_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = hybrid(dir.path());
+    populate(&pool);
+    let at_export = listing(&pool);
+    export_hybrid(&pool, PmemBackend::default()).unwrap();
+    // The pool moves on: its file's blocks on the device are the device's newest.
+    write_file(&pool, "/after", &[0xa5u8; 70_000]);
+    let err = import_device(&dev, "refused", IfStale::Refuse)
+        .expect_err("a stale export is imported")
+        .to_string();
+    assert!(err.contains("the export is stale"), "{err}");
+    assert!(err.contains("export it again"), "{err}");
+    assert!(err.contains(&dev.display().to_string()), "{err}");
+    assert!(!dir.path().join("refused").exists());
+    let err = DataDevice::open(&dev)
+        .unwrap()
+        .read_export(IfStale::Refuse)
+        .expect_err("a stale export is read")
+        .to_string();
+    assert!(err.contains("stale mark of generation 2"), "{err}");
+    // Asked for, the stale export is read for a look, and says it is stale.
+    let e = DataDevice::open(&dev)
+        .unwrap()
+        .read_export(IfStale::Read)
+        .unwrap();
+    assert!(e.stale);
+    assert_eq!(e.header.generation, 1);
+    let look = import_device(&dev, "look", IfStale::Read).unwrap();
+    let fs = Fs::<PmemBackend>::new(
+        Pool::open(&look, Access::ReadOnly, PmemBackend::default()).unwrap(),
+    );
+    assert!(fs.session(Cred::root()).lstat("/after").is_err());
+    drop(fs);
+    std::fs::remove_file(&look).unwrap();
+    // Exported again: the device holds the pool as it is now.
+    let now = listing(&pool);
+    assert_ne!(now, at_export);
+    let again = export_hybrid(&pool, PmemBackend::default()).unwrap();
+    assert_eq!((again.header.generation, again.replaced), (3, Some(2)));
+    std::fs::remove_file(&pool).unwrap();
+    let moved = import_device(&dev, "moved", IfStale::Refuse).unwrap();
+    assert_eq!(listing(&moved), now);
+}
+
+#[test]
+fn a_read_only_open_and_an_export_leave_the_export_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = hybrid(dir.path());
+    populate(&pool);
+    let before = listing(&pool);
+    let first = export_hybrid(&pool, PmemBackend::default()).unwrap();
+    // Read-only opens (fsck, info) change nothing, on the device or in the pool.
+    for _ in 0..2 {
+        let p = Pool::open(&pool, Access::ReadOnly, PmemBackend::default()).unwrap();
+        let found = lynxfs::fsck::check(&p);
+        assert!(found.problems.is_empty(), "{:?}", found.problems);
+    }
+    let e = DataDevice::open(&dev)
+        .unwrap()
+        .read_export(IfStale::Refuse)
+        .unwrap();
+    assert_eq!((e.header.generation, e.stale), (1, false));
+    // An export's own open does not mark the export it replaces: a second export
+    // crashed before its header leaves the first one current, not stale.
+    let second = export_hybrid(&pool, PmemBackend::default()).unwrap();
+    assert_eq!((second.header.generation, second.replaced), (2, Some(1)));
+    let h = DataDevice::open(&dev).unwrap().header;
+    let d = OpenOptions::new().write(true).open(&dev).unwrap();
+    // Generation 2's header is copy 0, at the area's start.
+    d.write_all_at(&[0u8; 4096], h.export_off).unwrap();
+    let e = DataDevice::open(&dev)
+        .unwrap()
+        .read_export(IfStale::Refuse)
+        .unwrap();
+    assert_eq!(e.header.generation, first.header.generation);
+    std::fs::remove_file(&pool).unwrap();
+    let moved = import_device(&dev, "moved", IfStale::Refuse).unwrap();
+    assert_eq!(listing(&moved), before);
+}
+
+#[test]
+fn a_crash_during_the_stale_mark_leaves_the_export_current_and_the_next_open_marks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = hybrid(dir.path());
+    populate(&pool);
+    let before = listing(&pool);
+    export_hybrid(&pool, PmemBackend::default()).unwrap();
+    let h = DataDevice::open(&dev).unwrap().header;
+    // The mark (generation 2) goes to copy 0, the export (1) is in copy 1.
+    let mark_at = h.export_off;
+    let d = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dev)
+        .unwrap();
+    let mut export_header = [0u8; 4096];
+    d.read_exact_at(&mut export_header, h.export_off + 4096)
+        .unwrap();
+    // The open that writes the mark crashes while it is written: torn, at each of
+    // the header's sectors' worth of bytes (the mark is the first 96 bytes of its
+    // block); the open never got past the mark, so the pool has not moved on.
+    {
+        let fs = Fs::open(&pool).unwrap();
+        drop(fs);
+    }
+    let mut mark = [0u8; 96];
+    d.read_exact_at(&mut mark, mark_at).unwrap();
+    for torn_at in [1usize, 8, 40, 64, 95] {
+        let mut torn = mark;
+        torn[torn_at..].fill(0);
+        d.write_all_at(&torn, mark_at).unwrap();
+        let e = DataDevice::open(&dev)
+            .unwrap()
+            .read_export(IfStale::Refuse)
+            .unwrap_or_else(|e| panic!("torn at {torn_at}: {e}"));
+        assert_eq!(
+            (e.header.generation, e.stale),
+            (1, false),
+            "torn at {torn_at}"
+        );
+    }
+    // The export's header itself was never touched by the mark.
+    let mut now = [0u8; 4096];
+    d.read_exact_at(&mut now, h.export_off + 4096).unwrap();
+    assert_eq!(now, export_header);
+    let moved = import_device(&dev, "moved", IfStale::Refuse).unwrap();
+    assert_eq!(listing(&moved), before);
+    std::fs::remove_file(&moved).unwrap();
+    // The next read-write open marks it again, whole.
+    write_file(&pool, "/later", b"moves on");
+    let err = import_device(&dev, "refused", IfStale::Refuse)
+        .expect_err("stale")
+        .to_string();
+    assert!(err.contains("the export is stale"), "{err}");
 }

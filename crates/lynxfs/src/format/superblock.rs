@@ -8,8 +8,7 @@ pub const MAGIC: [u8; 8] = *b"LYNXFSPM";
 pub const VERSION: u32 = 1;
 /// Feature bits this build understands: an unknown incompat or ro_compat bit refuses
 /// the pool (any open, read-only included, for now).
-pub const INCOMPAT_KNOWN: u32 =
-    INCOMPAT_CWON
+pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CWON
     | INCOMPAT_XATTR_LOG
     | INCOMPAT_DATA_DEVICE
     | INCOMPAT_DEVICE_BLOCKS

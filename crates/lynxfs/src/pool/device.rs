@@ -13,6 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::export::{self, OpenFor};
 use super::{file_size, is_block_device, Access, MkfsOptions, DEFAULT_DEVICE_FACTOR};
 use crate::error::{Error, Result};
 use crate::format::device::{
@@ -183,13 +184,15 @@ pub fn read_header(
 }
 
 /// Find and check the data device of pool `pool` (superblock `sb`), at `path` if
-/// given, else where the pool records it.
+/// given, else where the pool records it. A read-write open for use marks the
+/// device's export stale before anything else happens (`export::mark_stale`).
 pub(super) fn attach<B: Backend>(
     pm: &Pm<B>,
     pool: &Path,
     sb: &Superblock,
     access: Access,
     path: Option<&Path>,
+    purpose: OpenFor,
 ) -> Result<(Device, DeviceHeader)> {
     let want = sb.data_device.expect("a hybrid pool");
     let path: PathBuf = match path {
@@ -238,6 +241,15 @@ pub(super) fn attach<B: Backend>(
                 header.device_len()
             ),
         ));
+    }
+    if access != Access::ReadOnly && purpose == OpenFor::Use {
+        export::mark_stale(&file, &path, &header, sb.uuid).map_err(|e| {
+            device_error(
+                pool,
+                &path,
+                format!("cannot mark its export stale before a read-write open: {e}"),
+            )
+        })?;
     }
     let dev = Device::new(file, &path, header.data_off, header.data_len);
     Ok((dev, header))

@@ -12,6 +12,13 @@
 //! copy is used. Each header carries the CRC32C of its image, so a slot torn or
 //! overwritten later is refused, never imported.
 //!
+//! An open that may change the pool first marks its device's export stale
+//! ([`mark_stale`]): a header of the next generation that names no image, durable
+//! before the pool hands out a device block. Readers stop at it (an import, a mount
+//! or a check of the device is refused, unless a read-only look is asked for), and
+//! the next export supersedes it. A torn mark fails its checksum, and the export it
+//! would have marked is still current: the open that wrote it never got past it.
+//!
 //! The image is the pool's bytes, after a clean close, as runs of non-zero blocks:
 //! `[pool offset: u64][blocks: u64]` then the blocks, ended by a run of 0 blocks. An
 //! imported pool is those bytes in a fresh file (zeros elsewhere), so it is the pool
@@ -59,6 +66,9 @@ impl ExportArea {
 
 const MAGIC: [u8; 8] = *b"LYNXEXPT";
 const VERSION: u32 = 1;
+/// The header's `flags` bit of a stale mark (zero in every export's header, as in
+/// those of builds before stale marks).
+const FLAG_STALE: u32 = 1;
 /// The encoded header's length; its last 4 bytes are its CRC32C.
 const HEADER_LEN: usize = 96;
 /// The run header before each run of blocks in an image.
@@ -79,8 +89,11 @@ pub struct ExportHeader {
     pub image_crc: u32,
     /// Pool blocks the image holds (the rest were zero).
     pub blocks: u64,
-    /// When the export was made, ns since the epoch.
+    /// When the export (or the stale mark) was made, ns since the epoch.
     pub exported_ns: u64,
+    /// A stale mark, not an export: the pool was opened read-write after the export
+    /// of the generation before (its `slot` names that export's slot; no image).
+    pub stale: bool,
 }
 
 impl ExportHeader {
@@ -94,6 +107,8 @@ impl ExportHeader {
         b[40..48].copy_from_slice(&self.pool_size.to_le_bytes());
         b[48..56].copy_from_slice(&self.image_len.to_le_bytes());
         b[56..60].copy_from_slice(&self.image_crc.to_le_bytes());
+        let flags = if self.stale { FLAG_STALE } else { 0 };
+        b[60..64].copy_from_slice(&flags.to_le_bytes());
         b[64..72].copy_from_slice(&self.blocks.to_le_bytes());
         b[72..80].copy_from_slice(&self.exported_ns.to_le_bytes());
         let crc = crc32c::crc32c(&b[..HEADER_LEN - 4]);
@@ -127,6 +142,7 @@ impl ExportHeader {
             image_crc: u32_at(56),
             blocks: u64_at(64),
             exported_ns: u64_at(72),
+            stale: u32_at(60) & FLAG_STALE != 0,
         })
     }
 }
@@ -137,6 +153,28 @@ pub struct ExportReport {
     pub header: ExportHeader,
     /// The generation it replaced as the device's current export, if any.
     pub replaced: Option<u64>,
+}
+
+/// Why a pool is opened, as far as its device's export is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpenFor {
+    /// Use: a read-write open may change the pool and hand out device blocks, so the
+    /// device's export is marked stale first.
+    Use,
+    /// An export: the open only closes the pool cleanly (recovery, if it was not
+    /// closed, changes metadata only), which reuses no device block, so the current
+    /// export stays valid until the new one supersedes it.
+    Export,
+}
+
+/// What a reader of a device's export does with a stale one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IfStale {
+    /// Refuse, saying why and what to do (import, and a mount or check of a device).
+    Refuse,
+    /// Read the export the mark invalidates anyway, for a read-only look (`--stale`):
+    /// [`Export::stale`] says so. Its files may show other files' bytes.
+    Read,
 }
 
 /// The two header copies as found: each a header or why it is not usable.
@@ -214,13 +252,25 @@ pub fn export<B: Backend>(
     area: ExportArea,
 ) -> Result<ExportReport> {
     check_area(dev, dev_path, &area)?;
-    let pool = Pool::open(pool_path, Access::Exclusive, backend)?;
+    let pool = open_alone(pool_path, backend)?;
     export_open(pool, dev, dev_path, area)
+}
+
+/// Opens the pool to export, alone (refused while anyone has it open).
+fn open_alone<B: Backend>(pool_path: &Path, backend: B) -> Result<Pool<B>> {
+    Pool::open_for(
+        pool_path,
+        Access::Exclusive,
+        backend,
+        &crate::progress::Quiet,
+        None,
+        OpenFor::Export,
+    )
 }
 
 /// Exports a hybrid pool into its own data device's export area (`lynxfs export`).
 pub fn export_hybrid<B: Backend>(pool_path: &Path, backend: B) -> Result<ExportReport> {
-    let pool = Pool::open(pool_path, Access::Exclusive, backend)?;
+    let pool = open_alone(pool_path, backend)?;
     let sb = pool.superblock();
     let (Some(header), Some(record)) = (pool.device_header(), super::device::record(&pool.pm, &sb))
     else {
@@ -281,8 +331,6 @@ fn export_open<B: Backend>(
             off += len as u64;
         }
     }
-    // The pool's lock is released only now: nothing changed it while it was copied.
-    drop(pool);
     let (image_len, image_crc, blocks) = writer.finish()?;
     dev.sync_data().map_err(|e| Error::io(dev_path, e))?;
     let generation = current.as_ref().map_or(1, |h| h.generation + 1);
@@ -295,15 +343,60 @@ fn export_open<B: Backend>(
         image_crc,
         blocks,
         exported_ns: now_ns(),
+        stale: false,
     };
     // The commit point: the header that names the new slot, durable.
     dev.write_all_at(&header.encode(), area.header(generation % 2))
         .and_then(|()| dev.sync_data())
         .map_err(|e| Error::io(dev_path, e))?;
+    // The pool's lock is released only now: nothing changed the pool while it was
+    // copied, and no open could read the old header, find it already stale, and go
+    // on writing device blocks this export's header then claims it has.
+    drop(pool);
     Ok(ExportReport {
         header,
         replaced: current.map(|h| h.generation),
     })
+}
+
+/// Marks the current export of device `dev` (header `h`) stale, durably, unless it
+/// is already (or there is none): a read-write open of pool `uuid` calls it before it
+/// hands out any device block, so an export that no longer matches the pool is never
+/// used as if it did. One read of the two header copies per open; one write and
+/// `fdatasync` on the first open after an export.
+///
+/// The mark is the next generation's header, in the copy its parity selects: the
+/// current export's header is untouched, so a torn mark (its checksum fails) leaves
+/// that export current, which is right, since the open waiting for the mark did not
+/// get past it.
+pub(super) fn mark_stale(
+    dev: &File,
+    dev_path: &Path,
+    h: &DeviceHeader,
+    uuid: [u8; 16],
+) -> Result<()> {
+    let area = area_of(h);
+    let headers = read_headers(dev, dev_path, &area)?;
+    let Some(current) = newest_first(&headers).first().copied() else {
+        return Ok(());
+    };
+    if current.stale {
+        return Ok(());
+    }
+    let mark = ExportHeader {
+        generation: current.generation + 1,
+        slot: current.slot,
+        uuid,
+        pool_size: current.pool_size,
+        image_len: 0,
+        image_crc: 0,
+        blocks: 0,
+        exported_ns: now_ns(),
+        stale: true,
+    };
+    dev.write_all_at(&mark.encode(), area.header(mark.generation % 2))
+        .and_then(|()| dev.sync_data())
+        .map_err(|e| Error::io(dev_path, e))
 }
 
 /// The parts of a pool an export reads: everything before the inode table
@@ -443,16 +536,21 @@ pub struct Export {
     image: Vec<u8>,
     /// Why a newer export than this one could not be used, if one was found.
     pub skipped: Option<String>,
+    /// Read past a stale mark ([`IfStale::Read`]): the pool has been opened
+    /// read-write since this export.
+    pub stale: bool,
 }
 
 /// Reads the device's newest export whose image is intact. `expect_uuid`: the pool the
 /// device belongs to (its header's), which the export must be of. Refused with what was
-/// found when no export is usable.
+/// found when no export is usable, and (unless `if_stale` says to read it) when a
+/// stale mark is newer than any usable export: exports older than a mark are stale.
 pub fn read_export(
     dev: &File,
     dev_path: &Path,
     area: ExportArea,
     expect_uuid: Option<[u8; 16]>,
+    if_stale: IfStale,
 ) -> Result<Export> {
     check_area(dev, dev_path, &area)?;
     let headers = read_headers(dev, dev_path, &area)?;
@@ -466,6 +564,7 @@ pub fn read_export(
         })
         .collect();
     let mut skipped = None;
+    let mut stale = false;
     for h in newest_first(&headers) {
         if let Some(want) = expect_uuid.filter(|u| *u != h.uuid) {
             problems.push(format!(
@@ -475,6 +574,15 @@ pub fn read_export(
                 hex(&want)
             ));
             continue;
+        }
+        if h.stale {
+            match if_stale {
+                IfStale::Refuse => return Err(stale_error(dev_path, h, &problems)),
+                IfStale::Read => {
+                    stale = true;
+                    continue;
+                }
+            }
         }
         let mut image = vec![0u8; h.image_len as usize];
         dev.read_exact_at(&mut image, area.slot(h.slot))
@@ -488,6 +596,7 @@ pub fn read_export(
                         header: h.clone(),
                         image,
                         skipped,
+                        stale,
                     })
                 }
                 Err(why) => why,
@@ -502,8 +611,33 @@ pub fn read_export(
     }
     Err(Error::Export {
         path: dev_path.to_path_buf(),
-        what: format!("no usable export ({})", problems.join("; ")),
+        what: format!(
+            "no usable export ({}): export the pool to its device first (`lynxfs export \
+             POOL`, or `lynxfs umount --export DIR`)",
+            problems.join("; ")
+        ),
     })
+}
+
+/// The refusal of an export that a stale mark (`mark`) invalidates.
+fn stale_error(dev_path: &Path, mark: &ExportHeader, problems: &[String]) -> Error {
+    let newer = match problems.is_empty() {
+        true => String::new(),
+        false => format!(" (newer than the mark: {})", problems.join("; ")),
+    };
+    Error::Export {
+        path: dev_path.to_path_buf(),
+        what: format!(
+            "the export is stale: its pool was opened read-write after it was made (stale \
+             mark of generation {}{newer}), so its metadata may name device blocks since \
+             reused or freed, and importing, mounting or checking it would show other \
+             files' bytes or lose data. Open the pool and export it again (`lynxfs export \
+             POOL`, or `lynxfs umount --export DIR`); to look at the stale export \
+             read-only anyway: `lynxfs fsck --stale DEVICE` or `lynxfs mount --stale -o ro \
+             DEVICE DIR`",
+            mark.generation
+        ),
+    }
 }
 
 /// A data device, its header read and checked, for reading its export.
@@ -556,19 +690,29 @@ impl DataDevice {
     }
 
     /// The device's newest usable export, which must be of the pool its header names.
-    pub fn read_export(&self) -> Result<Export> {
+    pub fn read_export(&self, if_stale: IfStale) -> Result<Export> {
         read_export(
             &self.file,
             &self.path,
             area_of(&self.header),
             Some(self.header.pool_uuid),
+            if_stale,
         )
     }
 
     /// Rebuilds the device's pool at `new_pool` from its newest usable export; the new
-    /// pool records this device (by its absolute path) as its data device.
-    pub fn import(&self, new_pool: &Path) -> Result<Export> {
-        let e = self.read_export()?;
+    /// pool records this device (by its absolute path) as its data device. A stale
+    /// export is imported only with [`IfStale::Read`], for a read-only look: the new
+    /// pool must then never be opened read-write (its files' blocks may be another
+    /// pool's now).
+    pub fn import(&self, new_pool: &Path, if_stale: IfStale) -> Result<Export> {
+        // Said before the export is read: the target, not the export, is the problem.
+        if std::fs::symlink_metadata(new_pool).is_ok() {
+            return Err(Error::Exists {
+                path: new_pool.to_path_buf(),
+            });
+        }
+        let e = self.read_export(if_stale)?;
         let abs = std::fs::canonicalize(&self.path).map_err(|e| Error::io(&self.path, e))?;
         let record = DeviceRecord::new(self.header.device_uuid, abs.as_os_str().as_bytes())
             .ok_or_else(|| {
@@ -652,6 +796,7 @@ impl std::fmt::Debug for Export {
             .field("header", &self.header)
             .field("image_len", &self.image.len())
             .field("skipped", &self.skipped)
+            .field("stale", &self.stale)
             .finish()
     }
 }
