@@ -12,7 +12,7 @@ cargo build --release --locked -p lynxfs --example opcount >&2
 bin=target/release/examples/opcount
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for op in create stat unlink rename pread; do
+for op in create mkdir stat unlink rename pread; do
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*opcount*measured*' \
         --callgrind-out-file="$out/$op" "$bin" "$op" "$n" 2>"$out/$op.log"
     ir=$(sed -n 's/^summary: //p;s/^totals: //p' "$out/$op" | head -1)

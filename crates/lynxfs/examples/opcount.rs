@@ -1,7 +1,7 @@
 //! One metadata operation, or a 4 KiB pread, repeated N times through the library, so
 //! `valgrind --tool=callgrind` can count its instructions per operation apart from the
 //! set-up: `scripts/opcount.sh` collects only inside [`measured`] and divides by N.
-//! Usage: `opcount OP N`, OP one of create, stat, unlink, rename, pread; the files in a
+//! Usage: `opcount OP N`, OP one of create, mkdir, stat, unlink, rename, pread; the files in a
 //! directory `OPCOUNT_DEPTH` levels deep (1 by default), the engine's switches from the
 //! environment (`LYNXFS_AREAS=1`).
 use lynxfs::pmem::PmemBackend;
@@ -10,6 +10,7 @@ use lynxfs::{Cred, Fd, Fs, MkfsOptions, Session};
 #[derive(Clone, Copy)]
 enum Op {
     Create,
+    Mkdir,
     Stat,
     Unlink,
     Rename,
@@ -27,6 +28,7 @@ struct Bench<'a> {
 fn parse(op: &str) -> Option<Op> {
     Some(match op {
         "create" => Op::Create,
+        "mkdir" => Op::Mkdir,
         "stat" => Op::Stat,
         "unlink" => Op::Unlink,
         "rename" => Op::Rename,
@@ -46,7 +48,7 @@ fn create_all(b: &Bench) {
 
 fn set_up(op: Op, b: &mut Bench) {
     match op {
-        Op::Create => {}
+        Op::Create | Op::Mkdir => {}
         Op::Stat | Op::Unlink | Op::Rename => create_all(b),
         Op::Pread => {
             let fd =
@@ -77,6 +79,7 @@ fn measured(op: Op, b: &Bench, n: usize) {
                     .unwrap();
                 b.fs.close_fd(fd).unwrap();
             }
+            Op::Mkdir => b.s.mkdir(&b.names[i], 0o755).unwrap(),
             Op::Stat => {
                 b.s.stat(&b.names[i]).unwrap();
             }
@@ -95,7 +98,7 @@ fn main() {
     let op = args.next().as_deref().and_then(parse);
     let n: Option<usize> = args.next().and_then(|a| a.parse().ok());
     let (Some(op), Some(n)) = (op, n) else {
-        eprintln!("usage: opcount create|stat|unlink|rename|pread N");
+        eprintln!("usage: opcount create|mkdir|stat|unlink|rename|pread N");
         std::process::exit(2);
     };
     let mut o = MkfsOptions::new(1 << 30);

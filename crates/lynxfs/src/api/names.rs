@@ -14,13 +14,13 @@ impl<'a, B: Backend> Session<'a, B> {
             return Err(errno::EEXIST);
         }
         if w.trailing_slash && !is_dir(node.mode) {
-            return Err(if self.ns().lookup(w.parent, &w.name, &self.cred).is_ok() {
+            return Err(if self.ns().lookup(w.parent, w.name, &self.cred).is_ok() {
                 errno::EEXIST
             } else {
                 errno::EISDIR
             });
         }
-        self.ns().create(w.parent, &w.name, node, &self.cred, excl)
+        self.ns().create(w.parent, w.name, node, &self.cred, excl)
     }
 
     pub fn mkdir(&self, p: impl AsRef<[u8]>, mode: u32) -> Result<()> {
@@ -78,11 +78,20 @@ impl<'a, B: Backend> Session<'a, B> {
         let excl = flags & libc::O_EXCL != 0;
         // A trailing symlink is followed and the create repeated at its target, so a
         // dangling symlink creates its target (Linux's open_last_lookups).
-        let (mut base, mut path) = (self.cwd, p.as_ref().to_vec());
+        // A symlink's target replaces the path only when one is followed: the first
+        // walk borrows the caller's path.
+        let (mut base, mut path) = (self.cwd, p);
+        let mut target: Vec<u8>;
         let mut links = 0;
         loop {
-            let w =
-                path::walk_parent_in(self.ns(), base, &path, &self.cred, &mut links, self.scope)?;
+            let w = path::walk_parent_ref_in(
+                self.ns(),
+                base,
+                path,
+                &self.cred,
+                &mut links,
+                self.scope,
+            )?;
             // "." or "..": an existing directory (do_open checks O_EXCL first).
             if w.name.is_empty() && excl {
                 return Err(errno::EEXIST);
@@ -91,9 +100,7 @@ impl<'a, B: Backend> Session<'a, B> {
                 return Err(errno::EISDIR);
             }
             let node = nodes::file(mode, self.umask);
-            let (ino, created) = self
-                .ns()
-                .create(w.parent, &w.name, node, &self.cred, excl)?;
+            let (ino, created) = self.ns().create(w.parent, w.name, node, &self.cred, excl)?;
             if !created
                 && self.ns().mode(ino) & libc::S_IFMT == libc::S_IFLNK
                 && flags & libc::O_NOFOLLOW == 0
@@ -102,8 +109,9 @@ impl<'a, B: Backend> Session<'a, B> {
                 if links > path::SYMLOOP_MAX {
                     return Err(errno::ELOOP);
                 }
-                path = self.ns().readlink(ino)?;
                 base = w.parent;
+                target = self.ns().readlink(ino)?;
+                path = &target;
                 continue;
             }
             return Ok((ino, created));
@@ -120,14 +128,14 @@ impl<'a, B: Backend> Session<'a, B> {
             return Err(errno::EISDIR);
         }
         if w.trailing_slash {
-            let ino = self.ns().lookup(w.parent, &w.name, &self.cred)?;
+            let ino = self.ns().lookup(w.parent, w.name, &self.cred)?;
             return Err(if is_dir(self.ns().mode(ino)) {
                 errno::EISDIR
             } else {
                 errno::ENOTDIR
             });
         }
-        self.ns().unlink(w.parent, &w.name, &self.cred)
+        self.ns().unlink(w.parent, w.name, &self.cred)
     }
 
     pub fn rmdir(&self, p: impl AsRef<[u8]>) -> Result<()> {
@@ -139,7 +147,7 @@ impl<'a, B: Backend> Session<'a, B> {
             None => return Err(errno::EBUSY),
             _ => {}
         }
-        self.ns().rmdir(w.parent, &w.name, &self.cred)
+        self.ns().rmdir(w.parent, w.name, &self.cred)
     }
 
     pub fn rename(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>, flags: u32) -> Result<()> {
@@ -154,7 +162,7 @@ impl<'a, B: Backend> Session<'a, B> {
             return Err(errno::EEXIST);
         }
         self.ns()
-            .rename(s.parent, &s.name, d.parent, &d.name, flags, &self.cred)
+            .rename(s.parent, s.name, d.parent, d.name, flags, &self.cred)
     }
 
     pub fn link(&self, old: impl AsRef<[u8]>, new: impl AsRef<[u8]>) -> Result<()> {
@@ -183,9 +191,9 @@ impl<'a, B: Backend> Session<'a, B> {
             return Err(errno::EEXIST);
         }
         // Linux checks the new name (filename_create) before the old inode's type.
-        if self.ns().lookup(w.parent, &w.name, &self.cred).is_ok() {
+        if self.ns().lookup(w.parent, w.name, &self.cred).is_ok() {
             return Err(errno::EEXIST);
         }
-        self.ns().link(ino, w.parent, &w.name, &self.cred)
+        self.ns().link(ino, w.parent, w.name, &self.cred)
     }
 }

@@ -201,7 +201,9 @@ impl<B: Backend> Fs<B> {
     /// back and, if its description is shared, this process's claim on it.
     pub fn close_fd(&self, fd: Fd) -> Result<()> {
         // Each step is an operation of its own, so none is repeated by a retry.
-        let f = self.files.pin().remove(&fd).cloned().ok_or(errno::EBADF)?;
+        let Some(f) = self.files.pin().remove(&fd).cloned() else {
+            return Err(errno::EBADF);
+        };
         if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             f.map.forget();
             self.drop_open_ref(f.ino);
@@ -225,7 +227,10 @@ impl<B: Backend> Fs<B> {
         then: impl FnOnce(&OpenFile) -> Result<T>,
     ) -> Result<T> {
         let files = self.files.pin();
-        then(files.get(&fd).ok_or(errno::EBADF)?)
+        let Some(f) = files.get(&fd) else {
+            return Err(errno::EBADF);
+        };
+        then(f)
     }
 
     /// fsync and fdatasync: every call is durable when it returns, except a hybrid

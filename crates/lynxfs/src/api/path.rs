@@ -139,10 +139,24 @@ pub fn walk_parent_in<B: Backend>(
     links: &mut u32,
     scope: Scope,
 ) -> Result<Walked> {
+    walk_parent_ref_in(ns, base, path, cred, links, scope).map(WalkedRef::into_owned)
+}
+
+/// [`walk_parent_in`] with the last name borrowed from `path`: the create, mkdir,
+/// unlink and rename paths call it, and a copy of the name cost them a heap
+/// allocation each.
+pub(crate) fn walk_parent_ref_in<'p, B: Backend>(
+    ns: &Namespace<B>,
+    base: u64,
+    path: &'p [u8],
+    cred: &Cred,
+    links: &mut u32,
+    scope: Scope,
+) -> Result<WalkedRef<'p>> {
     if ns.mechanisms.areas() {
-        walk_parent(&Areas(ns), base, path, cred, links, scope)
+        walk_parent_ref(&Areas(ns), base, path, cred, links, scope)
     } else {
-        walk_parent(ns, base, path, cred, links, scope)
+        walk_parent_ref(ns, base, path, cred, links, scope)
     }
 }
 
@@ -263,6 +277,23 @@ pub struct Walked {
     pub trailing_slash: bool,
 }
 
+/// [`Walked`] with the last name borrowed from the path walked.
+pub(crate) struct WalkedRef<'p> {
+    pub parent: u64,
+    pub name: &'p [u8],
+    pub trailing_slash: bool,
+}
+
+impl WalkedRef<'_> {
+    fn into_owned(self) -> Walked {
+        Walked {
+            parent: self.parent,
+            name: self.name.to_vec(),
+            trailing_slash: self.trailing_slash,
+        }
+    }
+}
+
 pub(crate) fn check_path(path: &[u8]) -> Result<()> {
     if path.is_empty() {
         return Err(errno::ENOENT);
@@ -286,7 +317,22 @@ pub fn resolve<I: PathIndex>(
     cred: &Cred,
     scope: Scope,
 ) -> Result<u64> {
-    resolve_last(ix, base, path, follow, cred, scope).map(|r| r.ino)
+    let mut links = 0;
+    let w = walk_parent_ref(ix, base, path, cred, &mut links, scope)?;
+    // The common case without a copy of the last name: it is not a symlink to follow.
+    if !w.name.is_empty() && !w.trailing_slash {
+        let ns = ix.namespace();
+        let ino = ns.lookup(w.parent, w.name, cred)?;
+        if !follow || !is_symlink(ns.mode(ino)) {
+            return Ok(ino);
+        }
+        let found = Resolved {
+            ino,
+            last: Some((w.parent, w.name.to_vec())),
+        };
+        return finish(ix, found, true, false, cred, &mut links, scope).map(|r| r.ino);
+    }
+    resolved_from(ix, w, cred, follow, &mut links, scope).map(|r| r.ino)
 }
 
 /// Where a path led: the inode, and the directory and name of the last lookup that
@@ -306,8 +352,20 @@ pub fn resolve_last<I: PathIndex>(
     scope: Scope,
 ) -> Result<Resolved> {
     let mut links = 0;
-    let w = walk_parent(ix, base, path, cred, &mut links, scope)?;
-    let found = found_at(ix.namespace(), w.parent, w.name, cred)?;
+    let w = walk_parent_ref(ix, base, path, cred, &mut links, scope)?;
+    resolved_from(ix, w, cred, follow, &mut links, scope)
+}
+
+/// The rest of [`resolve_last`] once the walk reached `w`.
+fn resolved_from<I: PathIndex>(
+    ix: &I,
+    w: WalkedRef<'_>,
+    cred: &Cred,
+    follow: bool,
+    links: &mut u32,
+    scope: Scope,
+) -> Result<Resolved> {
+    let found = found_at(ix.namespace(), w.parent, w.name.to_vec(), cred)?;
     let rest: &[u8] = if w.trailing_slash { b"/" } else { b"" };
     finish(
         ix,
@@ -315,7 +373,7 @@ pub fn resolve_last<I: PathIndex>(
         follow || w.trailing_slash,
         w.trailing_slash,
         cred,
-        &mut links,
+        links,
         scope,
     )
     .map_err(|e| beyond(e, rest))
@@ -378,6 +436,18 @@ pub fn walk_parent<I: PathIndex>(
     links: &mut u32,
     scope: Scope,
 ) -> Result<Walked> {
+    walk_parent_ref(ix, base, path, cred, links, scope).map(WalkedRef::into_owned)
+}
+
+/// [`walk_parent`] with the last name borrowed from `path`.
+fn walk_parent_ref<'p, I: PathIndex>(
+    ix: &I,
+    base: u64,
+    path: &'p [u8],
+    cred: &Cred,
+    links: &mut u32,
+    scope: Scope,
+) -> Result<WalkedRef<'p>> {
     check_path(path)?;
     let ns = ix.namespace();
     let absolute = path[0] == b'/';
@@ -413,27 +483,27 @@ pub fn walk_parent<I: PathIndex>(
         }
         // The last component: the caller's operation checks the parent itself.
         return match c {
-            b"." => Ok(Walked {
+            b"." => Ok(WalkedRef {
                 parent: cur,
-                name: Vec::new(),
+                name: &[],
                 trailing_slash,
             }),
-            b".." => Ok(Walked {
+            b".." => Ok(WalkedRef {
                 parent: ns.lookup(cur, c, cred)?,
-                name: Vec::new(),
+                name: &[],
                 trailing_slash,
             }),
             name if name.len() > crate::format::dentry::NAME_MAX => Err(errno::ENAMETOOLONG),
-            name => Ok(Walked {
+            name => Ok(WalkedRef {
                 parent: cur,
-                name: name.to_vec(),
+                name,
                 trailing_slash,
             }),
         };
     }
-    Ok(Walked {
+    Ok(WalkedRef {
         parent: cur,
-        name: Vec::new(),
+        name: &[],
         trailing_slash,
     })
 }

@@ -85,10 +85,9 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     /// The parent directory and last name of `p`; the name must be a real one.
-    pub(super) fn parent(&self, p: &[u8]) -> Result<path::Walked> {
+    pub(super) fn parent<'p>(&self, p: &'p [u8]) -> Result<path::WalkedRef<'p>> {
         let mut links = 0;
-        let w = path::walk_parent_in(self.ns(), self.cwd, p, &self.cred, &mut links, self.scope)?;
-        Ok(w)
+        path::walk_parent_ref_in(self.ns(), self.cwd, p, &self.cred, &mut links, self.scope)
     }
 
     /// chdir: work in directory `p` (held). A removed directory still held may be

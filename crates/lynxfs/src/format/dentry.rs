@@ -34,25 +34,29 @@ pub struct DentryImage<'a> {
 }
 
 impl DentryImage<'_> {
-    /// Bytes 8.. of the dentry, up to the end of the name.
-    pub fn encode_body(&self) -> Vec<u8> {
+    /// Bytes 8.. of the dentry, up to the end of the name, encoded into `out` (on
+    /// the caller's stack: every create, link and rename writes one).
+    pub fn encode_body<'b>(&self, out: &'b mut [u8; BODY_MAX]) -> &'b [u8] {
         assert!(self.name.len() <= NAME_MAX);
-        let mut b = vec![0u8; (NAME - INO) as usize + self.name.len()];
         let mut put = |off: u64, v: u64| {
             let o = (off - INO) as usize;
-            b[o..o + 8].copy_from_slice(&v.to_le_bytes())
+            out[o..o + 8].copy_from_slice(&v.to_le_bytes())
         };
         put(INO, self.ino);
         put(PARENT, self.parent);
         put(NAME_LEN, self.name.len() as u64 | (self.dtype as u64) << 16);
         put(HASH, self.hash);
         put(SLOT, self.slot);
+        put(CHECK, 0);
         put(BORN, self.born);
         let n = (NAME - INO) as usize;
-        b[n..].copy_from_slice(self.name);
-        b
+        out[n..n + self.name.len()].copy_from_slice(self.name);
+        &out[..n + self.name.len()]
     }
 }
+
+/// The longest body [`DentryImage::encode_body`] writes.
+pub const BODY_MAX: usize = (NAME - INO) as usize + NAME_MAX;
 
 pub fn split_name_len(w: u64) -> (usize, u8) {
     ((w & 0xffff) as usize, (w >> 16) as u8)

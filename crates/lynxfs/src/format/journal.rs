@@ -22,7 +22,18 @@ pub fn record_crc_encoded(seq: u64, encoded: &[u8]) -> u32 {
     let mut head = [0u8; 12];
     head[..8].copy_from_slice(&seq.to_le_bytes());
     head[8..].copy_from_slice(&count.to_le_bytes());
-    crc32c::crc32c_append(crc32c::crc32c(&head), encoded)
+    super::crc::append(super::crc::append(0, &head), encoded)
+}
+
+/// [`encode_entries`] into `out` (room for `entries`): a record of a few words
+/// (a rename's) encodes on the stack.
+pub fn encode_entries_into<'b>(entries: &[(u64, u64)], out: &'b mut [u8]) -> &'b [u8] {
+    let n = entries.len() * ENTRY_LEN as usize;
+    for (chunk, (a, v)) in out[..n].chunks_exact_mut(ENTRY_LEN as usize).zip(entries) {
+        chunk[..8].copy_from_slice(&a.to_le_bytes());
+        chunk[8..].copy_from_slice(&v.to_le_bytes());
+    }
+    &out[..n]
 }
 
 pub fn encode_entries(entries: &[(u64, u64)]) -> Vec<u8> {

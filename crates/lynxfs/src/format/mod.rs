@@ -1,5 +1,6 @@
 //! The on-media format: every persistent structure, byte by byte (docs/FORMAT.md).
 
+pub(crate) mod crc;
 pub mod dentry;
 pub mod device;
 pub mod dirlog;

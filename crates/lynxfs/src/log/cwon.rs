@@ -22,7 +22,7 @@
 //! matching fresh nor a matching settled one, is a torn create (or link, rename),
 //! which recovery drops.
 
-use crate::format::{dentry, inode, Layout, BLOCK};
+use crate::format::{crc, dentry, inode, Layout, BLOCK};
 use crate::pmem::{Backend, Pm};
 
 /// High half of a check word written by a create: the CRC covers the inode too.
@@ -40,25 +40,31 @@ fn body_crc<B: Backend>(pm: &Pm<B>, d: u64) -> Option<u32> {
     if len > dentry::NAME_MAX {
         return None;
     }
-    let mut words = [0u8; 48];
-    for (i, off) in [
+    // Read as words, straight into the CRC's input: every create computes this, and
+    // byte copies of the name (and a heap copy before them) cost more than the CRC.
+    // The name field runs to the dentry's end, so its last word is whole.
+    let mut words = [0u64; 6 + dentry::NAME_MAX.div_ceil(8)];
+    for (w, off) in words.iter_mut().zip([
         dentry::INO,
         dentry::PARENT,
         dentry::NAME_LEN,
         dentry::HASH,
         dentry::SLOT,
         dentry::BORN,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        words[i * 8..i * 8 + 8].copy_from_slice(&pm.load_u64(d + off).to_le_bytes());
+    ]) {
+        *w = pm.load_u64(d + off);
     }
-    let crc = crc32c::crc32c(&words);
-    // On the stack: every create computes this, and a heap copy cost more than the CRC.
-    let mut name = [0u8; dentry::NAME_MAX];
-    pm.read(d + dentry::NAME, &mut name[..len]);
-    Some(crc32c::crc32c_append(crc, &name[..len]))
+    let name_words = len.div_ceil(8);
+    for i in 0..name_words {
+        words[6 + i] = pm.load_u64(d + dentry::NAME + 8 * i as u64);
+    }
+    let whole = 6 + len / 8;
+    let crc = crc::append_words(0, &words[..whole]);
+    let tail = len % 8;
+    if tail == 0 {
+        return Some(crc);
+    }
+    Some(crc::append(crc, &words[whole].to_le_bytes()[..tail]))
 }
 
 /// The settled check word of dentry `d` as it is in the pool.
@@ -88,16 +94,16 @@ pub fn fresh_check<B: Backend>(pm: &Pm<B>, l: &Layout, d: u64, ino: u64) -> Opti
     let mut img = [0u8; crate::format::layout::INODE_SIZE as usize];
     pm.read(at, &mut img);
     img[inode::NLINK as usize..inode::NLINK as usize + 8].fill(0);
-    crc = crc32c::crc32c_append(crc, &img);
+    crc = crc::append(crc, &img);
     let mode = pm.load_u64(at + inode::MODE) as u32;
     if mode & libc::S_IFMT == libc::S_IFLNK {
-        crc = crc32c::crc32c_append(crc, &symlink_target(pm, l, at)?);
+        crc = crc::append(crc, &symlink_target(pm, l, at)?);
     }
     let x = pm.load_u64(at + inode::XATTR);
     if x != 0 {
         let set = crate::format::xattr::read_set(pm, l, x).ok()?;
         for b in set.blocks {
-            crc = crc32c::crc32c_append(crc, &pm.read_vec(l.block_addr(b), BLOCK as usize));
+            crc = crc::append(crc, &pm.read_vec(l.block_addr(b), BLOCK as usize));
         }
     }
     Some(FRESH | crc as u64)

@@ -20,6 +20,8 @@ use crate::runtime::{Span, Watch};
 /// Bytes of runtime state per lane: its lock word and sequence counter, on a cache line
 /// of their own.
 const LANE_BYTES: usize = 64;
+/// Records of at most this many words (every rename's) are encoded on the stack.
+const SMALL_RECORD: usize = 16;
 
 /// The lanes' journals. Which process uses a lane's journal now, and the lane's next
 /// sequence number, are runtime state shared by every process attached to the pool:
@@ -68,12 +70,19 @@ impl Journals {
         let base = l.journal_addr(lane);
         // Numbers start at 1 (0 means "no record"), also after a repair zeroed them.
         let s = self.seq_word(lane).fetch_add(1, Ordering::Relaxed) + 1;
-        let encoded = fmt::encode_entries(entries);
-        let crc = fmt::record_crc_encoded(s, &encoded);
+        let mut small = [0u8; SMALL_RECORD * fmt::ENTRY_LEN as usize];
+        let large;
+        let encoded = if entries.len() <= SMALL_RECORD {
+            fmt::encode_entries_into(entries, &mut small)
+        } else {
+            large = fmt::encode_entries(entries);
+            &large[..]
+        };
+        let crc = fmt::record_crc_encoded(s, encoded);
         let mut rec = pm.batch();
         rec.write_u64(base + SEQ, s)
             .write_u64(base + COUNT_CRC, entries.len() as u64 | (crc as u64) << 32)
-            .write(base + ENTRIES, &encoded);
+            .write(base + ENTRIES, encoded);
         let recorded = rec.persist();
         let committed = pm.commit_u64(base + COMMIT, s, recorded);
         let applied = apply(pm, entries, committed);

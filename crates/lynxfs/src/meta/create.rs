@@ -67,16 +67,20 @@ impl<B: Backend> Namespace<B> {
             return Err(errno::EEXIST);
         }
         check_name(name)?;
-        let dir = self.enter(parent)?;
+        let lane = self.lane();
+        let dir = self.enter_in(parent, lane)?;
         stop_here("create.gate_shared");
-        self.may(parent, cred, perm::X)?;
+        // Search permission is checked before the name is looked at, write permission
+        // only when it is missing; one check when both are needed (the common case).
+        let mut searched = false;
         let mut turns = 0;
         loop {
             let found = match self.index.find(&self.pool.pm, parent, name) {
                 Some(e) => e,
                 None => {
-                    self.may(parent, cred, perm::W | perm::X)?;
-                    match self.try_create(&dir, name, node, cred)? {
+                    self.may_search_write(parent, cred)?;
+                    searched = true;
+                    match self.try_create(&dir, name, node, cred, lane)? {
                         Ok(ino) => {
                             self.notices.name(parent, name, ino);
                             return Ok((ino, true));
@@ -85,6 +89,10 @@ impl<B: Backend> Namespace<B> {
                     }
                 }
             };
+            if !searched {
+                self.may(parent, cred, perm::X)?;
+                searched = true;
+            }
             match found.state {
                 // Another create of this name is under way: its outcome decides.
                 State::Creating => index::wait_turn(&mut turns, self.watch())?,
@@ -92,6 +100,14 @@ impl<B: Backend> Namespace<B> {
                 _ => return Ok((found.ino, false)),
             }
         }
+    }
+
+    /// Write and search permission in directory `parent`, failing as separate
+    /// checks of search, then write, would (so EACCES for no search permission in
+    /// an immutable directory, not EPERM).
+    fn may_search_write(&self, parent: u64, cred: &Cred) -> Result<()> {
+        self.may(parent, cred, perm::W | perm::X)
+            .map_err(|e| self.may(parent, cred, perm::X).err().unwrap_or(e))
     }
 
     /// Write the new dentry (not valid), claim the name for it, then make the inode
@@ -102,10 +118,13 @@ impl<B: Backend> Namespace<B> {
         name: &[u8],
         node: NewNode<'_>,
         cred: &Cred,
+        lane: u32,
     ) -> Result<std::result::Result<u64, Entry>> {
         let pool = &self.pool;
-        let lane = self.lane();
-        let ino = pool.alloc.inodes.alloc(lane).ok_or(errno::ENOSPC)?;
+        // `let else`, not `ok_or`: an error made eagerly is dropped (a call) on success.
+        let Some(ino) = pool.alloc.inodes.alloc(lane) else {
+            return Err(errno::ENOSPC);
+        };
         let new = match self.new_dentry(dir, ino, name, dtype(node.mode), lane, false) {
             Ok(e) => e,
             Err(err) => {
@@ -134,7 +153,7 @@ impl<B: Backend> Namespace<B> {
         let made = if dir.removed() {
             Err(errno::ENOENT)
         } else {
-            self.commit_new(dir, new, node, cred)
+            self.commit_new(dir, new, node, cred, lane)
         };
         match made {
             Ok(()) => {
@@ -149,13 +168,14 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
-    /// Write the inode of the claimed entry `entry` and commit its dentry.
+    /// Write the inode of the claimed entry `entry` and commit its dentry, in `lane`.
     fn commit_new(
         &self,
         dir: &Dir<'_>,
         entry: Entry,
         node: NewNode<'_>,
         cred: &Cred,
+        lane: u32,
     ) -> Result<()> {
         let pool = &self.pool;
         let ino = entry.ino;
@@ -168,19 +188,23 @@ impl<B: Backend> Namespace<B> {
             }
         }
         let parent = dir.ino;
-        let mode = self.write_inode(parent, ino, node, cred, true)?;
-        let now = now_ns();
+        // One clock reading, the dentry's birth (read after its number was taken, so
+        // unlike any earlier incarnation's), for the inode's times and the parent's
+        // too, as Linux gives a create's inode and parent one time.
+        let born = pool.pm.load_u64(entry.dentry + dentry::BORN);
+        let now = born & !dentry::VALID;
+        let mode = self.write_inode(parent, ino, node, cred, true, (lane, now))?;
         // The dentry and inode are written, nothing is committed yet.
         stop_here("create.before_commit");
         let mut b = pool.pm.batch();
         b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
         let stored = self.touch_parent(&mut b, dir, now, if is_dir(mode) { 1 } else { 0 })?;
-        let born = pool.pm.load_u64(entry.dentry + dentry::BORN);
         if pool.cwon {
             // Consistency without ordering: the check word proves to recovery that
             // every store of this batch landed, so one fence commits them all.
-            let check =
-                cwon::fresh_check(&pool.pm, &pool.layout, entry.dentry, ino).ok_or(errno::EIO)?;
+            let Some(check) = cwon::fresh_check(&pool.pm, &pool.layout, entry.dentry, ino) else {
+                return Err(errno::EIO);
+            };
             b.write_u64(entry.dentry + dentry::CHECK, check)
                 .write_u64(entry.dentry + dentry::STATE, born);
             let _committed = b.persist();
@@ -195,7 +219,7 @@ impl<B: Backend> Namespace<B> {
             // Fenced above: creates of this tick may now leave the times alone.
             dir.cachelet().durable_times().store(t, Ordering::Release);
         }
-        dir.add_entry(self.lane());
+        dir.add_entry(lane);
         Ok(())
     }
 
@@ -233,7 +257,8 @@ impl<B: Backend> Namespace<B> {
 
     /// Write inode `ino`'s image (flushed, not fenced): owner and group from `cred`
     /// and `parent` (set-group-ID directories), ACLs inherited from `parent`, a
-    /// symlink's target; link count 0 unless `named`. Returns its mode.
+    /// symlink's target; link count 0 unless `named`; its times `now`, its blocks
+    /// from `lane`. Returns its mode.
     pub(super) fn write_inode(
         &self,
         parent: u64,
@@ -241,9 +266,9 @@ impl<B: Backend> Namespace<B> {
         node: NewNode<'_>,
         cred: &Cred,
         named: bool,
+        (lane, now): (u32, u64),
     ) -> Result<u32> {
         let pool = &self.pool;
-        let lane = self.lane();
         let pown = self.owner(parent);
         let mut mode = node.mode;
         let gid = if pown.mode & libc::S_ISGID != 0 {
@@ -263,7 +288,6 @@ impl<B: Backend> Namespace<B> {
             None if mode & libc::S_IFMT != libc::S_IFLNK => mode &= !(node.umask & 0o777),
             None => {}
         }
-        let now = now_ns();
         let image = inode::InodeImage {
             ino,
             mode,
@@ -360,8 +384,9 @@ impl<B: Backend> Namespace<B> {
         named: bool,
     ) -> Result<u64> {
         let inodes = &self.pool.alloc.inodes;
-        let ino = inodes.alloc(self.lane()).ok_or(errno::ENOSPC)?;
-        match self.write_inode(parent, ino, node, cred, named) {
+        let lane = self.lane();
+        let ino = inodes.alloc(lane).ok_or(errno::ENOSPC)?;
+        match self.write_inode(parent, ino, node, cred, named, (lane, now_ns())) {
             Ok(_) => Ok(ino),
             Err(e) => {
                 inodes.free(ino);
@@ -387,7 +412,9 @@ impl<B: Backend> Namespace<B> {
         let pool = &self.pool;
         // The slot claim below may link the directory's first log page.
         pool.settle(dir.ino);
-        let did = pool.alloc.dentries.alloc(lane).ok_or(errno::ENOSPC)?;
+        let Some(did) = pool.alloc.dentries.alloc(lane) else {
+            return Err(errno::ENOSPC);
+        };
         let slot = match dir.claim_slot(
             pool,
             &self.free_slots,
@@ -412,9 +439,10 @@ impl<B: Backend> Namespace<B> {
             born: dentry::state_word(true, now_ns()),
             name,
         };
+        let mut bytes = [0u8; dentry::BODY_MAX];
         let mut b = pool.pm.batch();
         b.write_u64(daddr + dentry::STATE, 0)
-            .write(daddr + dentry::INO, &body.encode_body())
+            .write(daddr + dentry::INO, body.encode_body(&mut bytes))
             .write_u64(slot, daddr);
         if pool.cwon && settled {
             if let Some(check) = cwon::settled_check(&pool.pm, daddr) {

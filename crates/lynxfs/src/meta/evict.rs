@@ -72,11 +72,15 @@ impl<B: Backend> Namespace<B> {
 
     /// The directory `ino`, loaded and not removed, with its gate held shared.
     pub fn enter(&self, ino: u64) -> Result<Entered<'_>> {
+        self.enter_in(ino, self.lane())
+    }
+
+    /// [`Namespace::enter`] counted in `lane`, the operation's (read once per call:
+    /// the CPU's lane costs a system call's worth of instructions).
+    pub(crate) fn enter_in(&self, ino: u64, lane: u32) -> Result<Entered<'_>> {
         loop {
             let dir = self.dir(ino)?;
-            let gate = self
-                .gates
-                .shared(dir.cachelet(), self.lane(), self.watch())?;
+            let gate = self.gates.shared(dir.cachelet(), lane, self.watch())?;
             if dir.cachelet().flags() & LOADED == 0 {
                 continue;
             }

@@ -345,7 +345,9 @@ impl Index {
     }
 
     fn dentry_id(&self, addr: u64) -> Result<u64> {
-        let rel = addr.checked_sub(self.dentry_off).ok_or(errno::EINVAL)?;
+        let Some(rel) = addr.checked_sub(self.dentry_off) else {
+            return Err(errno::EINVAL);
+        };
         let id = rel / DENTRY_SIZE;
         if rel % DENTRY_SIZE != 0 || self.dentry_addr(id).is_none() {
             return Err(errno::EINVAL);
@@ -745,10 +747,15 @@ impl Index {
 /// A stable 64-bit hash of (parent, name) (FNV-1a), stored in each dentry so that
 /// tools can check an entry without the DRAM index.
 pub fn name_hash(parent: u64, name: &[u8]) -> u64 {
+    // Two plain loops, not a chained iterator (which cost twice the instructions
+    // on every create's dentry).
+    let step = |h: u64, b: u8| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in parent.to_le_bytes().iter().chain(name) {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
+    for b in parent.to_le_bytes() {
+        h = step(h, b);
+    }
+    for &b in name {
+        h = step(h, b);
     }
     h
 }
@@ -1285,6 +1292,17 @@ mod tests {
             key_hash(3, b"stable"),
             11292629536329338084,
             "the hash is part of the format"
+        );
+    }
+
+    #[test]
+    fn name_hash_is_fnv1a_of_the_parent_and_the_name() {
+        // Stored in every dentry (docs/FORMAT.md): the values must never change.
+        assert_eq!(name_hash(1, b""), 0x89cd_3129_1d2a_efa4);
+        assert_eq!(name_hash(7, b"hello"), 0xbc6b_535a_7889_51ea);
+        assert_eq!(
+            name_hash(0x1234_5678_9abc_def0, &[b'a'; 255]),
+            0x7903_d7e4_eaa5_4836
         );
     }
 }

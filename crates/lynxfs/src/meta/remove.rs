@@ -64,10 +64,13 @@ impl<B: Backend> Namespace<B> {
         check_name(name)?;
         // A directory removed: paths the areas learnt through it lead nowhere.
         let _areas = want_dir.then(|| self.areas.changing());
-        let dir = self.enter(parent)?;
+        let lane = self.lane();
+        let dir = self.enter_in(parent, lane)?;
         let pown = self.owner(parent);
         self.may(parent, cred, perm::X)?;
-        let e = self.claim_entry(parent, name).ok_or(errno::ENOENT)?;
+        let Some(e) = self.claim_entry(parent, name) else {
+            return Err(errno::ENOENT);
+        };
         if let Err(err) = self.may(parent, cred, perm::W | perm::X) {
             self.unclaim(e);
             return Err(err);
@@ -160,7 +163,7 @@ impl<B: Backend> Namespace<B> {
         self.notices.name(parent, name, e.ino);
         drop(il);
         self.index.remove(&e);
-        let due = dir.remove_entry(self.lane());
+        let due = dir.remove_entry(lane);
         dir.release_slot(&self.free_slots, e.slot);
         self.pool.alloc.dentries.free(
             self.pool

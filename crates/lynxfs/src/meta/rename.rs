@@ -76,6 +76,24 @@ fn thread_jitter() -> u64 {
     MARK.with(|m| (m as *const u8 as u64) >> 6)
 }
 
+/// The words of a rename's journal record, on the stack.
+#[derive(Default)]
+struct Words {
+    words: [(u64, u64); 12],
+    len: usize,
+}
+
+impl Words {
+    fn push(&mut self, w: (u64, u64)) {
+        self.words[self.len] = w;
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[(u64, u64)] {
+        &self.words[..self.len]
+    }
+}
+
 /// The new dentries (not yet valid) and, once claimed, their index slots.
 struct New {
     dst: Entry,
@@ -147,10 +165,15 @@ impl<B: Backend> Namespace<B> {
             }
             check_name(n)?;
         }
+        // Checked in this order (both directories before either permission), once
+        // for a rename within one directory.
         self.dir(sp)?;
-        self.dir(dp)?;
-        for p in [sp, dp] {
-            self.may(p, cred, perm::W | perm::X)?;
+        if dp != sp {
+            self.dir(dp)?;
+        }
+        self.may(sp, cred, perm::W | perm::X)?;
+        if dp != sp {
+            self.may(dp, cred, perm::W | perm::X)?;
         }
         let _serial = match serial {
             true => {
@@ -161,11 +184,12 @@ impl<B: Backend> Namespace<B> {
             false => None,
         };
         // Both parents entered (once if they are one), before any name is looked at.
-        let sdir = self.enter(sp)?;
+        let lane = self.lane();
+        let sdir = self.enter_in(sp, lane)?;
         let ddir_own = if dp == sp {
             None
         } else {
-            Some(self.enter(dp)?)
+            Some(self.enter_in(dp, lane)?)
         };
         let ddir: &super::Dir<'_> = ddir_own.as_deref().unwrap_or(&sdir);
         let sdir: &super::Dir<'_> = &sdir;
@@ -177,7 +201,6 @@ impl<B: Backend> Namespace<B> {
         }
         // The new dentries first (not valid): the index compares a claimed name with
         // its dentry's.
-        let lane = self.lane();
         // What the source name will name: the exchanged file, or a new whiteout.
         let (into_src, whiteout) = match (plan.dst.filter(|_| flags.exchange), flags.whiteout) {
             (Some(d), _) => (Some((d.ino, d.dtype)), None),
@@ -279,7 +302,9 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
         serial: bool,
     ) -> Result<Plan> {
-        let src = self.lookup_entry(sp, sn).ok_or(errno::ENOENT)?;
+        let Some(src) = self.lookup_entry(sp, sn) else {
+            return Err(errno::ENOENT);
+        };
         let dst = self.lookup_entry(dp, dn);
         if flags.exchange && dst.is_none() {
             return Err(errno::ENOENT);
@@ -474,13 +499,17 @@ impl<B: Backend> Namespace<B> {
         lane: u32,
     ) -> Result<bool> {
         let pool = &self.pool;
-        let now = now_ns();
         // Each new dentry commits with the state word written into it (`BORN`).
         let valid = |d: u64| pool.pm.load_u64(d + dentry::BORN);
+        // The rename's time is the new name's birth (one clock reading per rename).
+        let now = valid(news.dst.dentry) & !dentry::VALID;
         let gone = dentry::state_word(false, now);
         let src = plan.src;
         let (new_dst, new_src) = (news.dst, news.src);
-        let mut w = vec![
+        // At most 11 words (5, 2 for a replaced entry, 2 for an exchange or whiteout,
+        // 2 link counts): on the stack.
+        let mut w = Words::default();
+        for word in [
             (new_dst.dentry + dentry::STATE, valid(new_dst.dentry)),
             (src.dentry + dentry::STATE, gone),
             (src.slot, 0),
@@ -488,7 +517,9 @@ impl<B: Backend> Namespace<B> {
             // In the record, not stored before it: the moved inode may be a fresh
             // create (CWON), whose dentry this commit invalidates with the change.
             (self.iaddr(src.ino) + inode::CTIME, now),
-        ];
+        ] {
+            w.push(word);
+        }
         if let Some(d) = plan.dst {
             w.push((d.dentry + dentry::STATE, gone));
             w.push((d.slot, 0));
@@ -508,35 +539,44 @@ impl<B: Backend> Namespace<B> {
                 delta[slot(sp)].1 += plan.dst_dir as i64;
             }
         }
-        let changed: Vec<(u64, i64)> = delta.iter().copied().filter(|&(_, n)| n != 0).collect();
-        // One inode lock per directory, in inode order (no deadlock, no double lock).
-        let mut dirs: Vec<u64> = changed.iter().map(|&(d, _)| d).collect();
-        dirs.sort_unstable();
-        dirs.dedup();
-        let _locks = dirs
-            .into_iter()
-            .map(|d| self.ilock(d))
-            .collect::<Result<Vec<_>>>()?;
-        for &(d, n) in &changed {
+        // One inode lock per directory whose link count changes (`delta` names each
+        // directory once: one parent's second slot stays 0), in inode order, so no
+        // deadlock.
+        let mut changed = delta.map(|(d, n)| (n != 0).then_some((d, n)));
+        if let [Some((a, _)), Some((b, _))] = changed {
+            if b < a {
+                changed.swap(0, 1);
+            }
+        }
+        let mut locks = [None, None];
+        for (l, c) in locks.iter_mut().zip(changed) {
+            if let Some((d, _)) = c {
+                *l = Some(self.ilock(d)?);
+            }
+        }
+        for &(d, n) in changed.iter().flatten() {
             let cur = self.load(d, inode::NLINK) as i64;
             w.push((self.iaddr(d) + inode::NLINK, (cur + n).max(0) as u64));
         }
         // The parents' times below land before the commit: a fresh directory must
         // be settled first (the journal's own words need not: they invalidate the
         // source's dentry in the same commit).
-        for ino in [sp, dp] {
+        let parents: &[u64] = if sp == dp { &[sp] } else { &[sp, dp] };
+        for &ino in parents {
             pool.settle(ino);
         }
         let mut b = pool.pm.batch();
-        for p in [sp, dp] {
+        for &p in parents {
             b.write_u64(self.iaddr(p) + inode::MTIME, now)
                 .write_u64(self.iaddr(p) + inode::CTIME, now);
         }
         b.flushed();
         // The new dentries are written and claimed, nothing is committed yet.
         stop_here("rename.before_commit");
-        let _committed = pool.journals.commit(&pool.pm, &pool.layout, lane, &w)?;
-        drop(_locks);
+        let _committed = pool
+            .journals
+            .commit(&pool.pm, &pool.layout, lane, w.as_slice())?;
+        drop(locks);
         // The index follows the pool: the new names first, then the old entries go,
         // so a lookup never misses both.
         self.index.publish(new_dst.pos);

@@ -27,6 +27,10 @@ impl<B: Backend> Namespace<B> {
     /// The ACL stored under `name` (`None` when there is none); a stored value that
     /// does not parse is damage (EIO).
     pub fn stored_acl(&self, ino: u64, name: &[u8]) -> Result<Option<Acl>> {
+        // No attribute set, no ACL: every create asks its parent for a default one.
+        if self.load(ino, inode::XATTR) == 0 {
+            return Ok(None);
+        }
         match xattr::get(&self.pool, &self.xattr_indexes, ino, name) {
             Ok(v) => Acl::parse(&v).map_err(|_| errno::EIO),
             Err(e) if e.errno() == libc::ENODATA => Ok(None),
