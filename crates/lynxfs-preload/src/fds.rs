@@ -388,6 +388,42 @@ pub fn open_fds() -> Vec<c_int> {
 /// Runs `attach` (which opens the engine's descriptors) and records what it opened
 /// as the library's own.
 pub fn recording_own<T>(attach: impl FnOnce() -> T) -> T {
+    match lynxfs::runtime::out_of_the_way_range() {
+        Some(range) => recording_moved(range, attach),
+        None => recording_listed(attach),
+    }
+}
+
+/// Whether `fd` is open.
+fn is_open(fd: c_int) -> bool {
+    // SAFETY: F_GETFD only asks whether the fd is open.
+    unsafe { crate::real::fcntl64(fd, libc::F_GETFD, 0) >= 0 }
+}
+
+/// [`recording_own`] where the engine moves what it keeps into `range` (each to the
+/// lowest free number there): its descriptors are among the first free numbers of
+/// the range, looked at one by one before and after, instead of two listings of
+/// /proc/self/fd (an open, two getdents and a close each, at every attach).
+fn recording_moved<T>(range: std::ops::Range<i32>, attach: impl FnOnce() -> T) -> T {
+    // More than the engine keeps (the pool file, its lock, the runtime file, the
+    // stand-ins' directory): if every one is taken after, list them all instead.
+    const LOOK: usize = 8;
+    let free: Vec<c_int> = range.filter(|&fd| !is_open(fd)).take(LOOK).collect();
+    let r = attach();
+    let new: Vec<c_int> = free.iter().copied().filter(|&fd| is_open(fd)).collect();
+    if new.len() == LOOK {
+        let all = open_fds();
+        ENGINE
+            .write()
+            .extend(all.into_iter().filter(|fd| *fd >= free[0]));
+    } else {
+        ENGINE.write().extend(new);
+    }
+    r
+}
+
+/// [`recording_own`] by two listings of /proc/self/fd: the fds that appeared.
+fn recording_listed<T>(attach: impl FnOnce() -> T) -> T {
     let before = open_fds();
     let r = attach();
     let new: Vec<c_int> = open_fds()
