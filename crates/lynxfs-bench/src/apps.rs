@@ -6,8 +6,12 @@
 //! tarball decompressed once to a `.tar` in the caller's private directory in
 //! `/dev/shm`, `lynxfs-bench-UID`, the same input for every target), `du -s`,
 //! `find -name '*.c'` (cold: after dropping the kernel's caches and LynxFS's index;
-//! warm: right after), `gzip -r` of the tree's `fs/` directory, and `rm -rf` of the
-//! whole tree.
+//! warm: right after), `gzip -r` of the tree's `fs/` directory, git on that directory
+//! (`init`, `add -A` and `commit`; `status`; `log --stat`), sqlite3 on a database in
+//! the tree (10,000 inserts in transactions of 100; queries, an index and `VACUUM`),
+//! and `rm -rf` of the whole tree. A missing git or sqlite3 leaves its rows empty,
+//! said in a note; the `lib` column has no in-process git or sqlite3 and leaves them
+//! empty too.
 //!
 //! Kernel targets (tmpfs, ext4, fuse, fuse-null, dir=) run GNU `tar`, `du`, `find`,
 //! `gzip` and `rm` in the target's directory; the `preload` target runs the same
@@ -49,8 +53,79 @@ const OPS: &[&str] = &[
     "find -name '*.c' (cold)",
     "find -name '*.c' (warm)",
     "gzip -r fs/",
+    "git init+add+commit fs/",
+    "git status fs/",
+    "git log --stat fs/",
+    "sqlite3 10k inserts (100/txn)",
+    "sqlite3 queries+VACUUM",
     "rm -rf",
 ];
+
+/// The rows run by a program that may be missing (and that the `lib` column cannot
+/// run): the program.
+fn program_of(op: usize) -> Option<&'static str> {
+    match OPS[op] {
+        l if l.starts_with("git ") => Some("git"),
+        l if l.starts_with("sqlite3 ") => Some("sqlite3"),
+        _ => None,
+    }
+}
+
+/// Whether `program` is an executable file in a directory on PATH.
+fn installed(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| {
+            std::fs::metadata(d.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// The database sqlite3 works on, in the tree (so `rm -rf` takes it away).
+const DB: &str = "bench.sqlite";
+
+/// The SQL of the sqlite3 rows, written once into the caller's private directory in
+/// `/dev/shm` (read by sqlite3 from there, outside every target): inserts, queries.
+fn sql_scripts() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let dir = private::cache_dir(Path::new(SHM))?;
+    let inserts = dir.join("apps-inserts-v1.sql");
+    if !private::cached(&inserts)? {
+        private::write_new(&inserts, |mut f| {
+            writeln!(
+                f,
+                "CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, value INTEGER);"
+            )?;
+            for txn in 0..100 {
+                writeln!(f, "BEGIN;")?;
+                for i in 0..100 {
+                    let id = txn * 100 + i;
+                    let value = (id * 7919) % 10_007;
+                    writeln!(f, "INSERT INTO t VALUES({id}, 'name-{id:05}', {value});")?;
+                }
+                writeln!(f, "COMMIT;")?;
+            }
+            Ok(())
+        })?;
+    }
+    let queries = dir.join("apps-queries-v1.sql");
+    if !private::cached(&queries)? {
+        private::write_new(&queries, |mut f| {
+            writeln!(
+                f,
+                "SELECT count(*), sum(value) FROM t;\n\
+                 SELECT count(*) FROM t WHERE name LIKE 'name-01%';\n\
+                 CREATE INDEX tv ON t(value);\n\
+                 SELECT id FROM t WHERE value BETWEEN 1000 AND 1100 ORDER BY value;\n\
+                 DELETE FROM t WHERE id % 2 = 0;\n\
+                 VACUUM;\n\
+                 SELECT count(*) FROM t;"
+            )?;
+            Ok(())
+        })?;
+    }
+    Ok((inserts, queries))
+}
 
 /// What the tarball holds, read once before any clock starts.
 pub(crate) struct Tree {
@@ -334,8 +409,75 @@ fn run_tools(
             check_count(out.iter().filter(|&&b| b == b'\n').count(), tree)
         }
         5 => run("gzip", &[OsStr::new("-r"), OsStr::new(&tree.gzip_dir)]).map(drop),
+        6..=8 => run_git(op, tree, &run),
+        9 | 10 => run_sqlite(op, tree, &run),
         _ => run("rm", &[OsStr::new("-rf"), top]).map(drop),
     }
+}
+
+/// git on the tree's gzip'd directory: a repository made and committed, its status,
+/// its log. Configured on the command line (no user's or system's configuration
+/// changes what is timed).
+fn run_git(
+    op: usize,
+    tree: &Tree,
+    run: &impl Fn(&str, &[&OsStr]) -> io::Result<Vec<u8>>,
+) -> io::Result<()> {
+    let git = |args: &[&str]| {
+        let config = [
+            "-C",
+            &tree.gzip_dir,
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "user.name=lynxfs-bench",
+            "-c",
+            "user.email=bench@localhost",
+        ];
+        let all: Vec<&OsStr> = config.iter().chain(args).map(OsStr::new).collect();
+        run("git", &all)
+    };
+    match op {
+        6 => {
+            git(&["init", "-q"])?;
+            git(&["add", "-A"])?;
+            git(&["commit", "-q", "-m", "tree"]).map(drop)
+        }
+        7 => {
+            let out = git(&["status", "--porcelain"])?;
+            if out.is_empty() {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!(
+                    "git status after the commit: {} changed paths",
+                    out.iter().filter(|&&b| b == b'\n').count()
+                )))
+            }
+        }
+        _ => git(&["log", "--stat"]).map(drop),
+    }
+}
+
+/// sqlite3 on a database in the tree: the inserts (the first step makes it), then
+/// the queries (whose last answer, the rows left, is checked).
+fn run_sqlite(
+    op: usize,
+    tree: &Tree,
+    run: &impl Fn(&str, &[&OsStr]) -> io::Result<Vec<u8>>,
+) -> io::Result<()> {
+    let (inserts, queries) = sql_scripts().map_err(io::Error::other)?;
+    let db = format!("{}/{DB}", tree.top);
+    let script = if op == 9 { inserts } else { queries };
+    let mut read = std::ffi::OsString::from(".read ");
+    read.push(&script);
+    let out = run("sqlite3", &[OsStr::new(&db), &read])?;
+    if op == 10 && !out.ends_with(b"5000\n") {
+        return Err(io::Error::other(format!(
+            "sqlite3: {:?} rows after the queries, expected 5000",
+            String::from_utf8_lossy(&out).lines().last()
+        )));
+    }
+    Ok(())
 }
 
 /// One operation on a kernel target's directory.
@@ -402,6 +544,7 @@ fn run_lib(op: usize, lib: &LibTarget, tree: &Tree) -> io::Result<()> {
             check_count(found, tree)
         }
         5 => gzip_r(lib, &mut tree.gzip_dir.clone()),
+        6..=10 => Err(io::Error::other(format!("{}: not run in process", OPS[op]))),
         _ => {
             rm_rf(&s, &mut path)?;
             gone(s.lstat(&tree.top).map(drop).map_err(to_io))
@@ -711,6 +854,18 @@ pub(crate) fn run(
          their in-process Rust re-implementation (tar crate, tree walk, flate2 level 6, \
          recursive remove)"
     ));
+    for program in ["git", "sqlite3"] {
+        if !installed(program) {
+            notes.push(format!(
+                "{program} is not installed: its rows are left empty (apt-get install {program})"
+            ));
+        }
+    }
+    if runners.iter().any(|r| matches!(r, Runner::Lib(_))) {
+        notes.push(format!(
+            "{LIB_NAME}: the git and sqlite3 rows are left empty (no in-process equivalent)"
+        ));
+    }
     let mut grid = Grid::new(OPS.to_vec(), runners.len());
     let mut failed: Vec<Option<String>> = vec![None; runners.len()];
     let bar = progress_bar(opts, "apps", opts.rounds * OPS.len() * runners.len());
@@ -727,7 +882,9 @@ pub(crate) fn run(
             for (col, r) in runners.iter().enumerate() {
                 bar.set_message(format!("{label} on {}", names[col]));
                 bar.inc(1);
-                if failed[col].is_some() {
+                let cannot =
+                    program_of(op).is_some_and(|p| !installed(p) || matches!(r, Runner::Lib(_)));
+                if failed[col].is_some() || cannot {
                     grid.push(op, col, f64::NAN);
                     continue;
                 }
@@ -898,7 +1055,21 @@ mod tests {
         let m = run(&targets, &names, None, &opts).unwrap();
         let failures: Vec<_> = m.notes.iter().filter(|n| n.contains("failed")).collect();
         assert!(failures.is_empty(), "{failures:?}");
-        assert!(m.rows.iter().all(|r| r.values.iter().all(|v| *v > 0.0)));
+        for (op, r) in m.rows.iter().enumerate() {
+            match program_of(op) {
+                // The lib column has no git or sqlite3; the kernel's runs them when
+                // they are installed (and says so in a note when not).
+                Some(p) => {
+                    assert!(r.values[0].is_nan(), "{}", r.op);
+                    if installed(p) {
+                        assert!(r.values[1] > 0.0, "{}", r.op);
+                    } else {
+                        assert!(m.notes.iter().any(|n| n.contains(p)), "{p}");
+                    }
+                }
+                None => assert!(r.values.iter().all(|v| *v > 0.0), "{}", r.op),
+            }
+        }
         assert!(std::fs::read_dir(host.path()).unwrap().next().is_none());
         assert!(targets[0].readdir(Path::new("")).unwrap().is_empty());
     }

@@ -4,6 +4,7 @@
 //! another share one [`Open`], as they share one open file description.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -65,13 +66,42 @@ static PARKABLE: [AtomicU64; MARKED / 64] = [const { AtomicU64::new(0) }; MARKED
 /// Entries at or above MARKED (rare: the lookup is then always made).
 static HIGH: AtomicUsize = AtomicUsize::new(0);
 
-/// A plain locked map: calls come from exit handlers too, after the thread's
-/// thread-locals are gone (which lock-free maps need).
-type Table = RwLock<HashMap<c_int, Arc<Open>>>;
+/// Plain locked maps: calls come from exit handlers too, after the thread's
+/// thread-locals are gone (which lock-free maps need). Sharded by fd number, so
+/// threads working on different fds take different locks, and keyed by the number
+/// itself (no SipHash on every call on a pool fd).
+type Shard = RwLock<HashMap<c_int, Arc<Open>, BuildHasherDefault<FdHasher>>>;
 
-fn table() -> &'static Table {
-    static T: OnceLock<Table> = OnceLock::new();
-    T.get_or_init(Default::default)
+const SHARDS: usize = 16;
+
+static TABLE: [Shard; SHARDS] =
+    [const { RwLock::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS];
+
+fn table(fd: c_int) -> &'static Shard {
+    &TABLE[fd as usize % SHARDS]
+}
+
+/// An fd is its own hash: numbers are small and dense, and each shard's keys are
+/// `SHARDS` apart, so spreading them over the map's buckets is all that is needed.
+#[derive(Default)]
+struct FdHasher(u64);
+
+impl Hasher for FdHasher {
+    fn finish(&self) -> u64 {
+        // The map takes its bucket from the low bits and a tag from the top 7: a
+        // multiply spreads the number into both.
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_i32(&mut self, n: i32) {
+        self.0 = u64::from(n as u32) / SHARDS as u64;
+    }
 }
 
 fn marked(fd: c_int) -> bool {
@@ -129,14 +159,14 @@ pub fn get(fd: c_int) -> Option<Arc<Open>> {
     if fd < 0 || !marked(fd) {
         return None;
     }
-    table().read().get(&fd).cloned()
+    table(fd).read().get(&fd).cloned()
 }
 
 /// `fd` (a kernel fd this library reserved) now serves `open`; an entry left over
 /// from an fd the kernel closed behind our back is dropped.
 pub fn insert(fd: c_int, open: Arc<Open>) {
     set_parkable(fd, false);
-    let old = table().write().insert(fd, open);
+    let old = table(fd).write().insert(fd, open);
     // The old description (if the kernel reused the number) is dropped unlocked.
     let was = old.is_some();
     drop(old);
@@ -151,7 +181,7 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
     if fd < 0 || !marked(fd) {
         return None;
     }
-    let old = table().write().remove(&fd);
+    let old = table(fd).write().remove(&fd);
     if old.is_some() {
         mark(fd, false);
         set_parkable(fd, false);
@@ -161,10 +191,14 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
 
 /// Every fd of ours, with its description.
 pub fn all() -> Vec<(c_int, Arc<Open>)> {
-    table()
-        .read()
+    TABLE
         .iter()
-        .map(|(fd, o)| (*fd, o.clone()))
+        .flat_map(|t| {
+            t.read()
+                .iter()
+                .map(|(fd, o)| (*fd, o.clone()))
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -354,6 +388,42 @@ pub fn open_fds() -> Vec<c_int> {
 /// Runs `attach` (which opens the engine's descriptors) and records what it opened
 /// as the library's own.
 pub fn recording_own<T>(attach: impl FnOnce() -> T) -> T {
+    match lynxfs::runtime::out_of_the_way_range() {
+        Some(range) => recording_moved(range, attach),
+        None => recording_listed(attach),
+    }
+}
+
+/// Whether `fd` is open.
+fn is_open(fd: c_int) -> bool {
+    // SAFETY: F_GETFD only asks whether the fd is open.
+    unsafe { crate::real::fcntl64(fd, libc::F_GETFD, 0) >= 0 }
+}
+
+/// [`recording_own`] where the engine moves what it keeps into `range` (each to the
+/// lowest free number there): its descriptors are among the first free numbers of
+/// the range, looked at one by one before and after, instead of two listings of
+/// /proc/self/fd (an open, two getdents and a close each, at every attach).
+fn recording_moved<T>(range: std::ops::Range<i32>, attach: impl FnOnce() -> T) -> T {
+    // More than the engine keeps (the pool file, its lock, the runtime file, the
+    // stand-ins' directory): if every one is taken after, list them all instead.
+    const LOOK: usize = 8;
+    let free: Vec<c_int> = range.filter(|&fd| !is_open(fd)).take(LOOK).collect();
+    let r = attach();
+    let new: Vec<c_int> = free.iter().copied().filter(|&fd| is_open(fd)).collect();
+    if new.len() == LOOK {
+        let all = open_fds();
+        ENGINE
+            .write()
+            .extend(all.into_iter().filter(|fd| *fd >= free[0]));
+    } else {
+        ENGINE.write().extend(new);
+    }
+    r
+}
+
+/// [`recording_own`] by two listings of /proc/self/fd: the fds that appeared.
+fn recording_listed<T>(attach: impl FnOnce() -> T) -> T {
     let before = open_fds();
     let r = attach();
     let new: Vec<c_int> = open_fds()

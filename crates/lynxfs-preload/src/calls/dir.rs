@@ -1,10 +1,8 @@
 //! Directories: getdents64, the opendir/readdir streams, and the working directory.
 
-use std::collections::HashSet;
 use std::ffi::CString;
 
 use libc::{c_char, c_int, c_long, c_void, dirent64, size_t, ssize_t, DIR};
-use parking_lot::Mutex;
 
 use super::{buf_mut, err, on_fd};
 use crate::fds::{self, Open};
@@ -67,41 +65,51 @@ pub unsafe extern "C" fn getdents64(fd: c_int, b: *mut c_void, n: size_t) -> ssi
 /// A directory stream of the pool: a `DIR *` only this library hands out. It reads
 /// the engine's entries directly (no getdents records in between), a batch at a time,
 /// from the position of its fd's description.
+#[repr(C)]
 struct Stream {
+    /// [`TAG`]: where the C library's own stream keeps its fd, never negative, so a
+    /// look at the first 8 bytes of any `DIR` tells ours from the C library's
+    /// without a lock or a registry.
+    tag: [c_int; 2],
     fd: c_int,
     batch: Vec<lynxfs::DirEntry>,
     at: usize,
+    /// The last batch was short: the engine had no more entries then, so the next
+    /// readdir past it says "end" without asking again (once: a later call asks).
+    end: bool,
     /// The record readdir returned last (valid until the next call).
     entry: dirent64,
     /// The position after the entry returned last (telldir).
     tell: i64,
 }
 
-/// The streams this library made (their addresses).
-static STREAMS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+/// A negative "fd" and "LYNX".
+const TAG: [c_int; 2] = [-1, 0x4c59_4e58];
+
+/// The most entries a batch asks the engine for.
+const BATCH: usize = 256;
 
 fn ours(d: *mut DIR) -> bool {
-    STREAMS
-        .lock()
-        .as_ref()
-        .is_some_and(|s| s.contains(&(d as usize)))
+    if d.is_null() {
+        return false;
+    }
+    // SAFETY: a stream the program passed: the C library's (whose first 8 bytes are
+    // its fd and lock word) or ours (the tag); either way 8 readable bytes.
+    unsafe { d.cast::<[c_int; 2]>().read() == TAG }
 }
 
 fn stream_for(fd: c_int) -> *mut DIR {
     let s = Box::new(Stream {
+        tag: TAG,
         fd,
         batch: Vec::new(),
         at: 0,
+        end: false,
         // SAFETY: plain data: all-zero is valid.
         entry: unsafe { std::mem::zeroed() },
         tell: 0,
     });
-    let p = Box::into_raw(s);
-    STREAMS
-        .lock()
-        .get_or_insert_with(HashSet::new)
-        .insert(p as usize);
-    p.cast()
+    Box::into_raw(s).cast()
 }
 
 #[no_mangle]
@@ -138,6 +146,9 @@ pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut dirent64 {
     // SAFETY: `d` is a Stream this library made and has not freed.
     let s = unsafe { &mut *d.cast::<Stream>() };
     if s.at >= s.batch.len() {
+        if std::mem::take(&mut s.end) {
+            return std::ptr::null_mut();
+        }
         let got = match (fds::get(s.fd), state::attached_now()) {
             (Some(o), Some(a)) => {
                 let _inside = crate::guard::Inside::enter();
@@ -147,6 +158,7 @@ pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut dirent64 {
         };
         match got {
             Ok(b) if !b.is_empty() => {
+                s.end = b.len() < BATCH;
                 s.batch = b;
                 s.at = 0;
             }
@@ -180,7 +192,7 @@ fn next_batch(a: &Attached, o: &Open) -> lynxfs::Result<Vec<lynxfs::DirEntry>> {
         return Err(err(libc::ENOTDIR));
     }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
-    let b = a.fs.readdir(o.ino, cookie, 256, &a.root.read().cred)?;
+    let b = a.fs.readdir(o.ino, cookie, BATCH, &a.root.read().cred)?;
     if let Some(last) = b.last() {
         a.fs.seek(o.handle, last.next as i64, libc::SEEK_SET)?;
     }
@@ -224,19 +236,19 @@ pub unsafe extern "C" fn readdir_r(
 
 #[no_mangle]
 pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
-    let mine = STREAMS
-        .lock()
-        .as_mut()
-        .is_some_and(|s| s.remove(&(d as usize)));
-    if !mine {
+    if !ours(d) {
         // Its fd's number is free again (see `fds::closed`).
         // SAFETY: the C library's own stream, still open.
         crate::fds::closed(unsafe { libc::dirfd(d) });
         // SAFETY: the C library's own stream.
         return unsafe { real::closedir(d) };
     }
-    // SAFETY: a Stream this library made, now out of the set: freed once.
-    let s = unsafe { Box::from_raw(d.cast::<Stream>()) };
+    // SAFETY: a Stream this library made; its tag is cleared before it is freed, so
+    // a second closedir of it is not taken for ours.
+    let s = unsafe {
+        (*d.cast::<Stream>()).tag = [0; 2];
+        Box::from_raw(d.cast::<Stream>())
+    };
     // SAFETY: the stream's own fd, closed with the replaced close.
     unsafe { super::open::close(s.fd) }
 }
@@ -257,6 +269,7 @@ fn reposition(d: *mut DIR, loc: i64) {
     let s = unsafe { &mut *d.cast::<Stream>() };
     s.at = 0;
     s.batch.clear();
+    s.end = false;
     s.tell = loc;
     // SAFETY: the replaced lseek on the stream's own fd.
     unsafe { super::io::lseek64(s.fd, loc, libc::SEEK_SET) };

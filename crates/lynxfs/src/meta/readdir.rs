@@ -58,7 +58,8 @@ impl<B: Backend> Namespace<B> {
                 }
                 // Positions a compaction gave back (between pages) hold nothing.
                 pos = pos.max(base);
-                while pos < base + dirlog::SLOTS_PER_PAGE && out.len() < max {
+                let end = base + d.slots_in_use(page);
+                while pos < end && out.len() < max {
                     let slot = dirlog::slot_addr(page, pos - base);
                     if let Some((name, e)) = super::dir::read_entry(&self.pool, dir, slot) {
                         out.push(DirEntry {

@@ -27,15 +27,10 @@ pub use region::{Carve, Region, Span};
 /// fails it stays where it is.
 pub fn out_of_the_way(file: std::fs::File) -> std::fs::File {
     use std::os::fd::{AsRawFd, FromRawFd};
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur < 256 {
+    let Some(range) = out_of_the_way_range() else {
         return file;
-    }
-    let floor = lim.rlim_cur.min(1024) as i32 - 96;
+    };
+    let floor = range.start;
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor `file` owns gives a new one or -1.
     let high = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
     if high < 0 {
@@ -44,6 +39,21 @@ pub fn out_of_the_way(file: std::fs::File) -> std::fs::File {
     // SAFETY: `high` was just made and is owned by nothing else; `file` (the low
     // number) is closed when dropped here.
     unsafe { std::fs::File::from_raw_fd(high) }
+}
+
+/// The numbers [`out_of_the_way`] moves descriptors to (the lowest free one in the
+/// range), or None when the fd limit is too low for it to move any.
+pub fn out_of_the_way_range() -> Option<std::ops::Range<i32>> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur < 256 {
+        return None;
+    }
+    let top = lim.rlim_cur.min(1024) as i32;
+    Some(top - 96..top)
 }
 
 /// What the engine asks of the runtime state it works in: operations are counted (a

@@ -609,9 +609,19 @@ fn probe(ino: u64, entries: usize) -> impl Iterator<Item = usize> {
     (0..entries).map(move |k| (home + k) % entries)
 }
 
-/// This process's identity word.
+/// This process's identity word (read once per process: a fork child, another
+/// pid, reads its own).
 fn own_identity() -> Result<u64> {
+    static OWN: std::sync::Mutex<(u32, u64)> = std::sync::Mutex::new((0, 0));
     let pid = std::process::id();
+    let mut own = OWN.lock().unwrap_or_else(|p| p.into_inner());
+    if own.0 != pid {
+        *own = (pid, read_identity(pid)?);
+    }
+    Ok(own.1)
+}
+
+fn read_identity(pid: u32) -> Result<u64> {
     let (_, start) = proc_stat(pid).ok_or_else(|| {
         Error::Invalid(format!("cannot read /proc/{pid}/stat (is /proc mounted?)"))
     })?;
@@ -635,7 +645,27 @@ fn identity_running(id: u64) -> bool {
 /// A process's state letter and start time (field 22 of /proc/PID/stat, clock ticks
 /// since boot), or None if there is no such process.
 fn proc_stat(pid: u32) -> Option<(u8, u64)> {
-    let text = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // One read into a buffer the line fits (a 64-byte name at most, 52 numbers):
+    // procfs makes the whole line for every read, and `fs::read` asks in pieces
+    // from 32 bytes up (seven system calls, the line made six times, at each attach).
+    use std::io::Read;
+    let mut f = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut buf = [0u8; 2048];
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if buf[n - 1] == b'\n' {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let text = &buf[..n];
     // The command name (field 2) is in parentheses and may hold anything, ')' too.
     let after = &text[text.iter().rposition(|&b| b == b')')? + 1..];
     let mut fields = after
