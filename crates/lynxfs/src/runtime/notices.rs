@@ -151,6 +151,15 @@ impl Notices {
         wake_reader(self.ring.as_ref().expect("watched"));
     }
 
+    /// How many changes have been posted so far (0 for a disabled ring): a watcher
+    /// whose [`Watcher::position`] is at least this has read every change whose call
+    /// returned before this was loaded (each is claimed after its commit).
+    pub fn posted(&self) -> u64 {
+        self.ring
+            .as_ref()
+            .map_or(0, |r| r.words()[HEAD].load(Ordering::SeqCst))
+    }
+
     /// Start watching: from now on every process posts its changes, and the returned
     /// [`Watcher`] reads those of every other process. `None` for a disabled ring.
     pub fn watch(&self, rt: Arc<dyn Runtime>) -> Option<Watcher> {
@@ -208,13 +217,21 @@ enum Read {
 }
 
 impl Watcher {
+    /// The number of the next change to read: every change numbered below it has been
+    /// returned by [`Watcher::changes`] (or was this process's own).
+    pub fn position(&self) -> u64 {
+        self.next
+    }
+
     /// The changes other processes made since the last call, waiting up to `timeout`
-    /// for the first. Empty when none came in time.
+    /// for the first. Empty when none came in time, or when only this process's own
+    /// came (they moved [`Watcher::position`], which the caller may publish at once).
     pub fn changes(&mut self, timeout: Duration) -> Vec<Change> {
         let deadline = Instant::now() + timeout;
+        let from = self.next;
         loop {
             let out = self.drain();
-            if !out.is_empty() || Instant::now() >= deadline {
+            if !out.is_empty() || self.next != from || Instant::now() >= deadline {
                 return out;
             }
             self.sleep(deadline);
