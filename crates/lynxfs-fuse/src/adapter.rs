@@ -650,6 +650,15 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         self.kernel_kills_privs = config
             .add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV)
             .is_err();
+        // The same said again in its second form, which also lets the kernel mark
+        // inodes without privileges to kill (SB_NOSEC): a write then costs no
+        // GETXATTR of security.capability before it is sent (one request per write
+        // otherwise). The engine drops the capability at every write, and the set-ID
+        // bits by its own rule (not for a privileged writer), whatever the kernel's
+        // FUSE_WRITE_KILL_SUIDGID says. Optional: an older kernel asks as before.
+        if !self.kernel_kills_privs {
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        }
         // Listing with attributes saves `ls -l` and friends one lookup per entry; the
         // kernel picks plain or plus listings adaptively (AUTO). Optional: without it
         // the kernel sends plain READDIR, which is also served.

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -102,6 +103,32 @@ fn mounted() -> (tempfile::TempDir, tempfile::TempDir, LynxMount) {
     let mnt = tempfile::tempdir().expect("mount point");
     let m = mount_background(&pool, mnt.path(), &MountOptions::default()).expect("mount");
     (dir, mnt, m)
+}
+
+/// Writes to an open file cost one WRITE each: the kernel asks no GETXATTR of
+/// `security.capability` before every write (FUSE_HANDLE_KILLPRIV_V2 lets it mark the
+/// inode as having no privileges to kill). Before: one GETXATTR per write.
+#[test]
+fn writes_to_an_open_file_ask_for_no_capability_each() {
+    let _w = watchdog(
+        "writes_to_an_open_file_ask_for_no_capability_each",
+        Duration::from_secs(120),
+    );
+    let (_pool, _mnt, m) = mounted();
+    let path = m.mountpoint().join("log");
+    let f = fs::File::create(&path).unwrap();
+    f.write_all_at(b"first", 0).unwrap();
+    let r = Requests::of(m.mountpoint(), "writes");
+    r.clear();
+    for i in 1..=20u64 {
+        f.write_all_at(&[b'x'; 4096], i * 4096).unwrap();
+    }
+    let counts = r.counts();
+    assert_eq!(counts.get("FUSE_WRITE"), Some(&20), "{counts:?}");
+    assert_eq!(counts.get("FUSE_GETXATTR"), None, "{counts:?}");
+    drop(f);
+    drop(r);
+    m.unmount().unwrap();
 }
 
 /// A file opened again, unchanged, is read from the kernel's pages: no READ request
