@@ -303,15 +303,18 @@ impl<B: Backend> LynxFuse<B> {
         as_caller(req, |c| self.fs.open_ino(ino, engine, c, true)).map(|o| o.fd)
     }
 
-    /// How an open file's cached pages are treated: kept (FOPEN_KEEP_CACHE) when the
-    /// forwarder has passed on every change other processes made before this open,
-    /// so the pages hold what the pool holds (this mount's own writes and truncates
-    /// went through the kernel's cache, and every other change's invalidation is
-    /// done); else dropped, as FUSE does by default, so an open that follows another
-    /// process's write never reads what was there before. A reopened file is then
-    /// read from the kernel's pages: no READ request.
-    fn open_flags(&self) -> FopenFlags {
-        if self.forwarded.caught_up(&self.fs) {
+    /// How `ino`'s cached pages are treated at an open: kept (FOPEN_KEEP_CACHE) when
+    /// the forwarder has passed on every change other processes made before this
+    /// open, so the pages hold what the pool holds (this mount's own writes and
+    /// truncates went through the kernel's cache, and every other change's
+    /// invalidation is done), and a read would not update the atime (reads the
+    /// kernel answers from its pages never reach the engine, which keeps atime);
+    /// else dropped, as FUSE does by default, so an open that follows another
+    /// process's write never reads what was there before, and the first read after a
+    /// change updates the atime as relatime says. A reopened file is then read from
+    /// the kernel's pages: no READ request.
+    fn open_flags(&self, ino: u64) -> FopenFlags {
+        if self.forwarded.caught_up(&self.fs) && !self.fs.read_would_touch_atime(ino) {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
@@ -401,7 +404,7 @@ impl<B: Backend> LynxFuse<B> {
                 &file_attr(&st),
                 entry_generation(&st),
                 FileHandle(fd),
-                self.open_flags(),
+                self.open_flags(st.ino),
             ),
             Err(e) => reply.error(e),
         }
@@ -905,7 +908,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             self.open_engine(req, ino.0, flags.0, false)
         })();
         match r {
-            Ok(fd) => reply.opened(FileHandle(fd), self.open_flags()),
+            Ok(fd) => reply.opened(FileHandle(fd), self.open_flags(ino.0)),
             Err(e) => reply.error(e),
         }
     }

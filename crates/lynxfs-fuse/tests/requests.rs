@@ -172,3 +172,39 @@ fn reopening_an_unchanged_file_reads_no_pages_again() {
     drop(r);
     m.unmount().unwrap();
 }
+
+/// Pages are kept at an open only while a read would not update the atime (relatime
+/// by default): the first read after a write through the mount still reaches the
+/// daemon, which updates the atime, as on tmpfs. Seen failing with the pages kept
+/// regardless (the atime stayed before the mtime).
+#[test]
+fn a_read_after_a_write_updates_the_atime_with_pages_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let _w = watchdog(
+        "a_read_after_a_write_updates_the_atime_with_pages_kept",
+        Duration::from_secs(120),
+    );
+    let (_pool, _mnt, m) = mounted();
+    let path = m.mountpoint().join("timed");
+    // Whole pages: a page written whole is up to date in the kernel's cache, so a
+    // kept one would answer the read without the daemon.
+    let page = vec![b'p'; 4096];
+    fs::write(&path, &page).unwrap();
+    for round in 0..5 {
+        assert_eq!(fs::read(&path).unwrap(), page);
+        let st = fs::metadata(&path).unwrap();
+        let (a, mt) = ((st.atime(), st.atime_nsec()), (st.mtime(), st.mtime_nsec()));
+        assert!(
+            a > mt,
+            "round {round}: atime {a:?} not after mtime {mt:?} after a read"
+        );
+        // A write through the mount: its pages are in the kernel's cache.
+        std::thread::sleep(Duration::from_millis(5));
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.write_all_at(&page, 0))
+            .unwrap();
+    }
+    m.unmount().unwrap();
+}
