@@ -416,6 +416,32 @@ mod tests {
         assert!(w.changes(Duration::from_millis(1)).is_empty());
     }
 
+    /// A watcher that read only its own process's changes returns at once (not at the
+    /// timeout), its position past every change posted: the FUSE daemon publishes
+    /// that position to decide whether an open may keep the kernel's pages.
+    #[test]
+    fn own_changes_move_the_position_at_once() {
+        let (r, at) = ring();
+        let other = Notices::at(&r, at.clone(), 3);
+        let me = Notices::at(&r, at, 4);
+        let mut w = me.watch(Arc::new(Private)).unwrap();
+        assert_eq!(w.position(), me.posted());
+        me.attrs(9);
+        me.data(9, 0, 0);
+        assert_eq!(me.posted(), w.position() + 2);
+        let start = Instant::now();
+        assert!(w.changes(Duration::from_secs(10)).is_empty());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "waited for the timeout"
+        );
+        assert_eq!(w.position(), me.posted());
+        other.attrs(5);
+        assert_eq!(w.changes(Duration::ZERO), vec![Change::Attrs { ino: 5 }]);
+        assert_eq!(w.position(), other.posted());
+        assert_eq!(Notices::off().posted(), 0);
+    }
+
     #[test]
     fn a_reader_lapped_is_told_it_lost_changes() {
         let (r, at) = ring();
