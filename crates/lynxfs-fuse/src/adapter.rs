@@ -48,7 +48,7 @@ use lynxfs::pmem::Backend;
 use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet, Timestamp};
 
 use crate::caller::{as_caller, full_cred};
-use crate::forward::{report, Forward, Forwarder};
+use crate::forward::{report, Forward, Forwarded, Forwarder};
 use crate::locks::Locks;
 use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
 
@@ -76,6 +76,9 @@ pub struct LynxFuse<B: Backend> {
     /// The thread passing other processes' changes on (see [`LynxFuse::forward`]),
     /// stopped before the pool is closed.
     forwarder: Arc<Mutex<Option<Forwarder>>>,
+    /// How far the forwarder has passed other processes' changes on: an open keeps
+    /// the kernel's pages only when it is caught up (see [`Self::open_flags`]).
+    forwarded: Forwarded,
     /// The kernel's writeback cache (`-o writeback`, see [`LynxFuse::with_writeback`]).
     writeback: bool,
     /// OPENDIR is answered ENOSYS, once: the kernel then opens directories without
@@ -221,6 +224,7 @@ impl<B: Backend> LynxFuse<B> {
             transport: Arc::new(OnceLock::new()),
             kernel_acls: true,
             forwarder: Arc::new(Mutex::new(None)),
+            forwarded: Forwarded::default(),
             writeback: false,
             no_opendir: false,
             locks: None,
@@ -299,14 +303,22 @@ impl<B: Backend> LynxFuse<B> {
         as_caller(req, |c| self.fs.open_ino(ino, engine, c, true)).map(|o| o.fd)
     }
 
-    /// How an open file's cached pages are treated: dropped at every open, as FUSE
-    /// does by default. Keeping them (FOPEN_KEEP_CACHE) bought webserver-like
-    /// rereads 1.8x, but with it a read through the mount racing truncates and
-    /// renames through the mount returned half a record, bytes of no state the file
-    /// was in (conformance `racing_callers_with_caches_off`, 2 runs in 25; 0 in 25
-    /// without): not kept until that is understood (issue 14).
-    fn open_flags() -> FopenFlags {
-        FopenFlags::empty()
+    /// How `ino`'s cached pages are treated at an open: kept (FOPEN_KEEP_CACHE) when
+    /// the forwarder has passed on every change other processes made before this
+    /// open, so the pages hold what the pool holds (this mount's own writes and
+    /// truncates went through the kernel's cache, and every other change's
+    /// invalidation is done), and a read would not update the atime (reads the
+    /// kernel answers from its pages never reach the engine, which keeps atime);
+    /// else dropped, as FUSE does by default, so an open that follows another
+    /// process's write never reads what was there before, and the first read after a
+    /// change updates the atime as relatime says. A reopened file is then read from
+    /// the kernel's pages: no READ request.
+    fn open_flags(&self, ino: u64) -> FopenFlags {
+        if self.forwarded.caught_up(&self.fs) && !self.fs.read_would_touch_atime(ino) {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
     }
 
     /// What starts passing the changes other processes attached to the pool make on
@@ -315,6 +327,7 @@ impl<B: Backend> LynxFuse<B> {
         Forward {
             fs: self.fs.clone(),
             slot: self.forwarder.clone(),
+            forwarded: self.forwarded.clone(),
         }
     }
 
@@ -391,7 +404,7 @@ impl<B: Backend> LynxFuse<B> {
                 &file_attr(&st),
                 entry_generation(&st),
                 FileHandle(fd),
-                Self::open_flags(),
+                self.open_flags(st.ino),
             ),
             Err(e) => reply.error(e),
         }
@@ -640,6 +653,15 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         self.kernel_kills_privs = config
             .add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV)
             .is_err();
+        // The same said again in its second form, which also lets the kernel mark
+        // inodes without privileges to kill (SB_NOSEC): a write then costs no
+        // GETXATTR of security.capability before it is sent (one request per write
+        // otherwise). The engine drops the capability at every write, and the set-ID
+        // bits by its own rule (not for a privileged writer), whatever the kernel's
+        // FUSE_WRITE_KILL_SUIDGID says. Optional: an older kernel asks as before.
+        if !self.kernel_kills_privs {
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        }
         // Listing with attributes saves `ls -l` and friends one lookup per entry; the
         // kernel picks plain or plus listings adaptively (AUTO). Optional: without it
         // the kernel sends plain READDIR, which is also served.
@@ -886,7 +908,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             self.open_engine(req, ino.0, flags.0, false)
         })();
         match r {
-            Ok(fd) => reply.opened(FileHandle(fd), Self::open_flags()),
+            Ok(fd) => reply.opened(FileHandle(fd), self.open_flags(ino.0)),
             Err(e) => reply.error(e),
         }
     }

@@ -7,7 +7,7 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -45,6 +45,29 @@ impl Drop for Forwarder {
 pub struct Forward<B: Backend> {
     pub(crate) fs: Arc<Fs<B>>,
     pub(crate) slot: Arc<Mutex<Option<Forwarder>>>,
+    /// How far the kernel has been told: every change numbered below this (see
+    /// [`Fs::changes_posted`]) has been passed on (see [`Forwarded`]).
+    pub(crate) forwarded: Forwarded,
+}
+
+/// The number of the first change not yet passed on to the kernel, shared by the
+/// forwarder (which raises it once a batch of invalidations is done) and the
+/// adapter, whose opens keep the kernel's pages only when nothing another process
+/// changed is still on its way ([`Forwarded::caught_up`]).
+#[derive(Clone, Default)]
+pub struct Forwarded(Arc<AtomicU64>);
+
+impl Forwarded {
+    /// Whether every change posted before this call has been passed on to the
+    /// kernel: then what the kernel caches is what the pool holds (apart from changes
+    /// made meanwhile, which an open file sees as late as any notice).
+    pub fn caught_up<B: Backend>(&self, fs: &Fs<B>) -> bool {
+        fs.changes_posted() <= self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self, position: u64) {
+        self.0.store(position, Ordering::Release);
+    }
 }
 
 impl<B: Backend> Forward<B> {
@@ -58,6 +81,10 @@ impl<B: Backend> Forward<B> {
         let Some(watcher) = self.fs.watch_changes() else {
             return Ok(());
         };
+        // Changes posted before the watch began are not passed on: what the kernel
+        // holds of them was read after them (the mount is new).
+        self.forwarded.set(watcher.position());
+        let forwarded = self.forwarded.clone();
         let inv = Invalidate {
             fs: self.fs.clone(),
             notifier,
@@ -68,7 +95,7 @@ impl<B: Backend> Forward<B> {
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("lynxfs-notices".to_string())
-            .spawn(move || forward_loop(watcher, inv, &stop2))?;
+            .spawn(move || forward_loop(watcher, inv, &forwarded, &stop2))?;
         *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(Forwarder {
             stop,
             thread: Some(thread),
@@ -195,10 +222,20 @@ pub(crate) fn report(r: std::io::Result<()>, what: impl FnOnce() -> String) {
     }
 }
 
-fn forward_loop<B: Backend>(mut watcher: Watcher, mut inv: Invalidate<B>, stop: &AtomicBool) {
+fn forward_loop<B: Backend>(
+    mut watcher: Watcher,
+    mut inv: Invalidate<B>,
+    forwarded: &Forwarded,
+    stop: &AtomicBool,
+) {
     while !stop.load(Ordering::Acquire) {
         for c in watcher.changes(FORWARD_SLICE) {
+            // A test stops the forwarder here for good: the kernel then hears of no
+            // other process's change, and opens must still read what the pool holds.
+            lynxfs::runtime::testing::stop_here("forward.apply");
             inv.apply(c);
         }
+        // Only now: each invalidation above is done when its notice is written.
+        forwarded.set(watcher.position());
     }
 }

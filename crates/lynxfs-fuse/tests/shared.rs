@@ -234,6 +234,146 @@ fn cached_misses_and_kept_pages_go_when_another_process_changes_the_pool() {
     m.unmount().expect("unmount");
 }
 
+/// Pages kept across opens (FOPEN_KEEP_CACHE) never hold what a file held before
+/// another process wrote it: an open right after the write (no wait for the change
+/// notice) reads the new bytes, every time.
+#[test]
+fn an_open_right_after_another_process_writes_reads_the_new_bytes() {
+    let _w = watchdog(
+        "an_open_right_after_another_process_writes_reads_the_new_bytes",
+        Duration::from_secs(120),
+    );
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let m = mount_background(&pool, mnt.path(), &MountOptions::default()).expect("mount");
+    let k = m.mountpoint().join("k");
+    fs::write(&k, format!("{:010}", 0)).unwrap();
+    let mut lib = Library::start(&pool);
+    for i in 1..=300 {
+        // The kernel holds the file's pages (read through the mount, kept at opens).
+        assert_eq!(fs::read(&k).unwrap(), format!("{:010}", i - 1).as_bytes());
+        let text = format!("{i:010}");
+        lib.step(&format!("write k {text}"));
+        assert_eq!(
+            fs::read(&k).unwrap(),
+            text.as_bytes(),
+            "iteration {i}: an open after another process's write read the old bytes"
+        );
+    }
+    lib.step("detach");
+    drop(lib);
+    m.unmount().expect("unmount");
+}
+
+/// The environment variable naming the mount point of `stalled_forwarder_mount`.
+const MNT_ENV: &str = "LYNXFS_SHARED_TEST_MNT";
+
+/// Even with the daemon's change forwarder stopped for good (so the kernel never
+/// hears of another process's write), an open after that write reads the new bytes:
+/// pages are kept at an open only once every change posted before it has been passed
+/// on. Seen failing with the pages kept at every open (the old bytes came back).
+#[test]
+fn an_open_reads_another_process_s_write_even_if_its_notice_never_arrives() {
+    let _w = watchdog(
+        "an_open_reads_another_process_s_write_even_if_its_notice_never_arrives",
+        Duration::from_secs(120),
+    );
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let _daemon = StalledDaemon::start(&pool, mnt.path());
+    let k = mnt.path().join("k");
+    fs::write(&k, b"old bytes").unwrap();
+    assert_eq!(fs::read(&k).unwrap(), b"old bytes");
+    assert_eq!(fs::read(&k).unwrap(), b"old bytes");
+    // Another process (this one: the daemon is the child) writes the file.
+    let lib = Fs::open(&pool).expect("attaching to the mounted pool");
+    let s = lib.session(lynxfs::Cred::root());
+    let fd = s.open("k", libc::O_WRONLY, 0).unwrap();
+    lib.pwrite(fd, b"NEW BYTES", 0).unwrap();
+    lib.close_fd(fd).unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            fs::read(&k).unwrap(),
+            b"NEW BYTES",
+            "an open read the old pages"
+        );
+    }
+    lib.close().expect("detaching");
+}
+
+/// The daemon process of the test above, whose forwarder stops at the first change
+/// it would pass on; it cannot end by itself (its forwarder never returns), so it is
+/// killed and its mount detached when this is dropped, however the test ends.
+struct StalledDaemon {
+    child: Child,
+    mnt: PathBuf,
+}
+
+impl StalledDaemon {
+    fn start(pool: &Path, mnt: &Path) -> StalledDaemon {
+        let child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "stalled_forwarder_mount",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(POOL_ENV, pool)
+            .env(MNT_ENV, mnt)
+            .env(lynxfs::runtime::testing::STOP_ENV, "forward.apply")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning the daemon process");
+        let mut d = StalledDaemon {
+            child,
+            mnt: mnt.to_path_buf(),
+        };
+        let mut from = BufReader::new(d.child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        while !line.contains("mounted") {
+            line.clear();
+            let n = from.read_line(&mut line).expect("the daemon's answer");
+            assert!(n > 0, "the daemon process ended before mounting");
+        }
+        d
+    }
+}
+
+impl Drop for StalledDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mp = std::ffi::CString::new(self.mnt.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `mp` is a NUL-terminated path that lives across the call.
+        unsafe { libc::umount2(mp.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// The daemon of the test above: mounts the pool with the defaults and serves until
+/// killed.
+#[test]
+#[ignore = "the daemon process of the test above"]
+fn stalled_forwarder_mount() {
+    let pool = std::env::var_os(POOL_ENV).expect("run by the stalled-forwarder test");
+    let mnt = std::env::var_os(MNT_ENV).expect("run by the stalled-forwarder test");
+    let _m = mount_background(Path::new(&pool), Path::new(&mnt), &MountOptions::default())
+        .expect("mount");
+    println!("mounted");
+    std::io::stdout().flush().unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
 /// The inotify events a watcher on the mount gets for what another process (here a
 /// library process; a preloaded program is one) does to the pool: the kernel raises
 /// inotify events only for the operations it makes itself, and of the FUSE notices a

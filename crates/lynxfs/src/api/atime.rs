@@ -69,6 +69,19 @@ impl<B: Backend> Fs<B> {
         }
     }
 
+    /// Whether a read of `ino` now would update its atime (the mount's `Atime` mode,
+    /// the NOATIME flag; O_NOATIME descriptions aside): a cache that answers reads
+    /// without asking (the FUSE daemon's kernel, keeping pages across opens) may do so
+    /// only while this is false, or the update would be skipped.
+    pub fn read_would_touch_atime(&self, ino: u64) -> bool {
+        let mode = Atime::from_u8(self.atime.load(Ordering::Relaxed));
+        if mode == Atime::Never || self.ns.inode_flags(ino) & crate::meta::flags::NOATIME != 0 {
+            return false;
+        }
+        let [a, m, c, _] = self.ns.times(ino);
+        mode == Atime::Strict || relatime_due(a, m, c, now_ns())
+    }
+
     /// `f`'s description was opened (or set with F_SETFL) with O_NOATIME.
     fn opened_noatime(&self, f: &OpenFile) -> bool {
         self.flags_of(f)

@@ -135,6 +135,12 @@ impl<B: Backend> Fs<B> {
         self.ns.notices.watch(self.ns.rt.clone())
     }
 
+    /// How many changes attached processes have posted (see [`Self::watch_changes`]):
+    /// a watcher past this number has seen every change made before this call.
+    pub fn changes_posted(&self) -> u64 {
+        self.ns.notices.posted()
+    }
+
     /// A caller with these credentials, working in the root directory.
     pub fn session(&self, cred: Cred) -> Session<'_, B> {
         Session {

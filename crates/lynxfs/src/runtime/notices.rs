@@ -151,6 +151,15 @@ impl Notices {
         wake_reader(self.ring.as_ref().expect("watched"));
     }
 
+    /// How many changes have been posted so far (0 for a disabled ring): a watcher
+    /// whose [`Watcher::position`] is at least this has read every change whose call
+    /// returned before this was loaded (each is claimed after its commit).
+    pub fn posted(&self) -> u64 {
+        self.ring
+            .as_ref()
+            .map_or(0, |r| r.words()[HEAD].load(Ordering::SeqCst))
+    }
+
     /// Start watching: from now on every process posts its changes, and the returned
     /// [`Watcher`] reads those of every other process. `None` for a disabled ring.
     pub fn watch(&self, rt: Arc<dyn Runtime>) -> Option<Watcher> {
@@ -208,13 +217,21 @@ enum Read {
 }
 
 impl Watcher {
+    /// The number of the next change to read: every change numbered below it has been
+    /// returned by [`Watcher::changes`] (or was this process's own).
+    pub fn position(&self) -> u64 {
+        self.next
+    }
+
     /// The changes other processes made since the last call, waiting up to `timeout`
-    /// for the first. Empty when none came in time.
+    /// for the first. Empty when none came in time, or when only this process's own
+    /// came (they moved [`Watcher::position`], which the caller may publish at once).
     pub fn changes(&mut self, timeout: Duration) -> Vec<Change> {
         let deadline = Instant::now() + timeout;
+        let from = self.next;
         loop {
             let out = self.drain();
-            if !out.is_empty() || Instant::now() >= deadline {
+            if !out.is_empty() || self.next != from || Instant::now() >= deadline {
                 return out;
             }
             self.sleep(deadline);
@@ -397,6 +414,32 @@ mod tests {
             ]
         );
         assert!(w.changes(Duration::from_millis(1)).is_empty());
+    }
+
+    /// A watcher that read only its own process's changes returns at once (not at the
+    /// timeout), its position past every change posted: the FUSE daemon publishes
+    /// that position to decide whether an open may keep the kernel's pages.
+    #[test]
+    fn own_changes_move_the_position_at_once() {
+        let (r, at) = ring();
+        let other = Notices::at(&r, at.clone(), 3);
+        let me = Notices::at(&r, at, 4);
+        let mut w = me.watch(Arc::new(Private)).unwrap();
+        assert_eq!(w.position(), me.posted());
+        me.attrs(9);
+        me.data(9, 0, 0);
+        assert_eq!(me.posted(), w.position() + 2);
+        let start = Instant::now();
+        assert!(w.changes(Duration::from_secs(10)).is_empty());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "waited for the timeout"
+        );
+        assert_eq!(w.position(), me.posted());
+        other.attrs(5);
+        assert_eq!(w.changes(Duration::ZERO), vec![Change::Attrs { ino: 5 }]);
+        assert_eq!(w.position(), other.posted());
+        assert_eq!(Notices::off().posted(), 0);
     }
 
     #[test]

@@ -1,0 +1,210 @@
+//! How many FUSE requests a call through the mount costs (issue 29): counted by the
+//! kernel's own `fuse:fuse_request_send` tracepoint, in a tracing instance of the
+//! test's own (so tests running at once do not see each other's events), filtered to
+//! the mount's connection.
+//!
+//! Needs root, `/dev/fuse` and tracefs (mounted at /sys/kernel/tracing if it is not);
+//! fails loudly without them.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lynxfs::pmem::PmemBackend;
+use lynxfs::{MkfsOptions, Pool};
+use lynxfs_fuse::mount::{mount_background, LynxMount, MountOptions};
+use lynxfs_test_support::watchdog;
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// A tracing instance counting one mount's FUSE requests; removed when dropped.
+struct Requests {
+    dir: PathBuf,
+}
+
+impl Requests {
+    /// Starts counting the requests of the FUSE connection serving `mountpoint`.
+    fn of(mountpoint: &Path, name: &str) -> Requests {
+        if !Path::new(TRACEFS).join("instances").exists() {
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tracefs", "nodev", TRACEFS])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                ok,
+                "tracefs is not mounted at {TRACEFS} and mounting it failed"
+            );
+        }
+        let dir = Path::new(TRACEFS)
+            .join("instances")
+            .join(format!("lynxfs-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir(&dir);
+        fs::create_dir(&dir).expect("a tracing instance (tracefs, as root)");
+        let dev = {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(mountpoint).expect("the mount point").dev()
+        };
+        // The tracepoint's dev_t is the kernel's (major << 20 | minor).
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let connection = u64::from(major) << 20 | u64::from(minor);
+        let event = dir.join("events/fuse/fuse_request_send");
+        fs::write(event.join("filter"), format!("connection == {connection}"))
+            .expect("filtering fuse_request_send (a kernel with FUSE tracepoints)");
+        fs::write(event.join("enable"), "1").expect("enabling fuse_request_send");
+        Requests { dir }
+    }
+
+    /// Forgets what was counted so far.
+    fn clear(&self) {
+        fs::write(self.dir.join("trace"), "").expect("clearing the trace");
+    }
+
+    /// The requests counted since the last [`Self::clear`], by name (`FUSE_READ`...).
+    fn counts(&self) -> HashMap<String, usize> {
+        let mut text = String::new();
+        fs::File::open(self.dir.join("trace"))
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .expect("reading the trace");
+        let mut counts = HashMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            // "... opcode 15 (FUSE_READ) len 80"
+            if let Some(name) = line
+                .split_once(" (")
+                .and_then(|(_, rest)| rest.split_once(')'))
+                .map(|(n, _)| n)
+            {
+                *counts.entry(name.to_string()).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    fn count(&self, op: &str) -> usize {
+        self.counts().get(op).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        let _ = fs::write(self.dir.join("events/fuse/fuse_request_send/enable"), "0");
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// A fresh pool in /dev/shm mounted with `lynxfs mount`'s defaults.
+fn mounted() -> (tempfile::TempDir, tempfile::TempDir, LynxMount) {
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let m = mount_background(&pool, mnt.path(), &MountOptions::default()).expect("mount");
+    (dir, mnt, m)
+}
+
+/// Writes to an open file cost one WRITE each: the kernel asks no GETXATTR of
+/// `security.capability` before every write (FUSE_HANDLE_KILLPRIV_V2 lets it mark the
+/// inode as having no privileges to kill). Before: one GETXATTR per write.
+#[test]
+fn writes_to_an_open_file_ask_for_no_capability_each() {
+    let _w = watchdog(
+        "writes_to_an_open_file_ask_for_no_capability_each",
+        Duration::from_secs(120),
+    );
+    let (_pool, _mnt, m) = mounted();
+    let path = m.mountpoint().join("log");
+    let f = fs::File::create(&path).unwrap();
+    f.write_all_at(b"first", 0).unwrap();
+    let r = Requests::of(m.mountpoint(), "writes");
+    r.clear();
+    for i in 1..=20u64 {
+        f.write_all_at(&[b'x'; 4096], i * 4096).unwrap();
+    }
+    let counts = r.counts();
+    assert_eq!(counts.get("FUSE_WRITE"), Some(&20), "{counts:?}");
+    assert_eq!(counts.get("FUSE_GETXATTR"), None, "{counts:?}");
+    drop(f);
+    drop(r);
+    m.unmount().unwrap();
+}
+
+/// A file opened again, unchanged, is read from the kernel's pages: no READ request
+/// (FOPEN_KEEP_CACHE). Before: every open dropped the pages, one READ per reread.
+#[test]
+fn reopening_an_unchanged_file_reads_no_pages_again() {
+    let _w = watchdog(
+        "reopening_an_unchanged_file_reads_no_pages_again",
+        Duration::from_secs(120),
+    );
+    let (_pool, _mnt, m) = mounted();
+    let path = m.mountpoint().join("page");
+    let data: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
+    fs::write(&path, &data).unwrap();
+    let r = Requests::of(m.mountpoint(), "reopen");
+    // The pages are kept once the daemon's change forwarder has read the notices of
+    // the write above (its own, which it skips): a moment after it.
+    let start = std::time::Instant::now();
+    loop {
+        r.clear();
+        assert_eq!(fs::read(&path).unwrap(), data);
+        if r.count("FUSE_READ") == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "a reread still reads pages after 2 s: {:?}",
+            r.counts()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    r.clear();
+    for _ in 0..10 {
+        assert_eq!(fs::read(&path).unwrap(), data);
+    }
+    assert_eq!(r.count("FUSE_OPEN"), 10, "{:?}", r.counts());
+    assert_eq!(r.count("FUSE_READ"), 0, "{:?}", r.counts());
+    // A write through the mount goes through the kernel's pages: kept, and right.
+    fs::write(&path, b"short").unwrap();
+    assert_eq!(fs::read(&path).unwrap(), b"short");
+    drop(r);
+    m.unmount().unwrap();
+}
+
+/// Pages are kept at an open only while a read would not update the atime (relatime
+/// by default): the first read after a write through the mount still reaches the
+/// daemon, which updates the atime, as on tmpfs. Seen failing with the pages kept
+/// regardless (the atime stayed before the mtime).
+#[test]
+fn a_read_after_a_write_updates_the_atime_with_pages_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let _w = watchdog(
+        "a_read_after_a_write_updates_the_atime_with_pages_kept",
+        Duration::from_secs(120),
+    );
+    let (_pool, _mnt, m) = mounted();
+    let path = m.mountpoint().join("timed");
+    // Whole pages: a page written whole is up to date in the kernel's cache, so a
+    // kept one would answer the read without the daemon.
+    let page = vec![b'p'; 4096];
+    fs::write(&path, &page).unwrap();
+    for round in 0..5 {
+        assert_eq!(fs::read(&path).unwrap(), page);
+        let st = fs::metadata(&path).unwrap();
+        let (a, mt) = ((st.atime(), st.atime_nsec()), (st.mtime(), st.mtime_nsec()));
+        assert!(
+            a > mt,
+            "round {round}: atime {a:?} not after mtime {mt:?} after a read"
+        );
+        // A write through the mount: its pages are in the kernel's cache.
+        std::thread::sleep(Duration::from_millis(5));
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.write_all_at(&page, 0))
+            .unwrap();
+    }
+    m.unmount().unwrap();
+}
