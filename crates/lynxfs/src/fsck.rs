@@ -148,6 +148,7 @@ pub fn check_with_progress<B: Backend>(pool: &Pool<B>, progress: &dyn Progress) 
     w.finish();
     if let Some(t) = pool.txn() {
         t.undo().mark(&mut w.blocks);
+        t.mark_awaiting(pool, &mut w.device, &mut w.blocks);
     }
     let used = pool.alloc.used_sets();
     let extra = compare_used(&Walker::view(&w), &used);

@@ -366,6 +366,33 @@ impl Txn {
         out
     }
 
+    /// Mark the blocks this process's frees wait for a commit to give back, in a
+    /// bitmap of device blocks (file data) and one of pool blocks (tree nodes): an
+    /// fsck of a pool this process has open finds them neither reached nor free.
+    pub fn mark_awaiting<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        device: &mut [u64],
+        pool_blocks: &mut [u64],
+    ) {
+        let generation = generation_of(pool);
+        let l = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        let set = |bits: &mut [u64], b: u64| {
+            if let Some(w) = bits.get_mut((b / 64) as usize) {
+                *w |= 1 << (b % 64);
+            }
+        };
+        for &(_, g, f) in &l.deferred {
+            if g != generation {
+                continue;
+            }
+            match f {
+                Freed::Data(s, n) => (s..s + n).for_each(|b| set(device, b)),
+                Freed::Node(b) => set(pool_blocks, b),
+            }
+        }
+    }
+
     /// Anything written since the last commit?
     pub fn pending(&self) -> bool {
         let running = self.word(W_RUNNING).load(Ordering::Acquire);
