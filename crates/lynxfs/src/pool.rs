@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 
 use crate::alloc::{Allocators, UsedSets};
-use crate::data::txn::{Txn, UndoArea};
 use crate::error::{Error, Result};
 use crate::format::device::{DeviceHeader, DeviceRecord};
 use crate::format::superblock::{
@@ -20,6 +19,7 @@ use crate::format::superblock::{
     MAX_RESERVED_PERCENT, SB_LEN,
 };
 use crate::format::{inode, Geometry, Layout, Superblock, BLOCK, ROOT_INO};
+use crate::log::undo::{Txn, UndoArea};
 use crate::log::{recover, Journals, RecoveryReport};
 use crate::pmem::device::Device;
 use crate::pmem::{Backend, Mapping, Pm};
@@ -204,7 +204,7 @@ pub struct Pool<B: Backend> {
     /// A hybrid pool's data device, with its header (`None`: data in the pool); boxed,
     /// so that an all-PM pool's fields stay as they were.
     device: Option<Box<(Device, DeviceHeader)>>,
-    /// A hybrid pool's transactions (`INCOMPAT_UNDO`, `data::txn`); `None`: writes
+    /// A hybrid pool's transactions (`INCOMPAT_UNDO`, `log::undo`, `data::txn`); `None`: writes
     /// flush the device before they commit.
     txn: Option<Box<Txn>>,
     /// The transactions' part of the runtime state (a repair resets it).
@@ -528,7 +528,7 @@ impl<B: Backend> Pool<B> {
                 for lane in 0..layout.lanes() {
                     crate::log::journal::replay(&pm, &layout, lane);
                 }
-                crate::data::txn::roll_back(&pm, &layout, u);
+                crate::log::undo::roll_back(&pm, &layout, u);
             }
             let (mut used, recovery) = if was_clean {
                 (load_state(&pm, &layout), None)

@@ -33,7 +33,7 @@ pub const INCOMPAT_DATA_DEVICE: u32 = 4;
 pub const INCOMPAT_DEVICE_BLOCKS: u32 = 8;
 /// Incompat bit (hybrid pools only): writes commit in transactions, the originals of
 /// the inodes they change in an undo area at the end of the pool's blocks
-/// (`data::txn`, docs/FORMAT.md 17.4). A build that does not know it would neither
+/// (`log::undo`, docs/FORMAT.md 17.4). A build that does not know it would neither
 /// roll back an uncommitted write nor keep the area's blocks. Hybrid pools made
 /// before it flush the device at every write.
 pub const INCOMPAT_UNDO: u32 = 16;

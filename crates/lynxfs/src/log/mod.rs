@@ -4,6 +4,7 @@
 pub mod cwon;
 pub mod journal;
 pub mod recovery;
+pub mod undo;
 
 pub use journal::Journals;
 pub use recovery::{recover, recover_keeping, RecoveryReport};

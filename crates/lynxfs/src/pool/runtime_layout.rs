@@ -20,7 +20,7 @@ pub struct RuntimeLayout {
     pub alloc: Range<usize>,
     /// The journals' lane locks and sequence numbers.
     pub journals: Range<usize>,
-    /// A hybrid pool's transactions (`data::txn`; unused in other pools).
+    /// A hybrid pool's transactions (`log::undo`; unused in other pools).
     pub txn: Range<usize>,
     /// The namespace's parts (see `meta::shared::Parts`).
     pub namespace: Vec<Range<usize>>,
@@ -45,7 +45,7 @@ impl RuntimeLayout {
         c.take(procs::bytes_needed(open_entries));
         let alloc = c.take(Allocators::bytes_needed(l));
         let journals = c.take(Journals::bytes_needed(l.lanes()));
-        let txn = c.take(crate::data::txn::Txn::BYTES);
+        let txn = c.take(crate::log::undo::Txn::BYTES);
         let namespace = Parts::carve(&mut c, l);
         let notices = c.take(Notices::bytes_needed());
         let descriptions = c.take(Descriptions::bytes_needed());
