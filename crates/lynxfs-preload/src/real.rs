@@ -83,6 +83,8 @@ real! {
     fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int;
     fn fsync(fd: c_int) -> c_int;
     fn fdatasync(fd: c_int) -> c_int;
+    fn sync() -> ();
+    fn syncfs(fd: c_int) -> c_int;
     fn fchmodat(dirfd: c_int, path: *const c_char, mode: mode_t, flags: c_int) -> c_int;
     fn fchmod(fd: c_int, mode: mode_t) -> c_int;
     fn fchownat(dirfd: c_int, path: *const c_char, uid: uid_t, gid: gid_t, flags: c_int) -> c_int;

@@ -447,8 +447,11 @@ static void sizes(void) {
     SAY("  size %lld\n", (long long)st.st_size);
     C(fsync(fd));
     C(fdatasync(fd));
+    C(syncfs(fd));
+    sync();
     C(close(fd));
     C(fsync(12345));
+    C(syncfs(12345));
 }
 
 static void times_show(const char *path, int flags) {

@@ -400,6 +400,36 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     )
 }
 
+/// sync(2): the kernel's caches, then the pool's (a hybrid pool commits its running
+/// transaction, as fsync does; an all-PM pool has nothing pending). It attaches if a
+/// pool is configured: `sync` is often a process of its own, and another process's
+/// writes wait in the pool's shared transaction. Errors cannot be reported (sync
+/// returns nothing), as the kernel's.
+#[no_mangle]
+pub unsafe extern "C" fn sync() {
+    // SAFETY: the C library's sync takes nothing.
+    unsafe { real::sync() };
+    if crate::guard::inside() {
+        return;
+    }
+    if let Some(a) = state::attached() {
+        let _inside = crate::guard::Inside::enter();
+        let _ = crate::guard::on_live_thread(|| a.fs.sync());
+    }
+}
+
+/// syncfs(2) on a pool's descriptor commits the pool (see [`sync`]); others go to the
+/// kernel.
+#[no_mangle]
+pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+    on_fd(
+        fd,
+        |a, _| a.fs.sync().map(|()| 0),
+        // SAFETY: the C library's syncfs on the caller's fd.
+        || unsafe { real::syncfs(fd) },
+    )
+}
+
 /// Advice changes nothing a pool does (its data is memory already).
 #[no_mangle]
 pub unsafe extern "C" fn posix_fadvise64(
