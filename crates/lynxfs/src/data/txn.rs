@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 
 use crate::error::{errno, Result};
 use crate::format::inode;
+use crate::log::undo::Txn;
 use crate::log::undo::{
     commit_point, roll_back, Freed, R_TXN, U_COMMIT, U_LOCK, W_COMMITTED, W_NEXT, W_RUNNING,
     W_STARTED,
@@ -35,7 +36,6 @@ use crate::pmem::Backend;
 use crate::pool::Pool;
 use crate::runtime::lock::{self, ReadGuard};
 
-use crate::log::undo::Txn;
 /// The commit interval when nothing sets one (re-exported for the mount's `commit=`).
 pub use crate::log::undo::DEFAULT_INTERVAL;
 
@@ -99,9 +99,6 @@ pub fn cover<B: Backend>(pool: &Pool<B>, ino: u64) -> Result<Cover<'_>> {
     }
 }
 
-fn generation_of<B: Backend>(pool: &Pool<B>) -> u64 {
-    pool.runtime_generation()
-}
 impl Txn {
     /// Join the running transaction to change `ino`: record its original first if this
     /// process has not yet in this transaction. A full half commits first.
@@ -121,7 +118,7 @@ impl Txn {
                 if l.txn != number {
                     l.txn = number;
                     l.recorded.clear();
-                    self.ripe(&mut l, generation_of(pool))
+                    self.ripe(&mut l, pool.runtime_generation())
                 } else if l.recorded.contains(&key) {
                     return Ok(InTxn {
                         txn: self,
@@ -161,7 +158,7 @@ impl Txn {
     /// Hand blocks to the commit of the transaction `t` names.
     fn defer<B: Backend>(&self, pool: &Pool<B>, f: Freed, number: u64) {
         let mut l = self.local.lock().unwrap_or_else(|p| p.into_inner());
-        l.deferred.push((number, generation_of(pool), f));
+        l.deferred.push((number, pool.runtime_generation(), f));
     }
 
     /// Mark the blocks this process's frees wait for a commit to give back, in a
@@ -173,7 +170,7 @@ impl Txn {
         device: &mut [u64],
         pool_blocks: &mut [u64],
     ) {
-        let generation = generation_of(pool);
+        let generation = pool.runtime_generation();
         let l = self.local.lock().unwrap_or_else(|p| p.into_inner());
         let set = |bits: &mut [u64], b: u64| {
             if let Some(w) = bits.get_mut((b / 64) as usize) {
@@ -238,7 +235,7 @@ impl Txn {
     fn release<B: Backend>(&self, pool: &Pool<B>) {
         let ripe = {
             let mut l = self.local.lock().unwrap_or_else(|p| p.into_inner());
-            self.ripe(&mut l, generation_of(pool))
+            self.ripe(&mut l, pool.runtime_generation())
         };
         give_back(pool, &ripe);
     }
