@@ -12,6 +12,7 @@ mod mount;
 mod progress;
 mod run;
 mod size;
+mod supervise;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -2,14 +2,21 @@
 //! library (liblynxfs_preload.so) in `LD_PRELOAD`, so that its calls on paths under DIR
 //! go to POOL in the calling thread instead of through the kernel.
 //!
-//! Everything that can be checked is checked before the exec (the program never runs
-//! with a pool it cannot use): the pool is attached and detached once by the engine,
-//! so a missing, foreign, untrusted or unattachable pool fails with the engine's own
-//! message.
+//! Everything that can be checked is checked before the program starts (it never runs
+//! with a pool it cannot use): the pool is attached by the engine first, so a missing,
+//! foreign, untrusted or unattachable pool fails with the engine's own message.
+//!
+//! The program runs as our child ([`crate::supervise`]: its exit status is ours,
+//! signals sent to us reach it) while we stay attached to the pool, and we detach when
+//! it has ended. The pool's shared runtime state (the index of the directories loaded,
+//! the allocators) is then built once, by us, instead of by every process the program
+//! starts that touches the pool while no other is attached (a shell script's,
+//! make's or git's many short processes: 8 to 9 ms each, docs/BENCHMARKS.md "Process
+//! start: a pool held by `lynxfs run`"); and the pool is detached when our caller sees
+//! us end, as it was when a lone program's last process detached at its exit.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -22,7 +29,8 @@ pub const PRELOAD_LIB: &str = "liblynxfs_preload.so";
 /// Overrides where the preload library is looked for.
 pub const PRELOAD_LIB_VAR: &str = "LYNXFS_PRELOAD_LIB";
 
-/// Exit code of every check that fails before the exec.
+/// Exit code of every check that fails before the program starts, and of a failed
+/// detach after a program that succeeded.
 const FAILED: u8 = 1;
 /// A shell's exit code for a command it cannot find.
 const NOT_FOUND: u8 = 127;
@@ -36,15 +44,16 @@ pub struct Request<'a> {
     pub cmd: &'a [OsString],
 }
 
-/// What the program is run with.
+/// What the program is run with, and the pool held for it.
 struct Plan {
     lib: PathBuf,
     pool: PathBuf,
     at: PathBuf,
+    held: lynxfs::Fs,
 }
 
-/// Runs the request: returns only when something failed (the exec replaces this
-/// process otherwise), with the exit code to end with.
+/// Runs the request: returns the exit code to end with when something failed before
+/// the program started; otherwise ends as the program did.
 pub fn run(req: &Request) -> ExitCode {
     let plan = match plan(req) {
         Ok(p) => p,
@@ -56,14 +65,19 @@ pub fn run(req: &Request) -> ExitCode {
             return ExitCode::from(FAILED);
         }
     };
-    exec(&plan, req.cmd)
+    run_holding(plan, req.cmd)
 }
 
 fn plan(req: &Request) -> Result<Plan> {
     let lib = find_library()?;
     let (pool, at) = pool_and_dir(req.pool, req.at)?;
-    check_pool(&pool)?;
-    Ok(Plan { lib, pool, at })
+    let held = lynxfs::Fs::open(&pool)?;
+    Ok(Plan {
+        lib,
+        pool,
+        at,
+        held,
+    })
 }
 
 /// The preload library: `$LYNXFS_PRELOAD_LIB`, else next to this executable (a cargo
@@ -178,15 +192,6 @@ fn check_not_another_pools_mount(dir: &Path, pool: &Path) -> Result<()> {
     }
 }
 
-/// Attaches to the pool and detaches again, so that whatever stops the program from
-/// using it (not a pool, another user's, needs fsck, held exclusively) is said now.
-fn check_pool(pool: &Path) -> Result<()> {
-    let fs = lynxfs::Fs::open(pool)?;
-    fs.close()
-        .with_context(|| format!("{}: detaching", pool.display()))?;
-    Ok(())
-}
-
 /// `LD_PRELOAD` with the library first; a library already in the list (a nested
 /// `lynxfs run`) is not added twice.
 fn preload_value(lib: &Path, existing: Option<&OsStr>) -> OsString {
@@ -205,20 +210,45 @@ fn preload_value(lib: &Path, existing: Option<&OsStr>) -> OsString {
     v
 }
 
-/// Replaces this process with the command; returns the exit code when it cannot.
-fn exec(plan: &Plan, cmd: &[OsString]) -> ExitCode {
+/// Runs the command with the pool held, detaches when it has ended, and ends as it
+/// did; returns the exit code to end with when it cannot be started.
+fn run_holding(plan: Plan, cmd: &[OsString]) -> ExitCode {
     let Some((program, args)) = cmd.split_first() else {
         eprintln!("lynxfs run: no command given (lynxfs run --pool POOL -- CMD [ARGS...])");
+        detach(&plan);
         return ExitCode::from(FAILED);
     };
     let preload = preload_value(&plan.lib, std::env::var_os("LD_PRELOAD").as_deref());
-    let err = Command::new(program)
-        .args(args)
-        .env("LD_PRELOAD", preload)
-        .env("LYNXFS_POOL", &plan.pool)
-        .env("LYNXFS_AT", &plan.at)
-        .exec();
-    let code = match err.kind() {
+    let spawned = crate::supervise::spawn(
+        Command::new(program)
+            .args(args)
+            .env("LD_PRELOAD", preload)
+            .env("LYNXFS_POOL", &plan.pool)
+            .env("LYNXFS_AT", &plan.at),
+    );
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(err) => {
+            detach(&plan);
+            return ExitCode::from(cannot_start(program, &err));
+        }
+    };
+    // Child::wait retries an interrupted wait: a forwarded signal does not end it.
+    let status = child.wait();
+    let detached = detach(&plan);
+    match status {
+        Ok(s) if detached || !s.success() => crate::supervise::end_as(s),
+        Ok(_) => ExitCode::from(FAILED),
+        Err(e) => {
+            eprintln!("lynxfs run: waiting for {}: {e}", program.to_string_lossy());
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
+/// The shell's exit code for a command that could not be started, said on stderr.
+fn cannot_start(program: &OsStr, err: &std::io::Error) -> u8 {
+    match err.kind() {
         std::io::ErrorKind::NotFound => {
             eprintln!(
                 "lynxfs run: {}: command not found",
@@ -230,8 +260,19 @@ fn exec(plan: &Plan, cmd: &[OsString]) -> ExitCode {
             eprintln!("lynxfs run: {}: {err}", program.to_string_lossy());
             CANNOT_EXECUTE
         }
-    };
-    ExitCode::from(code)
+    }
+}
+
+/// Leaves the pool (a hybrid pool's writes commit here); false, said on stderr, if that
+/// failed.
+fn detach(plan: &Plan) -> bool {
+    match plan.held.close() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("lynxfs run: {}: detaching: {e}", plan.pool.display());
+            false
+        }
+    }
 }
 
 #[cfg(test)]

@@ -350,3 +350,115 @@ fn a_mounted_pool_and_its_mount_point_find_each_other() {
     assert_eq!(variables(&by_dir), want);
     refused(&mixed, "the mount point of another pool", &marker);
 }
+
+/// `lynxfs run --pool POOL --at DIR -- sh -c SCRIPT`, its runtime files in `runtime`.
+fn sh_command(pool: &Path, at: &Path, runtime: &Path, script: &str) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("run")
+        .args([
+            "--pool".as_ref(),
+            pool.as_os_str(),
+            "--at".as_ref(),
+            at.as_os_str(),
+        ])
+        .args(["--", "sh", "-c", script])
+        .env_remove("LD_PRELOAD")
+        .env("LYNXFS_PRELOAD_LIB", stub_library())
+        .env("LYNXFS_RUNTIME_DIR", runtime);
+    c
+}
+
+/// The runtime files (`*.run`) in `dir`.
+fn runtime_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".run"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_pool_stays_attached_while_the_program_runs_and_is_detached_when_run_returns() {
+    let _w = watchdog("held_pool", Duration::from_secs(300));
+    let d = shared_dir();
+    let pool = d.path().join("p.pool");
+    mkfs(&pool);
+    let runtime = d.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    // The program never touches the pool (the stub library does nothing): a runtime
+    // file exists only because `lynxfs run` holds the pool for it.
+    let o = output_within(
+        &mut sh_command(&pool, d.path(), &runtime, "ls \"$LYNXFS_RUNTIME_DIR\""),
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let listed = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        listed.lines().filter(|l| l.ends_with(".run")).count(),
+        1,
+        "the program saw: {listed}"
+    );
+    // Detached before it returned: the last process attached removes the file.
+    assert_eq!(runtime_files(&runtime), Vec::<String>::new());
+    // Nothing is left holding the pool: it can be opened exclusively at once.
+    drop(
+        lynxfs::Pool::open(
+            &pool,
+            lynxfs::Access::Exclusive,
+            lynxfs::pmem::PmemBackend::default(),
+        )
+        .unwrap(),
+    );
+}
+
+#[test]
+fn the_programs_exit_code_or_killing_signal_is_runs_own() {
+    use std::os::unix::process::ExitStatusExt;
+    let _w = watchdog("exit_status", Duration::from_secs(300));
+    let d = shared_dir();
+    let pool = d.path().join("p.pool");
+    mkfs(&pool);
+    let runtime = d.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let o = output_within(&mut sh_command(&pool, d.path(), &runtime, "exit 7"), LIMIT);
+    assert_eq!(o.status.code(), Some(7), "{}", err(&o));
+    let o = output_within(
+        &mut sh_command(&pool, d.path(), &runtime, "kill -TERM $$"),
+        LIMIT,
+    );
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGTERM),
+        "{:?}: {}",
+        o.status,
+        err(&o)
+    );
+    assert_eq!(runtime_files(&runtime), Vec::<String>::new());
+}
+
+#[test]
+fn a_signal_sent_to_run_reaches_the_program() {
+    let _w = watchdog("forwarded_signal", Duration::from_secs(300));
+    let d = shared_dir();
+    let pool = d.path().join("p.pool");
+    mkfs(&pool);
+    let runtime = d.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let ready = d.path().join("ready");
+    let script = format!(
+        "trap 'exit 9' USR1; touch '{}'; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    let mut child = sh_command(&pool, d.path(), &runtime, &script)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    lynxfs_test_support::watchdog::wait_until("the program's trap", LIMIT, || ready.exists());
+    // SAFETY: kill takes plain integers; the pid is our own child's, not yet waited for.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGUSR1) };
+    let status = lynxfs_test_support::child::wait_within(&mut child, LIMIT);
+    assert_eq!(status.code(), Some(9), "{status:?}");
+    assert_eq!(runtime_files(&runtime), Vec::<String>::new());
+}

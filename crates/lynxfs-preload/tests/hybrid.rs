@@ -70,8 +70,8 @@ fn private_runtime_dir(parent: &Path) -> std::path::PathBuf {
 fn written_then_power_lost(how: &str) -> (Vec<u8>, Vec<u8>) {
     built::build(
         env!("CARGO_MANIFEST_DIR"),
-        &["lynxfs-preload", "lynxfs-cli"],
-        &["lynxfs", "liblynxfs_preload.so"],
+        &["lynxfs-preload"],
+        &["liblynxfs_preload.so"],
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let bin = built::target_dir();
@@ -100,19 +100,21 @@ fn written_then_power_lost(how: &str) -> (Vec<u8>, Vec<u8>) {
         "cc: {}",
         String::from_utf8_lossy(&cc.stderr)
     );
+    // The environment `lynxfs run` gives its program, without `lynxfs run`, which
+    // stays attached while the program runs and would commit at its detach (a killed
+    // program's writes are kept when nothing else fails): here the program is the only
+    // process attached, and `timeout` waits for it to be gone.
     let out = Command::new("timeout")
         .args(["-k", "5", "120"])
-        .arg(bin.join("lynxfs"))
-        .arg("run")
-        .arg("--pool")
-        .arg(&pool)
-        .arg("--at")
-        .arg(&at)
-        .arg("--")
         .arg(&prog)
         .arg(how)
         .current_dir(&at)
-        .env("LYNXFS_PRELOAD_LIB", bin.join("liblynxfs_preload.so"))
+        .env("LD_PRELOAD", bin.join("liblynxfs_preload.so"))
+        .env("LYNXFS_POOL", pool.canonicalize().expect("the pool's path"))
+        .env(
+            "LYNXFS_AT",
+            at.canonicalize().expect("the directory's path"),
+        )
         .env("LYNXFS_RUNTIME_DIR", &rt)
         .stdin(Stdio::null())
         .output()
