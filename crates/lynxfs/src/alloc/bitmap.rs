@@ -24,10 +24,14 @@ const LINE: usize = 8;
 /// two's-complement counter: a free and a claim racing may take it below zero for a
 /// moment), and where searches for runs of several bits start: past the last run
 /// taken, back to a run freed lower, so they neither rescan the lane's low,
-/// fragmented words for every run nor walk past runs just freed.
+/// fragmented words for every run nor walk past runs just freed; and where searches
+/// from the top start (the highest word that may hold a free bit, since a free moves
+/// it up): metadata blocks are taken from there, so they gather at the lane's top,
+/// away from file data filling it from the bottom (see [`LaneBits::take_top`]).
 const HINT: usize = 0;
 const FREE: usize = 1;
 const RUNS: usize = 2;
+const TOP: usize = 3;
 
 pub(super) struct LaneBits {
     span: Span,
@@ -93,6 +97,7 @@ impl LaneBits {
         let owned = &self.owned[l];
         let mut free = 0u64;
         let mut hint = None;
+        let mut top = 0;
         let words = &self.span.words()[self.bits_at(l)..self.bits_at(l) + self.stride];
         for (i, word) in words.iter().enumerate() {
             let mut w = 0u64;
@@ -105,6 +110,9 @@ impl LaneBits {
             if w != 0 && hint.is_none() {
                 hint = Some(i);
             }
+            if w != 0 {
+                top = i;
+            }
             free += w.count_ones() as u64;
             word.store(w, Ordering::Relaxed);
         }
@@ -112,6 +120,7 @@ impl LaneBits {
         ctl.iter().for_each(|c| c.store(0, Ordering::Relaxed));
         ctl[HINT].store(hint.unwrap_or(0) as u64, Ordering::Relaxed);
         ctl[RUNS].store(hint.unwrap_or(0) as u64, Ordering::Relaxed);
+        ctl[TOP].store(top as u64, Ordering::Relaxed);
         ctl[FREE].store(free, Ordering::Release);
     }
 
@@ -174,6 +183,38 @@ impl LaneBits {
         None
     }
 
+    /// Claim the highest free id of lane `l`, searching down from its top hint (and
+    /// then the words above it); `None` if it has none. Metadata blocks come from
+    /// here: a directory's log pages, tree nodes and attribute blocks end up next to
+    /// each other instead of between files' data, so a process walking a tree maps a
+    /// few dense pages (the kernel maps a fault's neighbours with it) where it would
+    /// fault once per directory.
+    pub fn take_top(&self, l: usize) -> Option<u64> {
+        let bits = self.bits(l);
+        let raw = self.ctl(l)[TOP].load(Ordering::Relaxed);
+        let h = (raw as usize).min(bits.len().checked_sub(1)?);
+        for i in (0..=h).rev().chain((h + 1..bits.len()).rev()) {
+            let mut w = bits[i].load(Ordering::Relaxed);
+            while w != 0 {
+                let b = 63 - w.leading_zeros();
+                let m = 1u64 << b;
+                let old = bits[i].fetch_and(!m, Ordering::AcqRel);
+                if old & m != 0 {
+                    // A word left empty sends the next search below it.
+                    let next = if old & !m == 0 {
+                        i.saturating_sub(1)
+                    } else {
+                        i
+                    };
+                    self.claimed(l, (TOP, raw), next, 1);
+                    return Some(self.base(l) + i as u64 * 64 + b as u64);
+                }
+                w = old & !m; // taken under us; try the word's other free bits
+            }
+        }
+        None
+    }
+
     /// Claim `id` if it is free.
     pub fn take(&self, id: u64) -> bool {
         let l = self.lane_of(id);
@@ -227,12 +268,15 @@ impl LaneBits {
 
     /// Bits from `word` on were freed (`run`: several together), so searches may
     /// start there again.
-    fn freed_at(&self, l: usize, word: u64, run: bool) {
+    fn freed_at(&self, l: usize, (word, last): (u64, u64), run: bool) {
         let ctl = self.ctl(l);
         for slot in [HINT, RUNS].into_iter().take(if run { 2 } else { 1 }) {
             if word < ctl[slot].load(Ordering::Relaxed) {
                 ctl[slot].fetch_min(word, Ordering::Relaxed);
             }
+        }
+        if last > ctl[TOP].load(Ordering::Relaxed) {
+            ctl[TOP].fetch_max(last, Ordering::Relaxed);
         }
     }
 
@@ -250,7 +294,7 @@ impl LaneBits {
             return false;
         }
         self.ctl(l)[FREE].fetch_add(1, Ordering::Relaxed);
-        self.freed_at(l, word, false);
+        self.freed_at(l, (word, word), false);
         true
     }
 
@@ -282,7 +326,8 @@ impl LaneBits {
         let base = self.base(l);
         let freed = release(self.bits(l), ids.start - base, ids.end - base);
         self.ctl(l)[FREE].fetch_add(freed, Ordering::Relaxed);
-        self.freed_at(l, (ids.start - base) / 64, ids.end - ids.start > 1);
+        let words = ((ids.start - base) / 64, (ids.end - 1 - base) / 64);
+        self.freed_at(l, words, ids.end - ids.start > 1);
         freed
     }
 

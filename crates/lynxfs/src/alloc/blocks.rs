@@ -128,6 +128,29 @@ impl BlockAlloc {
         runs
     }
 
+    /// One block for metadata, from the top of `lane` (or of the next lane in its
+    /// order that has one free; [`LaneBits::take_top`]); `None` (and nothing taken) as
+    /// [`Self::alloc`].
+    pub fn alloc_high(&self, lane: u32) -> Option<u64> {
+        if !self.reserve(1) {
+            return None;
+        }
+        let lanes = self.bits.lanes() as u32;
+        for sweep in 0..BARREN_SWEEPS {
+            for l in super::lane::order(lane, lanes, self.nodes) {
+                // The counts steer only the first sweep: one may be off after a crash.
+                if sweep == 0 && self.bits.lane_free(l) <= 0 {
+                    continue;
+                }
+                if let Some(b) = self.bits.take_top(l) {
+                    return Some(b);
+                }
+            }
+        }
+        self.counter().fetch_add(1, Ordering::AcqRel);
+        None
+    }
+
     /// One run of `n` reserved blocks from the first lane in `order` that has one.
     fn whole<I: Iterator<Item = usize>>(&self, order: impl Fn() -> I, n: u64) -> Option<Run> {
         order()

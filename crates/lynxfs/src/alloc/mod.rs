@@ -616,6 +616,38 @@ mod tests {
         assert_eq!(a.blocks.alloc(0, 16).unwrap(), run);
     }
 
+    /// Metadata blocks gather at the top of the lane, file data fills it from the
+    /// bottom: interleaved requests of both never interleave their blocks, a freed
+    /// metadata block is the next one taken, and every block can be taken from the top.
+    #[test]
+    fn metadata_blocks_come_from_the_top_apart_from_data() {
+        let l = layout();
+        let a = Allocators::from_used(&l, &UsedSets::empty(&l));
+        let mut meta = Vec::new();
+        let mut data = Vec::new();
+        for _ in 0..50 {
+            meta.push(a.blocks.alloc_high(0).unwrap());
+            data.extend(a.blocks.alloc(0, 3).unwrap());
+        }
+        let highest_data = data.iter().map(|&(s, n)| s + n - 1).max().unwrap();
+        let lowest_meta = *meta.iter().min().unwrap();
+        assert!(
+            highest_data < lowest_meta,
+            "data up to {highest_data}, metadata from {lowest_meta}"
+        );
+        assert!(meta.windows(2).all(|w| w[1] + 1 == w[0]), "dense: {meta:?}");
+        a.blocks.free(meta[3], 1);
+        assert_eq!(a.blocks.alloc_high(0), Some(meta[3]), "the freed one first");
+        // Down to the last block, then ENOSPC with nothing taken.
+        let free = a.blocks.free_count();
+        let mut got = HashSet::new();
+        for _ in 0..free {
+            assert!(got.insert(a.blocks.alloc_high(1).expect("a free block")));
+        }
+        assert_eq!(a.blocks.alloc_high(0), None);
+        assert_eq!(a.blocks.free_count(), 0);
+    }
+
     #[test]
     fn enospc_takes_nothing() {
         let l = layout();

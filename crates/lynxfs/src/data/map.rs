@@ -482,12 +482,12 @@ fn write_node<B: Backend>(
     entries: &[[u8; 16]],
     made: &mut Vec<u64>,
 ) -> Result<u64> {
-    let runs = pool
+    let block = pool
         .alloc
         .meta_blocks()
-        .alloc(lane, 1)
+        .alloc_high(lane)
         .ok_or(errno::ENOSPC)?;
-    let node = pool.layout.block_addr(runs[0].0);
+    let node = pool.layout.block_addr(block);
     made.push(node);
     let mut bytes = Vec::with_capacity(NODE_HEADER as usize + entries.len() * 16);
     let hdr = entries.len() as u64 | (depth as u64) << 32;

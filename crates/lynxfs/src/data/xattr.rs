@@ -249,11 +249,12 @@ fn set_id(head: u64) -> u64 {
 
 /// `n` fresh blocks' pool offsets.
 fn alloc_blocks<B: Backend>(pool: &Pool<B>, lane: u32, n: u64) -> Result<Vec<u64>> {
-    let runs = pool
-        .alloc
-        .meta_blocks()
-        .alloc(lane, n)
-        .ok_or(errno::ENOSPC)?;
+    let blocks = pool.alloc.meta_blocks();
+    if n == 1 {
+        let b = blocks.alloc_high(lane).ok_or(errno::ENOSPC)?;
+        return Ok(vec![pool.layout.block_addr(b)]);
+    }
+    let runs = blocks.alloc(lane, n).ok_or(errno::ENOSPC)?;
     Ok(runs
         .iter()
         .flat_map(|&(start, len)| start..start + len)

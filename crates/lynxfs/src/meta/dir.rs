@@ -304,12 +304,12 @@ impl<'a> Dir<'a> {
         if self.c.tail().load(Ordering::Acquire) != seen {
             return Ok(());
         }
-        let runs = pool
+        let block = pool
             .alloc
             .meta_blocks()
-            .alloc(lane, 1)
+            .alloc_high(lane)
             .ok_or(errno::ENOSPC)?;
-        let page = pool.layout.block_addr(runs[0].0);
+        let page = pool.layout.block_addr(block);
         let last = seen & !(BLOCK - 1);
         let link = if last == 0 {
             pool.layout.inode_addr(self.ino) + inode::DIR_LOG
