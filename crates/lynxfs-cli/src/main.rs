@@ -190,10 +190,15 @@ enum Cmd {
     /// speed, and passes every other path and fd to the kernel.
     ///
     /// DIR defaults to POOL's FUSE mount point, so the same names work with and without
-    /// the preload; POOL defaults to the pool mounted at DIR. The pool is checked
-    /// (attached once) before CMD runs; any problem is an error with exit code 1, a
-    /// command that cannot be found exits 127. The library is looked for in
-    /// $LYNXFS_PRELOAD_LIB, next to this executable, then in ../lib/lynxfs/.
+    /// the preload; POOL defaults to the pool mounted at DIR. The pool is attached
+    /// before CMD runs; any problem is an error with exit code 1, a command that cannot
+    /// be found exits 127. CMD runs as a child while the pool stays attached (its
+    /// processes then share the runtime state instead of each building it), and the
+    /// pool is detached when CMD ends; then lynxfs run ends as CMD did (its exit code,
+    /// or the signal that killed it). SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1,
+    /// SIGUSR2, SIGALRM and SIGWINCH sent to lynxfs run by a process reach CMD. The
+    /// library is looked for in $LYNXFS_PRELOAD_LIB, next to this executable, then in
+    /// ../lib/lynxfs/.
     ///
     /// Programs the preload cannot see into (static binaries, Go programs, setuid and
     /// setgid programs, for which ld.so ignores LD_PRELOAD) reach the pool only through
