@@ -19,6 +19,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
 
@@ -233,8 +234,21 @@ fn run_holding(plan: Plan, cmd: &[OsString]) -> ExitCode {
             return ExitCode::from(cannot_start(program, &err));
         }
     };
-    // Child::wait retries an interrupted wait: a forwarded signal does not end it.
-    let status = child.wait();
+    // Meanwhile the pool's shared runtime state is mapped in, so the program's
+    // processes do not each stop on a page fault that also clears the page (docs/
+    // BENCHMARKS.md, "First touch"): on the other CPU, and given up when the program
+    // ends. Child::wait retries an interrupted wait: a forwarded signal does not end it.
+    let ended = AtomicBool::new(false);
+    let status = std::thread::scope(|s| {
+        s.spawn(|| {
+            plan.held
+                .pool()
+                .populate_while(|| !ended.load(Ordering::Relaxed))
+        });
+        let status = child.wait();
+        ended.store(true, Ordering::Relaxed);
+        status
+    });
     let detached = detach(&plan);
     match status {
         Ok(s) if detached || !s.success() => crate::supervise::end_as(s),

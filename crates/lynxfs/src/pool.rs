@@ -698,9 +698,24 @@ impl<B: Backend> Pool<B> {
     /// calls. The open tables are left out: each process reserves and uses only
     /// its own. Nothing to do for private runtime state.
     pub fn populate(&self) {
+        self.populate_while(|| true);
+    }
+
+    /// [`Pool::populate`] a piece at a time (2 MiB), as long as `go_on` says so: for a
+    /// thread that maps the state in the background and must stop soon when asked
+    /// (`lynxfs run` once its program has ended). The pages it maps are the shared
+    /// file's: other processes then find them made (cleared and in memory), and their
+    /// own first touch of one only maps it.
+    pub fn populate_while(&self, go_on: impl Fn() -> bool) {
+        const PIECE: usize = 2 << 20;
         if let Some(a) = &self.runtime {
             let shared = self.runtime_layout.alloc.start..self.runtime_layout.total;
-            a.region().populate(shared.start, shared.len());
+            let mut at = shared.start;
+            while at < shared.end && go_on() {
+                let len = PIECE.min(shared.end - at);
+                a.region().populate(at, len);
+                at += len;
+            }
         }
     }
 
