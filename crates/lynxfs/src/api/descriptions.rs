@@ -48,7 +48,7 @@ impl<B: Backend> Fs<B> {
         self.op(|| {
             let d = self.ns.descriptions.get(key, self.ns.watch())?;
             self.open_ref(d.ino)?;
-            self.insert_file(OpenFile {
+            self.insert_file(d.ino, || OpenFile {
                 ino: d.ino,
                 flags: AtomicI32::new(d.flags),
                 pos: Mutex::new(0),

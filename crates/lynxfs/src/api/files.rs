@@ -180,12 +180,15 @@ impl OpenFiles {
         unsafe { &*base.add(at) }
     }
 
-    /// A new handle on `f`; ENFILE when the table is full.
-    pub(super) fn insert(&self, f: OpenFile) -> Result<Fd> {
-        self.insert_entry(Entry::File(f))
+    /// A new handle on the open file `make` makes (in its slot, once it has one);
+    /// ENFILE when the table is full.
+    #[inline]
+    pub(super) fn insert(&self, make: impl FnOnce() -> OpenFile) -> Result<Fd> {
+        self.insert_entry(|| Entry::File(make()))
     }
 
-    fn insert_entry(&self, e: Entry) -> Result<Fd> {
+    #[inline]
+    fn insert_entry(&self, make: impl FnOnce() -> Entry) -> Result<Fd> {
         let i = match self.pop() {
             Some(i) => i,
             None => self.grow()?,
@@ -194,7 +197,7 @@ impl OpenFiles {
         // SAFETY: slot `i` came off a free list (or was never used): no handle names
         // it, no pin is on it, so this thread alone reaches the entry until the store
         // below makes it open.
-        unsafe { (*slot.entry.get()).write(e) };
+        unsafe { (*slot.entry.get()).write(make()) };
         let generation = slot.state.load(Ordering::Relaxed) >> GEN_SHIFT;
         slot.state
             .store(generation << GEN_SHIFT | OPEN, Ordering::Release);
@@ -209,6 +212,7 @@ impl OpenFiles {
 
     /// Handle `fd` is closed: its number is EBADF from now on. The open file is lent
     /// for the close's own work, and dropped when that and every reader are done.
+    #[inline]
     pub(super) fn remove(&self, fd: Fd) -> Result<FileRef<'_>> {
         self.pin(fd, true)
     }
@@ -255,13 +259,11 @@ impl OpenFiles {
         self.slot_in_use(f.home)
             .state
             .fetch_add(1, Ordering::Relaxed);
-        let e = Entry::Dup {
-            home: f.home,
-            file: f.file,
-        };
-        self.insert_entry(e).inspect_err(|_| {
-            self.unpin(f.home);
-        })
+        let (home, file) = (f.home, f.file as *const OpenFile);
+        self.insert_entry(|| Entry::Dup { home, file })
+            .inspect_err(|_| {
+                self.unpin(f.home);
+            })
     }
 
     #[inline]
@@ -441,10 +443,10 @@ mod tests {
     #[test]
     fn a_closed_slot_is_reused_under_a_new_number() {
         let t = OpenFiles::new();
-        let a = t.insert(file(10)).unwrap();
+        let a = t.insert(|| file(10)).unwrap();
         assert!(a >> GEN_SHIFT != 0, "no number below 2^32");
         drop(t.remove(a).unwrap());
-        let b = t.insert(file(11)).unwrap();
+        let b = t.insert(|| file(11)).unwrap();
         assert_eq!(b as u32, a as u32, "the slot is reused");
         assert_ne!(b, a);
         assert!(ebadf(t.get(a)));
@@ -456,7 +458,7 @@ mod tests {
     fn closed_and_unknown_numbers_are_ebadf() {
         let t = OpenFiles::new();
         assert!(ebadf(t.get(3)));
-        let a = t.insert(file(1)).unwrap();
+        let a = t.insert(|| file(1)).unwrap();
         assert!(ebadf(t.get(a + 1)));
         assert!(ebadf(t.get(a ^ (1 << 40))));
         assert!(ebadf(t.get(u64::MAX)));
@@ -469,23 +471,23 @@ mod tests {
     #[test]
     fn a_reader_keeps_a_closed_file_until_it_is_done() {
         let t = OpenFiles::new();
-        let a = t.insert(file(7)).unwrap();
+        let a = t.insert(|| file(7)).unwrap();
         let reader = t.get(a).unwrap();
         drop(t.remove(a).unwrap());
         assert!(ebadf(t.get(a)));
         // Still pinned: a new open takes another slot.
-        let b = t.insert(file(8)).unwrap();
+        let b = t.insert(|| file(8)).unwrap();
         assert_ne!(b as u32, a as u32);
         assert_eq!(reader.ino, 7);
         drop(reader);
-        let c = t.insert(file(9)).unwrap();
+        let c = t.insert(|| file(9)).unwrap();
         assert_eq!(c as u32, a as u32, "freed by the last reader");
     }
 
     #[test]
     fn a_dup_outlives_the_handle_it_came_from() {
         let t = OpenFiles::new();
-        let a = t.insert(file(5)).unwrap();
+        let a = t.insert(|| file(5)).unwrap();
         let d = t.dup(&t.get(a).unwrap()).unwrap();
         let dd = t.dup(&t.get(d).unwrap()).unwrap();
         assert!(std::ptr::eq(&*t.get(a).unwrap(), &*t.get(dd).unwrap()));
@@ -493,14 +495,16 @@ mod tests {
         assert!(ebadf(t.get(a)));
         assert_eq!(t.get(d).unwrap().ino, 5);
         // The first slot is still the file's home: not reused.
-        let x = t.insert(file(6)).unwrap();
+        let x = t.insert(|| file(6)).unwrap();
         assert!(![d as u32, dd as u32].contains(&(x as u32)) && x as u32 != a as u32);
         drop(t.remove(d).unwrap());
         assert_eq!(t.get(dd).unwrap().ino, 5);
         drop(t.remove(dd).unwrap());
         assert_eq!(t.open_fds(), vec![x]);
         // All three slots are free again.
-        let again: Vec<u32> = (0..3).map(|i| t.insert(file(i)).unwrap() as u32).collect();
+        let again: Vec<u32> = (0..3)
+            .map(|i| t.insert(|| file(i)).unwrap() as u32)
+            .collect();
         let mut want = vec![a as u32, d as u32, dd as u32];
         let mut got = again.clone();
         want.sort_unstable();
@@ -511,7 +515,7 @@ mod tests {
     #[test]
     fn the_table_grows_past_its_first_chunks() {
         let t = OpenFiles::new();
-        let fds: Vec<Fd> = (0..1000).map(|i| t.insert(file(i)).unwrap()).collect();
+        let fds: Vec<Fd> = (0..1000).map(|i| t.insert(|| file(i)).unwrap()).collect();
         for (i, &fd) in fds.iter().enumerate() {
             assert_eq!(t.get(fd).unwrap().ino, i as u64);
         }
@@ -531,7 +535,7 @@ mod tests {
                 s.spawn(move || {
                     for r in 0..ROUNDS {
                         let ino = w << 40 | r;
-                        let fd = t.insert(file(ino)).unwrap();
+                        let fd = t.insert(|| file(ino)).unwrap();
                         // The file names its own handle, for the readers to check.
                         *t.get(fd).unwrap().pos.lock() = fd;
                         let dup = (r % 3 == 0).then(|| t.dup(&t.get(fd).unwrap()).unwrap());

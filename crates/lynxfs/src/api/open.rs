@@ -126,7 +126,7 @@ impl<B: Backend> Fs<B> {
                     return Err(e);
                 }
             }
-            let fd = self.insert_file(OpenFile {
+            let fd = self.insert_file(ino, || OpenFile {
                 ino,
                 flags: AtomicI32::new(flags),
                 pos: Mutex::new(0),
@@ -145,12 +145,11 @@ impl<B: Backend> Fs<B> {
         })
     }
 
-    /// A new handle on `f`, which holds an open reference on its inode: given back
-    /// if the table is full (ENFILE).
-    pub(super) fn insert_file(&self, f: OpenFile) -> Result<Fd> {
-        let ino = f.ino;
+    /// A new handle on the open file `make` makes, which holds an open reference on
+    /// `ino`: given back if the table is full (ENFILE).
+    pub(super) fn insert_file(&self, ino: u64, make: impl FnOnce() -> OpenFile) -> Result<Fd> {
         self.files
-            .insert(f)
+            .insert(make)
             .inspect_err(|_| self.drop_open_ref(ino))
     }
 
