@@ -48,7 +48,7 @@ impl<B: Backend> Fs<B> {
         self.op(|| {
             let d = self.ns.descriptions.get(key, self.ns.watch())?;
             self.open_ref(d.ino)?;
-            Ok(self.insert_file(OpenFile {
+            self.insert_file(d.ino, || OpenFile {
                 ino: d.ino,
                 flags: AtomicI32::new(d.flags),
                 pos: Mutex::new(0),
@@ -58,7 +58,7 @@ impl<B: Backend> Fs<B> {
                 privileged: d.privileged,
                 in_group: d.in_group,
                 atime: Default::default(),
-            }))
+            })
         })
     }
 
@@ -175,9 +175,9 @@ impl<B: Backend> Fs<B> {
 
     /// Every shared description some handle of this process is bound to, once each.
     fn bound_descriptions(&self) -> BTreeSet<DescKey> {
-        self.files
-            .pin()
-            .values()
+        let files = self.files.open_fds().into_iter();
+        files
+            .filter_map(|fd| self.file(fd).ok())
             .map(|f| f.desc.load(Ordering::Acquire))
             .filter(|&k| k != 0)
             .collect()

@@ -3,31 +3,20 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
 
 use crate::error::Result;
 use crate::format::ROOT_INO;
-use crate::meta::{self, Cred, Namespace};
+use crate::meta::{Cred, Namespace};
 use crate::pmem::{Backend, PmemBackend};
 use crate::pool::{Access, MkfsOptions, Pool};
 
-use super::open::OpenFile;
-use super::{fds, held, path, Fd, Session};
-
-/// Closed handles' table entries a thread gathers before they are reclaimed. Each
-/// reclamation starts with a `membarrier` system call, which interrupts every other
-/// CPU running a thread of the process: about 11 µs on this 2-core VM. At the
-/// collector's default (32) two threads opening and closing files spent ~0.8 µs per
-/// open+close in it (`strace -c`: 14,067 calls for 200,000); at this size it is
-/// ~0.02 µs, for up to 1,024 closed handles per thread not yet freed (their map
-/// copies are let go at the close).
-const RETIRED_BATCH: usize = 1024;
+use super::files::OpenFiles;
+use super::{held, path, Session};
 
 /// A mounted pool.
 pub struct Fs<B: Backend = PmemBackend> {
     pub(super) ns: Namespace<B>,
-    pub(super) files: papaya::HashMap<Fd, Arc<OpenFile>, meta::index::IndexHasher>,
-    pub(super) fds: fds::FdNumbers,
+    pub(super) files: OpenFiles,
     /// Inode numbers held from outside (the kernel's FUSE lookup counts).
     pub(super) held: held::Held,
     /// When a read updates atime: an `Atime` as u8 (a mount's option, changed by a
@@ -82,11 +71,7 @@ impl<B: Backend> Fs<B> {
         crate::data::prealloc::trim_recovered(&ns.pool, ns.lane());
         Fs {
             ns,
-            files: papaya::HashMap::builder()
-                .hasher(Default::default())
-                .collector(seize::Collector::new().batch_size(RETIRED_BATCH))
-                .build(),
-            fds: fds::FdNumbers::new(),
+            files: OpenFiles::new(),
             held: held::Held::default(),
             atime: AtomicU8::new(Atime::default() as u8),
         }
@@ -157,8 +142,7 @@ impl<B: Backend> Fs<B> {
     /// Handles still open are closed first, so a file unlinked while open is freed
     /// now rather than leaked into the saved allocator state.
     pub fn close(&self) -> Result<()> {
-        let fds: Vec<Fd> = self.files.pin().keys().copied().collect();
-        for fd in fds {
+        for fd in self.files.open_fds() {
             // A handle closed concurrently is already gone: nothing to do for it.
             let _ = self.close_fd(fd);
         }

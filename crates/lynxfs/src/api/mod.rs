@@ -9,14 +9,15 @@
 //! - `inodes.rs`: the same calls by inode number (the FUSE adapter's);
 //! - `open.rs`, `io.rs`, `size.rs`, `atime.rs`, `descriptions.rs`, `fiemap.rs`: open
 //!   handles, their data, their sizes, reads' atime, shared descriptions, extents;
+//! - `files.rs`: the open-file table (handle numbers, each handle's open file);
 //! - `held.rs`: inode numbers held from outside; `nodes.rs`: what a create makes;
-//!   `path.rs`: path resolution; `fds.rs`: handle numbers.
+//!   `path.rs`: path resolution.
 
 mod atime;
 mod attrs;
 mod descriptions;
-mod fds;
 pub mod fiemap;
+mod files;
 mod fs;
 mod held;
 mod inodes;

@@ -2,7 +2,6 @@
 //! (permission, inode flags, O_TRUNC), and the handle calls that only look at one.
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -12,6 +11,7 @@ use crate::meta::{is_dir, perm, Cred, Stat};
 use crate::pmem::Backend;
 
 use super::atime::QuietAtime;
+use super::files::FileRef;
 use super::{Fd, Fs, FMODE_EXEC};
 
 pub(super) struct OpenFile {
@@ -126,7 +126,7 @@ impl<B: Backend> Fs<B> {
                     return Err(e);
                 }
             }
-            let fd = self.insert_file(OpenFile {
+            let fd = self.insert_file(ino, || OpenFile {
                 ino,
                 flags: AtomicI32::new(flags),
                 pos: Mutex::new(0),
@@ -136,7 +136,7 @@ impl<B: Backend> Fs<B> {
                 privileged: cred.is_root(),
                 in_group: cred.is_root() || cred.in_group(o.gid),
                 atime: Default::default(),
-            });
+            })?;
             Ok(Opened {
                 fd,
                 ino,
@@ -145,11 +145,12 @@ impl<B: Backend> Fs<B> {
         })
     }
 
-    /// A new handle on `f`.
-    pub(super) fn insert_file(&self, f: OpenFile) -> Fd {
-        let fd = self.fds.take();
-        self.files.pin().insert(fd, Arc::new(f));
-        fd
+    /// A new handle on the open file `make` makes, which holds an open reference on
+    /// `ino`: given back if the table is full (ENFILE).
+    pub(super) fn insert_file(&self, ino: u64, make: impl FnOnce() -> OpenFile) -> Result<Fd> {
+        self.files
+            .insert(make)
+            .inspect_err(|_| self.drop_open_ref(ino))
     }
 
     /// O_TRUNC: empty the file (held open by the caller).
@@ -184,26 +185,26 @@ impl<B: Backend> Fs<B> {
         )
     }
 
-    pub(super) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
-        self.files.pin().get(&fd).cloned().ok_or(errno::EBADF)
+    /// The open file of handle `fd`, kept while the answer lives (see
+    /// [`super::files`]: a close meanwhile does not free it).
+    pub(super) fn file(&self, fd: Fd) -> Result<FileRef<'_>> {
+        self.files.get(fd)
     }
 
     /// Another handle on the same open file, sharing its position.
     pub fn dup(&self, fd: Fd) -> Result<Fd> {
         let f = self.file(fd)?;
         f.handles.fetch_add(1, Ordering::AcqRel);
-        let nfd = self.fds.take();
-        self.files.pin().insert(nfd, f);
-        Ok(nfd)
+        self.files.dup(&f).inspect_err(|_| {
+            f.handles.fetch_sub(1, Ordering::AcqRel);
+        })
     }
 
     /// Close a handle; the last handle of an open file gives its open reference
     /// back and, if its description is shared, this process's claim on it.
     pub fn close_fd(&self, fd: Fd) -> Result<()> {
         // Each step is an operation of its own, so none is repeated by a retry.
-        let Some(f) = self.files.pin().remove(&fd).cloned() else {
-            return Err(errno::EBADF);
-        };
+        let f = self.files.remove(fd)?;
         if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             f.map.forget();
             self.drop_open_ref(f.ino);
@@ -219,18 +220,14 @@ impl<B: Backend> Fs<B> {
         Ok(self.file(fd)?.ino)
     }
 
-    /// The open file of handle `fd`, lent to `then` (no reference count taken: the
-    /// table's guard keeps it alive meanwhile).
+    /// The open file of handle `fd`, lent to `then` (its slot pinned meanwhile).
     pub(super) fn with_file<T>(
         &self,
         fd: Fd,
         then: impl FnOnce(&OpenFile) -> Result<T>,
     ) -> Result<T> {
-        let files = self.files.pin();
-        let Some(f) = files.get(&fd) else {
-            return Err(errno::EBADF);
-        };
-        then(f)
+        let f = self.file(fd)?;
+        then(&f)
     }
 
     /// fsync and fdatasync: every call is durable when it returns, except a hybrid
@@ -294,4 +291,70 @@ fn may_open_flagged(iflags: u32, flags: i32) -> Result<()> {
 /// The access mode (O_RDONLY, O_WRONLY, O_RDWR) `f` was opened with: fixed at open.
 pub(super) fn access(f: &OpenFile) -> i32 {
     f.flags.load(Ordering::Relaxed) & libc::O_ACCMODE
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use crate::pmem::PmemBackend;
+    use crate::{Cred, Fs, MkfsOptions};
+
+    /// Threads open, dup, read and close files while others read through handles the
+    /// first ones may be closing: each read reads the file its handle named, or fails
+    /// with EBADF once the handle is closed; dup'd handles outlive their originals.
+    #[test]
+    fn reads_through_handles_closed_meanwhile() {
+        const ROUNDS: usize = 2_000;
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 4;
+        let fs = Fs::in_memory(&o, PmemBackend::default()).unwrap();
+        let s = fs.session(Cred::root());
+        // File `i` holds the byte `i` (each its own, so a read shows which it reached).
+        for i in 0..4u8 {
+            let fd = s
+                .open(format!("/f{i}"), libc::O_CREAT | libc::O_WRONLY, 0o644)
+                .unwrap();
+            fs.pwrite(fd, &[i; 64], 0).unwrap();
+            fs.close_fd(fd).unwrap();
+        }
+        // Handle `i`: the last one opened on file `i`.
+        let shown: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
+        std::thread::scope(|sc| {
+            for w in 0..2u8 {
+                let (fs, s, shown) = (&fs, &s, &shown);
+                sc.spawn(move || {
+                    for r in 0..ROUNDS {
+                        let i = (w * 2 + (r % 2) as u8) as usize;
+                        let fd = s.open(format!("/f{i}"), libc::O_RDONLY, 0).unwrap();
+                        shown[i].store(fd, Ordering::Release);
+                        let dup = (r % 3 == 0).then(|| fs.dup(fd).unwrap());
+                        fs.close_fd(fd).unwrap();
+                        if let Some(d) = dup {
+                            let mut b = [0u8; 1];
+                            assert_eq!(fs.pread(d, &mut b, 7).unwrap(), 1);
+                            assert_eq!(b[0], i as u8);
+                            fs.close_fd(d).unwrap();
+                        }
+                        assert_eq!(fs.close_fd(fd).unwrap_err().errno(), libc::EBADF);
+                    }
+                });
+            }
+            for _ in 0..2 {
+                let (fs, shown) = (&fs, &shown);
+                sc.spawn(move || {
+                    let mut b = [0u8; 8];
+                    for r in 0..ROUNDS * 4 {
+                        let i = r % 4;
+                        let fd = shown[i].load(Ordering::Acquire);
+                        match fs.pread(fd, &mut b, 0) {
+                            Ok(n) => assert!(n == 8 && b == [i as u8; 8], "read another file"),
+                            Err(e) => assert_eq!(e.errno(), libc::EBADF),
+                        }
+                    }
+                });
+            }
+        });
+        fs.close().unwrap();
+    }
 }
