@@ -11,7 +11,7 @@
 //! it has ended. The pool's shared runtime state (the index of the directories loaded,
 //! the allocators) is then built once, by us, instead of by every process the program
 //! starts that touches the pool while no other is attached (a shell script's,
-//! make's or git's many short processes: 8 to 9 ms each, docs/BENCHMARKS.md "Process
+//! make's or git's many short processes: 8 to 11 ms each, docs/BENCHMARKS.md "Process
 //! start: a pool held by `lynxfs run`"); and the pool is detached when our caller sees
 //! us end, as it was when a lone program's last process detached at its exit.
 

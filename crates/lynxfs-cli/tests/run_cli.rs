@@ -368,6 +368,16 @@ fn sh_command(pool: &Path, at: &Path, runtime: &Path, script: &str) -> Command {
     c
 }
 
+/// A scratch directory holding a new pool and an empty directory for its runtime files.
+fn pool_with_runtime_dir() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let d = shared_dir();
+    let pool = d.path().join("p.pool");
+    mkfs(&pool);
+    let runtime = d.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    (d, pool, runtime)
+}
+
 /// The runtime files (`*.run`) in `dir`.
 fn runtime_files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -382,11 +392,7 @@ fn runtime_files(dir: &Path) -> Vec<String> {
 #[test]
 fn the_pool_stays_attached_while_the_program_runs_and_is_detached_when_run_returns() {
     let _w = watchdog("held_pool", Duration::from_secs(300));
-    let d = shared_dir();
-    let pool = d.path().join("p.pool");
-    mkfs(&pool);
-    let runtime = d.path().join("runtime");
-    std::fs::create_dir(&runtime).unwrap();
+    let (d, pool, runtime) = pool_with_runtime_dir();
     // The program never touches the pool (the stub library does nothing): a runtime
     // file exists only because `lynxfs run` holds the pool for it.
     let o = output_within(
@@ -417,11 +423,7 @@ fn the_pool_stays_attached_while_the_program_runs_and_is_detached_when_run_retur
 fn the_programs_exit_code_or_killing_signal_is_runs_own() {
     use std::os::unix::process::ExitStatusExt;
     let _w = watchdog("exit_status", Duration::from_secs(300));
-    let d = shared_dir();
-    let pool = d.path().join("p.pool");
-    mkfs(&pool);
-    let runtime = d.path().join("runtime");
-    std::fs::create_dir(&runtime).unwrap();
+    let (d, pool, runtime) = pool_with_runtime_dir();
     let o = output_within(&mut sh_command(&pool, d.path(), &runtime, "exit 7"), LIMIT);
     assert_eq!(o.status.code(), Some(7), "{}", err(&o));
     let o = output_within(
@@ -441,11 +443,7 @@ fn the_programs_exit_code_or_killing_signal_is_runs_own() {
 #[test]
 fn a_signal_sent_to_run_reaches_the_program() {
     let _w = watchdog("forwarded_signal", Duration::from_secs(300));
-    let d = shared_dir();
-    let pool = d.path().join("p.pool");
-    mkfs(&pool);
-    let runtime = d.path().join("runtime");
-    std::fs::create_dir(&runtime).unwrap();
+    let (d, pool, runtime) = pool_with_runtime_dir();
     let ready = d.path().join("ready");
     let script = format!(
         "trap 'exit 9' USR1; touch '{}'; while :; do sleep 0.05; done",
