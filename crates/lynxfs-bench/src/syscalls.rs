@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use crate::{progress_bar, Grid, Measured, OpenFlags, Options, Target};
+use crate::{progress_bar, Grid, Measured, OpenFlags, Options, Row, Target};
 
 /// The suite's top directory in each target's root.
 const TOP: &str = "d1";
@@ -301,14 +301,46 @@ pub(crate) fn run(
             notes.push(crate::goals::create_scaling_note(sc.two / sc.one));
         }
     }
+    let rows = grid.into_rows();
+    notes.extend(first_round_notes(&rows, names));
     Ok(Measured {
         unit: "us/op",
         higher_is_better: false,
         columns: names.to_vec(),
-        rows: grid.into_rows(),
+        rows,
         notes,
         baseline: crate::tmpfs_column(names),
     })
+}
+
+/// The rows whose first round shows a fresh pool's first touch (issue 29: within
+/// 1.1x of the later rounds).
+const FIRST_TOUCH_ROWS: [&str; 4] = ["create", "mkdir", "rename", "unlink"];
+
+/// Per target, each [`FIRST_TOUCH_ROWS`] row's first round (the targets are fresh
+/// then) against the median of the later rounds; nothing with a single round.
+fn first_round_notes(rows: &[Row], names: &[String]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (col, name) in names.iter().enumerate() {
+        let ratios: Vec<String> = rows
+            .iter()
+            .filter(|r| FIRST_TOUCH_ROWS.contains(&r.op.as_str()))
+            .filter_map(|r| {
+                let rounds = r.rounds.get(col)?;
+                let (first, later) = rounds.split_first()?;
+                (!later.is_empty())
+                    .then(|| format!("{} {:.2}x", r.op, first / crate::report::median(later)))
+            })
+            .collect();
+        if !ratios.is_empty() {
+            notes.push(format!(
+                "first round on {name} (a fresh pool or directory) against the later \
+                 rounds' median: {} (goal for lib: <= 1.1x)",
+                ratios.join(", ")
+            ));
+        }
+    }
+    notes
 }
 
 /// Runs [`STEPS`] `opts.rounds` times, each step on every target before the next step.
@@ -352,6 +384,19 @@ fn run_rounds(
 mod tests {
     use super::*;
     use crate::DirTarget;
+
+    #[test]
+    fn the_first_round_is_compared_with_the_later_ones() {
+        let rows = vec![
+            Row::from_rounds("create", vec![vec![3.0, 2.0, 2.0], vec![5.0]]),
+            Row::from_rounds("stat (depth 1)", vec![vec![9.0, 1.0, 1.0], vec![1.0]]),
+        ];
+        let names = ["lib".to_string(), "tmpfs".to_string()];
+        let notes = first_round_notes(&rows, &names);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("on lib") && notes[0].contains("create 1.50x"));
+        assert!(!notes[0].contains("stat"), "only the first-touch rows");
+    }
 
     fn quick(files: usize) -> Options {
         Options {

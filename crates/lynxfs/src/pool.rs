@@ -420,7 +420,11 @@ impl<B: Backend> Pool<B> {
             Access::ReadWrite | Access::Exclusive => Mapping::map_file(&file, len as usize, path)?,
             Access::ReadOnly => Mapping::map_private(&file, len as usize, path)?,
         };
-        let pm = Pm::new(map, backend);
+        let mut pm = Pm::new(map, backend);
+        if access != Access::ReadOnly {
+            // `file` is kept open for the pool's life (`lock_file`).
+            pm.write_through(file.as_raw_fd());
+        }
         let found = match sb.data_device {
             Some(_) => Some(Box::new(device::attach(
                 &pm, path, &sb, access, device, purpose,
@@ -683,6 +687,8 @@ impl<B: Backend> Pool<B> {
             .map_err(|e| Error::io(&self.path, e))?;
         lock(&file, &self.path, self.access)?;
         let parent = a.fork_child(&file)?;
+        // The inherited open, which writes through the file use, closes below.
+        self.pm.stop_write_through();
         *held = Some(file);
         Ok(parent)
     }

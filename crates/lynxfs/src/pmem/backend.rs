@@ -17,6 +17,13 @@ pub trait Backend: Send + Sync + 'static {
     fn stored(&self, _off: u64, _bytes: &[u8]) {}
     /// Start writing back `[addr, addr+len)` (pool offset `off`).
     fn flush(&self, addr: *const u8, off: u64, len: usize);
+    /// Called after `len` bytes at `addr` (pool offset `off`) were written with
+    /// `pwrite` to the pool file (see `pmem::through`) instead of stored: what they
+    /// still need before the next fence. By default a flush, as a store's.
+    #[inline]
+    fn written_through_file(&self, addr: *const u8, off: u64, len: usize) {
+        self.flush(addr, off, len);
+    }
     /// Wait until every earlier flush of this thread is durable.
     fn fence(&self);
     /// Whether long copies may use non-temporal stores, which the fence makes durable
@@ -69,6 +76,12 @@ impl Backend for PmemBackend {
     fn streams(&self) -> bool {
         cfg!(target_arch = "x86_64")
     }
+    /// Nothing to flush: on a DAX file the kernel's copy into persistent memory is
+    /// the flushing one (the pmem driver's `copy_from_iter_flushcache`), and on tmpfs
+    /// the page cache is the medium, which a flush would only fault into this
+    /// process (a cache-line flush needs the page mapped), what the write avoided.
+    #[inline]
+    fn written_through_file(&self, _addr: *const u8, _off: u64, _len: usize) {}
     fn name(&self) -> String {
         format!("pmem ({} + sfence)", self.instr.name())
     }

@@ -16,6 +16,7 @@ mod backend;
 pub mod device;
 pub mod flush;
 mod map;
+mod through;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -68,12 +69,37 @@ pub struct Pm<B: Backend> {
     map: Mapping,
     backend: B,
     len: u64,
+    through: through::Through,
 }
 
 impl<B: Backend> Pm<B> {
     pub fn new(map: Mapping, backend: B) -> Self {
         let len = map.len() as u64;
-        Pm { map, backend, len }
+        Pm {
+            map,
+            backend,
+            len,
+            through: through::Through::off(),
+        }
+    }
+
+    /// Let long writes to pages this process has not written yet go to the pool file
+    /// `fd` (open for as long as `self` lives) with `pwrite` (see [`through`]).
+    pub fn write_through(&mut self, fd: std::os::fd::RawFd) {
+        if matches!(self.map.mode(), MapMode::Shared | MapMode::SharedSync) {
+            self.through = through::Through::on(fd, self.len);
+        }
+    }
+
+    /// Bytes this process wrote to the pool file with `pwrite` (see [`through`]).
+    pub fn bytes_written_through_file(&self) -> u64 {
+        self.through.bytes()
+    }
+
+    /// Write through the mapping only from now on (the file's descriptor is about to
+    /// be replaced).
+    pub fn stop_write_through(&self) {
+        self.through.stop();
     }
 
     /// A pool in fresh anonymous memory holding a copy of `img`: the state a machine
@@ -249,7 +275,16 @@ impl<B: Backend> Batch<'_, B> {
         let p = self.pm.ptr(off, bytes.len());
         // Before the flushes: a recording backend logs the store, then its flushes.
         self.pm.backend.stored(off, bytes);
-        if bytes.len() >= flush::STREAM_MIN && self.pm.backend.streams() {
+        if let Some(fd) = self.pm.through.fresh(off, bytes.len()) {
+            let done = through::pwrite_all(fd, off, bytes);
+            self.pm.through.wrote(done);
+            self.pm.backend.written_through_file(p, off, done);
+            if done < bytes.len() {
+                // SAFETY: `done < bytes.len()`, so `p + done` stays in the checked range.
+                let rest = unsafe { p.add(done) };
+                self.cached(rest, off + done as u64, &bytes[done..]);
+            }
+        } else if bytes.len() >= flush::STREAM_MIN && self.pm.backend.streams() {
             let (head, lines) = flush::line_split(p, bytes.len());
             let (a, rest) = bytes.split_at(head);
             let (mid, tail) = rest.split_at(lines);
