@@ -99,6 +99,10 @@ fn attach() -> Option<Attached> {
             let fs: &'static Fs = Box::leak(Box::new(fs));
             if c.populate {
                 fs.pool().populate();
+            } else {
+                // A short-lived program: its new data goes to the pool file rather
+                // than faulting in a fresh page at a time (pmem/through.rs).
+                fs.pool().pm.start_write_through();
             }
             let cred = caller();
             let session = |cred| {

@@ -854,6 +854,7 @@ fn data_written_through_the_pool_file_reads_back_everywhere() {
     // What the file should hold, as a model.
     let mut model = vec![0u8; 3 << 20];
     let fs = lynxfs::Fs::open(&pool).unwrap();
+    fs.pool().pm.start_write_through();
     let s = fs.session(Cred::root());
     let fd = s.open("/f", CREAT, 0o644).unwrap();
     // tar's 10 KiB records: every third block is filled by two writes. Then three

@@ -83,12 +83,21 @@ impl<B: Backend> Pm<B> {
         }
     }
 
-    /// Let long writes to pages this process has not written yet go to the pool file
-    /// `fd` (open for as long as `self` lives) with `pwrite` (see [`through`]).
+    /// The pool file `fd` (open for as long as `self` lives) may take long writes to
+    /// pages this process has not written yet, once [`Pm::start_write_through`] is
+    /// called (see [`through`]).
     pub fn write_through(&mut self, fd: std::os::fd::RawFd) {
         if matches!(self.map.mode(), MapMode::Shared | MapMode::SharedSync) {
-            self.through = through::Through::on(fd, self.len);
+            self.through = through::Through::ready(fd, self.len);
         }
+    }
+
+    /// Write long runs of fresh pages with `pwrite` from now on: for a process that
+    /// lives briefly and writes new data once (a preloaded `tar` or `cp`), not one
+    /// that keeps rewriting the same pages (its faults come once; each page's first
+    /// `pwrite` would be extra).
+    pub fn start_write_through(&self) {
+        self.through.start();
     }
 
     /// Bytes this process wrote to the pool file with `pwrite` (see [`through`]).
@@ -272,10 +281,17 @@ impl<B: Backend> Batch<'_, B> {
     /// batch's fence orders them) and only its unaligned ends with cached stores.
     #[inline]
     pub fn write(&mut self, off: u64, bytes: &[u8]) -> &mut Self {
+        let through = self.pm.through.fresh(off, bytes.len());
+        self.write_via(off, bytes, through)
+    }
+
+    /// [`Batch::write`] through the pool file `through`, or the mapping.
+    #[inline]
+    fn write_via(&mut self, off: u64, bytes: &[u8], through: Option<i32>) -> &mut Self {
         let p = self.pm.ptr(off, bytes.len());
         // Before the flushes: a recording backend logs the store, then its flushes.
         self.pm.backend.stored(off, bytes);
-        if let Some(fd) = self.pm.through.fresh(off, bytes.len()) {
+        if let Some(fd) = through {
             let done = through::pwrite_all(fd, off, bytes);
             self.pm.through.wrote(done);
             self.pm.backend.written_through_file(p, off, done);
@@ -320,7 +336,11 @@ impl<B: Backend> Batch<'_, B> {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(Z.len());
-            self.write(off + done as u64, &Z[..n]);
+            // Zeros go through the mapping: they make room in a metadata block or
+            // ahead of a file's data, whose writes follow at once (a `pwrite` here
+            // would be one system call more, not one fault less).
+            self.pm.through.mapped(off + done as u64, n);
+            self.write_via(off + done as u64, &Z[..n], None);
             done += n;
         }
         self
