@@ -93,7 +93,7 @@ pub struct LynxFuse<B: Backend> {
 
 /// The largest write the kernel sends in one request (with FUSE_MAX_PAGES, 256 pages):
 /// a large `write(2)` costs one round trip per MiB instead of one per 128 KiB.
-const MAX_WRITE: u32 = 1 << 20;
+pub(crate) const MAX_WRITE: u32 = 1 << 20;
 
 /// The transport a session's io_uring state says.
 fn transport_of(state: &IoUringState) -> Transport {

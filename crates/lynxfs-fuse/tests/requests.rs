@@ -208,3 +208,41 @@ fn a_read_after_a_write_updates_the_atime_with_pages_kept() {
     }
     m.unmount().unwrap();
 }
+
+/// A 1 MiB read of a file whose pages are not cached is one READ: the mount's
+/// readahead window is widened to the largest READ (1 MiB) once INIT is answered.
+/// Before: the kernel's 128 KiB window, eight READs, each a round trip.
+#[test]
+fn a_large_uncached_read_is_one_request() {
+    let _w = watchdog(
+        "a_large_uncached_read_is_one_request",
+        Duration::from_secs(120),
+    );
+    let (_pool, _mnt, m) = mounted();
+    let path = m.mountpoint().join("big");
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+    fs::write(&path, &data).unwrap();
+    let f = fs::File::open(&path).unwrap();
+    let r = Requests::of(m.mountpoint(), "readahead");
+    for _ in 0..3 {
+        // Drop the file's pages, so the read below reaches the daemon.
+        // SAFETY: plain system call on a descriptor we own.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+                0,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0, "posix_fadvise");
+        r.clear();
+        let mut buf = vec![0u8; 1 << 20];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert!(buf == data, "the read returned other bytes");
+        assert_eq!(r.count("FUSE_READ"), 1, "{:?}", r.counts());
+    }
+    drop(f);
+    drop(r);
+    m.unmount().unwrap();
+}
