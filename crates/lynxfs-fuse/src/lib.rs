@@ -44,6 +44,7 @@ pub mod locks;
 pub mod mount;
 pub mod mountinfo;
 pub mod options;
+mod readahead;
 pub mod usage;
 
 pub use adapter::LynxFuse;

@@ -424,6 +424,14 @@ fn session<B: Backend>(
     };
     match started {
         Ok((s, mount)) => {
+            // INIT is answered (it would narrow the window again): large reads may
+            // now go in 1 MiB READs.
+            if let Err(e) = crate::readahead::widen(&mount.device()) {
+                eprintln!(
+                    "lynxfs: widening the readahead window of {}: {e}",
+                    mount.device()
+                );
+            }
             // Set once, here, before any request is served.
             let _ = notices.set(s.notifier());
             let _ = transport.set(s.io_uring_state());

@@ -424,7 +424,12 @@ fn reassemble(entry: &RingEntry, buf: &mut Vec<u64>) -> io::Result<usize> {
         .checked_sub(in_len + payload_sz)
         .filter(|&n| n <= OP_IN_SZ && payload_sz <= payload.len())
         .ok_or_else(|| bad("ring request lengths"))?;
-    buf.resize(len.div_ceil(8), 0);
+    // Grown, never shrunk: the bytes below are all overwritten, so a request after a
+    // smaller one costs no zeroing of what the last large one left.
+    let words = len.div_ceil(8);
+    if buf.len() < words {
+        buf.resize(words, 0);
+    }
     let bytes = &mut buf.as_mut_bytes()[..len];
     bytes[..in_len].copy_from_slice(&header.in_out[..in_len]);
     bytes[in_len..in_len + op_len].copy_from_slice(&header.op_in[..op_len]);
