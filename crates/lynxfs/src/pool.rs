@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use crate::alloc::{Allocators, UsedSets};
 use crate::error::{Error, Result};
 use crate::format::device::{DeviceHeader, DeviceRecord};
+use crate::format::layout::{DENTRY_SIZE, INODE_SIZE};
 use crate::format::superblock::{
     SbProblem, COMPAT_DATA_INPLACE, INCOMPAT_CWON, INCOMPAT_UNDO, INCOMPAT_XATTR_LOG,
     MAX_RESERVED_PERCENT, SB_LEN,
@@ -158,6 +159,10 @@ impl MkfsOptions {
 pub fn default_lanes() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
+
+/// Bytes of each lane's inodes, dentries and metadata blocks that [`Pool::populate`]
+/// maps in: 16,384 inodes and 4 MiB of directory-log pages a lane.
+const METADATA_AHEAD: u64 = 4 << 20;
 
 /// How to open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -707,7 +712,10 @@ impl<B: Backend> Pool<B> {
         self.populate_while(|| true);
     }
 
-    /// [`Pool::populate`] a piece at a time (2 MiB), as long as `go_on` says so: for a
+    /// [`Pool::populate`] a piece at a time (2 MiB), then the pool's metadata that
+    /// each lane uses first ([`METADATA_AHEAD`] of its inodes, dentries and
+    /// metadata blocks: the first thousands of creates of a fresh pool then take no
+    /// fault each), as long as `go_on` says so: for a
     /// thread that maps the state in the background and must stop soon when asked
     /// (`lynxfs run` once its program has ended). The pages it maps are the shared
     /// file's: other processes then find them made (cleared and in memory), and their
@@ -723,6 +731,39 @@ impl<B: Backend> Pool<B> {
                 at += len;
             }
         }
+        for (off, len) in self.metadata_first_used() {
+            if !go_on() {
+                return;
+            }
+            self.pm.populate(off, len);
+        }
+    }
+
+    /// Where each lane's metadata is taken first, [`METADATA_AHEAD`] bytes of each:
+    /// the start of its inodes and of its dentries (numbers are handed out from the
+    /// bottom) and the top of its data blocks (metadata blocks come from there).
+    fn metadata_first_used(&self) -> Vec<(u64, u64)> {
+        let l = &self.layout;
+        let mut parts = Vec::new();
+        for lane in 0..l.lanes() {
+            let inodes = l.lane_inodes(lane);
+            let dentries = l.lane_dentries(lane);
+            let blocks = l.lane_blocks(lane);
+            let ahead = |n: u64, size: u64| (n * size).min(METADATA_AHEAD);
+            parts.push((
+                l.inode_addr(inodes.start),
+                ahead(inodes.end - inodes.start, INODE_SIZE),
+            ));
+            parts.push((
+                l.dentry_addr(dentries.start),
+                ahead(dentries.end - dentries.start, DENTRY_SIZE),
+            ));
+            let top = ahead(blocks.end - blocks.start, BLOCK);
+            if top > 0 {
+                parts.push((l.block_addr(blocks.end - 1) + BLOCK - top, top));
+            }
+        }
+        parts
     }
 
     pub fn attachment(&self) -> Option<&Arc<Attachment>> {

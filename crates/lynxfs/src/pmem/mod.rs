@@ -100,6 +100,31 @@ impl<B: Backend> Pm<B> {
         self.through.start();
     }
 
+    /// Map `[off, off+len)` into this process now, writable, so that its first
+    /// stores take no page fault each (`MADV_POPULATE_WRITE`; bytes unchanged). Only
+    /// for a shared mapping on a backend whose flushes are cache-line flushes: on the
+    /// msync backend a write fault dirties the page for the disk, and private or
+    /// anonymous memory would only gain pages of its own. Best effort (a kernel
+    /// before 5.14 leaves the faults where they were).
+    pub fn populate(&self, off: u64, len: u64) {
+        let shared = matches!(self.map.mode(), MapMode::Shared | MapMode::SharedSync);
+        if !shared || !self.backend.streams() {
+            return;
+        }
+        let first = off / 4096 * 4096;
+        let end = off.saturating_add(len).next_multiple_of(4096).min(self.len);
+        if first >= end {
+            return;
+        }
+        let p = self.ptr(first, (end - first) as usize);
+        // SAFETY: `[p, p + end - first)` lies inside the mapping (`ptr` checked it) and
+        // is page aligned (the mapping is); populating maps the pages without changing
+        // a byte of them, so no access, atomic or not, can tell.
+        unsafe {
+            libc::madvise(p.cast(), (end - first) as usize, libc::MADV_POPULATE_WRITE);
+        }
+    }
+
     /// Bytes this process wrote to the pool file with `pwrite` (see [`through`]).
     pub fn bytes_written_through_file(&self) -> u64 {
         self.through.bytes()
