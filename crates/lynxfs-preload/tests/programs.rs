@@ -997,6 +997,42 @@ fn a_program_killed_mid_run_leaves_the_others_and_the_pool_sound() {
     b.fsck_clean();
 }
 
+/// Each preloaded program leaves the pool as it exits (its exit handler detaches, once
+/// the C library has destroyed its thread-locals): with nobody else attached, the last
+/// one to leave removes the shared runtime state, so its runtime directory ends empty.
+/// A program that exited without detaching would leave the state behind (the next
+/// attacher takes it for a crash).
+#[test]
+fn preloaded_programs_detach_at_exit() {
+    let _w = watchdog("preloaded_programs_detach_at_exit", TEST_LIMIT);
+    let b = Bench::new("detach");
+    let runtime = tempfile::tempdir_in("/dev/shm").expect("runtime dir");
+    let d = b.d.path().to_str().expect("utf-8");
+    let script = format!("printf 'one\\n' > {d}/f && cat {d}/f > {d}/g && stat -c %s {d}/g");
+    let mut c = b.shell(&script, b.t.path(), &[]);
+    c.env("LD_PRELOAD", &built().preload)
+        .env("LYNXFS_POOL", &b.pool)
+        .env("LYNXFS_AT", b.d.path())
+        .env("LYNXFS_RUNTIME_DIR", runtime.path());
+    let out = run_bounded(c, "preloaded programs");
+    assert!(
+        out.status.success(),
+        "the programs failed ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout).trim(), "4");
+    let left: Vec<_> = std::fs::read_dir(runtime.path())
+        .expect("list the runtime dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "runtime state left behind: {left:?}");
+    let tree = pool_tree(&b.pool, &[]);
+    assert_file(&tree, "f", b"one\n");
+    assert_file(&tree, "g", b"one\n");
+    b.fsck_clean();
+}
+
 /// Waits (within [`LIMIT`]) until the pool has a non-empty directory `dir`.
 fn wait_for_files(pool: &Path, dir: &str, child: &Child) {
     let start = Instant::now();

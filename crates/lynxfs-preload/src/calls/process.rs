@@ -810,26 +810,22 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
 }
 
 /// Leaves the pool (at exit): stdio buffers of pool files are flushed first. The
-/// work runs on a thread of its own: at exit the C library has already destroyed
-/// the exiting thread's thread-locals, which the engine's lock-free maps use.
+/// work runs here even once the C library has destroyed this thread's thread-locals
+/// (exit runs their destructors before the exit handlers): the engine's and this
+/// library's thread-locals on this path have no destructor (they stay usable), or
+/// are reached with `try_with` (a mapping's spares, parking_lot's thread data), and
+/// the preload's backend is never `MsyncBackend` (whose pending list has one).
 pub fn detach() {
     if let Some(a) = state::attached_now() {
         // SAFETY: flushes every stdio stream (ours write to the pool here).
         unsafe { libc::fflush(std::ptr::null_mut()) };
-        let leave = std::thread::Builder::new().spawn(move || {
-            let _inside = crate::guard::Inside::enter();
-            super::shared_map::write_back_all(a);
-            // The working directory's hold is an open reference too: let it go.
-            let root = a.root.read().at(lynxfs::format::ROOT_INO);
-            *a.cwd.write() = root;
-            a.fs.close()
-        });
-        match leave.map(|t| t.join()) {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => crate::say(&format!("detaching from the pool: {e}")),
-            // Not detached: the pool's other users take this exit for a crash and
-            // repair the shared state (nothing in the pool is lost).
-            _ => crate::say("could not detach from the pool at exit"),
+        let _inside = crate::guard::Inside::enter();
+        super::shared_map::write_back_all(a);
+        // The working directory's hold is an open reference too: let it go.
+        let root = a.root.read().at(lynxfs::format::ROOT_INO);
+        *a.cwd.write() = root;
+        if let Err(e) = a.fs.close() {
+            crate::say(&format!("detaching from the pool: {e}"));
         }
     }
 }

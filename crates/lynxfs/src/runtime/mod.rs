@@ -44,6 +44,12 @@ pub fn out_of_the_way(file: std::fs::File) -> std::fs::File {
 /// The numbers [`out_of_the_way`] moves descriptors to (the lowest free one in the
 /// range), or None when the fd limit is too low for it to move any.
 pub fn out_of_the_way_range() -> Option<std::ops::Range<i32>> {
+    // Asked once per process: an attach moves four descriptors, each asked here.
+    static RANGE: std::sync::OnceLock<Option<std::ops::Range<i32>>> = std::sync::OnceLock::new();
+    RANGE.get_or_init(fd_limit_range).clone()
+}
+
+fn fd_limit_range() -> Option<std::ops::Range<i32>> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -609,16 +609,23 @@ fn probe(ino: u64, entries: usize) -> impl Iterator<Item = usize> {
     (0..entries).map(move |k| (home + k) % entries)
 }
 
-/// This process's identity word (read once per process: a fork child, another
-/// pid, reads its own).
+/// This process's identity word, once read (a fork child, another pid, reads its own).
+static OWN: std::sync::Mutex<(u32, u64)> = std::sync::Mutex::new((0, 0));
+
+/// This process's identity word (read once per process).
 fn own_identity() -> Result<u64> {
-    static OWN: std::sync::Mutex<(u32, u64)> = std::sync::Mutex::new((0, 0));
     let pid = std::process::id();
     let mut own = OWN.lock().unwrap_or_else(|p| p.into_inner());
     if own.0 != pid {
         *own = (pid, read_identity(pid)?);
     }
     Ok(own.1)
+}
+
+/// This process's identity word if it was read already.
+fn known_own_identity() -> Option<u64> {
+    let own = OWN.lock().unwrap_or_else(|p| p.into_inner());
+    (own.0 == std::process::id()).then_some(own.1)
 }
 
 fn read_identity(pid: u32) -> Result<u64> {
@@ -635,6 +642,10 @@ fn read_identity(pid: u32) -> Result<u64> {
 
 /// Whether the process an identity word names is running.
 fn identity_running(id: u64) -> bool {
+    // This very process (a look at every slot meets its own): no /proc read.
+    if known_own_identity() == Some(id) {
+        return true;
+    }
     let pid = (id & ((1 << PID_BITS) - 1)) as u32;
     match proc_stat(pid) {
         Some((state, start)) => start == id >> PID_BITS && state != b'Z' && state != b'X',
