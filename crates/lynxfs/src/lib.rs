@@ -14,6 +14,7 @@
 
 pub mod alloc;
 pub mod api;
+pub mod cpu;
 pub mod data;
 pub mod error;
 pub mod format;

@@ -33,15 +33,10 @@ pub fn detected() -> FlushInstr {
 
 #[cfg(target_arch = "x86_64")]
 fn detect() -> FlushInstr {
-    // Leaf 0 reports the highest leaf; leaf 7 holds the flush feature bits.
-    let max_leaf = std::arch::x86_64::__cpuid(0).eax;
-    if max_leaf < 7 {
-        return FlushInstr::Clflush;
-    }
-    let ebx = std::arch::x86_64::__cpuid_count(7, 0).ebx;
-    if ebx & (1 << 24) != 0 {
+    let f = crate::cpu::features();
+    if f.clwb {
         FlushInstr::Clwb
-    } else if ebx & (1 << 23) != 0 {
+    } else if f.clflushopt {
         FlushInstr::Clflushopt
     } else {
         FlushInstr::Clflush
@@ -171,9 +166,9 @@ unsafe fn stream_lines_avx(dst: *mut u8, src: &[u8]) {
 }
 
 #[cfg(target_arch = "x86_64")]
+#[inline]
 fn avx_detected() -> bool {
-    static AVX: OnceLock<bool> = OnceLock::new();
-    *AVX.get_or_init(|| std::arch::is_x86_feature_detected!("avx"))
+    crate::cpu::features().avx
 }
 
 /// The portable fallback: plain stores (the caller's flush-free contract then relies on
