@@ -72,6 +72,28 @@ pub fn settled_check<B: Backend>(pm: &Pm<B>, d: u64) -> Option<u64> {
     body_crc(pm, d).map(|c| SETTLED | c as u64)
 }
 
+/// The CRC [`body_crc`] finds once `body` is stored at a dentry's `INO` (its bytes as
+/// `DentryImage::encode_body` encodes them, the `CHECK` word among them): the writer
+/// of a new dentry computes it from what it wrote instead of reading it back.
+pub fn body_crc_encoded(body: &[u8]) -> u32 {
+    let check = (dentry::CHECK - dentry::INO) as usize;
+    crc::append(crc::append(0, &body[..check]), &body[check + 8..])
+}
+
+/// [`settled_check`] of a dentry whose body CRC is `body_crc`.
+pub fn settled_word(body_crc: u32) -> u64 {
+    SETTLED | body_crc as u64
+}
+
+/// [`fresh_check`] of a create whose dentry's body CRC is `body_crc` and whose inode
+/// is the image `img` with its link count zero, and that has no symlink target and
+/// no attribute set (which `fresh_check` reads from the pool): the create computes
+/// it from the bytes it wrote.
+pub fn fresh_word(body_crc: u32, img: &[u8; crate::format::layout::INODE_SIZE as usize]) -> u64 {
+    debug_assert!(img[inode::NLINK as usize..inode::NLINK as usize + 8] == [0; 8]);
+    FRESH | crc::append(body_crc, img) as u64
+}
+
 /// `check` with tag `SETTLING` read as `SETTLED`.
 fn as_settled(check: u64) -> u64 {
     if check & TAG == SETTLING {
@@ -185,5 +207,47 @@ pub fn settle<B: Backend>(pm: &Pm<B>, l: &Layout, ino: u64) {
             let _ = pm.cas_volatile(d + dentry::CHECK, settling, c);
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Fs;
+    use crate::meta::Cred;
+    use crate::pmem::PmemBackend;
+    use crate::MkfsOptions;
+
+    /// The check words a create, mkdir and rename compute from what they wrote are
+    /// the ones recovery computes from the pool: each new dentry is judged whole.
+    #[test]
+    fn checks_computed_from_the_bytes_written_match_the_pool() {
+        let fs = Fs::in_memory(&MkfsOptions::new(16 << 20), PmemBackend::default()).unwrap();
+        let s = fs.session(Cred::root());
+        s.mkdir("/d", 0o755).unwrap();
+        let fd = s
+            .open("/d/a-name-longer-than-eight", libc::O_CREAT | libc::O_WRONLY, 0o640)
+            .unwrap();
+        fs.close_fd(fd).unwrap();
+        s.mkdir("/d/sub", 0o700).unwrap();
+        let ns = fs.ns();
+        let (pm, l) = (&ns.pool.pm, &ns.pool.layout);
+        assert!(ns.pool.cwon);
+        let dentry_of = |p: &str| {
+            let ino = s.stat(p).unwrap().ino;
+            (pm.load_u64(l.inode_addr(ino) + inode::DENTRY), ino)
+        };
+        // "/d" was settled by the first create in it.
+        let (d, ino) = dentry_of("/d");
+        assert_eq!(verdict(pm, l, d, ino), Verdict::Settled);
+        for p in ["/d/a-name-longer-than-eight", "/d/sub"] {
+            let (d, ino) = dentry_of(p);
+            assert_eq!(pm.load_u64(d + dentry::CHECK) & TAG, FRESH, "{p}");
+            assert_eq!(verdict(pm, l, d, ino), Verdict::Fresh, "{p}");
+        }
+        s.rename("/d/a-name-longer-than-eight", "/d/b", 0).unwrap();
+        let (d, ino) = dentry_of("/d/b");
+        assert_eq!(pm.load_u64(d + dentry::CHECK) & TAG, SETTLED);
+        assert_eq!(verdict(pm, l, d, ino), Verdict::Settled);
     }
 }

@@ -616,7 +616,7 @@ impl<B: Backend> Namespace<B> {
             target: None,
             umask: 0,
         };
-        self.new_unnamed_inode(parent, node, cred, true)
+        self.new_unnamed_inode(parent, node, cred, super::create::Naming::Later)
     }
 
     /// Undo [`Namespace::new_whiteout`] for a rename that did not commit.
