@@ -61,18 +61,36 @@ impl<B: Backend> Namespace<B> {
         excl: bool,
     ) -> Result<(u64, bool)> {
         within_reserve_of(cred.is_root(), || {
-            self.op(|| self.create_once(parent, name, node, cred, excl))
+            self.op(|| self.create_once(parent, name, node, cred, (excl, false)))
         })
     }
 
-    /// [`Namespace::create`], within one counted operation.
-    fn create_once(
+    /// [`Namespace::create`] for an open: a new inode comes with one open reference
+    /// (as `Fs::open_ref` takes), taken before its name is published, so no unlink
+    /// can free it first and the open needs no lock for it. An existing entry comes
+    /// without one.
+    pub fn create_opened(
         &self,
         parent: u64,
         name: &[u8],
         node: NewNode<'_>,
         cred: &Cred,
         excl: bool,
+    ) -> Result<(u64, bool)> {
+        within_reserve_of(cred.is_root(), || {
+            self.op(|| self.create_once(parent, name, node, cred, (excl, true)))
+        })
+    }
+
+    /// [`Namespace::create`], within one counted operation; with `opened`, as
+    /// [`Namespace::create_opened`].
+    fn create_once(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: NewNode<'_>,
+        cred: &Cred,
+        (excl, opened): (bool, bool),
     ) -> Result<(u64, bool)> {
         if name == b"." || name == b".." {
             self.dir(parent)?;
@@ -92,7 +110,7 @@ impl<B: Backend> Namespace<B> {
                 None => {
                     self.may_search_write(parent, cred)?;
                     searched = true;
-                    match self.try_create(&dir, name, node, cred, lane)? {
+                    match self.try_create(&dir, name, (node, opened), cred, lane)? {
                         Ok(ino) => {
                             self.notices.name(parent, name, ino);
                             return Ok((ino, true));
@@ -123,12 +141,13 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// Write the new dentry (not valid), claim the name for it, then make the inode
-    /// and commit. `Ok(Err(entry))` if the name was taken first.
+    /// and commit (`opened`: with an open reference on it). `Ok(Err(entry))` if the
+    /// name was taken first.
     fn try_create(
         &self,
         dir: &Dir<'_>,
         name: &[u8],
-        node: NewNode<'_>,
+        (node, opened): (NewNode<'_>, bool),
         cred: &Cred,
         lane: u32,
     ) -> Result<std::result::Result<u64, Entry>> {
@@ -165,6 +184,10 @@ impl<B: Backend> Namespace<B> {
         };
         let made = if dir.removed() {
             Err(errno::ENOENT)
+        } else if opened {
+            self.open_new(ino, || {
+                self.commit_new(dir, (new, body_crc), node, cred, lane)
+            })
         } else {
             self.commit_new(dir, (new, body_crc), node, cred, lane)
         };
@@ -179,6 +202,21 @@ impl<B: Backend> Namespace<B> {
                 Err(err)
             }
         }
+    }
+
+    /// Take an open reference on the new inode `ino` (counted as `Fs::open_ref`
+    /// counts one: this process's count first) and run `commit`; given back if it
+    /// fails. Nothing names the inode yet, so no lock is needed: the last-close and
+    /// last-unlink decisions that read the count cannot be made on it meanwhile,
+    /// and its cachelet was reset when its number was last freed.
+    fn open_new(&self, ino: u64, commit: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.rt.opened(ino)?;
+        let open = self.cachelets.get(ino).open_counter();
+        open.fetch_add(1, Ordering::AcqRel);
+        commit().inspect_err(|_| {
+            open.fetch_sub(1, Ordering::AcqRel);
+            self.rt.closed(ino);
+        })
     }
 
     /// Write the inode of the claimed entry `entry` (its dentry's body CRC beside it)
