@@ -10,6 +10,7 @@
 //! count (the inode's old `nv_pointer` word now holds times, docs/FORMAT.md). Attributes
 //! are still read from the inode itself (its address follows from its number).
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::format::Layout;
@@ -48,7 +49,19 @@ const TIMES: usize = 7;
 pub struct Cachelets {
     span: Span,
     count: u64,
+    /// The first record's first word: `span`'s memory, mapped (and never moved) for
+    /// as long as `span`, hence `self`, lives. Kept so that [`Cachelets::get`], on
+    /// every operation's path several times, is a bounds check and an add, not two
+    /// views of the whole span and their checks.
+    base: NonNull<AtomicU64>,
 }
+
+// SAFETY: `base` points into `span`'s shared memory, which is only ever accessed
+// through atomic types (as `Span` itself is Send and Sync for): sharing or sending the
+// pointer across threads is as sound as sharing the span.
+unsafe impl Send for Cachelets {}
+// SAFETY: as for Send.
+unsafe impl Sync for Cachelets {}
 
 /// The record of one inode.
 #[derive(Clone, Copy)]
@@ -67,21 +80,31 @@ impl Cachelets {
     /// The records in `span` (zeroed memory is every record's initial state).
     pub fn new(span: Span, l: &Layout) -> Cachelets {
         assert!(span.bytes() >= Self::bytes_needed(l));
+        let base = NonNull::from(span.words()).cast();
         Cachelets {
             span,
             count: l.total_inodes(),
+            base,
         }
     }
 
     /// The record of `ino` (a number the layout accepts: callers check `ino_valid`).
     pub fn get(&self, ino: u64) -> Cachelet<'_> {
         assert!(ino < self.count, "inode {ino} out of range");
-        let i = ino as usize;
-        Cachelet {
-            ino,
-            small: &self.span.u32s()[i * U32S..i * U32S + U32S],
-            words: &self.span.words()[i * WORDS..i * WORDS + WORDS],
-        }
+        // SAFETY: record `ino` lies inside the span: `ino < count` and the span holds
+        // `count` records (`new` checked `bytes_needed`). The span's memory is mapped,
+        // 64-aligned per record, for as long as `&self` lives, and only accessed
+        // atomically. Its 64 bytes are viewed as 16 32-bit and 8 64-bit words, as
+        // `Span::u32s` and `Span::words` view the whole span; the record's fields
+        // never use both sizes on the same bytes (see the field list).
+        let (small, words) = unsafe {
+            let rec = self.base.as_ptr().add(ino as usize * WORDS);
+            (
+                std::slice::from_raw_parts(rec.cast::<AtomicU32>(), U32S),
+                std::slice::from_raw_parts(rec.cast_const(), WORDS),
+            )
+        };
+        Cachelet { ino, small, words }
     }
 
     /// Forget every record (a repair rebuilds them).
