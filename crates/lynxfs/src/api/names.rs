@@ -157,8 +157,13 @@ impl<'a, B: Backend> Session<'a, B> {
 
     pub fn rename(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>, flags: u32) -> Result<()> {
         let flags = RenameFlags::from_bits(flags)?;
-        let s = self.parent(from.as_ref())?;
-        let d = self.parent(to.as_ref())?;
+        let (from, to) = (from.as_ref(), to.as_ref());
+        let s = self.parent(from)?;
+        // Two names in one directory by one path: walked once.
+        let d = match path::sibling(from, &s, to) {
+            Some(d) => d,
+            None => self.parent(to)?,
+        };
         // As do_renameat2: a "." or ".." source is busy; such a target exists.
         if s.name.is_empty() || (d.name.is_empty() && !flags.noreplace) {
             return Err(errno::EBUSY);

@@ -166,11 +166,17 @@ impl<B: Backend> Namespace<B> {
             check_name(n)?;
         }
         // Checked in this order (both directories before either permission), once
-        // for a rename within one directory.
-        self.dir(sp)?;
-        if dp != sp {
+        // for a rename within one directory, which enters its directory at once
+        // (entering looks at it as `dir` does; only a directory changing parent takes
+        // the rename lock, which comes before any gate).
+        let lane = self.lane();
+        let entered = if sp == dp && !serial {
+            Some(self.enter_in(sp, lane)?)
+        } else {
+            self.dir(sp)?;
             self.dir(dp)?;
-        }
+            None
+        };
         self.may(sp, cred, perm::W | perm::X)?;
         if dp != sp {
             self.may(dp, cred, perm::W | perm::X)?;
@@ -184,8 +190,10 @@ impl<B: Backend> Namespace<B> {
             false => None,
         };
         // Both parents entered (once if they are one), before any name is looked at.
-        let lane = self.lane();
-        let sdir = self.enter_in(sp, lane)?;
+        let sdir = match entered {
+            Some(e) => e,
+            None => self.enter_in(sp, lane)?,
+        };
         let ddir_own = if dp == sp {
             None
         } else {
