@@ -138,7 +138,7 @@ impl LaneBits {
         l as u64 * self.per
     }
     fn ctl(&self, l: usize) -> &[AtomicU64] {
-        self.lane(l).0
+        &self.span.words()[l * LINE..(l + 1) * LINE]
     }
     fn bits_at(&self, l: usize) -> usize {
         self.owned.len() * LINE + l * self.stride

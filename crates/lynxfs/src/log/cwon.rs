@@ -72,12 +72,13 @@ pub fn settled_check<B: Backend>(pm: &Pm<B>, d: u64) -> Option<u64> {
     body_crc(pm, d).map(|c| SETTLED | c as u64)
 }
 
-/// The CRC [`body_crc`] finds once `body` is stored at a dentry's `INO` (its bytes as
-/// `DentryImage::encode_body` encodes them, the `CHECK` word among them): the writer
-/// of a new dentry computes it from what it wrote instead of reading it back.
-pub fn body_crc_encoded(body: &[u8]) -> u32 {
-    let check = (dentry::CHECK - dentry::INO) as usize;
-    crc::append(crc::append(0, &body[..check]), &body[check + 8..])
+/// The CRC [`body_crc`] finds once `d`'s body is stored (as
+/// `DentryImage::encode_body` encodes it): the writer of a new dentry computes it
+/// from what it wrote instead of reading it back.
+pub fn body_crc_of(d: &dentry::DentryImage<'_>) -> u32 {
+    let name_len = d.name.len() as u64 | (d.dtype as u64) << 16;
+    let words = [d.ino, d.parent, name_len, d.hash, d.slot, d.born];
+    crc::append(crc::append_words(0, &words), d.name)
 }
 
 /// [`settled_check`] of a dentry whose body CRC is `body_crc`.

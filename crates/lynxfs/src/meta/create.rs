@@ -526,9 +526,9 @@ impl<B: Backend> Namespace<B> {
         };
         let mut bytes = [0u8; dentry::BODY_MAX];
         let encoded = body.encode_body(&mut bytes);
-        // From the bytes written, not read back from the pool.
+        // From the words written, not read back from the pool.
         let body_crc = if pool.cwon {
-            cwon::body_crc_encoded(encoded)
+            cwon::body_crc_of(&body)
         } else {
             0
         };
