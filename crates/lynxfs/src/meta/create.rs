@@ -302,7 +302,7 @@ impl<B: Backend> Namespace<B> {
 
     /// `dir`'s mtime and ctime both hold its durable times, taken in the coarse clock's
     /// current tick and not after `now`.
-    fn parent_times_current(&self, dir: &Dir<'_>, now: u64) -> bool {
+    pub(super) fn parent_times_current(&self, dir: &Dir<'_>, now: u64) -> bool {
         let t = dir.cachelet().durable_times().load(Ordering::Acquire);
         t != 0
             && t <= now
