@@ -176,27 +176,34 @@ pub fn verdict<B: Backend>(pm: &Pm<B>, l: &Layout, d: u64, ino: u64) -> Verdict 
 /// word then holds another incarnation's check (or the old one, which that
 /// incarnation's own commit store replaces, and whose CRC over the old `BORN`
 /// cannot match the new body).
-pub fn settle<B: Backend>(pm: &Pm<B>, l: &Layout, ino: u64) {
+///
+/// True when `ino`'s dentry is known durably settled on return (its tag read
+/// `SETTLED`, or this call's swap fenced), or `ino` has no dentry (the root): no
+/// later settle of this incarnation of `ino` has anything to do, since only a
+/// create writes a fresh check, and only for a new inode.
+pub fn settle<B: Backend>(pm: &Pm<B>, l: &Layout, ino: u64) -> bool {
     // A failed swap means another thread changed the word: look again (bounded:
     // each round sees a settle, another incarnation or a settled word).
     for _ in 0..4 {
         let Some(d) = l
             .ino_valid(ino)
             .then(|| pm.load_u64(l.inode_addr(ino) + inode::DENTRY))
-            .filter(|&d| l.dentry_id(d).is_some())
         else {
-            return;
+            return false;
         };
+        if l.dentry_id(d).is_none() {
+            return d == 0;
+        }
         let check = pm.load_u64(d + dentry::CHECK);
         let tag = check & TAG;
         if (tag != FRESH && tag != SETTLING)
             || pm.load_u64(d + dentry::INO) != ino
             || pm.load_u64(d + dentry::STATE) & dentry::VALID == 0
         {
-            return;
+            return tag == SETTLED;
         }
         let Some(c) = settled_check(pm, d) else {
-            return;
+            return false;
         };
         let settling = SETTLING | (c & !TAG);
         let mut b = pm.batch();
@@ -206,9 +213,10 @@ pub fn settle<B: Backend>(pm: &Pm<B>, l: &Layout, ino: u64) {
             let _ = b.persist();
             // Durable now: later readers of this tag may skip the fence.
             let _ = pm.cas_volatile(d + dentry::CHECK, settling, c);
-            return;
+            return true;
         }
     }
+    false
 }
 
 #[cfg(test)]
@@ -250,5 +258,34 @@ mod tests {
         let (d, ino) = dentry_of("/d/b");
         assert_eq!(pm.load_u64(d + dentry::CHECK) & TAG, SETTLED);
         assert_eq!(verdict(pm, l, d, ino), Verdict::Settled);
+    }
+
+    /// A directory's settle, remembered in its cachelet (`cachelet::SETTLED`), is
+    /// forgotten with its number: a new directory given the number starts fresh and
+    /// is settled again by the first create in it.
+    #[test]
+    fn a_reused_directory_number_is_settled_again() {
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 1;
+        let fs = Fs::in_memory(&o, PmemBackend::default()).unwrap();
+        let s = fs.session(Cred::root());
+        let ns = fs.ns();
+        let (pm, l) = (&ns.pool.pm, &ns.pool.layout);
+        let check_of = |ino: u64| {
+            let d = pm.load_u64(l.inode_addr(ino) + inode::DENTRY);
+            pm.load_u64(d + dentry::CHECK) & TAG
+        };
+        let mut inos = Vec::new();
+        for round in 0..3 {
+            s.mkdir("/d", 0o755).unwrap();
+            let ino = s.stat("/d").unwrap().ino;
+            assert_eq!(check_of(ino), FRESH, "round {round}");
+            s.mkdir("/d/e", 0o755).unwrap();
+            assert_eq!(check_of(ino), SETTLED, "round {round}");
+            s.rmdir("/d/e").unwrap();
+            s.rmdir("/d").unwrap();
+            inos.push(ino);
+        }
+        assert!(inos.windows(2).any(|w| w[0] == w[1]), "no number reused: {inos:?}");
     }
 }

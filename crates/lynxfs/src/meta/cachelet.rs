@@ -25,6 +25,10 @@ pub const LOADED: u32 = 2;
 pub const REMOVED: u32 = 4;
 /// An unnamed `O_TMPFILE` file (also [`ORPHAN`]) that a link may still name.
 pub const LINKABLE: u32 = 8;
+/// A directory whose dentry's check is known durably settled (`log::cwon::settle`):
+/// set by an operation holding its gate, cleared with the record when its number is
+/// freed, so a new incarnation (whose create writes a fresh check) starts without.
+pub const SETTLED: u32 = 16;
 
 /// Bytes per record: one cache line, so files used by different CPUs share none.
 const RECORD: usize = 64;

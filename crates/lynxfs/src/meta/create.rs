@@ -18,7 +18,7 @@ use crate::pmem::Backend;
 use crate::runtime::testing::stop_here;
 use crate::time::{now_coarse_ns, now_ns};
 
-use super::cachelet::{LINKABLE, ORPHAN};
+use super::cachelet::{LINKABLE, ORPHAN, SETTLED};
 use super::index::{self, name_hash, Claim, Entry, State};
 use super::perm::{self, Cred};
 use super::{check_name, dtype, is_dir, Dir, Namespace};
@@ -296,7 +296,7 @@ impl<B: Backend> Namespace<B> {
         if nlink_delta == 0 && self.parent_times_current(dir, now) {
             return Ok(None);
         }
-        self.touch_dir(b, dir.ino, now, nlink_delta)?;
+        self.touch_dir(b, dir, now, nlink_delta)?;
         Ok(Some(now))
     }
 
@@ -496,7 +496,7 @@ impl<B: Backend> Namespace<B> {
     ) -> Result<(Entry, u32)> {
         let pool = &self.pool;
         // The slot claim below may link the directory's first log page.
-        pool.settle(dir.ino);
+        self.settle_entered(dir);
         let Some(did) = pool.alloc.dentries.alloc(lane) else {
             return Err(errno::ENOSPC);
         };
@@ -551,15 +551,28 @@ impl<B: Backend> Namespace<B> {
         Ok((entry, body_crc))
     }
 
-    /// Update a directory's times (and its link count by `nlink_delta`) in `b`.
-    pub(crate) fn touch_dir(
+    /// `pool.settle` of directory `dir`, which the caller entered (its gate held
+    /// shared, so it is not freed meanwhile), remembered in its cachelet once durable:
+    /// every create, removal and rename in it settles it, and after the first this
+    /// is a flag's load.
+    pub(super) fn settle_entered(&self, dir: &Dir<'_>) {
+        let c = dir.cachelet();
+        if c.flags() & SETTLED == 0 && self.pool.settle_known(dir.ino) {
+            c.set_flags(SETTLED);
+        }
+    }
+
+    /// Update entered directory `dir`'s times (and its link count by `nlink_delta`)
+    /// in `b`.
+    fn touch_dir(
         &self,
         b: &mut crate::pmem::Batch<'_, B>,
-        dir: u64,
+        dir: &Dir<'_>,
         now: u64,
         nlink_delta: i64,
     ) -> Result<()> {
-        self.pool.settle(dir);
+        self.settle_entered(dir);
+        let dir = dir.ino;
         let at = self.iaddr(dir);
         b.write_u64(at + inode::MTIME, now)
             .write_u64(at + inode::CTIME, now);

@@ -585,7 +585,7 @@ impl<B: Backend> Namespace<B> {
             if keeps_links && self.parent_times_current(dir, now) {
                 continue;
             }
-            pool.settle(p);
+            self.settle_entered(dir);
             b.write_u64(self.iaddr(p) + inode::MTIME, now)
                 .write_u64(self.iaddr(p) + inode::CTIME, now);
             *stored = true;
