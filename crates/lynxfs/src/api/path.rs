@@ -299,16 +299,21 @@ impl WalkedRef<'_> {
 /// same directories, walked as one instant). A rename within one directory walks
 /// its second path no more. `None` when `b` must be walked itself.
 pub(crate) fn sibling<'p>(a: &[u8], wa: &WalkedRef<'_>, b: &'p [u8]) -> Option<WalkedRef<'p>> {
-    if wa.name.is_empty() || wa.trailing_slash || !a.ends_with(wa.name) {
+    // The walk's name is the end of `a` itself (no trailing slash): no compare.
+    let start = a.len().checked_sub(wa.name.len())?;
+    if wa.name.is_empty() || wa.trailing_slash || !std::ptr::eq(a[start..].as_ptr(), wa.name.as_ptr())
+    {
         return None;
     }
-    let name = b.strip_prefix(&a[..a.len() - wa.name.len()])?;
-    let plain = !name.is_empty()
-        && name.len() <= crate::format::dentry::NAME_MAX
+    if b.len() <= start || b.len() >= PATH_MAX || b[..start] != a[..start] {
+        return None;
+    }
+    let name = &b[start..];
+    let plain = name.len() <= crate::format::dentry::NAME_MAX
         && name != b"."
         && name != b".."
         && !name.iter().any(|&c| c == b'/' || c == 0);
-    (plain && b.len() < PATH_MAX).then_some(WalkedRef {
+    plain.then_some(WalkedRef {
         parent: wa.parent,
         name,
         trailing_slash: false,
