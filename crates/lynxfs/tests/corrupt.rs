@@ -1286,7 +1286,11 @@ fn cwon_checks_computed_from_the_bytes_written_match_the_pool() {
     let s = fs.session(Cred::root());
     s.mkdir("/d", 0o755).unwrap();
     let fd = s
-        .open("/d/a-name-longer-than-eight", libc::O_CREAT | libc::O_WRONLY, 0o640)
+        .open(
+            "/d/a-name-longer-than-eight",
+            libc::O_CREAT | libc::O_WRONLY,
+            0o640,
+        )
         .unwrap();
     fs.close_fd(fd).unwrap();
     s.mkdir("/d/sub", 0o700).unwrap();
@@ -1338,5 +1342,8 @@ fn cwon_a_reused_directory_number_is_settled_again() {
         s.rmdir("/d").unwrap();
         inos.push(ino);
     }
-    assert!(inos.windows(2).any(|w| w[0] == w[1]), "no number reused: {inos:?}");
+    assert!(
+        inos.windows(2).any(|w| w[0] == w[1]),
+        "no number reused: {inos:?}"
+    );
 }

@@ -399,7 +399,10 @@ mod tests {
         let fs = Fs::in_memory(&MkfsOptions::new(16 << 20), PmemBackend::default()).unwrap();
         let s = fs.session(Cred::root());
         let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_DIRECTORY;
-        assert_eq!(s.open("/f", flags, 0o644).unwrap_err().errno(), libc::ENOTDIR);
+        assert_eq!(
+            s.open("/f", flags, 0o644).unwrap_err().errno(),
+            libc::ENOTDIR
+        );
         let ino = s.stat("/f").unwrap().ino;
         assert_eq!(fs.ns().cachelets.get(ino).open(), 0);
         s.unlink("/f").unwrap();

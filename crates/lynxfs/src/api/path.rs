@@ -301,7 +301,9 @@ impl WalkedRef<'_> {
 pub(crate) fn sibling<'p>(a: &[u8], wa: &WalkedRef<'_>, b: &'p [u8]) -> Option<WalkedRef<'p>> {
     // The walk's name is the end of `a` itself (no trailing slash): no compare.
     let start = a.len().checked_sub(wa.name.len())?;
-    if wa.name.is_empty() || wa.trailing_slash || !std::ptr::eq(a[start..].as_ptr(), wa.name.as_ptr())
+    if wa.name.is_empty()
+        || wa.trailing_slash
+        || !std::ptr::eq(a[start..].as_ptr(), wa.name.as_ptr())
     {
         return None;
     }
@@ -755,16 +757,32 @@ mod tests {
         let ns = fs.ns();
         let long = format!("/a/b/c/{}", "n".repeat(256));
         let paths = [
-            "/a/b/c/x", "/a/b/c/y", "/a/b/c/", "/a/b/c/.", "/a/b/c/..", "/a/b/c//y",
-            "/a/b/c/y/", "/a/b/lnk/z", "/a/b/lnk/f", "/a/b/up/q", "/a/b/c/d/f", "x", "y",
-            "./y", "/a/b/c/x/y", "/a/b/c/n\0", "/", &long,
+            "/a/b/c/x",
+            "/a/b/c/y",
+            "/a/b/c/",
+            "/a/b/c/.",
+            "/a/b/c/..",
+            "/a/b/c//y",
+            "/a/b/c/y/",
+            "/a/b/lnk/z",
+            "/a/b/lnk/f",
+            "/a/b/up/q",
+            "/a/b/c/d/f",
+            "x",
+            "y",
+            "./y",
+            "/a/b/c/x/y",
+            "/a/b/c/n\0",
+            "/",
+            &long,
         ];
         let mut used = 0;
         for a in paths {
             for b in paths {
                 let mut links = 0;
                 let cred = Cred::root();
-                let Ok(wa) = walk_parent_ref(ns, ROOT_INO, a.as_bytes(), &cred, &mut links, Scope::Pool)
+                let Ok(wa) =
+                    walk_parent_ref(ns, ROOT_INO, a.as_bytes(), &cred, &mut links, Scope::Pool)
                 else {
                     continue;
                 };
@@ -772,8 +790,9 @@ mod tests {
                     continue;
                 };
                 used += 1;
-                let wb = walk_parent_ref(ns, ROOT_INO, b.as_bytes(), &cred, &mut links, Scope::Pool)
-                    .unwrap();
+                let wb =
+                    walk_parent_ref(ns, ROOT_INO, b.as_bytes(), &cred, &mut links, Scope::Pool)
+                        .unwrap();
                 assert_eq!(
                     (sb.parent, sb.name, sb.trailing_slash),
                     (wb.parent, wb.name, wb.trailing_slash),
@@ -782,8 +801,15 @@ mod tests {
             }
         }
         let mut links = 0;
-        let wa = walk_parent_ref(ns, ROOT_INO, b"/a/b/c/x", &Cred::root(), &mut links, Scope::Pool)
-            .unwrap();
+        let wa = walk_parent_ref(
+            ns,
+            ROOT_INO,
+            b"/a/b/c/x",
+            &Cred::root(),
+            &mut links,
+            Scope::Pool,
+        )
+        .unwrap();
         assert!(sibling(b"/a/b/c/x", &wa, b"/a/b/c/y").is_some());
         assert!(used >= 4, "answered {used}");
     }

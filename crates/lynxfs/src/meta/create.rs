@@ -257,7 +257,8 @@ impl<B: Backend> Namespace<B> {
         if pool.cwon {
             // Consistency without ordering: the check word proves to recovery that
             // every store of this batch landed, so one fence commits them all.
-            let fresh = fresh.or_else(|| cwon::fresh_check(&pool.pm, &pool.layout, entry.dentry, ino));
+            let fresh =
+                fresh.or_else(|| cwon::fresh_check(&pool.pm, &pool.layout, entry.dentry, ino));
             let Some(check) = fresh else {
                 return Err(errno::EIO);
             };
