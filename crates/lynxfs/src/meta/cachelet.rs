@@ -121,7 +121,8 @@ impl Cachelets {
         self.touched()
             .filter(|&i| {
                 let c = self.get(i);
-                c.open() > 0 || c.flags() != 0
+                // A settled directory's flag alone is no use of it.
+                c.open() > 0 || c.flags() & !SETTLED != 0
             })
             .count() as u64
     }
@@ -272,5 +273,19 @@ mod tests {
         assert_eq!((c.live(), c.count_flagged(ORPHAN)), (1, 1));
         let _w = a.write(&lock::Alone).unwrap();
         assert!(lock::try_write(&b.small[DATA_LOCK]).is_some());
+    }
+
+    /// A directory known settled but neither open nor loaded is not counted live
+    /// (`lynxfs info`): the flag only remembers a durable settle.
+    #[test]
+    fn a_settled_flag_alone_is_not_a_live_record() {
+        let l = Layout::compute(Geometry::for_size(16 << 20, 2, None)).unwrap();
+        let c = Cachelets::new(Span::anonymous(Cachelets::bytes_needed(&l)).unwrap(), &l);
+        c.get(3).set_flags(SETTLED);
+        assert_eq!(c.live(), 0);
+        c.get(3).set_flags(LOADED);
+        assert_eq!(c.live(), 1);
+        c.get(3).reset();
+        assert_eq!(c.get(3).flags(), 0);
     }
 }
