@@ -649,9 +649,14 @@ impl<B: Backend> Pool<B> {
     /// without `INCOMPAT_CWON`). Safe against a concurrent removal of the name (compare-and-swap).
     #[inline]
     pub fn settle(&self, ino: u64) {
-        if self.cwon {
-            crate::log::cwon::settle(&self.pm, &self.layout, ino);
-        }
+        self.settle_known(ino);
+    }
+
+    /// [`Pool::settle`], true when nothing is left to settle for this incarnation of
+    /// `ino` (see `log::cwon::settle`; always on pools without `INCOMPAT_CWON`).
+    #[inline]
+    pub fn settle_known(&self, ino: u64) -> bool {
+        !self.cwon || crate::log::cwon::settle(&self.pm, &self.layout, ino)
     }
 
     /// How this process's writes treat allocated blocks (docs/CONSISTENCY.md, "write").

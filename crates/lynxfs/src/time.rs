@@ -5,11 +5,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const NS: u64 = 1_000_000_000;
 
-/// Now, in nanoseconds since the Unix epoch (0 if the clock is before 1970).
+/// Now, in nanoseconds since the Unix epoch (0 if the clock is before 1970): the
+/// clock `SystemTime::now` reads, read directly (every create and rename reads it,
+/// and `SystemTime`'s `Duration` arithmetic cost more than the clock).
 pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+    clock_ns(libc::CLOCK_REALTIME)
 }
 
 /// Now by the coarse clock (`CLOCK_REALTIME_COARSE`: the last tick's time, a few
@@ -17,13 +17,19 @@ pub fn now_ns() -> u64 {
 /// nanoseconds since the epoch (0 on error or before 1970): for checks that count
 /// days, not for times that are stored.
 pub fn now_coarse_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME_COARSE)
+}
+
+/// `clock`'s time in nanoseconds since the epoch (0 on error or before 1970).
+#[inline]
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec for the call; clock_gettime writes
     // only it and has no other effect.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
     if r != 0 || ts.tv_sec < 0 {
         return 0;
     }
@@ -123,6 +129,16 @@ mod tests {
         ] {
             assert_eq!(Timestamp::from_system_time(t.to_system_time()), t);
         }
+    }
+
+    /// The clock read directly is the one `SystemTime` reads.
+    #[test]
+    fn now_ns_reads_the_system_clock() {
+        let since = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let before = since(SystemTime::now());
+        let now = now_ns();
+        let after = since(SystemTime::now());
+        assert!(before <= now && now <= after, "{before} {now} {after}");
     }
 
     #[test]

@@ -1275,3 +1275,75 @@ fn cwon_recovery_settles_what_it_keeps() {
     w64(&mut again, t.iaddr("/dir/f") + inode::NLINK, 5);
     assert_eq!(recovered_names(&again).unwrap(), TORN_NAMES.to_vec());
 }
+
+/// The check words a create, mkdir and rename compute from what they wrote (issue 29:
+/// not read back from the pool) are the ones recovery computes from the pool: each
+/// new dentry is judged whole.
+#[test]
+fn cwon_checks_computed_from_the_bytes_written_match_the_pool() {
+    use lynxfs::log::cwon::{verdict, Verdict, FRESH, SETTLED};
+    let fs = Fs::in_memory(&MkfsOptions::new(16 << 20), PmemBackend::default()).unwrap();
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    let fd = s
+        .open(
+            "/d/a-name-longer-than-eight",
+            libc::O_CREAT | libc::O_WRONLY,
+            0o640,
+        )
+        .unwrap();
+    fs.close_fd(fd).unwrap();
+    s.mkdir("/d/sub", 0o700).unwrap();
+    let ns = fs.ns();
+    let (pm, l) = (&ns.pool.pm, &ns.pool.layout);
+    assert!(ns.pool.cwon);
+    let dentry_of = |p: &str| {
+        let ino = s.stat(p).unwrap().ino;
+        (pm.load_u64(l.inode_addr(ino) + inode::DENTRY), ino)
+    };
+    // "/d" was settled by the first create in it.
+    let (d, ino) = dentry_of("/d");
+    assert_eq!(verdict(pm, l, d, ino), Verdict::Settled);
+    for p in ["/d/a-name-longer-than-eight", "/d/sub"] {
+        let (d, ino) = dentry_of(p);
+        assert_eq!(pm.load_u64(d + dentry::CHECK) >> 32 << 32, FRESH, "{p}");
+        assert_eq!(verdict(pm, l, d, ino), Verdict::Fresh, "{p}");
+    }
+    s.rename("/d/a-name-longer-than-eight", "/d/b", 0).unwrap();
+    let (d, ino) = dentry_of("/d/b");
+    assert_eq!(pm.load_u64(d + dentry::CHECK) >> 32 << 32, SETTLED);
+    assert_eq!(verdict(pm, l, d, ino), Verdict::Settled);
+}
+
+/// A directory's settle, remembered in its cachelet (`cachelet::SETTLED`, issue 29),
+/// is forgotten with its number: a new directory given the number starts fresh and is
+/// settled again by the first create in it.
+#[test]
+fn cwon_a_reused_directory_number_is_settled_again() {
+    use lynxfs::log::cwon::{FRESH, SETTLED};
+    let mut o = MkfsOptions::new(16 << 20);
+    o.lanes = 1;
+    let fs = Fs::in_memory(&o, PmemBackend::default()).unwrap();
+    let s = fs.session(Cred::root());
+    let ns = fs.ns();
+    let (pm, l) = (&ns.pool.pm, &ns.pool.layout);
+    let check_of = |ino: u64| {
+        let d = pm.load_u64(l.inode_addr(ino) + inode::DENTRY);
+        pm.load_u64(d + dentry::CHECK) >> 32 << 32
+    };
+    let mut inos = Vec::new();
+    for round in 0..3 {
+        s.mkdir("/d", 0o755).unwrap();
+        let ino = s.stat("/d").unwrap().ino;
+        assert_eq!(check_of(ino), FRESH, "round {round}");
+        s.mkdir("/d/e", 0o755).unwrap();
+        assert_eq!(check_of(ino), SETTLED, "round {round}");
+        s.rmdir("/d/e").unwrap();
+        s.rmdir("/d").unwrap();
+        inos.push(ino);
+    }
+    assert!(
+        inos.windows(2).any(|w| w[0] == w[1]),
+        "no number reused: {inos:?}"
+    );
+}

@@ -647,6 +647,27 @@ fn unlinks_in_one_tick_store_the_parents_times_once_and_durably() {
     );
 }
 
+/// Renames within one directory (issue 29): the first after a stat stores the
+/// parent's times durably, a second in its tick may leave them alone; a directory
+/// renamed within it changes no link count and is no different.
+#[test]
+fn renames_in_one_tick_store_the_parents_times_once_and_durably() {
+    parent_times_once_per_tick(
+        |fs, s, i| {
+            for n in ["a", "b"] {
+                fs.close_fd(s.create(format!("/d/{n}{i}"), 0o644).unwrap())
+                    .unwrap();
+            }
+            s.mkdir(format!("/d/c{i}"), 0o755).unwrap();
+        },
+        |_, s, i| s.rename(format!("/d/a{i}"), format!("/d/x{i}"), 0).unwrap(),
+        |_, s, i| {
+            s.rename(format!("/d/c{i}"), format!("/d/y{i}"), 0).unwrap();
+            s.rename(format!("/d/b{i}"), format!("/d/z{i}"), 0).unwrap();
+        },
+    );
+}
+
 /// 200 times: `setup`, a stat of `/d`, `first` (which must store, flush and fence the
 /// parent's mtime and ctime, changing them) and `second`, which may leave them alone
 /// (and must, at least once: two operations share a clock tick now and then).

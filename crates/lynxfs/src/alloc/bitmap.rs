@@ -145,8 +145,16 @@ impl LaneBits {
     }
     /// Lane `l`'s bitmap words (those holding owned ids).
     fn bits(&self, l: usize) -> &[AtomicU64] {
+        self.lane(l).1
+    }
+    /// Lane `l`'s control line and bitmap words, from one look at the span's words
+    /// (each look costs its bounds checks: an id's claim or free wants both).
+    #[inline]
+    fn lane(&self, l: usize) -> (&[AtomicU64], &[AtomicU64]) {
+        let all = self.span.words();
         let n = (self.owned[l].end - self.base(l)).div_ceil(64) as usize;
-        &self.span.words()[self.bits_at(l)..self.bits_at(l) + n]
+        let at = self.bits_at(l);
+        (&all[l * LINE..(l + 1) * LINE], &all[at..at + n])
     }
 
     /// Lane `l`'s free count (a hint: exact only when nothing is in flight).
@@ -163,8 +171,8 @@ impl LaneBits {
 
     /// Claim one free id of lane `l`, searching from its hint; `None` if it has none.
     pub fn take_one(&self, l: usize) -> Option<u64> {
-        let bits = self.bits(l);
-        let raw = self.ctl(l)[HINT].load(Ordering::Relaxed);
+        let (ctl, bits) = self.lane(l);
+        let raw = ctl[HINT].load(Ordering::Relaxed);
         let h = (raw as usize).min(bits.len());
         for i in (h..bits.len()).chain(0..h) {
             let mut w = bits[i].load(Ordering::Relaxed);
@@ -174,7 +182,7 @@ impl LaneBits {
                 if old & m != 0 {
                     // A word left empty sends the next search past it.
                     let next = if old & !m == 0 { i + 1 } else { i };
-                    self.claimed(l, (HINT, raw), next, 1);
+                    Self::claimed_in(ctl, (HINT, raw), next, 1);
                     return Some(self.base(l) + i as u64 * 64 + m.trailing_zeros() as u64);
                 }
                 w = old & !m; // taken under us; try the word's other free bits
@@ -258,7 +266,11 @@ impl LaneBits {
     /// Account for `n` bits claimed in lane `l`, moving the hint in control slot
     /// `slot` from `raw` to `next` unless someone moved it meanwhile.
     fn claimed(&self, l: usize, (slot, raw): (usize, u64), next: usize, n: u64) {
-        let ctl = self.ctl(l);
+        Self::claimed_in(self.ctl(l), (slot, raw), next, n);
+    }
+
+    /// [`Self::claimed`] with the lane's control line `ctl` at hand.
+    fn claimed_in(ctl: &[AtomicU64], (slot, raw): (usize, u64), next: usize, n: u64) {
         ctl[FREE].fetch_sub(n, Ordering::Relaxed);
         if next as u64 != raw {
             let _ =
@@ -269,7 +281,11 @@ impl LaneBits {
     /// Bits from `word` on were freed (`run`: several together), so searches may
     /// start there again.
     fn freed_at(&self, l: usize, (word, last): (u64, u64), run: bool) {
-        let ctl = self.ctl(l);
+        Self::freed_in(self.ctl(l), (word, last), run);
+    }
+
+    /// [`Self::freed_at`] with the lane's control line `ctl` at hand.
+    fn freed_in(ctl: &[AtomicU64], (word, last): (u64, u64), run: bool) {
         for slot in [HINT, RUNS].into_iter().take(if run { 2 } else { 1 }) {
             if word < ctl[slot].load(Ordering::Relaxed) {
                 ctl[slot].fetch_min(word, Ordering::Relaxed);
@@ -289,12 +305,13 @@ impl LaneBits {
         let i = id - self.base(l);
         let m = 1u64 << (i % 64);
         let word = i / 64;
-        let old = self.bits(l)[word as usize].fetch_or(m, Ordering::AcqRel);
+        let (ctl, bits) = self.lane(l);
+        let old = bits[word as usize].fetch_or(m, Ordering::AcqRel);
         if old & m != 0 {
             return false;
         }
-        self.ctl(l)[FREE].fetch_add(1, Ordering::Relaxed);
-        self.freed_at(l, (word, word), false);
+        ctl[FREE].fetch_add(1, Ordering::Relaxed);
+        Self::freed_in(ctl, (word, word), false);
         true
     }
 

@@ -79,8 +79,16 @@ impl IdPool {
     /// caller that may not use it).
     pub fn alloc(&self, lane: u32) -> Option<u64> {
         let n = self.bits.lanes() as u32;
-        let order = || super::lane::order(lane, n, self.nodes);
         let floor = super::reserve::floor(self.lane_floor) as i64;
+        // The common case first: the caller's own lane (the order's first), without
+        // the order's divisions.
+        let own = (lane % n.max(1)) as usize;
+        if self.bits.lane_free(own) > floor {
+            if let Some(id) = self.bits.take_one(own) {
+                return Some(id);
+            }
+        }
+        let order = || super::lane::order(lane, n, self.nodes);
         // First the lanes whose counts say they have ids; then, in case a count is off
         // (a process died mid-update), every lane, but only for one who may empty them.
         order()

@@ -51,14 +51,15 @@ impl<'a, B: Backend> Session<'a, B> {
         }
         // An existing file is held from its lookup to its open (see `resolve_held`);
         // a file this call creates is opened at once by the creator.
-        let (ino, created, _held) = if flags & libc::O_CREAT != 0 {
-            let (ino, created) = self.open_create(p.as_ref(), flags, mode)?;
-            (ino, created, None)
-        } else {
-            let h = self.resolve_held(p.as_ref(), flags & libc::O_NOFOLLOW == 0)?;
-            (h.ino, false, Some(h))
-        };
-        self.fs.open_ino(ino, flags, &self.cred, created)
+        if flags & libc::O_CREAT != 0 {
+            return match self.open_create(p.as_ref(), flags, mode)? {
+                // Made with its open reference (`Namespace::create_opened`).
+                (ino, true) => self.fs.open_created(ino, flags, &self.cred),
+                (ino, false) => self.fs.open_ino(ino, flags, &self.cred, false),
+            };
+        }
+        let h = self.resolve_held(p.as_ref(), flags & libc::O_NOFOLLOW == 0)?;
+        self.fs.open_ino(h.ino, flags, &self.cred, false)
     }
 
     /// open(2) with `O_TMPFILE`: a new unnamed file in directory `p` (see
@@ -74,6 +75,8 @@ impl<'a, B: Backend> Session<'a, B> {
             .open_tmpfile(dir.ino, (mode, self.umask), flags, &self.cred)
     }
 
+    /// The file `p` names, created if missing: `(ino, true)` when this call made it,
+    /// holding an open reference on it for the open.
     fn open_create(&self, p: &[u8], flags: i32, mode: u32) -> Result<(u64, bool)> {
         let excl = flags & libc::O_EXCL != 0;
         // A trailing symlink is followed and the create repeated at its target, so a
@@ -100,7 +103,9 @@ impl<'a, B: Backend> Session<'a, B> {
                 return Err(errno::EISDIR);
             }
             let node = nodes::file(mode, self.umask);
-            let (ino, created) = self.ns().create(w.parent, w.name, node, &self.cred, excl)?;
+            let (ino, created) = self
+                .ns()
+                .create_opened(w.parent, w.name, node, &self.cred, excl)?;
             if !created
                 && self.ns().mode(ino) & libc::S_IFMT == libc::S_IFLNK
                 && flags & libc::O_NOFOLLOW == 0
@@ -152,8 +157,13 @@ impl<'a, B: Backend> Session<'a, B> {
 
     pub fn rename(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>, flags: u32) -> Result<()> {
         let flags = RenameFlags::from_bits(flags)?;
-        let s = self.parent(from.as_ref())?;
-        let d = self.parent(to.as_ref())?;
+        let (from, to) = (from.as_ref(), to.as_ref());
+        let s = self.parent(from)?;
+        // Two names in one directory by one path: walked once.
+        let d = match path::sibling(from, &s, to) {
+            Some(d) => d,
+            None => self.parent(to)?,
+        };
         // As do_renameat2: a "." or ".." source is busy; such a target exists.
         if s.name.is_empty() || (d.name.is_empty() && !flags.noreplace) {
             return Err(errno::EBUSY);

@@ -95,54 +95,87 @@ impl<B: Backend> Fs<B> {
     /// Open inode `ino` with `flags` (O_RDONLY, O_WRONLY, O_RDWR, O_APPEND, O_TRUNC,
     /// O_DIRECTORY) as `cred`, who needs no permission for a file it just `created`.
     pub fn open_ino(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<Opened> {
-        self.op(|| {
-            self.ns.live(ino)?;
-            let o = self.ns.owner_of(ino);
-            // A path's open reaches a symlink only with O_NOFOLLOW (the kernel's FUSE
-            // client never sends one).
-            if o.mode & libc::S_IFMT == libc::S_IFLNK {
-                return Err(errno::ELOOP);
-            }
-            if flags & libc::O_DIRECTORY != 0 && !is_dir(o.mode) {
-                return Err(errno::ENOTDIR);
-            }
-            let acc = flags & libc::O_ACCMODE;
-            if is_dir(o.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
-                return Err(errno::EISDIR);
-            }
-            if !created {
-                self.ns.may(ino, cred, open_wants(flags))?;
-            }
-            may_open_flagged(self.ns.inode_flags(ino), flags)?;
-            // Linux: only the owner (or CAP_FOWNER) may leave atime alone.
-            if flags & libc::O_NOATIME != 0 {
-                perm::owner_or_root(cred, o)?;
-            }
-            self.open_ref(ino)?;
-            if flags & libc::O_TRUNC != 0 && o.mode & libc::S_IFMT == libc::S_IFREG {
-                let in_group = cred.is_root() || cred.in_group(o.gid);
-                if let Err(e) = self.truncate_to_zero(ino, cred.is_root(), in_group) {
+        self.op(|| self.open_with(ino, flags, cred, (created, false)))
+    }
+
+    /// [`Fs::open_ino`] of a file `Namespace::create_opened` just made, with the open
+    /// reference the create took (given back if the open fails).
+    pub(super) fn open_created(&self, ino: u64, flags: i32, cred: &Cred) -> Result<Opened> {
+        self.op(|| self.open_with(ino, flags, cred, (true, true)))
+    }
+
+    /// [`Fs::open_ino`]; with `held`, the caller holds an open reference already.
+    fn open_with(
+        &self,
+        ino: u64,
+        flags: i32,
+        cred: &Cred,
+        (created, held): (bool, bool),
+    ) -> Result<Opened> {
+        let o = match self.may_open(ino, flags, cred, created) {
+            Ok(o) => o,
+            Err(e) => {
+                if held {
                     self.drop_open_ref(ino);
-                    return Err(e);
                 }
+                return Err(e);
             }
-            let fd = self.insert_file(ino, || OpenFile {
-                ino,
-                flags: AtomicI32::new(flags),
-                pos: Mutex::new(0),
-                desc: AtomicU64::new(0),
-                handles: AtomicU32::new(1),
-                map: Default::default(),
-                privileged: cred.is_root(),
-                in_group: cred.is_root() || cred.in_group(o.gid),
-                atime: Default::default(),
-            })?;
-            Ok(Opened {
-                fd,
-                ino,
-                mode: o.mode,
-            })
+        };
+        if !held {
+            self.open_ref(ino)?;
+        }
+        // A file the open created is empty: Linux's do_open drops O_TRUNC for it.
+        if flags & libc::O_TRUNC != 0 && !created && o.mode & libc::S_IFMT == libc::S_IFREG {
+            let in_group = cred.is_root() || cred.in_group(o.gid);
+            if let Err(e) = self.truncate_to_zero(ino, cred.is_root(), in_group) {
+                self.drop_open_ref(ino);
+                return Err(e);
+            }
+        }
+        let fd = self.insert_file(ino, || OpenFile {
+            ino,
+            flags: AtomicI32::new(flags),
+            pos: Mutex::new(0),
+            desc: AtomicU64::new(0),
+            handles: AtomicU32::new(1),
+            map: Default::default(),
+            privileged: cred.is_root(),
+            in_group: cred.is_root() || cred.in_group(o.gid),
+            atime: Default::default(),
+        })?;
+        Ok(Opened {
+            fd,
+            ino,
+            mode: o.mode,
         })
+    }
+
+    /// The rules an open of live inode `ino` with `flags` by `cred` obeys (no
+    /// permission needed on a file it just `created`): its owner and mode.
+    fn may_open(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<perm::Owner> {
+        self.ns.live(ino)?;
+        let o = self.ns.owner_of(ino);
+        // A path's open reaches a symlink only with O_NOFOLLOW (the kernel's FUSE
+        // client never sends one).
+        if o.mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(errno::ELOOP);
+        }
+        if flags & libc::O_DIRECTORY != 0 && !is_dir(o.mode) {
+            return Err(errno::ENOTDIR);
+        }
+        let acc = flags & libc::O_ACCMODE;
+        if is_dir(o.mode) && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
+            return Err(errno::EISDIR);
+        }
+        if !created {
+            self.ns.may(ino, cred, open_wants(flags))?;
+        }
+        may_open_flagged(self.ns.inode_flags(ino), flags)?;
+        // Linux: only the owner (or CAP_FOWNER) may leave atime alone.
+        if flags & libc::O_NOATIME != 0 {
+            perm::owner_or_root(cred, o)?;
+        }
+        Ok(o)
     }
 
     /// A new handle on the open file `make` makes, which holds an open reference on
@@ -355,6 +388,34 @@ mod tests {
                 });
             }
         });
+        fs.close().unwrap();
+    }
+
+    /// An open whose create made the file but whose own checks then fail gives back
+    /// the open reference the create took: the file is not left open, and its
+    /// unlink frees it. An open that creates counts one reference until its close.
+    #[test]
+    fn a_failed_open_after_its_create_leaves_the_file_unopened() {
+        let fs = Fs::in_memory(&MkfsOptions::new(16 << 20), PmemBackend::default()).unwrap();
+        let s = fs.session(Cred::root());
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_DIRECTORY;
+        assert_eq!(
+            s.open("/f", flags, 0o644).unwrap_err().errno(),
+            libc::ENOTDIR
+        );
+        let ino = s.stat("/f").unwrap().ino;
+        assert_eq!(fs.ns().cachelets.get(ino).open(), 0);
+        s.unlink("/f").unwrap();
+        assert!(fs.ns().live(ino).is_err(), "the unlinked file was kept");
+        let fd = s
+            .open("/g", libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644)
+            .unwrap();
+        let ino = s.stat("/g").unwrap().ino;
+        assert_eq!(fs.ns().cachelets.get(ino).open(), 1);
+        s.unlink("/g").unwrap();
+        assert!(fs.ns().live(ino).is_ok(), "an open file was freed");
+        fs.close_fd(fd).unwrap();
+        assert!(fs.ns().live(ino).is_err(), "the last close kept an orphan");
         fs.close().unwrap();
     }
 }

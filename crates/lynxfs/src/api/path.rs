@@ -294,6 +294,34 @@ impl WalkedRef<'_> {
     }
 }
 
+/// What a walk of `b` would give when `a`, walked to `wa`, ends in a plain name and
+/// `b` is the same leading bytes with another plain name: `b`'s parent is `wa`'s (the
+/// same directories, walked as one instant). A rename within one directory walks
+/// its second path no more. `None` when `b` must be walked itself.
+pub(crate) fn sibling<'p>(a: &[u8], wa: &WalkedRef<'_>, b: &'p [u8]) -> Option<WalkedRef<'p>> {
+    // The walk's name is the end of `a` itself (no trailing slash): no compare.
+    let start = a.len().checked_sub(wa.name.len())?;
+    if wa.name.is_empty()
+        || wa.trailing_slash
+        || !std::ptr::eq(a[start..].as_ptr(), wa.name.as_ptr())
+    {
+        return None;
+    }
+    if b.len() <= start || b.len() >= PATH_MAX || b[..start] != a[..start] {
+        return None;
+    }
+    let name = &b[start..];
+    let plain = name.len() <= crate::format::dentry::NAME_MAX
+        && name != b"."
+        && name != b".."
+        && !name.iter().any(|&c| c == b'/' || c == 0);
+    plain.then_some(WalkedRef {
+        parent: wa.parent,
+        name,
+        trailing_slash: false,
+    })
+}
+
 pub(crate) fn check_path(path: &[u8]) -> Result<()> {
     if path.is_empty() {
         return Err(errno::ENOENT);
@@ -718,6 +746,72 @@ mod tests {
             Scope::Pool,
         );
         assert_eq!(denied, format!("{:?}", errno::EACCES));
+    }
+
+    /// A second path `sibling` answers from the first one's walk is walked to the
+    /// same parent, name and trailing slash; it answers the common rename within one
+    /// directory and leaves anything else to the walk.
+    #[test]
+    fn a_sibling_is_where_its_own_walk_leads() {
+        let fs = tree();
+        let ns = fs.ns();
+        let long = format!("/a/b/c/{}", "n".repeat(256));
+        let paths = [
+            "/a/b/c/x",
+            "/a/b/c/y",
+            "/a/b/c/",
+            "/a/b/c/.",
+            "/a/b/c/..",
+            "/a/b/c//y",
+            "/a/b/c/y/",
+            "/a/b/lnk/z",
+            "/a/b/lnk/f",
+            "/a/b/up/q",
+            "/a/b/c/d/f",
+            "x",
+            "y",
+            "./y",
+            "/a/b/c/x/y",
+            "/a/b/c/n\0",
+            "/",
+            &long,
+        ];
+        let mut used = 0;
+        for a in paths {
+            for b in paths {
+                let mut links = 0;
+                let cred = Cred::root();
+                let Ok(wa) =
+                    walk_parent_ref(ns, ROOT_INO, a.as_bytes(), &cred, &mut links, Scope::Pool)
+                else {
+                    continue;
+                };
+                let Some(sb) = sibling(a.as_bytes(), &wa, b.as_bytes()) else {
+                    continue;
+                };
+                used += 1;
+                let wb =
+                    walk_parent_ref(ns, ROOT_INO, b.as_bytes(), &cred, &mut links, Scope::Pool)
+                        .unwrap();
+                assert_eq!(
+                    (sb.parent, sb.name, sb.trailing_slash),
+                    (wb.parent, wb.name, wb.trailing_slash),
+                    "{a} then {b}"
+                );
+            }
+        }
+        let mut links = 0;
+        let wa = walk_parent_ref(
+            ns,
+            ROOT_INO,
+            b"/a/b/c/x",
+            &Cred::root(),
+            &mut links,
+            Scope::Pool,
+        )
+        .unwrap();
+        assert!(sibling(b"/a/b/c/x", &wa, b"/a/b/c/y").is_some());
+        assert!(used >= 4, "answered {used}");
     }
 
     /// Search permission taken away after the index learnt a run is checked on the

@@ -72,6 +72,29 @@ pub fn settled_check<B: Backend>(pm: &Pm<B>, d: u64) -> Option<u64> {
     body_crc(pm, d).map(|c| SETTLED | c as u64)
 }
 
+/// The CRC [`body_crc`] finds once `d`'s body is stored (as
+/// `DentryImage::encode_body` encodes it): the writer of a new dentry computes it
+/// from what it wrote instead of reading it back.
+pub fn body_crc_of(d: &dentry::DentryImage<'_>) -> u32 {
+    let name_len = d.name.len() as u64 | (d.dtype as u64) << 16;
+    let words = [d.ino, d.parent, name_len, d.hash, d.slot, d.born];
+    crc::append(crc::append_words(0, &words), d.name)
+}
+
+/// [`settled_check`] of a dentry whose body CRC is `body_crc`.
+pub fn settled_word(body_crc: u32) -> u64 {
+    SETTLED | body_crc as u64
+}
+
+/// [`fresh_check`] of a create whose dentry's body CRC is `body_crc` and whose inode
+/// is the image `img` with its link count zero, and that has no symlink target and
+/// no attribute set (which `fresh_check` reads from the pool): the create computes
+/// it from the bytes it wrote.
+pub fn fresh_word(body_crc: u32, img: &[u8; crate::format::layout::INODE_SIZE as usize]) -> u64 {
+    debug_assert!(img[inode::NLINK as usize..inode::NLINK as usize + 8] == [0; 8]);
+    FRESH | crc::append(body_crc, img) as u64
+}
+
 /// `check` with tag `SETTLING` read as `SETTLED`.
 fn as_settled(check: u64) -> u64 {
     if check & TAG == SETTLING {
@@ -153,27 +176,34 @@ pub fn verdict<B: Backend>(pm: &Pm<B>, l: &Layout, d: u64, ino: u64) -> Verdict 
 /// word then holds another incarnation's check (or the old one, which that
 /// incarnation's own commit store replaces, and whose CRC over the old `BORN`
 /// cannot match the new body).
-pub fn settle<B: Backend>(pm: &Pm<B>, l: &Layout, ino: u64) {
+///
+/// True when `ino`'s dentry is known durably settled on return (its tag read
+/// `SETTLED`, or this call's swap fenced), or `ino` has no dentry (the root): no
+/// later settle of this incarnation of `ino` has anything to do, since only a
+/// create writes a fresh check, and only for a new inode.
+pub fn settle<B: Backend>(pm: &Pm<B>, l: &Layout, ino: u64) -> bool {
     // A failed swap means another thread changed the word: look again (bounded:
     // each round sees a settle, another incarnation or a settled word).
     for _ in 0..4 {
         let Some(d) = l
             .ino_valid(ino)
             .then(|| pm.load_u64(l.inode_addr(ino) + inode::DENTRY))
-            .filter(|&d| l.dentry_id(d).is_some())
         else {
-            return;
+            return false;
         };
+        if l.dentry_id(d).is_none() {
+            return d == 0;
+        }
         let check = pm.load_u64(d + dentry::CHECK);
         let tag = check & TAG;
         if (tag != FRESH && tag != SETTLING)
             || pm.load_u64(d + dentry::INO) != ino
             || pm.load_u64(d + dentry::STATE) & dentry::VALID == 0
         {
-            return;
+            return tag == SETTLED;
         }
         let Some(c) = settled_check(pm, d) else {
-            return;
+            return false;
         };
         let settling = SETTLING | (c & !TAG);
         let mut b = pm.batch();
@@ -183,7 +213,8 @@ pub fn settle<B: Backend>(pm: &Pm<B>, l: &Layout, ino: u64) {
             let _ = b.persist();
             // Durable now: later readers of this tag may skip the fence.
             let _ = pm.cas_volatile(d + dentry::CHECK, settling, c);
-            return;
+            return true;
         }
     }
+    false
 }

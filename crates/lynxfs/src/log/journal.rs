@@ -7,6 +7,7 @@
 //! that changed after this operation. Stores the caller flushed before `commit` are
 //! covered by the record's fence (fences order all of a thread's earlier flushes).
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -27,11 +28,21 @@ const SMALL_RECORD: usize = 16;
 /// sequence number, are runtime state shared by every process attached to the pool:
 /// two processes on one CPU must not write one journal at once.
 pub struct Journals {
-    span: Span,
+    /// Keeps the mapping `base` points into alive.
+    _span: Span,
     lanes: u32,
     /// Ends a wait for a lane whose holder died (the repair replays its journal).
     watch: Arc<dyn Watch + Send + Sync>,
+    /// `span`'s first word, mapped (and never moved) for as long as `span`, hence
+    /// `self`, lives: a lane's words found by an add, not two views of the span.
+    base: NonNull<AtomicU64>,
 }
+
+// SAFETY: `base` points into `span`'s shared memory, only ever accessed through
+// atomic types (as `Span` itself is Send and Sync for).
+unsafe impl Send for Journals {}
+// SAFETY: as for Send.
+unsafe impl Sync for Journals {}
 
 impl Journals {
     /// Region bytes for `lanes` lanes.
@@ -42,15 +53,35 @@ impl Journals {
     /// The journals' runtime state in `span` (zeroed memory: every lane free).
     pub fn new(span: Span, lanes: u32, watch: Arc<dyn Watch + Send + Sync>) -> Self {
         assert!(span.bytes() >= Self::bytes_needed(lanes));
-        Journals { span, lanes, watch }
+        let base = NonNull::from(span.words()).cast();
+        Journals {
+            _span: span,
+            lanes,
+            watch,
+            base,
+        }
+    }
+
+    /// Lane `lane`'s line: its lock word (the first 4 bytes) and sequence counter
+    /// (the second 8-byte word).
+    fn lane_words(&self, lane: u32) -> (&AtomicU32, &AtomicU64) {
+        assert!(lane < self.lanes, "journal lane {lane} out of range");
+        // SAFETY: lane `lane`'s 64 bytes lie inside the span (`lane < lanes`, and
+        // `new` checked `bytes_needed(lanes)`), mapped and 64-aligned for as long as
+        // `&self` lives and only accessed atomically: bytes 0..4 as a 32-bit word,
+        // 8..16 as a 64-bit one, as `Span::u32s` and `Span::words` view them.
+        unsafe {
+            let line = self.base.as_ptr().add(lane as usize * LANE_BYTES / 8);
+            (&*line.cast::<AtomicU32>(), &*line.add(1))
+        }
     }
 
     fn lock_word(&self, lane: u32) -> &AtomicU32 {
-        &self.span.u32s()[lane as usize * LANE_BYTES / 4]
+        self.lane_words(lane).0
     }
 
     fn seq_word(&self, lane: u32) -> &AtomicU64 {
-        &self.span.words()[lane as usize * LANE_BYTES / 8 + 1]
+        self.lane_words(lane).1
     }
 
     /// Atomically set every `(address, value)` word, using `lane`'s journal (or a free

@@ -10,6 +10,7 @@
 //! count (the inode's old `nv_pointer` word now holds times, docs/FORMAT.md). Attributes
 //! are still read from the inode itself (its address follows from its number).
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::format::Layout;
@@ -24,6 +25,10 @@ pub const LOADED: u32 = 2;
 pub const REMOVED: u32 = 4;
 /// An unnamed `O_TMPFILE` file (also [`ORPHAN`]) that a link may still name.
 pub const LINKABLE: u32 = 8;
+/// A directory whose dentry's check is known durably settled (`log::cwon::settle`):
+/// set by an operation holding its gate, cleared with the record when its number is
+/// freed, so a new incarnation (whose create writes a fresh check) starts without.
+pub const SETTLED: u32 = 16;
 
 /// Bytes per record: one cache line, so files used by different CPUs share none.
 const RECORD: usize = 64;
@@ -48,7 +53,19 @@ const TIMES: usize = 7;
 pub struct Cachelets {
     span: Span,
     count: u64,
+    /// The first record's first word: `span`'s memory, mapped (and never moved) for
+    /// as long as `span`, hence `self`, lives. Kept so that [`Cachelets::get`], on
+    /// every operation's path several times, is a bounds check and an add, not two
+    /// views of the whole span and their checks.
+    base: NonNull<AtomicU64>,
 }
+
+// SAFETY: `base` points into `span`'s shared memory, which is only ever accessed
+// through atomic types (as `Span` itself is Send and Sync for): sharing or sending the
+// pointer across threads is as sound as sharing the span.
+unsafe impl Send for Cachelets {}
+// SAFETY: as for Send.
+unsafe impl Sync for Cachelets {}
 
 /// The record of one inode.
 #[derive(Clone, Copy)]
@@ -67,21 +84,31 @@ impl Cachelets {
     /// The records in `span` (zeroed memory is every record's initial state).
     pub fn new(span: Span, l: &Layout) -> Cachelets {
         assert!(span.bytes() >= Self::bytes_needed(l));
+        let base = NonNull::from(span.words()).cast();
         Cachelets {
             span,
             count: l.total_inodes(),
+            base,
         }
     }
 
     /// The record of `ino` (a number the layout accepts: callers check `ino_valid`).
     pub fn get(&self, ino: u64) -> Cachelet<'_> {
         assert!(ino < self.count, "inode {ino} out of range");
-        let i = ino as usize;
-        Cachelet {
-            ino,
-            small: &self.span.u32s()[i * U32S..i * U32S + U32S],
-            words: &self.span.words()[i * WORDS..i * WORDS + WORDS],
-        }
+        // SAFETY: record `ino` lies inside the span: `ino < count` and the span holds
+        // `count` records (`new` checked `bytes_needed`). The span's memory is mapped,
+        // 64-aligned per record, for as long as `&self` lives, and only accessed
+        // atomically. Its 64 bytes are viewed as 16 32-bit and 8 64-bit words, as
+        // `Span::u32s` and `Span::words` view the whole span; the record's fields
+        // never use both sizes on the same bytes (see the field list).
+        let (small, words) = unsafe {
+            let rec = self.base.as_ptr().add(ino as usize * WORDS);
+            (
+                std::slice::from_raw_parts(rec.cast::<AtomicU32>(), U32S),
+                std::slice::from_raw_parts(rec.cast_const(), WORDS),
+            )
+        };
+        Cachelet { ino, small, words }
     }
 
     /// Forget every record (a repair rebuilds them).
@@ -94,7 +121,8 @@ impl Cachelets {
         self.touched()
             .filter(|&i| {
                 let c = self.get(i);
-                c.open() > 0 || c.flags() != 0
+                // A settled directory's flag alone is no use of it.
+                c.open() > 0 || c.flags() & !SETTLED != 0
             })
             .count() as u64
     }
@@ -245,5 +273,19 @@ mod tests {
         assert_eq!((c.live(), c.count_flagged(ORPHAN)), (1, 1));
         let _w = a.write(&lock::Alone).unwrap();
         assert!(lock::try_write(&b.small[DATA_LOCK]).is_some());
+    }
+
+    /// A directory known settled but neither open nor loaded is not counted live
+    /// (`lynxfs info`): the flag only remembers a durable settle.
+    #[test]
+    fn a_settled_flag_alone_is_not_a_live_record() {
+        let l = Layout::compute(Geometry::for_size(16 << 20, 2, None)).unwrap();
+        let c = Cachelets::new(Span::anonymous(Cachelets::bytes_needed(&l)).unwrap(), &l);
+        c.get(3).set_flags(SETTLED);
+        assert_eq!(c.live(), 0);
+        c.get(3).set_flags(LOADED);
+        assert_eq!(c.live(), 1);
+        c.get(3).reset();
+        assert_eq!(c.get(3).flags(), 0);
     }
 }

@@ -18,11 +18,23 @@ use crate::pmem::Backend;
 use crate::runtime::testing::stop_here;
 use crate::time::{now_coarse_ns, now_ns};
 
-use super::cachelet::{LINKABLE, ORPHAN};
+use super::cachelet::{LINKABLE, ORPHAN, SETTLED};
 use super::index::{self, name_hash, Claim, Entry, State};
 use super::perm::{self, Cred};
 use super::{check_name, dtype, is_dir, Dir, Namespace};
 use crate::alloc::within_reserve_of;
+
+/// What names a new inode ([`Namespace::write_inode`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Naming {
+    /// Nothing (an `O_TMPFILE` file): link count 0.
+    Unnamed,
+    /// A dentry written later (a rename's whiteout): link count 1.
+    Later,
+    /// The create's dentry at `at` (the inode's back pointer, written with its image),
+    /// whose body has CRC `body_crc`.
+    Dentry { at: u64, body_crc: u32 },
+}
 
 /// What to create.
 #[derive(Clone, Copy, Debug)]
@@ -49,18 +61,36 @@ impl<B: Backend> Namespace<B> {
         excl: bool,
     ) -> Result<(u64, bool)> {
         within_reserve_of(cred.is_root(), || {
-            self.op(|| self.create_once(parent, name, node, cred, excl))
+            self.op(|| self.create_once(parent, name, node, cred, (excl, false)))
         })
     }
 
-    /// [`Namespace::create`], within one counted operation.
-    fn create_once(
+    /// [`Namespace::create`] for an open: a new inode comes with one open reference
+    /// (as `Fs::open_ref` takes), taken before its name is published, so no unlink
+    /// can free it first and the open needs no lock for it. An existing entry comes
+    /// without one.
+    pub fn create_opened(
         &self,
         parent: u64,
         name: &[u8],
         node: NewNode<'_>,
         cred: &Cred,
         excl: bool,
+    ) -> Result<(u64, bool)> {
+        within_reserve_of(cred.is_root(), || {
+            self.op(|| self.create_once(parent, name, node, cred, (excl, true)))
+        })
+    }
+
+    /// [`Namespace::create`], within one counted operation; with `opened`, as
+    /// [`Namespace::create_opened`].
+    fn create_once(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: NewNode<'_>,
+        cred: &Cred,
+        (excl, opened): (bool, bool),
     ) -> Result<(u64, bool)> {
         if name == b"." || name == b".." {
             self.dir(parent)?;
@@ -80,7 +110,7 @@ impl<B: Backend> Namespace<B> {
                 None => {
                     self.may_search_write(parent, cred)?;
                     searched = true;
-                    match self.try_create(&dir, name, node, cred, lane)? {
+                    match self.try_create(&dir, name, (node, opened), cred, lane)? {
                         Ok(ino) => {
                             self.notices.name(parent, name, ino);
                             return Ok((ino, true));
@@ -111,12 +141,13 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// Write the new dentry (not valid), claim the name for it, then make the inode
-    /// and commit. `Ok(Err(entry))` if the name was taken first.
+    /// and commit (`opened`: with an open reference on it). `Ok(Err(entry))` if the
+    /// name was taken first.
     fn try_create(
         &self,
         dir: &Dir<'_>,
         name: &[u8],
-        node: NewNode<'_>,
+        (node, opened): (NewNode<'_>, bool),
         cred: &Cred,
         lane: u32,
     ) -> Result<std::result::Result<u64, Entry>> {
@@ -125,7 +156,8 @@ impl<B: Backend> Namespace<B> {
         let Some(ino) = pool.alloc.inodes.alloc(lane) else {
             return Err(errno::ENOSPC);
         };
-        let new = match self.new_dentry(dir, ino, name, dtype(node.mode), lane, false) {
+        let (new, body_crc) = match self.write_dentry(dir, ino, name, dtype(node.mode), lane, false)
+        {
             Ok(e) => e,
             Err(err) => {
                 pool.alloc.inodes.free(ino);
@@ -152,8 +184,12 @@ impl<B: Backend> Namespace<B> {
         };
         let made = if dir.removed() {
             Err(errno::ENOENT)
+        } else if opened {
+            self.open_new(ino, || {
+                self.commit_new(dir, (new, body_crc), node, cred, lane)
+            })
         } else {
-            self.commit_new(dir, new, node, cred, lane)
+            self.commit_new(dir, (new, body_crc), node, cred, lane)
         };
         match made {
             Ok(()) => {
@@ -168,11 +204,27 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
-    /// Write the inode of the claimed entry `entry` and commit its dentry, in `lane`.
+    /// Take an open reference on the new inode `ino` (counted as `Fs::open_ref`
+    /// counts one: this process's count first) and run `commit`; given back if it
+    /// fails. Nothing names the inode yet, so no lock is needed: the last-close and
+    /// last-unlink decisions that read the count cannot be made on it meanwhile,
+    /// and its cachelet was reset when its number was last freed.
+    fn open_new(&self, ino: u64, commit: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.rt.opened(ino)?;
+        let open = self.cachelets.get(ino).open_counter();
+        open.fetch_add(1, Ordering::AcqRel);
+        commit().inspect_err(|_| {
+            open.fetch_sub(1, Ordering::AcqRel);
+            self.rt.closed(ino);
+        })
+    }
+
+    /// Write the inode of the claimed entry `entry` (its dentry's body CRC beside it)
+    /// and commit its dentry, in `lane`.
     fn commit_new(
         &self,
         dir: &Dir<'_>,
-        entry: Entry,
+        (entry, body_crc): (Entry, u32),
         node: NewNode<'_>,
         cred: &Cred,
         lane: u32,
@@ -193,16 +245,21 @@ impl<B: Backend> Namespace<B> {
         // too, as Linux gives a create's inode and parent one time.
         let born = pool.pm.load_u64(entry.dentry + dentry::BORN);
         let now = born & !dentry::VALID;
-        let mode = self.write_inode(parent, ino, node, cred, true, (lane, now))?;
+        let naming = Naming::Dentry {
+            at: entry.dentry,
+            body_crc,
+        };
+        let (mode, fresh) = self.write_inode(parent, ino, node, cred, naming, (lane, now))?;
         // The dentry and inode are written, nothing is committed yet.
         stop_here("create.before_commit");
         let mut b = pool.pm.batch();
-        b.write_u64(self.iaddr(ino) + inode::DENTRY, entry.dentry);
         let stored = self.touch_parent(&mut b, dir, now, if is_dir(mode) { 1 } else { 0 })?;
         if pool.cwon {
             // Consistency without ordering: the check word proves to recovery that
             // every store of this batch landed, so one fence commits them all.
-            let Some(check) = cwon::fresh_check(&pool.pm, &pool.layout, entry.dentry, ino) else {
+            let fresh =
+                fresh.or_else(|| cwon::fresh_check(&pool.pm, &pool.layout, entry.dentry, ino));
+            let Some(check) = fresh else {
                 return Err(errno::EIO);
             };
             b.write_u64(entry.dentry + dentry::CHECK, check)
@@ -240,13 +297,13 @@ impl<B: Backend> Namespace<B> {
         if nlink_delta == 0 && self.parent_times_current(dir, now) {
             return Ok(None);
         }
-        self.touch_dir(b, dir.ino, now, nlink_delta)?;
+        self.touch_dir(b, dir, now, nlink_delta)?;
         Ok(Some(now))
     }
 
     /// `dir`'s mtime and ctime both hold its durable times, taken in the coarse clock's
     /// current tick and not after `now`.
-    fn parent_times_current(&self, dir: &Dir<'_>, now: u64) -> bool {
+    pub(super) fn parent_times_current(&self, dir: &Dir<'_>, now: u64) -> bool {
         let t = dir.cachelet().durable_times().load(Ordering::Acquire);
         t != 0
             && t <= now
@@ -257,17 +314,19 @@ impl<B: Backend> Namespace<B> {
 
     /// Write inode `ino`'s image (flushed, not fenced): owner and group from `cred`
     /// and `parent` (set-group-ID directories), ACLs inherited from `parent`, a
-    /// symlink's target; link count 0 unless `named`; its times `now`, its blocks
-    /// from `lane`. Returns its mode.
+    /// symlink's target; its link count and back pointer as `naming` says; its times
+    /// `now`, its blocks from `lane`. Returns its mode and, for a create's inode
+    /// without a symlink target or attribute set, its fresh check word (CWON pools),
+    /// computed from the image written.
     pub(super) fn write_inode(
         &self,
         parent: u64,
         ino: u64,
         node: NewNode<'_>,
         cred: &Cred,
-        named: bool,
+        naming: Naming,
         (lane, now): (u32, u64),
-    ) -> Result<u32> {
+    ) -> Result<(u32, Option<u64>)> {
         let pool = &self.pool;
         let pown = self.owner(parent);
         let mut mode = node.mode;
@@ -288,26 +347,38 @@ impl<B: Backend> Namespace<B> {
             None if mode & libc::S_IFMT != libc::S_IFLNK => mode &= !(node.umask & 0o777),
             None => {}
         }
-        let image = inode::InodeImage {
+        let nlink: u64 = match (naming, is_dir(mode)) {
+            (Naming::Unnamed, _) => 0,
+            (_, true) => 2,
+            (_, false) => 1,
+        };
+        let (dentry, body_crc) = match naming {
+            Naming::Dentry { at, body_crc } => (at, Some(body_crc)),
+            _ => (0, None),
+        };
+        // Encoded with link count 0, as the fresh check covers it, then given it.
+        let mut img = inode::InodeImage {
             ino,
             mode,
             uid: cred.uid,
             gid,
-            nlink: match (named, is_dir(mode)) {
-                (false, _) => 0,
-                (true, true) => 2,
-                (true, false) => 1,
-            },
             atime: now,
             mtime: now,
             ctime: now,
             btime: now,
             generation: self.load(ino, inode::GENERATION).wrapping_add(1),
+            dentry,
             rdev: node.rdev,
             ..Default::default()
-        };
+        }
+        .encode();
+        let fresh = body_crc
+            .filter(|_| pool.cwon && node.target.is_none() && inherited.is_none())
+            .map(|c| cwon::fresh_word(c, &img));
+        let n = inode::NLINK as usize;
+        img[n..n + 8].copy_from_slice(&nlink.to_le_bytes());
         let mut b = pool.pm.batch();
-        b.write(self.iaddr(ino), &image.encode());
+        b.write(self.iaddr(ino), &img);
         b.flushed();
         // The inherited ACLs' block is published by the inode's xattr word, which
         // counts only once the commit below makes the inode live.
@@ -325,7 +396,7 @@ impl<B: Backend> Namespace<B> {
             crate::data::write_fresh(pool, ino, lane, t)
                 .inspect_err(|_| crate::data::xattr::free_set(pool, acl_block))?;
         }
-        Ok(mode)
+        Ok((mode, fresh))
     }
 
     /// An unnamed regular file in directory `parent` (`O_TMPFILE`): an orphan from
@@ -365,7 +436,7 @@ impl<B: Backend> Namespace<B> {
                 target: None,
                 umask,
             };
-            let ino = self.new_unnamed_inode(parent, node, cred, false)?;
+            let ino = self.new_unnamed_inode(parent, node, cred, Naming::Unnamed)?;
             // Live from here (its INO word is fenced), but no name leads to it.
             drop(self.pool.pm.batch().persist());
             let flags = if linkable { ORPHAN | LINKABLE } else { ORPHAN };
@@ -381,12 +452,12 @@ impl<B: Backend> Namespace<B> {
         parent: u64,
         node: NewNode<'_>,
         cred: &Cred,
-        named: bool,
+        naming: Naming,
     ) -> Result<u64> {
         let inodes = &self.pool.alloc.inodes;
         let lane = self.lane();
         let ino = inodes.alloc(lane).ok_or(errno::ENOSPC)?;
-        match self.write_inode(parent, ino, node, cred, named, (lane, now_ns())) {
+        match self.write_inode(parent, ino, node, cred, naming, (lane, now_ns())) {
             Ok(_) => Ok(ino),
             Err(e) => {
                 inodes.free(ino);
@@ -409,9 +480,24 @@ impl<B: Backend> Namespace<B> {
         lane: u32,
         settled: bool,
     ) -> Result<Entry> {
+        self.write_dentry(dir, ino, name, dtype, lane, settled)
+            .map(|(e, _)| e)
+    }
+
+    /// [`Namespace::new_dentry`], with the CRC of the body written (CWON pools; 0
+    /// on others): a create's fresh check starts from it.
+    fn write_dentry(
+        &self,
+        dir: &Dir<'_>,
+        ino: u64,
+        name: &[u8],
+        dtype: u8,
+        lane: u32,
+        settled: bool,
+    ) -> Result<(Entry, u32)> {
         let pool = &self.pool;
         // The slot claim below may link the directory's first log page.
-        pool.settle(dir.ino);
+        self.settle_entered(dir);
         let Some(did) = pool.alloc.dentries.alloc(lane) else {
             return Err(errno::ENOSPC);
         };
@@ -440,35 +526,54 @@ impl<B: Backend> Namespace<B> {
             name,
         };
         let mut bytes = [0u8; dentry::BODY_MAX];
+        let encoded = body.encode_body(&mut bytes);
+        // From the words written, not read back from the pool.
+        let body_crc = if pool.cwon {
+            cwon::body_crc_of(&body)
+        } else {
+            0
+        };
         let mut b = pool.pm.batch();
         b.write_u64(daddr + dentry::STATE, 0)
-            .write(daddr + dentry::INO, body.encode_body(&mut bytes))
+            .write(daddr + dentry::INO, encoded)
             .write_u64(slot, daddr);
         if pool.cwon && settled {
-            if let Some(check) = cwon::settled_check(&pool.pm, daddr) {
-                b.write_u64(daddr + dentry::CHECK, check);
-            }
+            b.write_u64(daddr + dentry::CHECK, cwon::settled_word(body_crc));
         }
         b.flushed();
-        Ok(Entry {
+        let entry = Entry {
             state: State::Creating,
             ino,
             dentry: daddr,
             slot,
             dtype,
             pos: 0,
-        })
+        };
+        Ok((entry, body_crc))
     }
 
-    /// Update a directory's times (and its link count by `nlink_delta`) in `b`.
-    pub(crate) fn touch_dir(
+    /// `pool.settle` of directory `dir`, which the caller entered (its gate held
+    /// shared, so it is not freed meanwhile), remembered in its cachelet once durable:
+    /// every create, removal and rename in it settles it, and after the first this
+    /// is a flag's load.
+    pub(super) fn settle_entered(&self, dir: &Dir<'_>) {
+        let c = dir.cachelet();
+        if c.flags() & SETTLED == 0 && self.pool.settle_known(dir.ino) {
+            c.set_flags(SETTLED);
+        }
+    }
+
+    /// Update entered directory `dir`'s times (and its link count by `nlink_delta`)
+    /// in `b`.
+    fn touch_dir(
         &self,
         b: &mut crate::pmem::Batch<'_, B>,
-        dir: u64,
+        dir: &Dir<'_>,
         now: u64,
         nlink_delta: i64,
     ) -> Result<()> {
-        self.pool.settle(dir);
+        self.settle_entered(dir);
+        let dir = dir.ino;
         let at = self.iaddr(dir);
         b.write_u64(at + inode::MTIME, now)
             .write_u64(at + inode::CTIME, now);

@@ -1,6 +1,7 @@
 //! Freed directory slots waiting for reuse: a shared pool of nodes in the runtime
 //! region and each directory's stack of them (its head in the directory's cachelet).
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::format::Layout;
@@ -15,7 +16,18 @@ use super::cachelet::Cachelet;
 pub struct FreeSlots {
     span: Span,
     nodes: u64,
+    /// `span`'s words, mapped (and never moved) for as long as `span`, hence `self`,
+    /// lives: a push or pop looks at three nodes, and two views of the whole span per
+    /// node (each with its checks) cost more than the stack operations.
+    base: NonNull<AtomicU64>,
+    len: usize,
 }
+
+// SAFETY: `base` points into `span`'s shared memory, only ever accessed through
+// atomic types (as `Span` itself is Send and Sync for).
+unsafe impl Send for FreeSlots {}
+// SAFETY: as for Send.
+unsafe impl Sync for FreeSlots {}
 
 /// Words before the nodes: the free-node stack head and the never-used node counter.
 const FREE_HEAD: usize = 0;
@@ -34,9 +46,13 @@ impl FreeSlots {
 
     pub fn new(span: Span, l: &Layout) -> FreeSlots {
         assert!(span.bytes() >= Self::bytes_needed(l));
+        let words = span.words();
+        let (base, len) = (NonNull::from(words).cast(), words.len());
         FreeSlots {
             span,
             nodes: l.total_dentries(),
+            base,
+            len,
         }
     }
 
@@ -46,12 +62,15 @@ impl FreeSlots {
     }
 
     fn w(&self) -> &[AtomicU64] {
-        self.span.words()
+        // SAFETY: `base` and `len` are `span.words()` as `new` found them: memory
+        // mapped and 8-aligned for as long as `&self` lives, only accessed atomically.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast_const(), self.len) }
     }
 
     fn node(&self, n: u64) -> (&AtomicU64, &AtomicU64) {
         let at = NODES_AT + 2 * (n as usize - 1);
-        (&self.w()[at], &self.w()[at + 1])
+        let w = self.w();
+        (&w[at], &w[at + 1])
     }
 
     /// Push node `n` on the stack whose head is `head`.

@@ -15,6 +15,7 @@
 //! the sum is exact while the gate is held alone (no change is under way), which is
 //! when rmdir and a rename over a directory read it.
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::format::Layout;
@@ -33,7 +34,17 @@ pub struct Gates {
     span: Span,
     lanes: u64,
     inodes: u64,
+    /// The first record's first word: `span`'s memory, mapped (and never moved) for
+    /// as long as `span`, hence `self`, lives (a record is found on every create's
+    /// path twice: an add and a bounds check, not two views of the whole span).
+    base: NonNull<AtomicU64>,
 }
+
+// SAFETY: `base` points into `span`'s shared memory, only ever accessed through
+// atomic types (as `Span` itself is Send and Sync for).
+unsafe impl Send for Gates {}
+// SAFETY: as for Send.
+unsafe impl Sync for Gates {}
 
 /// A shared hold of a directory's gate.
 pub type Shared<'a> = CountedGuard<'a>;
@@ -51,10 +62,12 @@ impl Gates {
     /// The records in `span` (zeroed memory: no holds, no entries).
     pub fn new(span: Span, l: &Layout) -> Gates {
         assert!(span.bytes() >= Self::bytes_needed(l));
+        let base = NonNull::from(span.words()).cast();
         Gates {
             span,
             lanes: Self::lanes_for(l),
             inodes: l.total_inodes(),
+            base,
         }
     }
 
@@ -67,10 +80,15 @@ impl Gates {
     fn record(&self, lane: u64, ino: u64) -> (&AtomicU32, &AtomicU64) {
         assert!(ino < self.inodes, "inode {ino} out of range");
         let r = ((lane % self.lanes) * self.inodes + ino) as usize;
-        (
-            &self.span.u32s()[r * RECORD / 4],
-            &self.span.words()[r * RECORD / 8 + 1],
-        )
+        // SAFETY: record `r` lies inside the span (`lane % lanes < lanes`, `ino <
+        // inodes`, and `new` checked the span holds `lanes * inodes` records); the
+        // memory is mapped, 16-aligned per record, for as long as `&self` lives, and
+        // only accessed atomically: its first 4 bytes as a 32-bit word, bytes 8..16
+        // as a 64-bit word, as `Span::u32s` and `Span::words` view them.
+        unsafe {
+            let rec = self.base.as_ptr().add(r * RECORD / 8);
+            (&*rec.cast::<AtomicU32>(), &*rec.add(1))
+        }
     }
 
     /// `c`'s directory's gate, held shared, counted in `lane`.

@@ -166,11 +166,17 @@ impl<B: Backend> Namespace<B> {
             check_name(n)?;
         }
         // Checked in this order (both directories before either permission), once
-        // for a rename within one directory.
-        self.dir(sp)?;
-        if dp != sp {
+        // for a rename within one directory, which enters its directory at once
+        // (entering looks at it as `dir` does; only a directory changing parent takes
+        // the rename lock, which comes before any gate).
+        let lane = self.lane();
+        let entered = if sp == dp && !serial {
+            Some(self.enter_in(sp, lane)?)
+        } else {
+            self.dir(sp)?;
             self.dir(dp)?;
-        }
+            None
+        };
         self.may(sp, cred, perm::W | perm::X)?;
         if dp != sp {
             self.may(dp, cred, perm::W | perm::X)?;
@@ -184,8 +190,10 @@ impl<B: Backend> Namespace<B> {
             false => None,
         };
         // Both parents entered (once if they are one), before any name is looked at.
-        let lane = self.lane();
-        let sdir = self.enter_in(sp, lane)?;
+        let sdir = match entered {
+            Some(e) => e,
+            None => self.enter_in(sp, lane)?,
+        };
         let ddir_own = if dp == sp {
             None
         } else {
@@ -560,15 +568,27 @@ impl<B: Backend> Namespace<B> {
         }
         // The parents' times below land before the commit: a fresh directory must
         // be settled first (the journal's own words need not: they invalidate the
-        // source's dentry in the same commit).
-        let parents: &[u64] = if sp == dp { &[sp] } else { &[sp, dp] };
-        for &ino in parents {
-            pool.settle(ino);
-        }
+        // source's dentry in the same commit). A parent whose link count stays and
+        // whose times are durable from this tick keeps them, as for a create
+        // (`touch_parent`; docs/CONSISTENCY.md "The parent's times").
+        let parents: [Option<&super::Dir<'_>>; 2] = if sp == dp {
+            [Some(sdir), None]
+        } else {
+            [Some(sdir), Some(ddir)]
+        };
+        let mut stored = [false; 2];
         let mut b = pool.pm.batch();
-        for &p in parents {
+        for (dir, stored) in parents.iter().zip(stored.iter_mut()) {
+            let Some(dir) = dir else { continue };
+            let p = dir.ino;
+            let keeps_links = changed.iter().flatten().all(|&(d, _)| d != p);
+            if keeps_links && self.parent_times_current(dir, now) {
+                continue;
+            }
+            self.settle_entered(dir);
             b.write_u64(self.iaddr(p) + inode::MTIME, now)
                 .write_u64(self.iaddr(p) + inode::CTIME, now);
+            *stored = true;
         }
         b.flushed();
         // The new dentries are written and claimed, nothing is committed yet.
@@ -577,6 +597,14 @@ impl<B: Backend> Namespace<B> {
             .journals
             .commit(&pool.pm, &pool.layout, lane, w.as_slice())?;
         drop(locks);
+        // Fenced by the commit: later operations of this tick may leave them alone.
+        for (dir, _) in parents.iter().zip(stored).filter(|(_, s)| *s) {
+            if let Some(dir) = dir {
+                dir.cachelet()
+                    .durable_times()
+                    .store(now, std::sync::atomic::Ordering::Release);
+            }
+        }
         // The index follows the pool: the new names first, then the old entries go,
         // so a lookup never misses both.
         self.index.publish(new_dst.pos);
@@ -616,7 +644,7 @@ impl<B: Backend> Namespace<B> {
             target: None,
             umask: 0,
         };
-        self.new_unnamed_inode(parent, node, cred, true)
+        self.new_unnamed_inode(parent, node, cred, super::create::Naming::Later)
     }
 
     /// Undo [`Namespace::new_whiteout`] for a rename that did not commit.
