@@ -603,6 +603,11 @@ fn a_crash_during_the_stale_mark_leaves_the_export_current_and_the_next_open_mar
     for torn_at in [1usize, 8, 40, 64, 95] {
         let mut torn = mark;
         torn[torn_at..].fill(0);
+        if torn == mark {
+            // The mark's bytes from there on were zeros already (its checksum's top
+            // byte is zero once in 256 marks): that write is whole, not torn.
+            continue;
+        }
         d.write_all_at(&torn, mark_at).unwrap();
         let e = DataDevice::open(&dev)
             .unwrap()
