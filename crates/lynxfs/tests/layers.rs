@@ -19,7 +19,7 @@ use std::path::Path;
 /// module path with `::` (`meta::index`) splits its parent: that part of the parent
 /// sits in this layer, the rest of the parent where the parent is listed.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("base", &["error", "time", "progress"]),
+    ("base", &["error", "time", "progress", "cpu"]),
     ("persistence", &["pmem"]),
     ("on-media format", &["format"]),
     ("runtime region", &["runtime"]),
