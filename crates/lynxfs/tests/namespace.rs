@@ -620,6 +620,15 @@ fn creates_in_one_tick_store_the_parents_times_once_and_durably() {
     );
 }
 
+/// The files `/d/a{i}`, `/d/b{i}` and the directory `/d/c{i}` (round `i`'s names).
+fn two_files_and_a_directory(fs: &Recorded, s: &Session<'_, RecordingBackend>, i: usize) {
+    for n in ["a", "b"] {
+        fs.close_fd(s.create(format!("/d/{n}{i}"), 0o644).unwrap())
+            .unwrap();
+    }
+    s.mkdir(format!("/d/c{i}"), 0o755).unwrap();
+}
+
 /// Unlinks follow the same rule (docs/CONSISTENCY.md "The parent's times"): the first
 /// removal after a stat stores and fences the parent's times, a second one in the same
 /// tick stores nothing into the parent's inode; an rmdir stores them (it changes the
@@ -627,13 +636,7 @@ fn creates_in_one_tick_store_the_parents_times_once_and_durably() {
 #[test]
 fn unlinks_in_one_tick_store_the_parents_times_once_and_durably() {
     parent_times_once_per_tick(
-        |fs, s, i| {
-            for n in ["a", "b"] {
-                fs.close_fd(s.create(format!("/d/{n}{i}"), 0o644).unwrap())
-                    .unwrap();
-            }
-            s.mkdir(format!("/d/c{i}"), 0o755).unwrap();
-        },
+        two_files_and_a_directory,
         |_, s, i| {
             if i % 2 == 0 {
                 s.unlink(format!("/d/a{i}")).unwrap();
@@ -653,13 +656,7 @@ fn unlinks_in_one_tick_store_the_parents_times_once_and_durably() {
 #[test]
 fn renames_in_one_tick_store_the_parents_times_once_and_durably() {
     parent_times_once_per_tick(
-        |fs, s, i| {
-            for n in ["a", "b"] {
-                fs.close_fd(s.create(format!("/d/{n}{i}"), 0o644).unwrap())
-                    .unwrap();
-            }
-            s.mkdir(format!("/d/c{i}"), 0o755).unwrap();
-        },
+        two_files_and_a_directory,
         |_, s, i| s.rename(format!("/d/a{i}"), format!("/d/x{i}"), 0).unwrap(),
         |_, s, i| {
             s.rename(format!("/d/c{i}"), format!("/d/y{i}"), 0).unwrap();

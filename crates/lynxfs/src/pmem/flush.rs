@@ -4,8 +4,6 @@
 //! evicts it but is weakly ordered, `clflush` is the strongly ordered fallback every
 //! x86-64 CPU has. All three are made durable by the `sfence` in [`sfence`].
 
-use std::sync::OnceLock;
-
 pub const CACHE_LINE: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,10 +23,9 @@ impl FlushInstr {
     }
 }
 
-/// The best flush instruction this CPU offers, detected on first use.
+/// The best flush instruction this CPU offers (`crate::cpu` learns it once).
 pub fn detected() -> FlushInstr {
-    static PICK: OnceLock<FlushInstr> = OnceLock::new();
-    *PICK.get_or_init(detect)
+    detect()
 }
 
 #[cfg(target_arch = "x86_64")]
