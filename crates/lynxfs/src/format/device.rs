@@ -124,7 +124,7 @@ impl DeviceHeader {
         put64(&mut b, 64, self.data_len);
         put64(&mut b, 72, self.export_off);
         put64(&mut b, 80, self.export_len);
-        let crc = crc32c::crc32c(&b[..HEADER_LEN - 4]);
+        let crc = super::crc::of(&b[..HEADER_LEN - 4]);
         put32(&mut b, HEADER_LEN - 4, crc);
         b
     }
@@ -139,7 +139,7 @@ impl DeviceHeader {
         if version > VERSION {
             return Err(HeaderProblem::Version(version));
         }
-        if crc32c::crc32c(&b[..HEADER_LEN - 4]) != get32(b, HEADER_LEN - 4) {
+        if super::crc::of(&b[..HEADER_LEN - 4]) != get32(b, HEADER_LEN - 4) {
             return Err(HeaderProblem::Checksum);
         }
         if version != VERSION {
@@ -223,7 +223,7 @@ impl DeviceRecord {
         b[8..24].copy_from_slice(&self.device_uuid);
         put32(&mut b, 24, self.path.len() as u32);
         b[28..28 + self.path.len()].copy_from_slice(&self.path);
-        let crc = crc32c::crc32c(&b[..RECORD_LEN - 4]);
+        let crc = super::crc::of(&b[..RECORD_LEN - 4]);
         put32(&mut b, RECORD_LEN - 4, crc);
         b
     }
@@ -231,7 +231,7 @@ impl DeviceRecord {
     pub fn decode(b: &[u8; RECORD_LEN]) -> Option<DeviceRecord> {
         let len = get32(b, 24) as usize;
         let ok = b[0..8] == RECORD_MAGIC
-            && crc32c::crc32c(&b[..RECORD_LEN - 4]) == get32(b, RECORD_LEN - 4)
+            && super::crc::of(&b[..RECORD_LEN - 4]) == get32(b, RECORD_LEN - 4)
             && (1..=MAX_PATH).contains(&len);
         ok.then(|| DeviceRecord {
             device_uuid: b[8..24].try_into().expect("16 bytes"),

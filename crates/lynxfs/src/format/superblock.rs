@@ -207,7 +207,7 @@ impl Superblock {
             b[168..184].copy_from_slice(&u);
         }
         put64(&mut b, 184, self.geo.device_blocks);
-        let crc = crc32c::crc32c(&b[..SB_LEN - 4]);
+        let crc = super::crc::of(&b[..SB_LEN - 4]);
         put32(&mut b, SB_LEN - 4, crc);
         b
     }
@@ -217,7 +217,7 @@ impl Superblock {
         if b[0..8] != MAGIC {
             return Err(SbProblem::Magic);
         }
-        if crc32c::crc32c(&b[..SB_LEN - 4]) != get32(b, SB_LEN - 4) {
+        if super::crc::of(&b[..SB_LEN - 4]) != get32(b, SB_LEN - 4) {
             return Err(SbProblem::Checksum);
         }
         let version = get32(b, 8);

@@ -111,7 +111,7 @@ impl ExportHeader {
         b[60..64].copy_from_slice(&flags.to_le_bytes());
         b[64..72].copy_from_slice(&self.blocks.to_le_bytes());
         b[72..80].copy_from_slice(&self.exported_ns.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..HEADER_LEN - 4]);
+        let crc = crate::format::crc::of(&b[..HEADER_LEN - 4]);
         b[HEADER_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -123,7 +123,7 @@ impl ExportHeader {
         if b[0..8] != MAGIC {
             return Err("no export header".into());
         }
-        if crc32c::crc32c(&b[..HEADER_LEN - 4]) != u32_at(HEADER_LEN - 4) {
+        if crate::format::crc::of(&b[..HEADER_LEN - 4]) != u32_at(HEADER_LEN - 4) {
             return Err("export header checksum mismatch (torn or damaged)".into());
         }
         let version = u32_at(8);
