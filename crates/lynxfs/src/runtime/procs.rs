@@ -1,9 +1,8 @@
 //! The runtime header's live part and the process table: which processes are attached
 //! (pid plus the tick they registered at, since pids are reused), how many operations
-//! each has in flight,
-//! which inodes each holds open, and the state word that tells every process whether
-//! the runtime is usable or being rebuilt after a death (docs/FORMAT.md, "Runtime
-//! state: header and process table").
+//! each has in flight, which inodes each holds open, and the state word that tells
+//! every process whether the runtime is usable or being rebuilt after a death
+//! (docs/FORMAT.md, "Runtime state: header and process table").
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
