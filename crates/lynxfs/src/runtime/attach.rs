@@ -38,7 +38,7 @@ use super::Region;
 use crate::error::{Error, Result};
 
 /// The version of the runtime file's layout, checked by every attacher.
-pub const RUNTIME_VERSION: u32 = 10;
+pub const RUNTIME_VERSION: u32 = 11;
 /// Environment variable naming the directory of runtime files (default `/dev/shm`).
 pub const RUNTIME_DIR_ENV: &str = "LYNXFS_RUNTIME_DIR";
 const DEFAULT_DIR: &str = "/dev/shm";
