@@ -15,7 +15,7 @@ use crate::runtime::testing::stop_here;
 use crate::time::now_ns;
 
 use super::create::NewNode;
-use super::index::{Claim, Entry, State};
+use super::index::{Claim, Entry, Sighting, State};
 use super::perm::{self, Cred};
 use super::{check_name, is_dir, Namespace};
 
@@ -105,6 +105,13 @@ struct Plan {
     dst: Option<Entry>,
     src_dir: bool,
     dst_dir: bool,
+}
+
+/// What the plan's lookups of the source and target names saw, for their claims to
+/// start from.
+struct Seen<'a> {
+    src: Sighting<'a>,
+    dst: Sighting<'a>,
 }
 
 impl<B: Backend> Namespace<B> {
@@ -201,7 +208,12 @@ impl<B: Backend> Namespace<B> {
         };
         let ddir: &super::Dir<'_> = ddir_own.as_deref().unwrap_or(&sdir);
         let sdir: &super::Dir<'_> = &sdir;
-        let plan = self.plan(sp, sn, dp, dn, flags, cred, serial)?;
+        let pm = &self.pool.pm;
+        let seen = Seen {
+            src: self.index.sight(pm, sp, sn, Entry::visible),
+            dst: self.index.sight(pm, dp, dn, Entry::visible),
+        };
+        let plan = self.plan((sp, dp), &seen, flags, cred, serial)?;
         // A directory moved or replaced: paths the areas learnt may lead elsewhere.
         let _areas = (plan.src_dir || plan.dst_dir).then(|| self.areas.changing());
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
@@ -248,7 +260,7 @@ impl<B: Backend> Namespace<B> {
         // free lists are stacks) for another file of another type.
         let (want_src, want_dst) = (plan.src, plan.dst);
         let (plan, news) = self
-            .claim_names(plan, news, flags, sp, sn, dp, dn, sdir, ddir)
+            .claim_names((plan, &seen), news, flags, (sp, sn), (sdir, ddir))
             .map_err(drop_whiteout)?;
         let undo = |err| {
             self.unclaim_names(&plan, &news, sdir, ddir);
@@ -298,22 +310,19 @@ impl<B: Backend> Namespace<B> {
         Ok(due)
     }
 
-    /// Look at both names and check every rule before anything is claimed.
-    #[allow(clippy::too_many_arguments)]
+    /// Check every rule on the entries `seen` before anything is claimed.
     fn plan(
         &self,
-        sp: u64,
-        sn: &[u8],
-        dp: u64,
-        dn: &[u8],
+        (sp, dp): (u64, u64),
+        seen: &Seen<'_>,
         flags: RenameFlags,
         cred: &Cred,
         serial: bool,
     ) -> Result<Plan> {
-        let Some(src) = self.lookup_entry(sp, sn) else {
+        let Some(src) = seen.src.entry() else {
             return Err(errno::ENOENT);
         };
-        let dst = self.lookup_entry(dp, dn);
+        let dst = seen.dst.entry();
         if flags.exchange && dst.is_none() {
             return Err(errno::ENOENT);
         }
@@ -396,18 +405,13 @@ impl<B: Backend> Namespace<B> {
     /// Claim the old names (Ready -> Leaving) and the new ones for the new dentries,
     /// beside the old entries of the same names; on failure nothing stays claimed and
     /// the new dentries are discarded.
-    #[allow(clippy::too_many_arguments)]
     fn claim_names(
         &self,
-        plan: Plan,
+        (plan, seen): (Plan, &Seen<'_>),
         mut news: New,
         flags: RenameFlags,
-        sp: u64,
-        sn: &[u8],
-        dp: u64,
-        dn: &[u8],
-        sdir: &super::Dir,
-        ddir: &super::Dir,
+        (sp, sn): (u64, &[u8]),
+        (sdir, ddir): (&super::Dir, &super::Dir),
     ) -> Result<(Plan, New)> {
         let pm = &self.pool.pm;
         let discard = |news: &New| {
@@ -416,7 +420,9 @@ impl<B: Backend> Namespace<B> {
                 self.discard_dentry(sdir, ns);
             }
         };
-        let Some(src) = self.claim_entry(sp, sn) else {
+        // From the entries the plan saw: a compare-and-swap each if they did not
+        // change since.
+        let Some(src) = self.index.leave_sighted(pm, &seen.src) else {
             discard(&news);
             // Being moved or removed right now: plan again once that is settled.
             return Err(if self.in_transit(sp, sn) {
@@ -426,7 +432,7 @@ impl<B: Backend> Namespace<B> {
             });
         };
         let dst = match plan.dst {
-            Some(_) => match self.claim_entry(dp, dn) {
+            Some(_) => match self.index.leave_sighted(pm, &seen.dst) {
                 Some(d) => Some(d),
                 None => {
                     // The target went or is going: plan again (without it, if gone).
@@ -438,16 +444,10 @@ impl<B: Backend> Namespace<B> {
             None => None,
         };
         let plan = Plan { src, dst, ..plan };
-        let claim = |name_parent: u64, name: &[u8], e: &Entry, beside: Option<&Entry>| match self
+        let claim = |seen: &Sighting<'_>, e: &Entry, beside: Option<&Entry>| match self
             .index
-            .claim(
-                pm,
-                name_parent,
-                name,
-                e,
-                beside.map(|b| b.pos),
-                self.watch(),
-            )? {
+            .claim_sighted(pm, seen, e, beside.map(|b| b.pos), self.watch())?
+        {
             Claim::Claimed(pos) => Ok(pos),
             // The name appeared after the plan (a create, a link or another rename):
             // replace it, as if this rename had come after, unless told not to.
@@ -465,12 +465,12 @@ impl<B: Backend> Namespace<B> {
             discard(news);
             err
         };
-        news.dst.pos = match claim(dp, dn, &news.dst, plan.dst.as_ref()) {
+        news.dst.pos = match claim(&seen.dst, &news.dst, plan.dst.as_ref()) {
             Ok(pos) => pos,
             Err(err) => return Err(fail(err, &news, None)),
         };
         if let Some(ns) = news.src.as_mut() {
-            ns.pos = match claim(sp, sn, ns, Some(&plan.src)) {
+            ns.pos = match claim(&seen.src, ns, Some(&plan.src)) {
                 Ok(pos) => pos,
                 Err(err) => return Err(fail(err, &news, Some(news.dst.pos))),
             };
