@@ -528,8 +528,15 @@ impl<B: Backend> Namespace<B> {
             born: dentry::state_word(true, now_ns()),
             name,
         };
-        let mut bytes = [0u8; dentry::BODY_MAX];
-        let encoded = body.encode_body(&mut bytes);
+        // The state word (0: not valid) and the body behind it, written as one run.
+        const BODY_AT: usize = dentry::INO as usize;
+        const _: () = assert!(dentry::STATE == 0 && dentry::INO == 8);
+        let mut bytes = [0u8; BODY_AT + dentry::BODY_MAX];
+        let (_, body_bytes) = bytes
+            .split_first_chunk_mut::<BODY_AT>()
+            .expect("the state word");
+        let body_bytes: &mut [u8; dentry::BODY_MAX] = body_bytes.try_into().expect("a body's room");
+        let len = body.encode_body(body_bytes).len();
         // From the words written, not read back from the pool.
         let body_crc = if pool.cwon {
             cwon::body_crc_of(&body)
@@ -537,8 +544,7 @@ impl<B: Backend> Namespace<B> {
             0
         };
         let mut b = pool.pm.batch();
-        b.write_u64(daddr + dentry::STATE, 0)
-            .write(daddr + dentry::INO, encoded)
+        b.write(daddr + dentry::STATE, &bytes[..BODY_AT + len])
             .write_u64(slot, daddr);
         if pool.cwon && settled {
             b.write_u64(daddr + dentry::CHECK, cwon::settled_word(body_crc));

@@ -361,6 +361,13 @@ impl Index {
         }
     }
 
+    /// The span as 32-bit words (the locks), as `Span::u32s` would give it.
+    fn u32s(&self) -> &[AtomicU32] {
+        // SAFETY: as in `words`: the same memory, 4-aligned, viewed as twice as many
+        // 32-bit words; the locks' words are never accessed as 64-bit ones.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast(), 2 * self.nwords) }
+    }
+
     fn words(&self) -> &[AtomicU64] {
         // SAFETY: `base` and `nwords` are `span.words()` as taken in `new`: the span's
         // mapped, 8-aligned memory, alive as long as `self` (which owns the span), and
@@ -370,7 +377,11 @@ impl Index {
 
     fn slot<'w>(&self, w: &'w [AtomicU64], i: u64) -> (&'w AtomicU64, &'w AtomicU64) {
         let at = self.slots_at + 2 * i as usize;
-        (&w[at], &w[at + 1])
+        // One bounds check for both words.
+        let [a, b] = &w[at..at + 2] else {
+            unreachable!("a two-word range")
+        };
+        (a, b)
     }
 
     fn next(&self, i: u64) -> u64 {
@@ -394,7 +405,7 @@ impl Index {
     }
 
     fn stripe_lock(&self, tag: u64) -> &AtomicU32 {
-        &self.span.u32s()[self.stripe(tag) * 16]
+        &self.u32s()[self.stripe(tag) * 16]
     }
 
     fn counter(&self, tag: u64) -> &AtomicU64 {
@@ -402,7 +413,7 @@ impl Index {
     }
 
     fn region_lock(&self, i: u64) -> &AtomicU32 {
-        &self.span.u32s()[self.regions_at + (i / REGION) as usize]
+        &self.u32s()[self.regions_at + (i / REGION) as usize]
     }
 
     fn dentry_addr(&self, id: u64) -> Option<u64> {
