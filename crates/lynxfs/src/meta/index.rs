@@ -26,6 +26,13 @@
 //! before it claims. A claim takes the first tombstone on the key's probe path, else
 //! the empty slot that ends it.
 //!
+//! **Sightings.** A create looks its name up before it claims it, and a rename its
+//! names before it leaves and claims them. The lookup keeps what it saw (the entry
+//! with its slot's word `a`, or a miss's path of `a` words), and the claim or leave
+//! starts from that: a leave is one compare-and-swap from the word seen, a claim
+//! under the stripe lock re-reads the path's words and takes the slot the walk ended
+//! at if none changed. Any change sends them down the full walk.
+//!
 //! **Removal** is a compare-and-swap of the slot's state (Ready -> Leaving -> tombstone),
 //! no lock. Tombstones would otherwise pile up in a table that never rehashes, making
 //! misses ever longer, so a removal empties its tombstone again when the next slot is
@@ -169,17 +176,29 @@ const SIGHTED: usize = 4;
 #[derive(Clone, Copy)]
 pub struct Sighting<'a> {
     probe: Probe<'a>,
-    found: Option<(Entry, u64)>,
-    /// Word `a` of the slots from the key's home on. Empty when not kept: an entry of
-    /// the key on the path (in any state), or a path longer than `SIGHTED`.
-    path: [u64; SIGHTED],
-    len: usize,
+    saw: Saw,
+}
+
+/// What a sighting's walk saw.
+#[derive(Clone, Copy)]
+enum Saw {
+    /// The entry returned, with its slot's word `a`.
+    Entry(Entry, u64),
+    /// No entry of the key: word `a` of the first `len` slots from its home on, the
+    /// last the empty one that ended the walk.
+    Path([u64; SIGHTED], u8),
+    /// Nothing kept: the walk passed an entry of the key in a state not wanted, or
+    /// a path longer than `SIGHTED`.
+    Nothing,
 }
 
 impl Sighting<'_> {
     /// The entry found.
     pub fn entry(&self) -> Option<Entry> {
-        self.found.map(|(e, _)| e)
+        match self.saw {
+            Saw::Entry(e, _) => Some(e),
+            _ => None,
+        }
     }
 }
 
@@ -526,40 +545,37 @@ impl Index {
         name: &'a [u8],
         want: impl Fn(&Entry) -> bool,
     ) -> Sighting<'a> {
-        let mut s = Sighting {
-            probe: self.probe(parent, name),
-            found: None,
-            path: [0; SIGHTED],
-            len: 0,
-        };
+        let probe = self.probe(parent, name);
+        let saw = self.walk(pool, &probe, want);
+        Sighting { probe, saw }
+    }
+
+    /// [`Index::sight`]'s walk of `p`'s probe path.
+    fn walk(&self, pool: &impl Dentries, p: &Probe<'_>, want: impl Fn(&Entry) -> bool) -> Saw {
         let w = self.words();
+        let mut path = [0; SIGHTED];
         let mut keep = true;
-        let mut i = s.probe.home;
+        let mut i = p.home;
         for k in 0..self.cap as usize {
-            let a = match self.look(pool, w, i, &s.probe) {
-                Seen::Match(e, a) if want(&e) => {
-                    s.found = Some((e, a));
-                    return s;
-                }
+            let a = match self.look(pool, w, i, p) {
+                Seen::Match(e, a) if want(&e) => return Saw::Entry(e, a),
                 Seen::Match(..) => {
                     keep = false;
                     0
                 }
-                Seen::Empty(a) => {
-                    if keep && k < SIGHTED {
-                        s.path[k] = a;
-                        s.len = k + 1;
-                    }
-                    return s;
+                Seen::Empty(a) if keep && k < SIGHTED => {
+                    path[k] = a;
+                    return Saw::Path(path, k as u8 + 1);
                 }
+                Seen::Empty(_) => return Saw::Nothing,
                 Seen::Tomb(a) | Seen::Other(a) => a,
             };
             if k < SIGHTED {
-                s.path[k] = a;
+                path[k] = a;
             }
             i = self.next(i);
         }
-        s
+        Saw::Nothing
     }
 
     /// Start loading the slot where (parent, name)'s probe path begins into the cache:
@@ -666,10 +682,13 @@ impl Index {
     /// still missing (only claims add it, and they hold this lock) and the path the
     /// same, so its first tombstone, else the empty slot ending it.
     fn still_free(&self, w: &[AtomicU64], s: &Sighting<'_>) -> Option<(u64, u64)> {
+        let Saw::Path(path, len) = &s.saw else {
+            return None;
+        };
         let mut i = s.probe.home;
         let mut tomb = None;
         let mut last = None;
-        for &a in &s.path[..s.len] {
+        for &a in &path[..*len as usize] {
             if self.slot(w, i).0.load(Ordering::Acquire) != a {
                 return None;
             }
@@ -788,11 +807,13 @@ impl Index {
     /// [`Index::leave`] of the entry `s` found: its slot moved from the word seen, the
     /// path walked again only if the slot changed since.
     pub fn leave_sighted(&self, pool: &impl Dentries, s: &Sighting<'_>) -> Option<Entry> {
-        match s.found {
-            Some((e, a)) if e.state == State::Ready && self.to_leaving(e.pos, a) => Some(Entry {
-                state: State::Leaving,
-                ..e
-            }),
+        match s.saw {
+            Saw::Entry(e, a) if e.state == State::Ready && self.to_leaving(e.pos, a) => {
+                Some(Entry {
+                    state: State::Leaving,
+                    ..e
+                })
+            }
             _ => self.leave_probed(pool, &s.probe),
         }
     }

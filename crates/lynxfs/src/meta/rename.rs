@@ -77,13 +77,21 @@ fn thread_jitter() -> u64 {
 }
 
 /// The words of a rename's journal record, on the stack.
-#[derive(Default)]
 struct Words {
     words: [(u64, u64); 12],
     len: usize,
 }
 
 impl Words {
+    /// The words every rename has (filled in place: pushed one by one, each with its
+    /// bounds check, they cost a rename 40 instructions).
+    fn starting(first: [(u64, u64); 5]) -> Words {
+        let mut words = [(0, 0); 12];
+        let (head, _) = words.split_first_chunk_mut::<5>().expect("room for 5");
+        *head = first;
+        Words { words, len: 5 }
+    }
+
     fn push(&mut self, w: (u64, u64)) {
         self.words[self.len] = w;
         self.len += 1;
@@ -213,7 +221,7 @@ impl<B: Backend> Namespace<B> {
             src: self.index.sight(pm, sp, sn, Entry::visible),
             dst: self.index.sight(pm, dp, dn, Entry::visible),
         };
-        let plan = self.plan((sp, dp), &seen, flags, cred, serial)?;
+        let mut plan = self.plan((sp, dp), &seen, flags, cred, serial)?;
         // A directory moved or replaced: paths the areas learnt may lead elsewhere.
         let _areas = (plan.src_dir || plan.dst_dir).then(|| self.areas.changing());
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
@@ -249,7 +257,7 @@ impl<B: Backend> Namespace<B> {
             },
             None => None,
         };
-        let news = New {
+        let mut news = New {
             dst: new_dst,
             src: new_src,
         };
@@ -259,8 +267,7 @@ impl<B: Backend> Namespace<B> {
         // Whole entries: a freed dentry or inode number may come straight back (the
         // free lists are stacks) for another file of another type.
         let (want_src, want_dst) = (plan.src, plan.dst);
-        let (plan, news) = self
-            .claim_names((plan, &seen), news, flags, (sp, sn), (sdir, ddir))
+        self.claim_names((&mut plan, &seen), &mut news, flags, (sp, sn), (sdir, ddir))
             .map_err(drop_whiteout)?;
         let undo = |err| {
             self.unclaim_names(&plan, &news, sdir, ddir);
@@ -407,12 +414,12 @@ impl<B: Backend> Namespace<B> {
     /// the new dentries are discarded.
     fn claim_names(
         &self,
-        (plan, seen): (Plan, &Seen<'_>),
-        mut news: New,
+        (plan, seen): (&mut Plan, &Seen<'_>),
+        news: &mut New,
         flags: RenameFlags,
         (sp, sn): (u64, &[u8]),
         (sdir, ddir): (&super::Dir, &super::Dir),
-    ) -> Result<(Plan, New)> {
+    ) -> Result<()> {
         let pm = &self.pool.pm;
         let discard = |news: &New| {
             self.discard_dentry(ddir, news.dst);
@@ -423,7 +430,7 @@ impl<B: Backend> Namespace<B> {
         // From the entries the plan saw: a compare-and-swap each if they did not
         // change since.
         let Some(src) = self.index.leave_sighted(pm, &seen.src) else {
-            discard(&news);
+            discard(news);
             // Being moved or removed right now: plan again once that is settled.
             return Err(if self.in_transit(sp, sn) {
                 RETRY
@@ -437,13 +444,14 @@ impl<B: Backend> Namespace<B> {
                 None => {
                     // The target went or is going: plan again (without it, if gone).
                     self.unclaim(src);
-                    discard(&news);
+                    discard(news);
                     return Err(RETRY);
                 }
             },
             None => None,
         };
-        let plan = Plan { src, dst, ..plan };
+        (plan.src, plan.dst) = (src, dst);
+        let plan = &*plan;
         let claim = |seen: &Sighting<'_>, e: &Entry, beside: Option<&Entry>| match self
             .index
             .claim_sighted(pm, seen, e, beside.map(|b| b.pos), self.watch())?
@@ -467,15 +475,16 @@ impl<B: Backend> Namespace<B> {
         };
         news.dst.pos = match claim(&seen.dst, &news.dst, plan.dst.as_ref()) {
             Ok(pos) => pos,
-            Err(err) => return Err(fail(err, &news, None)),
+            Err(err) => return Err(fail(err, news, None)),
         };
-        if let Some(ns) = news.src.as_mut() {
-            ns.pos = match claim(&seen.src, ns, Some(&plan.src)) {
+        if let Some(mut ns) = news.src {
+            ns.pos = match claim(&seen.src, &ns, Some(&plan.src)) {
                 Ok(pos) => pos,
-                Err(err) => return Err(fail(err, &news, Some(news.dst.pos))),
+                Err(err) => return Err(fail(err, news, Some(news.dst.pos))),
             };
+            news.src = Some(ns);
         }
-        Ok((plan, news))
+        Ok(())
     }
 
     /// Undo `claim_names`.
@@ -510,24 +519,22 @@ impl<B: Backend> Namespace<B> {
         // Each new dentry commits with the state word written into it (`BORN`).
         let valid = |d: u64| pool.pm.load_u64(d + dentry::BORN);
         // The rename's time is the new name's birth (one clock reading per rename).
-        let now = valid(news.dst.dentry) & !dentry::VALID;
+        let dst_valid = valid(news.dst.dentry);
+        let now = dst_valid & !dentry::VALID;
         let gone = dentry::state_word(false, now);
         let src = plan.src;
         let (new_dst, new_src) = (news.dst, news.src);
         // At most 11 words (5, 2 for a replaced entry, 2 for an exchange or whiteout,
         // 2 link counts): on the stack.
-        let mut w = Words::default();
-        for word in [
-            (new_dst.dentry + dentry::STATE, valid(new_dst.dentry)),
+        let mut w = Words::starting([
+            (new_dst.dentry + dentry::STATE, dst_valid),
             (src.dentry + dentry::STATE, gone),
             (src.slot, 0),
             (self.iaddr(src.ino) + inode::DENTRY, new_dst.dentry),
             // In the record, not stored before it: the moved inode may be a fresh
             // create (CWON), whose dentry this commit invalidates with the change.
             (self.iaddr(src.ino) + inode::CTIME, now),
-        ] {
-            w.push(word);
-        }
+        ]);
         if let Some(d) = plan.dst {
             w.push((d.dentry + dentry::STATE, gone));
             w.push((d.slot, 0));
@@ -615,10 +622,16 @@ impl<B: Backend> Namespace<B> {
         if let Some(d) = plan.dst {
             self.index.remove(&d);
         }
-        let due = new_src.is_none() && sdir.remove_entry(lane);
-        if plan.dst.is_none() {
-            ddir.add_entry(lane);
-        }
+        let due = if sp == dp && new_src.is_none() && plan.dst.is_none() {
+            // One entry out of the directory and one into it: the count stays.
+            sdir.slot_freed(lane)
+        } else {
+            let due = new_src.is_none() && sdir.remove_entry(lane);
+            if plan.dst.is_none() {
+                ddir.add_entry(lane);
+            }
+            due
+        };
         self.retire_dentry(sdir, src);
         if let Some(d) = plan.dst {
             self.retire_dentry(ddir, d);
