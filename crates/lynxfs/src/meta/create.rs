@@ -19,7 +19,7 @@ use crate::runtime::testing::stop_here;
 use crate::time::{now_coarse_ns, now_ns};
 
 use super::cachelet::{LINKABLE, ORPHAN, SETTLED};
-use super::index::{self, name_hash, Claim, Entry, State};
+use super::index::{self, name_hash, Claim, Entry, Sighting, State};
 use super::perm::{self, Cred};
 use super::{check_name, dtype, is_dir, Dir, Namespace};
 use crate::alloc::within_reserve_of;
@@ -105,12 +105,15 @@ impl<B: Backend> Namespace<B> {
         let mut searched = false;
         let mut turns = 0;
         loop {
-            let found = match self.index.find(&self.pool.pm, parent, name) {
+            // Kept for the claim: it takes the slot this walk ended at if nothing
+            // changed on the way meanwhile.
+            let seen = self.index.sight(&self.pool.pm, parent, name, |_| true);
+            let found = match seen.entry() {
                 Some(e) => e,
                 None => {
                     self.may_search_write(parent, cred)?;
                     searched = true;
-                    match self.try_create(&dir, name, (node, opened), cred, lane)? {
+                    match self.try_create(&dir, (name, &seen), (node, opened), cred, lane)? {
                         Ok(ino) => {
                             self.notices.name(parent, name, ino);
                             return Ok((ino, true));
@@ -140,13 +143,13 @@ impl<B: Backend> Namespace<B> {
             .map_err(|e| self.may(parent, cred, perm::X).err().unwrap_or(e))
     }
 
-    /// Write the new dentry (not valid), claim the name for it, then make the inode
-    /// and commit (`opened`: with an open reference on it). `Ok(Err(entry))` if the
-    /// name was taken first.
+    /// Write the new dentry (not valid), claim the name `seen` missing for it, then
+    /// make the inode and commit (`opened`: with an open reference on it).
+    /// `Ok(Err(entry))` if the name was taken first.
     fn try_create(
         &self,
         dir: &Dir<'_>,
-        name: &[u8],
+        (name, seen): (&[u8], &Sighting<'_>),
         (node, opened): (NewNode<'_>, bool),
         cred: &Cred,
         lane: u32,
@@ -170,7 +173,7 @@ impl<B: Backend> Namespace<B> {
         };
         let pos = match self
             .index
-            .claim(&pool.pm, dir.ino, name, &new, None, self.watch())
+            .claim_sighted(&pool.pm, seen, &new, None, self.watch())
         {
             Ok(Claim::Claimed(pos)) => pos,
             Ok(Claim::Taken(e)) => {
@@ -525,8 +528,15 @@ impl<B: Backend> Namespace<B> {
             born: dentry::state_word(true, now_ns()),
             name,
         };
-        let mut bytes = [0u8; dentry::BODY_MAX];
-        let encoded = body.encode_body(&mut bytes);
+        // The state word (0: not valid) and the body behind it, written as one run.
+        const BODY_AT: usize = dentry::INO as usize;
+        const _: () = assert!(dentry::STATE == 0 && dentry::INO == 8);
+        let mut bytes = [0u8; BODY_AT + dentry::BODY_MAX];
+        let (_, body_bytes) = bytes
+            .split_first_chunk_mut::<BODY_AT>()
+            .expect("the state word");
+        let body_bytes: &mut [u8; dentry::BODY_MAX] = body_bytes.try_into().expect("a body's room");
+        let len = body.encode_body(body_bytes).len();
         // From the words written, not read back from the pool.
         let body_crc = if pool.cwon {
             cwon::body_crc_of(&body)
@@ -534,8 +544,7 @@ impl<B: Backend> Namespace<B> {
             0
         };
         let mut b = pool.pm.batch();
-        b.write_u64(daddr + dentry::STATE, 0)
-            .write(daddr + dentry::INO, encoded)
+        b.write(daddr + dentry::STATE, &bytes[..BODY_AT + len])
             .write_u64(slot, daddr);
         if pool.cwon && settled {
             b.write_u64(daddr + dentry::CHECK, cwon::settled_word(body_crc));

@@ -117,6 +117,13 @@ impl<'a> Dir<'a> {
     /// makes once it no longer holds the directory's gate.
     pub fn remove_entry(&self, lane: u32) -> bool {
         self.gates.remove_entry(self.ino, lane);
+        self.slot_freed(lane)
+    }
+
+    /// A committed change freed one of the log's slots (a removal, or a rename within
+    /// the directory, which leaves the entry count as it was), counted in `lane`; true
+    /// as for [`Dir::remove_entry`].
+    pub fn slot_freed(&self, lane: u32) -> bool {
         self.gates
             .removal_due(self.ino, lane, super::compact::CHECK_EVERY)
     }

@@ -160,9 +160,10 @@ impl Gates {
     }
 
     fn removals(&self, ino: u64, lane: u32) -> &AtomicU32 {
-        assert!(ino < self.inodes, "inode {ino} out of range");
-        let r = ((u64::from(lane) % self.lanes) * self.inodes + ino) as usize;
-        &self.span.u32s()[r * RECORD / 4 + 1]
+        let (holds, _) = self.record(u64::from(lane), ino);
+        // SAFETY: the record's bytes 4..8, right after its holds word (see `record`):
+        // inside the record, 4-aligned, only ever accessed atomically as this word.
+        unsafe { &*(holds as *const AtomicU32).add(1) }
     }
 
     /// `ino` has `n` entries (its log was just read; no change is under way).

@@ -26,6 +26,13 @@
 //! before it claims. A claim takes the first tombstone on the key's probe path, else
 //! the empty slot that ends it.
 //!
+//! **Sightings.** A create looks its name up before it claims it, and a rename its
+//! names before it leaves and claims them. The lookup keeps what it saw (the entry
+//! with its slot's word `a`, or a miss's path of `a` words), and the claim or leave
+//! starts from that: a leave is one compare-and-swap from the word seen, a claim
+//! under the stripe lock re-reads the path's words and takes the slot the walk ended
+//! at if none changed. Any change sends them down the full walk.
+//!
 //! **Removal** is a compare-and-swap of the slot's state (Ready -> Leaving -> tombstone),
 //! no lock. Tombstones would otherwise pile up in a table that never rehashes, making
 //! misses ever longer, so a removal empties its tombstone again when the next slot is
@@ -40,6 +47,7 @@
 //! by a [`Watch`]: a process killed mid-change leaves at worst a held lock or a slot
 //! stuck Creating, which the runtime's repair rebuilds from the pool.
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -137,6 +145,7 @@ impl<B: Backend> Dentries for Pm<B> {
 }
 
 /// A key with what its hash decides: where its probe path starts and its tag.
+#[derive(Clone, Copy)]
 struct Probe<'a> {
     parent: u64,
     name: &'a [u8],
@@ -148,15 +157,58 @@ struct Probe<'a> {
 enum Seen {
     Empty(u64),
     Tomb(u64),
-    /// Occupied by another key.
-    Other,
+    /// Occupied by another key (or torn): the slot's word `a`.
+    Other(u64),
     /// Occupied by the probe's key: the entry and the slot's word `a`.
     Match(Entry, u64),
+}
+
+/// Probe-path slots a [`Sighting`] of a missing key keeps; a longer path (rare in a
+/// table sized for every dentry of the pool) is walked again by its claim.
+const SIGHTED: usize = 4;
+
+/// What a lock-free lookup of a key saw ([`Index::sight`]): the entry it returned
+/// with its slot's word `a`, or, for a key it did not find, the `a` words of its
+/// probe path up to the empty slot that ended it. A leave or a claim of the key that
+/// follows starts from it instead of hashing the key and walking its path again: a
+/// slot whose word `a` is unchanged holds what was seen (every change of a slot bumps
+/// its version; the lookups' own reads rest on the same rule).
+#[derive(Clone, Copy)]
+pub struct Sighting<'a> {
+    probe: Probe<'a>,
+    saw: Saw,
+}
+
+/// What a sighting's walk saw.
+#[derive(Clone, Copy)]
+enum Saw {
+    /// The entry returned, with its slot's word `a`.
+    Entry(Entry, u64),
+    /// No entry of the key: word `a` of the first `len` slots from its home on, the
+    /// last the empty one that ended the walk.
+    Path([u64; SIGHTED], u8),
+    /// Nothing kept: the walk passed an entry of the key in a state not wanted, or
+    /// a path longer than `SIGHTED`.
+    Nothing,
+}
+
+impl Sighting<'_> {
+    /// The entry found.
+    pub fn entry(&self) -> Option<Entry> {
+        match self.saw {
+            Saw::Entry(e, _) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 /// The index over its span of the runtime region.
 pub struct Index {
     span: Span,
+    /// The span's first 64-bit word and its word count, taken once: `Span::words`
+    /// checks its bounds on every call, and every lookup, claim and removal asks.
+    base: NonNull<AtomicU64>,
+    nwords: usize,
     /// Slots.
     cap: u64,
     /// Index (in 32-bit words) of the first region lock.
@@ -166,6 +218,13 @@ pub struct Index {
     dentry_off: u64,
     dentries: u64,
 }
+
+// SAFETY: `base` points into `span`'s shared memory, which is only ever accessed
+// through atomic types (as `Span` itself is Send and Sync for): sharing or sending the
+// pointer across threads is as sound as sharing the span.
+unsafe impl Send for Index {}
+// SAFETY: as for Send.
+unsafe impl Sync for Index {}
 
 /// Slots, region-lock offset, slot offset and total bytes for a layout.
 fn geometry(layout: &Layout) -> (u64, u64, u64, u64) {
@@ -195,11 +254,29 @@ pub fn key_hash(parent: u64, name: &[u8]) -> u64 {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let mut buf = [0u8; 8];
-        buf[..rest.len()].copy_from_slice(rest);
-        h = fold(h ^ u64::from_le_bytes(buf), K0);
+        h = fold(h ^ le_word(rest), K0);
     }
     fold(h, K0)
+}
+
+/// Up to 8 bytes as a little-endian word, zero-filled, from at most two loads that
+/// may overlap (copying them into a buffer called `memcpy` for every key).
+fn le_word(bytes: &[u8]) -> u64 {
+    let n = bytes.len();
+    let u32_at =
+        |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    match n {
+        8.. => u64::from_le_bytes([
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+        ]),
+        4..=7 => u32_at(0) as u64 | (u32_at(n - 4) as u64) << (8 * (n - 4)),
+        1..=3 => {
+            bytes[0] as u64
+                | (bytes[n / 2] as u64) << (8 * (n / 2))
+                | (bytes[n - 1] as u64) << (8 * (n - 1))
+        }
+        0 => 0,
+    }
 }
 
 fn state_of(a: u64) -> u64 {
@@ -273,8 +350,12 @@ impl Index {
                 span.bytes()
             )));
         }
+        let words = span.words();
+        let (base, nwords) = (NonNull::from(words).cast(), words.len());
         Ok(Index {
             span,
+            base,
+            nwords,
             cap,
             regions_at: (regions_off / 4) as usize,
             slots_at: (slots_off / 8) as usize,
@@ -299,13 +380,27 @@ impl Index {
         }
     }
 
+    /// The span as 32-bit words (the locks), as `Span::u32s` would give it.
+    fn u32s(&self) -> &[AtomicU32] {
+        // SAFETY: as in `words`: the same memory, 4-aligned, viewed as twice as many
+        // 32-bit words; the locks' words are never accessed as 64-bit ones.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast(), 2 * self.nwords) }
+    }
+
     fn words(&self) -> &[AtomicU64] {
-        self.span.words()
+        // SAFETY: `base` and `nwords` are `span.words()` as taken in `new`: the span's
+        // mapped, 8-aligned memory, alive as long as `self` (which owns the span), and
+        // only ever accessed atomically.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.nwords) }
     }
 
     fn slot<'w>(&self, w: &'w [AtomicU64], i: u64) -> (&'w AtomicU64, &'w AtomicU64) {
         let at = self.slots_at + 2 * i as usize;
-        (&w[at], &w[at + 1])
+        // One bounds check for both words.
+        let [a, b] = &w[at..at + 2] else {
+            unreachable!("a two-word range")
+        };
+        (a, b)
     }
 
     fn next(&self, i: u64) -> u64 {
@@ -329,7 +424,7 @@ impl Index {
     }
 
     fn stripe_lock(&self, tag: u64) -> &AtomicU32 {
-        &self.span.u32s()[self.stripe(tag) * 16]
+        &self.u32s()[self.stripe(tag) * 16]
     }
 
     fn counter(&self, tag: u64) -> &AtomicU64 {
@@ -337,7 +432,7 @@ impl Index {
     }
 
     fn region_lock(&self, i: u64) -> &AtomicU32 {
-        &self.span.u32s()[self.regions_at + (i / REGION) as usize]
+        &self.u32s()[self.regions_at + (i / REGION) as usize]
     }
 
     fn dentry_addr(&self, id: u64) -> Option<u64> {
@@ -366,14 +461,12 @@ impl Index {
         }
         // Whole words, compared under a mask: bytes past the name may be leftovers.
         p.name.chunks(8).enumerate().all(|(i, c)| {
-            let mut buf = [0u8; 8];
-            buf[..c.len()].copy_from_slice(c);
             let mask = if c.len() == 8 {
                 u64::MAX
             } else {
                 (1u64 << (8 * c.len())) - 1
             };
-            pool.word(d + dentry::NAME + 8 * i as u64) & mask == u64::from_le_bytes(buf)
+            pool.word(d + dentry::NAME + 8 * i as u64) & mask == le_word(c)
         })
     }
 
@@ -387,14 +480,14 @@ impl Index {
                 return match state_of(a) {
                     EMPTY => Seen::Empty(a),
                     TOMB => Seen::Tomb(a),
-                    _ => Seen::Other, // torn state: not this key
+                    _ => Seen::Other(a), // torn state: not this key
                 };
             };
             tests_pause();
             // Acquire: read after `a`, and before the second read of `a`.
             let b = bw.load(Ordering::Acquire);
             if (b >> TAG_SHIFT) & TAG_MASK != p.tag {
-                return Seen::Other;
+                return Seen::Other(a);
             }
             let d = self.dentry_addr(a >> ID_SHIFT);
             let hit = d.is_some_and(|d| self.names(pool, d, p));
@@ -417,7 +510,7 @@ impl Index {
                     },
                     a,
                 ),
-                _ => Seen::Other,
+                _ => Seen::Other(a),
             };
         }
     }
@@ -440,6 +533,49 @@ impl Index {
             i = self.next(i);
         }
         None
+    }
+
+    /// The first entry for (parent, name) that `want` accepts, as [`Index::get`] or
+    /// [`Index::find`] (lock-free), kept with what the walk saw for a leave or a
+    /// claim of the key to start from.
+    pub fn sight<'a>(
+        &self,
+        pool: &impl Dentries,
+        parent: u64,
+        name: &'a [u8],
+        want: impl Fn(&Entry) -> bool,
+    ) -> Sighting<'a> {
+        let probe = self.probe(parent, name);
+        let saw = self.walk(pool, &probe, want);
+        Sighting { probe, saw }
+    }
+
+    /// [`Index::sight`]'s walk of `p`'s probe path.
+    fn walk(&self, pool: &impl Dentries, p: &Probe<'_>, want: impl Fn(&Entry) -> bool) -> Saw {
+        let w = self.words();
+        let mut path = [0; SIGHTED];
+        let mut keep = true;
+        let mut i = p.home;
+        for k in 0..self.cap as usize {
+            let a = match self.look(pool, w, i, p) {
+                Seen::Match(e, a) if want(&e) => return Saw::Entry(e, a),
+                Seen::Match(..) => {
+                    keep = false;
+                    0
+                }
+                Seen::Empty(a) if keep && k < SIGHTED => {
+                    path[k] = a;
+                    return Saw::Path(path, k as u8 + 1);
+                }
+                Seen::Empty(_) => return Saw::Nothing,
+                Seen::Tomb(a) | Seen::Other(a) => a,
+            };
+            if k < SIGHTED {
+                path[k] = a;
+            }
+            i = self.next(i);
+        }
+        Saw::Nothing
     }
 
     /// Start loading the slot where (parent, name)'s probe path begins into the cache:
@@ -483,18 +619,47 @@ impl Index {
         beside: Option<u64>,
         watch: &dyn Watch,
     ) -> Result<Claim> {
+        let p = self.probe(parent, name);
+        self.claim_probed(pool, (&p, None), new, beside, watch)
+    }
+
+    /// [`Index::claim`] of the key of `s`: where `s` saw it missing and no slot of
+    /// its probe path changed since, the claim takes the slot the walk would find
+    /// without walking again.
+    pub fn claim_sighted(
+        &self,
+        pool: &impl Dentries,
+        s: &Sighting<'_>,
+        new: &Entry,
+        beside: Option<u64>,
+        watch: &dyn Watch,
+    ) -> Result<Claim> {
+        self.claim_probed(pool, (&s.probe, Some(s)), new, beside, watch)
+    }
+
+    fn claim_probed(
+        &self,
+        pool: &impl Dentries,
+        (p, mut sighted): (&Probe<'_>, Option<&Sighting<'_>>),
+        new: &Entry,
+        beside: Option<u64>,
+        watch: &dyn Watch,
+    ) -> Result<Claim> {
         let id = self.dentry_id(new.dentry)?;
         if new.ino >= MAX_INODES {
             return Err(errno::EINVAL);
         }
-        let p = self.probe(parent, name);
         let w = self.words();
         let _stripe = lock::lock(self.stripe_lock(p.tag), watch)?;
         crate::runtime::testing::stop_here("index.stripe");
         loop {
-            let (t, seen) = match self.scan(pool, w, &p, beside) {
-                Ok(free) => free?,
-                Err(e) => return Ok(Claim::Taken(e)),
+            let still = sighted.take().and_then(|s| self.still_free(w, s));
+            let (t, seen) = match still {
+                Some(free) => free,
+                None => match self.scan(pool, w, p, beside) {
+                    Ok(free) => free?,
+                    Err(e) => return Ok(Claim::Taken(e)),
+                },
             };
             if !self.fill(w, t, seen, id, watch)? {
                 continue;
@@ -510,6 +675,30 @@ impl Index {
             self.counter(p.tag).fetch_add(1, Ordering::Relaxed);
             return Ok(Claim::Claimed(t));
         }
+    }
+
+    /// Under the stripe lock: where the key `s` saw missing goes (as `scan` would
+    /// say), if every slot of the path it kept holds the word seen: then the key is
+    /// still missing (only claims add it, and they hold this lock) and the path the
+    /// same, so its first tombstone, else the empty slot ending it.
+    fn still_free(&self, w: &[AtomicU64], s: &Sighting<'_>) -> Option<(u64, u64)> {
+        let Saw::Path(path, len) = &s.saw else {
+            return None;
+        };
+        let mut i = s.probe.home;
+        let mut tomb = None;
+        let mut last = None;
+        for &a in &path[..*len as usize] {
+            if self.slot(w, i).0.load(Ordering::Acquire) != a {
+                return None;
+            }
+            if state_of(a) == TOMB {
+                tomb.get_or_insert((i, a));
+            }
+            last = Some((i, a));
+            i = self.next(i);
+        }
+        tomb.or(last)
     }
 
     /// Under the stripe lock: `Err(entry)` if the key is there (outside `beside`),
@@ -612,22 +801,41 @@ impl Index {
     /// Leaving, a compare-and-swap (of two racing claims one wins). `None` if there is
     /// no Ready entry.
     pub fn leave(&self, pool: &impl Dentries, parent: u64, name: &[u8]) -> Option<Entry> {
-        let p = self.probe(parent, name);
-        let w = self.words();
+        self.leave_probed(pool, &self.probe(parent, name))
+    }
+
+    /// [`Index::leave`] of the entry `s` found: its slot moved from the word seen, the
+    /// path walked again only if the slot changed since.
+    pub fn leave_sighted(&self, pool: &impl Dentries, s: &Sighting<'_>) -> Option<Entry> {
+        match s.saw {
+            Saw::Entry(e, a) if e.state == State::Ready && self.to_leaving(e.pos, a) => {
+                Some(Entry {
+                    state: State::Leaving,
+                    ..e
+                })
+            }
+            _ => self.leave_probed(pool, &s.probe),
+        }
+    }
+
+    fn leave_probed(&self, pool: &impl Dentries, p: &Probe<'_>) -> Option<Entry> {
         loop {
-            let (e, a) = self.search(pool, &p, |e| e.state == State::Ready)?;
-            let aw = self.slot(w, e.pos).0;
-            let new = next_a(a, LEAVING, a >> ID_SHIFT);
-            if aw
-                .compare_exchange(a, new, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
+            let (e, a) = self.search(pool, p, |e| e.state == State::Ready)?;
+            if self.to_leaving(e.pos, a) {
                 return Some(Entry {
                     state: State::Leaving,
                     ..e
                 });
             }
         }
+    }
+
+    /// Slot `pos`, seen Ready as `a`, becomes Leaving; false if it changed since.
+    fn to_leaving(&self, pos: u64, a: u64) -> bool {
+        let aw = self.slot(self.words(), pos).0;
+        let new = next_a(a, LEAVING, a >> ID_SHIFT);
+        aw.compare_exchange(a, new, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Put an entry claimed by [`Index::leave`] back: Leaving -> Ready.
@@ -1220,6 +1428,83 @@ mod tests {
             })
             .count();
         assert_eq!(idx.len(), live);
+    }
+
+    #[test]
+    fn a_sighted_claim_or_leave_starts_over_when_its_slots_changed() {
+        let (idx, pool) = setup(256);
+        let mut buf = [0; 12];
+        let home = idx.probe(P, b"a").home;
+        let n = (0..)
+            .find(|&n| idx.probe(P, name(n, &mut [0; 12])).home == home)
+            .unwrap();
+        let other = name(n, &mut buf);
+        pool.put(1, other);
+        let Claim::Claimed(pos) = idx
+            .claim(&pool, P, other, &pool.entry(1, 40), None, &Alone)
+            .unwrap()
+        else {
+            panic!("a fresh name is free");
+        };
+        idx.publish(pos);
+        pool.put(2, b"a");
+        pool.put(3, b"a");
+        // "a" is missing; its path: the other name's slot, then an empty one.
+        let seen = idx.sight(&pool, P, b"a", |_| true);
+        assert!(seen.entry().is_none());
+        // The other name goes, and another create of "a" takes its place, before
+        // the first slot the lookup saw empty: that slot alone did not change.
+        idx.remove(&idx.leave(&pool, P, other).unwrap());
+        let Claim::Claimed(pos) = idx
+            .claim(&pool, P, b"a", &pool.entry(3, 43), None, &Alone)
+            .unwrap()
+        else {
+            panic!("a fresh name is free");
+        };
+        assert_eq!(pos, home);
+        idx.publish(pos);
+        assert!(matches!(
+            idx.claim_sighted(&pool, &seen, &pool.entry(2, 42), None, &Alone).unwrap(),
+            Claim::Taken(e) if e.ino == 43
+        ));
+        assert_eq!(copies(&idx, &pool, b"a"), 1);
+        // The entry seen was removed and the name made again: the leave finds the new one.
+        let seen = idx.sight(&pool, P, b"a", Entry::visible);
+        assert_eq!(seen.entry().unwrap().ino, 43);
+        idx.remove(&idx.leave(&pool, P, b"a").unwrap());
+        let Claim::Claimed(pos) = idx
+            .claim(&pool, P, b"a", &pool.entry(2, 42), None, &Alone)
+            .unwrap()
+        else {
+            panic!("the name was removed");
+        };
+        idx.publish(pos);
+        let left = idx.leave_sighted(&pool, &seen).unwrap();
+        assert_eq!((left.ino, left.state), (42, State::Leaving));
+        assert!(idx.leave_sighted(&pool, &seen).is_none(), "one claim wins");
+        // Unchanged since the lookup: the claim takes the slot the lookup ended at.
+        let seen = idx.sight(&pool, P, b"b", |_| true);
+        let (end, _) = idx
+            .still_free(idx.words(), &seen)
+            .expect("a short path kept");
+        pool.put(4, b"b");
+        let Claim::Claimed(pos) = idx
+            .claim_sighted(&pool, &seen, &pool.entry(4, 44), None, &Alone)
+            .unwrap()
+        else {
+            panic!("a fresh name is free");
+        };
+        assert_eq!(pos, end);
+    }
+
+    #[test]
+    fn key_words_are_the_bytes_zero_filled() {
+        let bytes: Vec<u8> = (1..=8).collect();
+        for n in 0..=8 {
+            let mut buf = [0u8; 8];
+            buf[..n].copy_from_slice(&bytes[..n]);
+            assert_eq!(le_word(&bytes[..n]), u64::from_le_bytes(buf), "{n} bytes");
+        }
     }
 
     /// Interrupts every wait (as when a process died).

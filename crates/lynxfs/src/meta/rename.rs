@@ -15,7 +15,7 @@ use crate::runtime::testing::stop_here;
 use crate::time::now_ns;
 
 use super::create::NewNode;
-use super::index::{Claim, Entry, State};
+use super::index::{Claim, Entry, Sighting, State};
 use super::perm::{self, Cred};
 use super::{check_name, is_dir, Namespace};
 
@@ -77,13 +77,21 @@ fn thread_jitter() -> u64 {
 }
 
 /// The words of a rename's journal record, on the stack.
-#[derive(Default)]
 struct Words {
     words: [(u64, u64); 12],
     len: usize,
 }
 
 impl Words {
+    /// The words every rename has (filled in place: pushed one by one, each with its
+    /// bounds check, they cost a rename 40 instructions).
+    fn starting(first: [(u64, u64); 5]) -> Words {
+        let mut words = [(0, 0); 12];
+        let (head, _) = words.split_first_chunk_mut::<5>().expect("room for 5");
+        *head = first;
+        Words { words, len: 5 }
+    }
+
     fn push(&mut self, w: (u64, u64)) {
         self.words[self.len] = w;
         self.len += 1;
@@ -105,6 +113,13 @@ struct Plan {
     dst: Option<Entry>,
     src_dir: bool,
     dst_dir: bool,
+}
+
+/// What the plan's lookups of the source and target names saw, for their claims to
+/// start from.
+struct Seen<'a> {
+    src: Sighting<'a>,
+    dst: Sighting<'a>,
 }
 
 impl<B: Backend> Namespace<B> {
@@ -201,7 +216,12 @@ impl<B: Backend> Namespace<B> {
         };
         let ddir: &super::Dir<'_> = ddir_own.as_deref().unwrap_or(&sdir);
         let sdir: &super::Dir<'_> = &sdir;
-        let plan = self.plan(sp, sn, dp, dn, flags, cred, serial)?;
+        let pm = &self.pool.pm;
+        let seen = Seen {
+            src: self.index.sight(pm, sp, sn, Entry::visible),
+            dst: self.index.sight(pm, dp, dn, Entry::visible),
+        };
+        let mut plan = self.plan((sp, dp), &seen, flags, cred, serial)?;
         // A directory moved or replaced: paths the areas learnt may lead elsewhere.
         let _areas = (plan.src_dir || plan.dst_dir).then(|| self.areas.changing());
         if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
@@ -237,7 +257,7 @@ impl<B: Backend> Namespace<B> {
             },
             None => None,
         };
-        let news = New {
+        let mut news = New {
             dst: new_dst,
             src: new_src,
         };
@@ -247,8 +267,7 @@ impl<B: Backend> Namespace<B> {
         // Whole entries: a freed dentry or inode number may come straight back (the
         // free lists are stacks) for another file of another type.
         let (want_src, want_dst) = (plan.src, plan.dst);
-        let (plan, news) = self
-            .claim_names(plan, news, flags, sp, sn, dp, dn, sdir, ddir)
+        self.claim_names((&mut plan, &seen), &mut news, flags, (sp, sn), (sdir, ddir))
             .map_err(drop_whiteout)?;
         let undo = |err| {
             self.unclaim_names(&plan, &news, sdir, ddir);
@@ -298,22 +317,19 @@ impl<B: Backend> Namespace<B> {
         Ok(due)
     }
 
-    /// Look at both names and check every rule before anything is claimed.
-    #[allow(clippy::too_many_arguments)]
+    /// Check every rule on the entries `seen` before anything is claimed.
     fn plan(
         &self,
-        sp: u64,
-        sn: &[u8],
-        dp: u64,
-        dn: &[u8],
+        (sp, dp): (u64, u64),
+        seen: &Seen<'_>,
         flags: RenameFlags,
         cred: &Cred,
         serial: bool,
     ) -> Result<Plan> {
-        let Some(src) = self.lookup_entry(sp, sn) else {
+        let Some(src) = seen.src.entry() else {
             return Err(errno::ENOENT);
         };
-        let dst = self.lookup_entry(dp, dn);
+        let dst = seen.dst.entry();
         if flags.exchange && dst.is_none() {
             return Err(errno::ENOENT);
         }
@@ -396,19 +412,14 @@ impl<B: Backend> Namespace<B> {
     /// Claim the old names (Ready -> Leaving) and the new ones for the new dentries,
     /// beside the old entries of the same names; on failure nothing stays claimed and
     /// the new dentries are discarded.
-    #[allow(clippy::too_many_arguments)]
     fn claim_names(
         &self,
-        plan: Plan,
-        mut news: New,
+        (plan, seen): (&mut Plan, &Seen<'_>),
+        news: &mut New,
         flags: RenameFlags,
-        sp: u64,
-        sn: &[u8],
-        dp: u64,
-        dn: &[u8],
-        sdir: &super::Dir,
-        ddir: &super::Dir,
-    ) -> Result<(Plan, New)> {
+        (sp, sn): (u64, &[u8]),
+        (sdir, ddir): (&super::Dir, &super::Dir),
+    ) -> Result<()> {
         let pm = &self.pool.pm;
         let discard = |news: &New| {
             self.discard_dentry(ddir, news.dst);
@@ -416,8 +427,10 @@ impl<B: Backend> Namespace<B> {
                 self.discard_dentry(sdir, ns);
             }
         };
-        let Some(src) = self.claim_entry(sp, sn) else {
-            discard(&news);
+        // From the entries the plan saw: a compare-and-swap each if they did not
+        // change since.
+        let Some(src) = self.index.leave_sighted(pm, &seen.src) else {
+            discard(news);
             // Being moved or removed right now: plan again once that is settled.
             return Err(if self.in_transit(sp, sn) {
                 RETRY
@@ -426,28 +439,23 @@ impl<B: Backend> Namespace<B> {
             });
         };
         let dst = match plan.dst {
-            Some(_) => match self.claim_entry(dp, dn) {
+            Some(_) => match self.index.leave_sighted(pm, &seen.dst) {
                 Some(d) => Some(d),
                 None => {
                     // The target went or is going: plan again (without it, if gone).
                     self.unclaim(src);
-                    discard(&news);
+                    discard(news);
                     return Err(RETRY);
                 }
             },
             None => None,
         };
-        let plan = Plan { src, dst, ..plan };
-        let claim = |name_parent: u64, name: &[u8], e: &Entry, beside: Option<&Entry>| match self
+        (plan.src, plan.dst) = (src, dst);
+        let plan = &*plan;
+        let claim = |seen: &Sighting<'_>, e: &Entry, beside: Option<&Entry>| match self
             .index
-            .claim(
-                pm,
-                name_parent,
-                name,
-                e,
-                beside.map(|b| b.pos),
-                self.watch(),
-            )? {
+            .claim_sighted(pm, seen, e, beside.map(|b| b.pos), self.watch())?
+        {
             Claim::Claimed(pos) => Ok(pos),
             // The name appeared after the plan (a create, a link or another rename):
             // replace it, as if this rename had come after, unless told not to.
@@ -465,17 +473,18 @@ impl<B: Backend> Namespace<B> {
             discard(news);
             err
         };
-        news.dst.pos = match claim(dp, dn, &news.dst, plan.dst.as_ref()) {
+        news.dst.pos = match claim(&seen.dst, &news.dst, plan.dst.as_ref()) {
             Ok(pos) => pos,
-            Err(err) => return Err(fail(err, &news, None)),
+            Err(err) => return Err(fail(err, news, None)),
         };
-        if let Some(ns) = news.src.as_mut() {
-            ns.pos = match claim(sp, sn, ns, Some(&plan.src)) {
+        if let Some(mut ns) = news.src {
+            ns.pos = match claim(&seen.src, &ns, Some(&plan.src)) {
                 Ok(pos) => pos,
-                Err(err) => return Err(fail(err, &news, Some(news.dst.pos))),
+                Err(err) => return Err(fail(err, news, Some(news.dst.pos))),
             };
+            news.src = Some(ns);
         }
-        Ok((plan, news))
+        Ok(())
     }
 
     /// Undo `claim_names`.
@@ -510,24 +519,22 @@ impl<B: Backend> Namespace<B> {
         // Each new dentry commits with the state word written into it (`BORN`).
         let valid = |d: u64| pool.pm.load_u64(d + dentry::BORN);
         // The rename's time is the new name's birth (one clock reading per rename).
-        let now = valid(news.dst.dentry) & !dentry::VALID;
+        let dst_valid = valid(news.dst.dentry);
+        let now = dst_valid & !dentry::VALID;
         let gone = dentry::state_word(false, now);
         let src = plan.src;
         let (new_dst, new_src) = (news.dst, news.src);
         // At most 11 words (5, 2 for a replaced entry, 2 for an exchange or whiteout,
         // 2 link counts): on the stack.
-        let mut w = Words::default();
-        for word in [
-            (new_dst.dentry + dentry::STATE, valid(new_dst.dentry)),
+        let mut w = Words::starting([
+            (new_dst.dentry + dentry::STATE, dst_valid),
             (src.dentry + dentry::STATE, gone),
             (src.slot, 0),
             (self.iaddr(src.ino) + inode::DENTRY, new_dst.dentry),
             // In the record, not stored before it: the moved inode may be a fresh
             // create (CWON), whose dentry this commit invalidates with the change.
             (self.iaddr(src.ino) + inode::CTIME, now),
-        ] {
-            w.push(word);
-        }
+        ]);
         if let Some(d) = plan.dst {
             w.push((d.dentry + dentry::STATE, gone));
             w.push((d.slot, 0));
@@ -615,10 +622,16 @@ impl<B: Backend> Namespace<B> {
         if let Some(d) = plan.dst {
             self.index.remove(&d);
         }
-        let due = new_src.is_none() && sdir.remove_entry(lane);
-        if plan.dst.is_none() {
-            ddir.add_entry(lane);
-        }
+        let due = if sp == dp && new_src.is_none() && plan.dst.is_none() {
+            // One entry out of the directory and one into it: the count stays.
+            sdir.slot_freed(lane)
+        } else {
+            let due = new_src.is_none() && sdir.remove_entry(lane);
+            if plan.dst.is_none() {
+                ddir.add_entry(lane);
+            }
+            due
+        };
         self.retire_dentry(sdir, src);
         if let Some(d) = plan.dst {
             self.retire_dentry(ddir, d);
