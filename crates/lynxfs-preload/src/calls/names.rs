@@ -416,7 +416,7 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: libc::off64_t) -> c_
 /// Changes attributes of what `p` names (the link itself with `nofollow`).
 fn setattr_path(s: &Caller, p: &[u8], nofollow: bool, a: &SetAttr) -> lynxfs::Result<c_int> {
     let ino = s.resolve(p, !nofollow)?;
-    s.fs().setattr(ino, a, &s.cred).map(|_| 0)
+    s.fs().ns().set_attrs(ino, a, &s.cred).map(|_| 0)
 }
 
 #[no_mangle]
@@ -442,7 +442,7 @@ pub unsafe extern "C" fn fchmodat(
                         mode: Some(mode),
                         ..Default::default()
                     };
-                    return s.fs().setattr(ino, &a, &s.cred).map(|_| 0);
+                    return s.fs().ns().set_attrs(ino, &a, &s.cred).map(|_| 0);
                 }
                 s.chmod(p, mode).map(|()| 0)
             },
@@ -466,7 +466,9 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
                 mode: Some(mode),
                 ..Default::default()
             };
-            a.fs.setattr(o.ino, &s, &a.root.read().cred).map(|_| 0)
+            a.fs.ns()
+                .set_attrs(o.ino, &s, &a.root.read().cred)
+                .map(|_| 0)
         },
         // SAFETY: the C library's fchmod with the caller's arguments.
         || unsafe { real::fchmod(fd, mode) },
@@ -533,7 +535,9 @@ pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -
                 gid: id(gid),
                 ..Default::default()
             };
-            a.fs.setattr(o.ino, &s, &a.root.read().cred).map(|_| 0)
+            a.fs.ns()
+                .set_attrs(o.ino, &s, &a.root.read().cred)
+                .map(|_| 0)
         },
         // SAFETY: the C library's fchown with the caller's arguments.
         || unsafe { real::fchown(fd, uid, gid) },
@@ -591,7 +595,8 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
         fd,
         |a, o| {
             // SAFETY: the caller's times.
-            a.fs.setattr(o.ino, &unsafe { times(t) }?, &a.root.read().cred)
+            a.fs.ns()
+                .set_attrs(o.ino, &unsafe { times(t) }?, &a.root.read().cred)
                 .map(|_| 0)
         },
         // SAFETY: the C library's futimens with the caller's arguments.

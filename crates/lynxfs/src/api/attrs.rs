@@ -27,7 +27,7 @@ impl<'a, B: Backend> Session<'a, B> {
             mode: Some(mode),
             ..Default::default()
         };
-        self.ns().setattr(ino.ino, &a, &self.cred).map(drop)
+        self.ns().set_attrs(ino.ino, &a, &self.cred)
     }
 
     /// chown; `None` leaves that id alone (-1 in C).
@@ -38,7 +38,7 @@ impl<'a, B: Backend> Session<'a, B> {
             gid,
             ..Default::default()
         };
-        self.ns().setattr(ino.ino, &a, &self.cred).map(drop)
+        self.ns().set_attrs(ino.ino, &a, &self.cred)
     }
 
     pub fn utimens(
@@ -53,7 +53,7 @@ impl<'a, B: Backend> Session<'a, B> {
             mtime,
             ..Default::default()
         };
-        self.ns().setattr(ino.ino, &a, &self.cred).map(drop)
+        self.ns().set_attrs(ino.ino, &a, &self.cred)
     }
 
     pub fn truncate(&self, p: impl AsRef<[u8]>, len: u64) -> Result<()> {

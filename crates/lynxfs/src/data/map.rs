@@ -538,6 +538,9 @@ fn splice_with(
     // Only a window around [a, b) changes: the extents touching it and one neighbour on
     // each side (which may merge). The rest is copied as it is, with no sort.
     let p = old.partition_point(|e| e.end() < a).saturating_sub(1);
+    if old.last().is_none_or(|l| l.end() <= a) {
+        return (appended(old, p, repl, join), Vec::new());
+    }
     let q = (old.partition_point(|e| (e.lblk as u64) <= b) + 1).min(old.len());
     let mut window = Vec::with_capacity(q - p + repl.len() + 2);
     let mut removed = Vec::new();
@@ -583,13 +586,38 @@ fn splice_with(
     (out, freed)
 }
 
+/// [`splice_with`] where `repl` lies past every extent of `old` (an append: a growing
+/// write's new blocks and reserve): nothing is removed, so the window from `p` is
+/// `old`'s tail and `repl` already in order; the same map, built in one vector, with
+/// no sort and no subtraction (most of a small file's append went there).
+fn appended(old: &[Extent], p: usize, repl: &[Extent], join: bool) -> Vec<Extent> {
+    let mut out = Vec::with_capacity(old.len() + repl.len());
+    out.extend_from_slice(&old[..p]);
+    let window = old[p..].iter().chain(repl).copied();
+    if join {
+        merge_into(&mut out, p, window);
+    } else {
+        out.extend(window);
+    }
+    out
+}
+
 /// Join neighbours that are contiguous both in the file and on the pool.
 fn merge(ext: Vec<Extent>) -> Vec<Extent> {
     let mut out: Vec<Extent> = Vec::with_capacity(ext.len());
+    merge_into(&mut out, 0, ext);
+    out
+}
+
+/// Push `ext` onto `out`, each joined to the one before when contiguous both in the
+/// file and on the pool (never to `out`'s first `from` extents).
+fn merge_into(out: &mut Vec<Extent>, from: usize, ext: impl IntoIterator<Item = Extent>) {
     for e in ext {
+        let joinable = out.len() > from;
         match out.last_mut() {
             Some(l)
-                if l.end() == e.lblk as u64
+                if joinable
+                    && l.end() == e.lblk as u64
                     && l.pblk + l.len as u64 == e.pblk
                     && (l.len as u64 + e.len as u64) <= u32::MAX as u64 =>
             {
@@ -598,7 +626,6 @@ fn merge(ext: Vec<Extent>) -> Vec<Extent> {
             _ => out.push(e),
         }
     }
-    out
 }
 
 /// Runs in `removed` minus the blocks `repl` still uses (in-place writes keep theirs):
@@ -658,6 +685,25 @@ mod tests {
             vec![(10, 2), (17, 1), (19, 1), (21, 1), (30, 2)]
         );
         assert_eq!(subtract(&[(12, 2)], &kept), vec![]);
+    }
+
+    #[test]
+    fn splice_appends_past_the_last_extent() {
+        let old = [e(0, 2, 10), e(2, 1, 12), e(5, 1, 40)];
+        let (n, freed) = splice(&old, 6, 9, &[e(6, 2, 41), e(8, 1, 60)]);
+        assert_eq!(n, vec![e(0, 2, 10), e(2, 1, 12), e(5, 3, 40), e(8, 1, 60)]);
+        assert_eq!(freed, vec![]);
+        let (n, _) = splice(&old, 7, 8, &[e(7, 1, 42)]);
+        assert_eq!(n, vec![e(0, 2, 10), e(2, 1, 12), e(5, 1, 40), e(7, 1, 42)]);
+        let (n, _) = splice_singles(&old, 6, 7, &[e(6, 1, 41)]);
+        assert_eq!(n, vec![e(0, 2, 10), e(2, 1, 12), e(5, 1, 40), e(6, 1, 41)]);
+        let (n, _) = splice(&[], 0, 3, &[e(0, 3, 7)]);
+        assert_eq!(n, vec![e(0, 3, 7)]);
+        // Contiguous extents join from the neighbour before the window on, as in the
+        // general splice, not before it.
+        let singles = [e(0, 1, 10), e(1, 1, 11), e(2, 1, 12)];
+        let (n, _) = splice(&singles, 3, 4, &[e(3, 1, 13)]);
+        assert_eq!(n, vec![e(0, 1, 10), e(1, 3, 11)]);
     }
 
     #[test]

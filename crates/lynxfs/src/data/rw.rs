@@ -324,8 +324,9 @@ pub fn write_at<B: Backend>(
             if piece.len() as u64 == BLOCK {
                 b.write(nb, 0, piece);
             } else {
-                // Start from the old contents (copy-on-write) or zeros (a hole).
-                let mut blk = vec![0u8; BLOCK as usize];
+                // Start from the old contents (copy-on-write) or zeros (a hole), on
+                // the stack: a heap block cost a calloc and a free per append.
+                let mut blk = [0u8; BLOCK as usize];
                 if let Some(o) = old {
                     if let Err(e) = store.read(o, 0, &mut blk) {
                         read_failed = Some(e);
@@ -539,7 +540,7 @@ fn repoint_block<B: Backend>(
     if data.len() as u64 == BLOCK {
         b.write(nb, 0, data);
     } else {
-        let mut blk = vec![0u8; BLOCK as usize];
+        let mut blk = [0u8; BLOCK as usize];
         written = store.read(old, 0, &mut blk);
         let at = (off % BLOCK) as usize;
         blk[at..at + data.len()].copy_from_slice(data);

@@ -132,118 +132,155 @@ impl<B: Backend> Namespace<B> {
         }
     }
 
-    /// chmod, chown and utimens, with Linux's permission rules.
+    /// chmod, chown and utimens, with Linux's permission rules: the attributes after.
     pub fn setattr(&self, ino: u64, a: &SetAttr, cred: &Cred) -> Result<Stat> {
         self.op(|| {
-            self.live(ino)?;
-            // A directory's mode or owner decides who may search it (areas answer for
-            // search permission they saw).
-            let perms = a.mode.is_some() || a.uid.is_some() || a.gid.is_some();
-            let _areas = (perms && super::is_dir(self.mode(ino))).then(|| self.areas.changing());
-            // A chmod may rewrite the access ACL: exclude other attribute writers (their
-            // lock comes before the inode lock).
-            let _xw = match a.mode {
-                Some(_) => Some(self.cachelets.get(ino).write(self.watch())?),
-                None => None,
-            };
-            let _g = self.ilock(ino)?;
-            crate::runtime::testing::stop_here("setattr.inode_lock");
-            // Its first change since its create settles it (a no-op after that).
-            self.pool.settle(ino);
-            let o = self.owner(ino);
-            let at = self.iaddr(ino);
-            let now = now_ns();
-            let explicit = [a.atime, a.mtime]
-                .iter()
-                .any(|t| matches!(t, Some(TimeSet::At(_))));
-            if a.mode.is_some() || a.uid.is_some() || a.gid.is_some() || explicit {
-                self.may_change(ino)?;
+            self.change_attrs(ino, a, cred)?;
+            self.getattr(ino)
+        })
+    }
+
+    /// [`Self::setattr`] for callers that do not look at the attributes after (the
+    /// preload's fchmod, fchown, futimens): no stat.
+    pub fn set_attrs(&self, ino: u64, a: &SetAttr, cred: &Cred) -> Result<()> {
+        self.op(|| self.change_attrs(ino, a, cred))
+    }
+
+    fn change_attrs(&self, ino: u64, a: &SetAttr, cred: &Cred) -> Result<()> {
+        self.live(ino)?;
+        // A directory's mode or owner decides who may search it (areas answer for
+        // search permission they saw).
+        let perms = a.mode.is_some() || a.uid.is_some() || a.gid.is_some();
+        let _areas = (perms && super::is_dir(self.mode(ino))).then(|| self.areas.changing());
+        // A chmod may rewrite the access ACL: exclude other attribute writers (their
+        // lock comes before the inode lock).
+        let _xw = match a.mode {
+            Some(_) => Some(self.cachelets.get(ino).write(self.watch())?),
+            None => None,
+        };
+        let _g = self.ilock(ino)?;
+        crate::runtime::testing::stop_here("setattr.inode_lock");
+        // Its first change since its create settles it (a no-op after that).
+        self.pool.settle(ino);
+        let o = self.owner(ino);
+        let at = self.iaddr(ino);
+        let now = now_ns();
+        let explicit = [a.atime, a.mtime]
+            .iter()
+            .any(|t| matches!(t, Some(TimeSet::At(_))));
+        if a.mode.is_some() || a.uid.is_some() || a.gid.is_some() || explicit {
+            self.may_change(ino)?;
+        }
+        let mut words: Vec<(u64, u64)> = Vec::new();
+        let mut mode = o.mode;
+        let mut time_hi = self.load(ino, inode::TIME_HI);
+        if let Some(m) = a.mode {
+            perm::owner_or_root(cred, o)?;
+            mode = (o.mode & libc::S_IFMT) | (m & 0o7777);
+            let gid = a.gid.unwrap_or(o.gid);
+            if !cred.is_root() && !cred.in_group(gid) {
+                mode &= !libc::S_ISGID;
             }
-            let mut words: Vec<(u64, u64)> = Vec::new();
-            let mut mode = o.mode;
-            let mut time_hi = self.load(ino, inode::TIME_HI);
-            if let Some(m) = a.mode {
-                perm::owner_or_root(cred, o)?;
-                mode = (o.mode & libc::S_IFMT) | (m & 0o7777);
-                let gid = a.gid.unwrap_or(o.gid);
-                if !cred.is_root() && !cred.in_group(gid) {
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            // Linux's chown_ok and chgrp_ok.
+            if let Some(u) = a.uid {
+                if !(cred.is_root() || (u == o.uid && cred.uid == o.uid)) {
+                    return Err(errno::EPERM);
+                }
+            }
+            if let Some(g) = a.gid {
+                let own = cred.uid == o.uid && (g == o.gid || cred.in_group(g));
+                if !(cred.is_root() || own) {
+                    return Err(errno::EPERM);
+                }
+            }
+            // chown clears set-user-ID, and set-group-ID when group-executable, on
+            // anything but a directory.
+            if mode & libc::S_IFMT != libc::S_IFDIR {
+                mode &= !libc::S_ISUID;
+                if mode & 0o010 != 0 {
                     mode &= !libc::S_ISGID;
                 }
             }
-            if a.uid.is_some() || a.gid.is_some() {
-                // Linux's chown_ok and chgrp_ok.
-                if let Some(u) = a.uid {
-                    if !(cred.is_root() || (u == o.uid && cred.uid == o.uid)) {
-                        return Err(errno::EPERM);
-                    }
-                }
-                if let Some(g) = a.gid {
-                    let own = cred.uid == o.uid && (g == o.gid || cred.in_group(g));
-                    if !(cred.is_root() || own) {
-                        return Err(errno::EPERM);
-                    }
-                }
-                // chown clears set-user-ID, and set-group-ID when group-executable, on
-                // anything but a directory.
-                if mode & libc::S_IFMT != libc::S_IFDIR {
-                    mode &= !libc::S_ISUID;
-                    if mode & 0o010 != 0 {
-                        mode &= !libc::S_ISGID;
-                    }
-                }
-                let uid = a.uid.unwrap_or(o.uid);
-                let gid = a.gid.unwrap_or(o.gid);
+            let uid = a.uid.unwrap_or(o.uid);
+            let gid = a.gid.unwrap_or(o.gid);
+            // A chown to the owner it has (tar's, on every file) changes only ctime.
+            if (uid, gid) != (o.uid, o.gid) {
                 words.push((at + inode::OWNER, inode::owner_word(uid, gid)));
             }
-            let old_hi = time_hi;
-            for (t, field) in [(a.atime, inode::ATIME), (a.mtime, inode::MTIME)] {
-                let Some(t) = t else { continue };
-                let v = match t {
-                    TimeSet::Now => {
-                        if self.inode_flags(ino) & super::flags::IMMUTABLE != 0 {
-                            return Err(errno::EPERM);
-                        }
-                        if perm::owner_or_root(cred, o).is_err() {
-                            self.may(ino, cred, perm::W).map_err(|_| errno::EACCES)?;
-                        }
-                        Timestamp::from_ns(now)
+        }
+        let old_hi = time_hi;
+        for (t, field) in [(a.atime, inode::ATIME), (a.mtime, inode::MTIME)] {
+            let Some(t) = t else { continue };
+            let v = match t {
+                TimeSet::Now => {
+                    if self.inode_flags(ino) & super::flags::IMMUTABLE != 0 {
+                        return Err(errno::EPERM);
                     }
-                    TimeSet::At(v) => {
-                        perm::owner_or_root(cred, o)?;
-                        v
+                    if perm::owner_or_root(cred, o).is_err() {
+                        self.may(ino, cred, perm::W).map_err(|_| errno::EACCES)?;
                     }
-                };
-                let (word, high) = inode::time_word(v);
-                words.push((at + field, word));
-                time_hi = inode::time_hi_with(time_hi, field == inode::MTIME, high);
-            }
-            if time_hi != old_hi {
-                words.push((at + inode::TIME_HI, time_hi));
-            }
-            if mode != o.mode {
-                let word = super::flags::mode_word(mode, self.inode_flags(ino));
-                words.push((at + inode::MODE, word));
-            }
-            let acl = match a.mode {
-                Some(_) => self.chmod_acl(ino, mode)?,
-                None => None,
+                    Timestamp::from_ns(now)
+                }
+                TimeSet::At(v) => {
+                    perm::owner_or_root(cred, o)?;
+                    v
+                }
             };
-            if let Some(attrs) = acl {
-                crate::data::xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)?;
-            } else if !words.is_empty() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some() {
-                words.push((at + inode::CTIME, now));
-                self.commit_words(&words)?;
+            let (word, high) = inode::time_word(v);
+            words.push((at + field, word));
+            time_hi = inode::time_hi_with(time_hi, field == inode::MTIME, high);
+        }
+        if time_hi != old_hi {
+            words.push((at + inode::TIME_HI, time_hi));
+        }
+        if mode != o.mode {
+            let word = super::flags::mode_word(mode, self.inode_flags(ino));
+            words.push((at + inode::MODE, word));
+        }
+        let acl = match a.mode {
+            Some(_) => self.chmod_acl(ino, mode)?,
+            None => None,
+        };
+        if let Some(attrs) = acl {
+            crate::data::xattr::store_with(&self.pool, ino, self.lane(), &attrs, &words)?;
+        } else if !words.is_empty() || a.mode.is_some() || a.uid.is_some() || a.gid.is_some() {
+            self.commit_with_ctime(words, (at + inode::CTIME, now))?;
+        }
+        drop(_g);
+        drop(_xw);
+        // chown takes file capabilities away too (Linux's ATTR_KILL_PRIV), after
+        // the change it was allowed.
+        if (a.uid.is_some() || a.gid.is_some()) && mode & libc::S_IFMT != libc::S_IFDIR {
+            self.drop_capability(ino)?;
+        }
+        self.notices.attrs(ino);
+        Ok(())
+    }
+
+    /// Set `words` and ctime. No word or one: ctime first, fenced, then the word's
+    /// store, fenced (its commit point; a crash between leaves only ctime changed, as
+    /// a chown to the same owner does): two fences where the journal takes four.
+    /// Several words: one journal record with ctime (docs/CONSISTENCY.md, "chmod,
+    /// chown, utimens").
+    fn commit_with_ctime(&self, mut words: Vec<(u64, u64)>, ctime: (u64, u64)) -> Result<()> {
+        let pm = &self.pool.pm;
+        match words.as_slice() {
+            [] | [_] => {
+                let mut b = pm.batch();
+                b.write_u64(ctime.0, ctime.1);
+                let ready = b.persist();
+                if let [(a, v)] = words[..] {
+                    drop(pm.commit_u64(a, v, ready));
+                }
+                Ok(())
             }
-            drop(_g);
-            drop(_xw);
-            // chown takes file capabilities away too (Linux's ATTR_KILL_PRIV), after
-            // the change it was allowed.
-            if (a.uid.is_some() || a.gid.is_some()) && mode & libc::S_IFMT != libc::S_IFDIR {
-                self.drop_capability(ino)?;
+            _ => {
+                words.push(ctime);
+                self.commit_words(&words)
             }
-            self.notices.attrs(ino);
-            self.getattr(ino)
-        })
+        }
     }
 
     /// Set several words atomically: one store if only one, else through the journal.

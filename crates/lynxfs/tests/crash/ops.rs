@@ -287,6 +287,19 @@ pub fn all_ops() -> Vec<Op> {
         op("rename-dir-tree", |c, _| rename(c, "/d1", "/e2/d1m", 0)),
         op("chmod", |c, _| c.s().chmod("/f", 0o600)),
         op("chown", |c, _| c.s().chown("/f", Some(1000), Some(1001))),
+        // The owner it has (tar's chown of every file): ctime alone.
+        op("chown-same", |c, _| c.s().chown("/f", Some(0), Some(0))),
+        Op {
+            times: true,
+            // tar's futimens (atime UTIME_OMIT): ctime, a fence, then the mtime word.
+            ..op("utimens-mtime", |c, _| {
+                c.s().utimens(
+                    "/f",
+                    None,
+                    Some(TimeSet::At(Timestamp::from_ns(1_700_000_000_000_000_000))),
+                )
+            })
+        },
         Op {
             times: true,
             ..op("utimens", |c, _| {
