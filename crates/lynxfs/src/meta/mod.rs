@@ -326,22 +326,46 @@ impl<B: Backend> Namespace<B> {
 
     /// The directory `ino`, read into the index if this is its first use.
     pub fn dir(&self, ino: u64) -> Result<Dir<'_>> {
-        self.op(|| {
-            self.live(ino)?;
-            if !is_dir(self.mode(ino)) {
-                return Err(errno::ENOTDIR);
-            }
-            // A removed directory still held (a working directory, a FUSE node) is dead,
-            // as Linux's S_DEAD: nothing is looked up, listed or created in it.
-            if self.load(ino, inode::NLINK) == 0 {
-                return Err(errno::ENOENT);
-            }
-            let d = Dir::new(self.cachelets.get(ino), &self.gates);
-            if d.ensure_loaded(&self.pool, &self.index, &self.free_slots, self.watch())? {
-                self.loaded(ino);
-            }
-            Ok(d)
-        })
+        // Inside an operation (every path walk's step, every change's parent) the
+        // nested `op` would only check that it is nested: go straight to the work.
+        if op_depth::inside() {
+            return self.dir_now(ino);
+        }
+        self.op(|| self.dir_now(ino))
+    }
+
+    /// [`Namespace::dir`]'s work, inside an operation.
+    #[inline]
+    fn dir_now(&self, ino: u64) -> Result<Dir<'_>> {
+        self.live_dir(ino)?;
+        let d = Dir::new(self.cachelets.get(ino), &self.gates);
+        if d.ensure_loaded(&self.pool, &self.index, &self.free_slots, self.watch())? {
+            self.loaded(ino);
+        }
+        Ok(d)
+    }
+
+    /// `ino` is a live directory not removed: its id, mode and link count read from
+    /// one address (`live`, `mode` and `load` would each check and compute it).
+    #[inline]
+    fn live_dir(&self, ino: u64) -> Result<()> {
+        if !self.pool.layout.ino_valid(ino) {
+            return Err(errno::ENOENT);
+        }
+        let at = self.iaddr(ino);
+        let pm = &self.pool.pm;
+        if pm.load_u64(at + inode::INO) != ino {
+            return Err(errno::ENOENT);
+        }
+        if !is_dir(pm.load_u64(at + inode::MODE) as u32) {
+            return Err(errno::ENOTDIR);
+        }
+        // A removed directory still held (a working directory, a FUSE node) is dead,
+        // as Linux's S_DEAD: nothing is looked up, listed or created in it.
+        if pm.load_u64(at + inode::NLINK) == 0 {
+            return Err(errno::ENOENT);
+        }
+        Ok(())
     }
 
     /// The entry `name` in directory `parent`, as the caller may see it.
