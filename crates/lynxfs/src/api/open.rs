@@ -112,7 +112,7 @@ impl<B: Backend> Fs<B> {
         cred: &Cred,
         (created, held): (bool, bool),
     ) -> Result<Opened> {
-        let o = match self.may_open(ino, flags, cred, created) {
+        let o = match self.may_open(ino, flags, cred, (created, held)) {
             Ok(o) => o,
             Err(e) => {
                 if held {
@@ -151,9 +151,20 @@ impl<B: Backend> Fs<B> {
     }
 
     /// The rules an open of live inode `ino` with `flags` by `cred` obeys (no
-    /// permission needed on a file it just `created`): its owner and mode.
-    fn may_open(&self, ino: u64, flags: i32, cred: &Cred, created: bool) -> Result<perm::Owner> {
-        self.ns.live(ino)?;
+    /// permission needed on a file it just `created`; `held`: the caller holds an open
+    /// reference to it): its owner and mode.
+    fn may_open(
+        &self,
+        ino: u64,
+        flags: i32,
+        cred: &Cred,
+        (created, held): (bool, bool),
+    ) -> Result<perm::Owner> {
+        // An open reference already held keeps the inode from being freed: no need
+        // to ask whether it is live.
+        if !held {
+            self.ns.live(ino)?;
+        }
         let o = self.ns.owner_of(ino);
         // A path's open reaches a symlink only with O_NOFOLLOW (the kernel's FUSE
         // client never sends one).
