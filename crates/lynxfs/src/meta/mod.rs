@@ -281,9 +281,20 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// `ino` names a live inode.
+    #[inline]
     pub fn live(&self, ino: u64) -> Result<()> {
-        if self.pool.layout.ino_valid(ino) && self.load(ino, inode::INO) == ino {
-            Ok(())
+        self.live_at(ino).map(drop)
+    }
+
+    /// The address of live inode `ino` (ENOENT if it is not live).
+    #[inline]
+    fn live_at(&self, ino: u64) -> Result<u64> {
+        if !self.pool.layout.ino_valid(ino) {
+            return Err(errno::ENOENT);
+        }
+        let at = self.iaddr(ino);
+        if self.pool.pm.load_u64(at + inode::INO) == ino {
+            Ok(at)
         } else {
             Err(errno::ENOENT)
         }
@@ -349,14 +360,8 @@ impl<B: Backend> Namespace<B> {
     /// one address (`live`, `mode` and `load` would each check and compute it).
     #[inline]
     fn live_dir(&self, ino: u64) -> Result<()> {
-        if !self.pool.layout.ino_valid(ino) {
-            return Err(errno::ENOENT);
-        }
-        let at = self.iaddr(ino);
+        let at = self.live_at(ino)?;
         let pm = &self.pool.pm;
-        if pm.load_u64(at + inode::INO) != ino {
-            return Err(errno::ENOENT);
-        }
         if !is_dir(pm.load_u64(at + inode::MODE) as u32) {
             return Err(errno::ENOTDIR);
         }
