@@ -138,8 +138,16 @@ real! {
     fn posix_spawn(pid: *mut libc::pid_t, path: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut libc::pid_t, path: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn _exit(status: c_int) -> ();
+    fn fork() -> libc::pid_t;
     fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t) -> *mut c_void;
     fn munmap(addr: *mut c_void, len: size_t) -> c_int;
+    fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int;
+    fn pkey_mprotect(addr: *mut c_void, len: size_t, prot: c_int, pkey: c_int) -> c_int;
+    fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int;
+    // Variadic in C; its one optional argument passed as a fixed one (see `calls::maps`).
+    fn mremap(old: *mut c_void, old_len: size_t, new_len: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void;
+    fn remap_file_pages(addr: *mut c_void, size: size_t, prot: c_int, pgoff: size_t, flags: c_int) -> c_int;
+    fn shmat(id: c_int, addr: *const c_void, flags: c_int) -> *mut c_void;
     fn pipe(fds: *mut c_int) -> c_int;
     fn pipe2(fds: *mut c_int, flags: c_int) -> c_int;
     fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int;

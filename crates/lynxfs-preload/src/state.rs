@@ -23,6 +23,9 @@ pub const ENV_AT: &str = "LYNXFS_AT";
 /// a page fault, at a cost (about 1.3 µs a page, 50 ms for a 4 GiB pool) that a short
 /// program should not pay (docs/BENCHMARKS.md, "First touch and process start").
 pub const ENV_POPULATE: &str = "LYNXFS_POPULATE";
+/// "0" turns off the seal of the engine's mappings (`mseal`, see
+/// `lynxfs::pmem::mappings`); the checks of the program's mapping calls stay.
+pub const ENV_PROTECT: &str = "LYNXFS_PROTECT";
 
 /// Where the pool is, read once from the environment at load time (a program that
 /// later changes its environment does not move the pool).
@@ -33,6 +36,8 @@ pub struct Config {
     pub at: Vec<u8>,
     /// Whether to populate the runtime state at attach ([`ENV_POPULATE`]).
     pub populate: bool,
+    /// Whether the engine's mappings are sealed once attached ([`ENV_PROTECT`]).
+    pub protect: bool,
 }
 
 static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
@@ -52,10 +57,12 @@ fn read_config() -> Option<Config> {
         return None;
     }
     let populate = std::env::var_os(ENV_POPULATE).is_some_and(|v| !v.is_empty() && v != "0");
+    let protect = std::env::var_os(ENV_PROTECT).is_none_or(|v| v != "0");
     Some(Config {
         pool: PathBuf::from(pool),
         at,
         populate,
+        protect,
     })
 }
 
@@ -103,6 +110,10 @@ fn attach() -> Option<Attached> {
                 // A short-lived program: its new data goes to the pool file rather
                 // than faulting in a fresh page at a time (pmem/through.rs).
                 fs.pool().pm.start_write_through();
+            }
+            if c.protect {
+                // The process keeps the pool until it exits: its mappings may be sealed.
+                lynxfs::pmem::mappings::seal_all();
             }
             let cred = caller();
             let session = |cred| {

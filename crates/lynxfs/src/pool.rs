@@ -194,6 +194,8 @@ pub struct Pool<B: Backend> {
     /// OFD locks are on it (replaced by a fork child's own open, see
     /// [`Pool::rejoin_after_fork`]).
     lock_file: Mutex<Option<File>>,
+    /// Set while [`Pool::hold_for_fork`] holds `lock_file` across a fork.
+    lock_file_held_for_fork: AtomicBool,
     closed: AtomicBool,
     /// The shared runtime state this process is attached to (`None`: private state,
     /// for pools in memory and exclusive opens).
@@ -588,6 +590,7 @@ impl<B: Backend> Pool<B> {
             path: path.to_path_buf(),
             access,
             lock_file: Mutex::new(lock),
+            lock_file_held_for_fork: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         })
     }
@@ -673,6 +676,34 @@ impl<B: Backend> Pool<B> {
     pub fn set_data_mode(&self, mode: DataMode) {
         self.data_mode
             .store(mode == DataMode::Inplace, Ordering::Relaxed);
+    }
+
+    /// Before a fork (the forking thread): take this process's locks on its
+    /// attachment, so that the child never inherits one held by a thread it does not
+    /// have; released by [`Pool::let_go_after_fork`] in the parent and in the child.
+    pub(crate) fn hold_for_fork(&self) {
+        std::mem::forget(self.lock_file.lock());
+        self.lock_file_held_for_fork.store(true, Ordering::Release);
+        if let Some(a) = &self.runtime {
+            a.hold_for_fork();
+        }
+    }
+
+    /// After a fork, in the parent and in the child: let go of what
+    /// [`Pool::hold_for_fork`] took (nothing when it did not run).
+    pub(crate) fn let_go_after_fork(&self) {
+        if let Some(a) = &self.runtime {
+            a.let_go_after_fork();
+        }
+        if self.lock_file_held_for_fork.swap(false, Ordering::AcqRel) {
+            // SAFETY: `hold_for_fork` took the lock in the thread that forked (the
+            // child's only thread) and forgot its guard, then set the flag this call
+            // cleared: the lock is held, and nothing else releases it.
+            unsafe {
+                self.lock_file
+                    .force_unlock(parking_lot::lock_api::GuardNoSend::new())
+            };
+        }
     }
 
     /// In the child of a fork whose parent stays attached: open the pool file anew

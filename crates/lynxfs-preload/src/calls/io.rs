@@ -579,6 +579,9 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: off64_t,
 ) -> *mut c_void {
+    if flags & libc::MAP_FIXED != 0 && super::maps::refused("mmap(MAP_FIXED)", addr, len) {
+        return libc::MAP_FAILED;
+    }
     let (Some(o), Some(a)) = (fds::get(fd), state::attached_now()) else {
         // SAFETY: the C library's mmap with the caller's arguments.
         return unsafe { real::mmap64(addr, len, prot, flags, fd, off) };

@@ -1,7 +1,7 @@
 //! The C library functions this library replaces, by family. Each serves a pool path
 //! or a pool fd and passes everything else to the C library untouched.
 //!
-//! Functions C declares variadic (`open`, `openat`, `fcntl`, `ioctl`) are defined here with
+//! Functions C declares variadic (`open`, `openat`, `fcntl`, `ioctl`, `mremap`) are defined here with
 //! their fixed arguments plus the one optional argument they read: on x86-64 and
 //! AArch64 Linux, the variadic and fixed calling conventions pass these integer
 //! arguments in the same registers, so the value is the caller's when it passed one
@@ -13,6 +13,7 @@ pub mod ids;
 pub mod io;
 pub mod ioctl;
 pub mod locks;
+pub mod maps;
 pub mod names;
 pub mod numbered;
 pub mod open;

@@ -49,11 +49,15 @@ extern "C" fn before_fork() {
         let _inside = crate::guard::Inside::enter();
         share_all(a);
         a.fs.before_fork();
+        // The working directory's session, read-locked across the fork: no chdir in
+        // another thread changes its hold between the fork and the child's count.
+        std::mem::forget(a.cwd.read());
     }
 }
 
 extern "C" fn in_parent() {
     if let Some(a) = state::attached_now() {
+        drop(cwd_kept_for_fork(a));
         a.fs.after_fork_parent();
     }
 }
@@ -61,9 +65,22 @@ extern "C" fn in_parent() {
 extern "C" fn in_child() {
     if let Some(a) = state::attached_now() {
         let _inside = crate::guard::Inside::enter();
-        if let Err(e) = crate::fds::recording_own(|| a.fs.after_fork_child()) {
+        let held: Vec<u64> = cwd_kept_for_fork(a).held_cwd().into_iter().collect();
+        if let Err(e) = crate::fds::recording_own(|| a.fs.after_fork_child_holding(&held)) {
             crate::say(&format!("the child of a fork cannot use the pool: {e}"));
         }
+    }
+}
+
+/// The read lock `before_fork` took on the working directory's session, as a guard
+/// again (released when dropped).
+fn cwd_kept_for_fork(a: &Attached) -> parking_lot::RwLockReadGuard<'_, state::Caller> {
+    // SAFETY: `before_fork` read-locked the session in the thread that forked (in
+    // the child, its only thread) and forgot the guard; this takes that one read
+    // lock over, once, in the parent or the child.
+    unsafe {
+        a.cwd
+            .make_read_guard_unchecked(parking_lot::lock_api::GuardNoSend::new())
     }
 }
 
@@ -790,8 +807,24 @@ pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut 
 /// it may touch the pool, which a child sharing its parent's memory cannot do.
 #[no_mangle]
 pub extern "C" fn vfork() -> pid_t {
-    // SAFETY: fork is always sound to call; the handlers run as for fork.
-    unsafe { libc::fork() }
+    fork()
+}
+
+/// The C library's fork (whose handlers, registered by `init`, do the pool's part),
+/// then, if no child was made, the claims taken for it are given back.
+#[no_mangle]
+pub extern "C" fn fork() -> pid_t {
+    // SAFETY: the C library's fork; its handlers run as always.
+    let pid = unsafe { real::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        if let Some(a) = state::attached_now() {
+            let _inside = crate::guard::Inside::enter();
+            a.fs.fork_failed();
+        }
+        route::set_errno(e.raw_os_error().unwrap_or(libc::EAGAIN));
+    }
+    pid
 }
 
 /// Leaves the pool first, so that the exit is not taken for a crash.

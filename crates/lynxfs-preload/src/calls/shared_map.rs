@@ -351,6 +351,9 @@ pub fn write_back_all(a: &Attached) {
 
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    if super::maps::refused("munmap", addr, len) {
+        return -1;
+    }
     let gone = settle(addr, len, true);
     // SAFETY: the C library's munmap with the caller's arguments.
     let r = unsafe { real::munmap(addr, len) };

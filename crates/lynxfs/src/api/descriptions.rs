@@ -131,46 +131,92 @@ impl<B: Backend> Fs<B> {
     /// inherit held by another thread is taken by this one. Followed by
     /// [`Self::after_fork_parent`] in the parent and [`Self::after_fork_child`] in the
     /// child.
+    ///
+    /// The child's claims on the shared descriptions its handles are bound to are
+    /// taken here, in the parent, before the fork: a thread of the parent that
+    /// closes such a handle just after the fork would otherwise release the last
+    /// claim and free the description before the child claims it. A fork that
+    /// fails gives them back ([`Self::fork_failed`]).
     pub fn before_fork(&self) {
+        let claimed = self
+            .bound_descriptions()
+            .into_iter()
+            .filter(|&key| self.claim(key).is_ok())
+            .collect();
+        *self.fork_claims.lock() = Some(claimed);
         self.ns.areas.before_fork();
+        self.ns.pool.hold_for_fork();
+    }
+
+    /// In the parent, after a fork that made no child: the claims
+    /// [`Self::before_fork`] took for it are given back.
+    pub fn fork_failed(&self) {
+        for key in self.fork_claims.lock().take().unwrap_or_default() {
+            let _ = self.release(key);
+        }
     }
 
     /// The parent's half of [`Self::before_fork`]'s pairing.
     pub fn after_fork_parent(&self) {
+        self.ns.pool.let_go_after_fork();
         self.ns.areas.after_fork();
     }
 
     /// In the child of `fork()` (single-threaded: from a `pthread_atfork` child
     /// handler) of a process that stays attached: the child becomes an attached
-    /// process of its own (its own process slot and pool-file locks), holding every
-    /// engine open its parent held (copied from the parent's open table, which must
-    /// not change between the fork and this call: no other thread of the parent opens
-    /// or closes meanwhile), and claims once more every shared description its
-    /// handles are bound to. Nothing to do for a pool in memory.
-    pub fn after_fork_child(&self) -> Result<()> {
+    /// process of its own (its own process slot and pool-file locks), holding an open
+    /// reference for each it inherited in memory: its open files, its holds, and the
+    /// front end's own (`also_held`: a session's working directory), and claims once
+    /// more every shared description its handles are bound to. Nothing to do for a
+    /// pool in memory.
+    ///
+    /// Why from the child's memory and not from the parent's open table: the
+    /// parent's other threads go on opening and closing after the fork, so its table
+    /// no longer matches what the child inherited (a file closed in the parent just
+    /// after the fork is still open in the child); and references a thread of the
+    /// parent held for one call are not the child's, which has no such thread.
+    pub fn after_fork_child_holding(&self, also_held: &[u64]) -> Result<()> {
+        self.ns.pool.let_go_after_fork();
         self.ns.areas.after_fork();
         let Some(a) = self.ns.pool.attachment() else {
             return Ok(());
         };
-        let parent = self.ns.pool.rejoin_after_fork()?;
+        self.ns.pool.rejoin_after_fork()?;
         let me = a.slot();
         let procs = a.procs();
+        let mut opens = std::collections::BTreeMap::<u64, u32>::new();
+        let inherited = self.files.open_inodes().into_iter();
+        for ino in inherited
+            .chain(self.held_inodes())
+            .chain(also_held.iter().copied())
+        {
+            *opens.entry(ino).or_default() += 1;
+        }
         // No wait in here: the operation is never interrupted, so never repeated.
         self.op(|| {
-            for (ino, n) in procs.opens_of(parent) {
+            for (&ino, &n) in &opens {
                 for _ in 0..n {
                     procs.open_inc(me, ino)?;
                 }
                 let c = self.ns.cachelets.get(ino);
-                c.open_counter()
-                    .fetch_add(n.min(u32::MAX as u64) as u32, Ordering::AcqRel);
+                c.open_counter().fetch_add(n, Ordering::AcqRel);
             }
             Ok(())
         })?;
-        for key in self.bound_descriptions() {
-            self.claim(key)?;
+        // The claims the parent took for this child before the fork are its own;
+        // without them (a caller that did not call `before_fork`) it claims now.
+        let claimed = self.fork_claims.lock().take();
+        if claimed.is_none() {
+            for key in self.bound_descriptions() {
+                self.claim(key)?;
+            }
         }
         Ok(())
+    }
+
+    /// [`Self::after_fork_child_holding`] for a front end that holds no inode itself.
+    pub fn after_fork_child(&self) -> Result<()> {
+        self.after_fork_child_holding(&[])
     }
 
     /// Every shared description some handle of this process is bound to, once each.

@@ -369,6 +369,18 @@ impl OpenFiles {
     }
 
     /// The numbers of the handles open now (for a clean close and a fork).
+    /// The inode of every open file, once per open file however many handles share
+    /// it (each open file holds one open reference).
+    pub(super) fn open_inodes(&self) -> Vec<u64> {
+        self.open_fds()
+            .into_iter()
+            .filter_map(|fd| {
+                let f = self.get(fd).ok()?;
+                (f.home == f.pinned).then_some(f.ino)
+            })
+            .collect()
+    }
+
     pub(super) fn open_fds(&self) -> Vec<Fd> {
         let grown = self.grown.load(Ordering::Acquire).min(CAPACITY) as u32;
         (0..grown)

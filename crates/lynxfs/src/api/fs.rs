@@ -22,6 +22,9 @@ pub struct Fs<B: Backend = PmemBackend> {
     /// When a read updates atime: an `Atime` as u8 (a mount's option, changed by a
     /// remount).
     pub(super) atime: AtomicU8,
+    /// The claims taken before a fork for the child on the shared descriptions its
+    /// handles are bound to (see [`Fs::before_fork`]).
+    pub(super) fork_claims: parking_lot::Mutex<Option<Vec<crate::runtime::DescKey>>>,
 }
 
 /// When a read updates a file's atime: the atime options of mount(8).
@@ -74,6 +77,7 @@ impl<B: Backend> Fs<B> {
             files: OpenFiles::new(),
             held: held::Held::default(),
             atime: AtomicU8::new(Atime::default() as u8),
+            fork_claims: parking_lot::Mutex::new(None),
         }
     }
 

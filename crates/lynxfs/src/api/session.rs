@@ -62,6 +62,13 @@ impl<'a, B: Backend> Session<'a, B> {
         self.cwd
     }
 
+    /// The inode this session holds an open reference on (its working directory,
+    /// unless that is the root), which a fork's child holds too
+    /// ([`Fs::after_fork_child_holding`]).
+    pub fn held_cwd(&self) -> Option<u64> {
+        self.cwd_hold.as_ref().map(|h| h.ino)
+    }
+
     /// fchdir: work in directory `dir` (held, as [`Session::chdir`] holds), which may
     /// be a removed directory still open.
     pub fn fchdir(&mut self, dir: u64) -> Result<()> {

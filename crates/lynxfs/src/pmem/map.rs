@@ -5,6 +5,7 @@ use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
+use super::mappings::{self, Kind, Registered};
 use crate::error::{Error, Result};
 
 mod fault;
@@ -100,6 +101,9 @@ pub struct Mapping {
     mode: MapMode,
     /// Set for a file mapping: a fault in it stops the process with a message.
     watch: Option<fault::Watch>,
+    /// The range in the engine's registry, so that the host program's calls cannot
+    /// replace it ([`mappings`]).
+    registered: Registered,
 }
 
 // SAFETY: the mapping is plain memory shared by design; every access goes through
@@ -117,17 +121,11 @@ impl Mapping {
     pub fn map_file(file: &File, len: usize, path: &Path) -> Result<Mapping> {
         let fd = file.as_raw_fd();
         let prot = libc::PROT_READ | libc::PROT_WRITE;
-        // SAFETY: a fresh mapping of a file descriptor we own, at an address of the
-        // kernel's choosing; the result is checked against MAP_FAILED.
+        // SAFETY: a fresh mapping of a file descriptor we own, at a free address in
+        // the engine's area or of the kernel's choosing; the result is checked against
+        // MAP_FAILED.
         let sync = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
-                fd,
-                0,
-            )
+            mappings::map_placed(len, prot, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC, fd, 0)
         };
         if sync != libc::MAP_FAILED {
             return Ok(Mapping::of_file(
@@ -138,8 +136,7 @@ impl Mapping {
             ));
         }
         // SAFETY: as above, without MAP_SYNC (the file is not on DAX).
-        let shared =
-            unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+        let shared = unsafe { mappings::map_placed(len, prot, libc::MAP_SHARED, fd, 0) };
         if shared == libc::MAP_FAILED {
             return Err(Error::io(path, std::io::Error::last_os_error()));
         }
@@ -148,10 +145,10 @@ impl Mapping {
 
     /// Map `file` copy-on-write: reads see the file, writes stay in this process.
     pub fn map_private(file: &File, len: usize, path: &Path) -> Result<Mapping> {
-        // SAFETY: a fresh private mapping of a descriptor we own; checked below.
+        // SAFETY: a fresh private mapping of a descriptor we own, at a free address;
+        // checked below.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
+            mappings::map_placed(
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE,
@@ -165,18 +162,25 @@ impl Mapping {
         Ok(Mapping::of_file(p.cast(), len, MapMode::Private, path))
     }
 
-    /// Zeroed private memory of `len` bytes.
+    /// Zeroed private memory of `len` bytes (an in-memory pool).
     pub fn anonymous(len: usize) -> Result<Mapping> {
-        // SAFETY: a fresh anonymous mapping; checked against MAP_FAILED.
+        Self::anonymous_as(len, Kind::Pool)
+    }
+
+    /// Zeroed private memory of `len` bytes holding `kind`: the engine's own
+    /// bookkeeping is placed with the pool ([`mappings::map_placed`]), an in-memory
+    /// pool (tests, crash images) where the kernel puts it.
+    pub(super) fn anonymous_as(len: usize, kind: Kind) -> Result<Mapping> {
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        // SAFETY: a fresh anonymous mapping at a free address; checked against
+        // MAP_FAILED.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
+            if kind == Kind::Private {
+                mappings::map_placed(len, prot, flags, -1, 0)
+            } else {
+                libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0)
+            }
         };
         if p == libc::MAP_FAILED {
             return Err(Error::io(
@@ -189,6 +193,7 @@ impl Mapping {
             len,
             mode: MapMode::Anonymous,
             watch: None,
+            registered: mappings::register(p.cast(), len, kind),
         })
     }
 
@@ -199,6 +204,7 @@ impl Mapping {
             len,
             mode,
             watch: Some(fault::watch(base, len, path)),
+            registered: mappings::register(base, len, Kind::Pool),
         }
     }
 
@@ -218,6 +224,7 @@ impl Mapping {
                 len: img.len(),
                 mode: MapMode::Anonymous,
                 watch: None,
+                registered: mappings::register(base, img.len(), Kind::Pool),
             },
             None => Self::anonymous(img.len())?,
         };
@@ -256,7 +263,7 @@ impl Drop for Spares {
             // SAFETY: each spare came from a successful mmap of `len` bytes, and no
             // `Mapping` refers to it any more (it was moved here on drop).
             unsafe {
-                libc::munmap(base.cast(), len);
+                mappings::unmap_own(base, len);
             }
         }
     }
@@ -268,8 +275,10 @@ thread_local! {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // Unwatched first: once unmapped, the addresses may be reused.
+        // Unwatched and out of the registry first: once unmapped, the addresses may
+        // be reused.
         drop(self.watch.take());
+        drop(std::mem::replace(&mut self.registered, Registered::NONE));
         let (base, len) = (self.base, self.len);
         if self.mode == MapMode::Anonymous && len <= SPARE_MAX_LEN {
             let kept = SPARES
@@ -289,7 +298,7 @@ impl Drop for Mapping {
         // SAFETY: `base`/`len` came from a successful mmap and are unmapped once; no
         // `Pm` outlives its mapping (it owns it).
         unsafe {
-            libc::munmap(base.cast(), len);
+            mappings::unmap_own(base, len);
         }
     }
 }

@@ -16,6 +16,7 @@ mod backend;
 pub mod device;
 pub mod flush;
 mod map;
+pub mod mappings;
 mod through;
 
 use std::marker::PhantomData;
@@ -121,7 +122,7 @@ impl<B: Backend> Pm<B> {
         // is page aligned (the mapping is); populating maps the pages without changing
         // a byte of them, so no access, atomic or not, can tell.
         unsafe {
-            libc::madvise(p.cast(), (end - first) as usize, libc::MADV_POPULATE_WRITE);
+            mappings::advise_own(p, (end - first) as usize, libc::MADV_POPULATE_WRITE);
         }
     }
 

@@ -68,7 +68,7 @@ impl Through {
     /// [`Through::start`]; off when the page bitmap cannot be reserved.
     pub(super) fn ready(fd: i32, pool_len: u64) -> Through {
         let words = pool_len.div_ceil(PAGE).div_ceil(PER_WORD) as usize;
-        match Mapping::anonymous((words * 8).max(8)) {
+        match Mapping::anonymous_as((words * 8).max(8), super::mappings::Kind::Private) {
             Ok(m) => Through {
                 file: fd,
                 fd: AtomicI32::new(-1),

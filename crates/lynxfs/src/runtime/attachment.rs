@@ -6,7 +6,7 @@
 //! for the repair another process does (docs/CONSISTENCY.md, "A process dies").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,8 @@ pub struct Attachment {
     health: Health,
     /// Taken by detach.
     attached: Mutex<Option<Attached>>,
+    /// Set while [`Self::hold_for_fork`] holds `attached` across a fork.
+    held_for_fork: AtomicBool,
 }
 
 impl Attachment {
@@ -35,6 +37,7 @@ impl Attachment {
             slot: Arc::new(AtomicU32::new(attached.slot)),
             health: Health::new(attached.procs.clone()),
             attached: Mutex::new(Some(attached)),
+            held_for_fork: AtomicBool::new(false),
         };
         // A process that died while nobody waited on it (its open files, a name it
         // was creating) is found here at the latest: this process's first operation
@@ -81,6 +84,30 @@ impl Attachment {
             a.slot = new;
         }
         Ok(())
+    }
+
+    /// Before a fork (the forking thread): take the attachment's lock, so that the
+    /// child never inherits it held by a thread it does not have (a lock operation
+    /// opening a stand-in at that instant). Released by [`Self::let_go_after_fork`]
+    /// in the parent and in the child. The lock is held only for short work (no
+    /// wait inside), so this never waits on a thread blocked in a lock wait.
+    pub fn hold_for_fork(&self) {
+        std::mem::forget(self.attached.lock());
+        self.held_for_fork.store(true, Ordering::Release);
+    }
+
+    /// After a fork, in the parent and in the child: let go of the lock
+    /// [`Self::hold_for_fork`] took. Nothing when it did not run.
+    pub fn let_go_after_fork(&self) {
+        if self.held_for_fork.swap(false, Ordering::AcqRel) {
+            // SAFETY: `hold_for_fork` took the lock in the thread that forked (the
+            // child's only thread) and forgot its guard, then set the flag this call
+            // cleared: the lock is held, and nothing else releases it.
+            unsafe {
+                self.attached
+                    .force_unlock(parking_lot::lock_api::GuardNoSend::new())
+            };
+        }
     }
 
     /// Called in the child of a fork whose parent stays attached, with the child's

@@ -11,6 +11,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
+use crate::pmem::mappings::{self, Kind, Registered};
+
 pub(crate) const PAGE: usize = 4096;
 
 /// One mapping of runtime memory.
@@ -19,6 +21,9 @@ pub struct Region {
     len: usize,
     /// The shared file, kept open for the mapping's life (its locks live on it).
     file: Option<File>,
+    /// The range in the engine's registry, so that the host program's calls cannot
+    /// replace it ([`crate::pmem::mappings`]).
+    registered: Registered,
 }
 
 // SAFETY: the region is only ever accessed through atomics (`words`, `u32s`), which are
@@ -48,10 +53,10 @@ impl Region {
     /// Map `len` bytes of `file` shared. The caller has sized the file (a shorter file
     /// would fault on access).
     pub fn map_file(file: File, len: usize) -> io::Result<Region> {
-        // SAFETY: a fresh mapping of a file we hold open; no existing memory is affected.
+        // SAFETY: a fresh mapping of a file we hold open, at a free address; no
+        // existing memory is affected.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
+            mappings::map_placed(
                 len.max(1),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
@@ -70,6 +75,7 @@ impl Region {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
             file,
+            registered: mappings::register(p.cast(), len.max(1), Kind::Runtime),
         })
     }
 
@@ -142,8 +148,8 @@ impl Region {
         // pages) and is page aligned. Populating faults the pages in without changing
         // a byte of them, so no access, atomic or not, can tell.
         unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().add(first).cast(),
+            mappings::advise_own(
+                self.ptr.as_ptr().add(first),
                 end - first,
                 libc::MADV_POPULATE_WRITE,
             );
@@ -166,7 +172,7 @@ impl Region {
         // MADV_REMOVE frees the shared pages, which then read as zeros. No reference
         // into the range is held as plain memory: every access is atomic.
         let removed = a == b
-            || unsafe { libc::madvise(self.ptr.as_ptr().add(a).cast(), b - a, libc::MADV_REMOVE) }
+            || unsafe { mappings::advise_own(self.ptr.as_ptr().add(a), b - a, libc::MADV_REMOVE) }
                 == 0;
         let zero = |from: usize, to: usize| {
             for w in self.words(from, (to - from) / 8) {
@@ -252,10 +258,12 @@ fn allocate(file: &File, off: usize, len: usize) -> io::Result<()> {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // Out of the registry first: once unmapped, the addresses may be reused.
+        drop(std::mem::replace(&mut self.registered, Registered::NONE));
         // SAFETY: unmaps exactly the mapping made in `from_mmap`; every borrow of it
         // (slices from `words`/`u32s`) is tied to `&self`, so none outlives this.
         unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len.max(1));
+            mappings::unmap_own(self.ptr.as_ptr(), self.len.max(1));
         }
     }
 }
