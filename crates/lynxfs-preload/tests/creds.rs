@@ -106,11 +106,8 @@ fn run_dropping(pool: &Path, at: &Path, program: &Path) -> String {
 
 fn root_only() {
     // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "needs root (it gives root up)"
-    );
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "needs root (it gives root up)");
 }
 
 #[test]
