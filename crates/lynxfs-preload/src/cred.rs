@@ -24,11 +24,11 @@ use lynxfs::Cred;
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    /// The generation this thread's copy was read at (0: none, or stale).
+    /// The generation this thread's copy was read at, times two, plus one when its
+    /// credentials differ from its process's sessions' (the copy is then in `OWN`;
+    /// most threads' do not, and pay no copy per call). 0: none, or stale. One
+    /// thread-local for the check every call makes.
     static SEEN: Cell<u64> = const { Cell::new(0) };
-    /// Whether this thread's credentials differ from its process's sessions' (the
-    /// copy is then in `OWN`): most threads' do not, and pay no copy per call.
-    static DIFFERS: Cell<bool> = const { Cell::new(false) };
     static OWN: RefCell<Option<Cred>> = const { RefCell::new(None) };
 }
 
@@ -48,15 +48,19 @@ pub fn this_thread_changed() {
 /// process).
 pub fn differing(session: &Cred) -> Option<Cred> {
     let now = GENERATION.load(Ordering::Acquire);
-    if SEEN.try_with(Cell::get).ok()? != now {
+    let seen = SEEN.try_with(Cell::get).ok()?;
+    let differs = if seen >> 1 == now {
+        seen & 1 != 0
+    } else {
         let mine = read();
         let differs = mine != *session;
         OWN.try_with(|o| *o.borrow_mut() = differs.then_some(mine))
             .ok()?;
-        DIFFERS.try_with(|d| d.set(differs)).ok()?;
-        SEEN.try_with(|s| s.set(now)).ok()?;
-    }
-    if !DIFFERS.try_with(Cell::get).unwrap_or(false) {
+        SEEN.try_with(|s| s.set(now << 1 | u64::from(differs)))
+            .ok()?;
+        differs
+    };
+    if !differs {
         return None;
     }
     OWN.try_with(|o| o.borrow().clone()).ok().flatten()
