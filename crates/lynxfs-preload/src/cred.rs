@@ -30,6 +30,11 @@ thread_local! {
     /// thread-local for the check every call makes.
     static SEEN: Cell<u64> = const { Cell::new(0) };
     static OWN: RefCell<Option<Cred>> = const { RefCell::new(None) };
+    /// Bumped by each change of this thread's own credentials (for `ACCESS`).
+    static LOCAL: Cell<u64> = const { Cell::new(0) };
+    /// The credentials access() checks with, and the (generation, local change) they
+    /// were read at.
+    static ACCESS: RefCell<Option<((u64, u64), Cred)>> = const { RefCell::new(None) };
 }
 
 /// Every thread's credentials may have changed.
@@ -40,6 +45,51 @@ pub fn all_changed() {
 /// The calling thread's credentials may have changed.
 pub fn this_thread_changed() {
     let _ = SEEN.try_with(|s| s.set(0));
+    let _ = LOCAL.try_with(|l| l.set(l.get().wrapping_add(1)));
+}
+
+/// The credentials access() and faccessat() without AT_EACCESS check with (Linux's
+/// `access_override_creds`): the calling thread's real uid and gid, its groups, and
+/// its permitted capabilities when the real uid is 0 (none otherwise).
+pub fn for_access() -> Cred {
+    let key = (
+        GENERATION.load(Ordering::Acquire),
+        LOCAL.try_with(Cell::get).unwrap_or(0),
+    );
+    let cached = ACCESS.try_with(|a| {
+        let a = a.try_borrow().ok()?;
+        a.as_ref()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, c)| c.clone())
+    });
+    if let Ok(Some(c)) = cached {
+        return c;
+    }
+    let c = read_for_access();
+    let _ = ACCESS.try_with(|a| {
+        if let Ok(mut a) = a.try_borrow_mut() {
+            *a = Some((key, c.clone()));
+        }
+    });
+    c
+}
+
+fn read_for_access() -> Cred {
+    let (mut ruid, mut euid, mut suid) = (0, 0, 0);
+    let (mut rgid, mut egid, mut sgid) = (0, 0, 0);
+    // SAFETY: each writes three ids through pointers to our locals.
+    unsafe {
+        libc::getresuid(&mut ruid, &mut euid, &mut suid);
+        libc::getresgid(&mut rgid, &mut egid, &mut sgid);
+    }
+    let mut cred = Cred::user(ruid, rgid);
+    cred.groups = groups();
+    cred.caps = match caps() {
+        Some((_, permitted)) if ruid == 0 => permitted,
+        None if ruid == 0 => cred.caps,
+        _ => 0,
+    };
+    cred
 }
 
 /// The calling thread's credentials where they differ from `session` (the
@@ -72,8 +122,8 @@ pub fn read() -> Cred {
     let gid = id_query(libc::SYS_setfsgid);
     let mut cred = Cred::user(uid, gid);
     cred.groups = groups();
-    if let Some(caps) = effective_caps() {
-        cred.caps = caps;
+    if let Some((effective, _)) = caps() {
+        cred.caps = effective;
     }
     cred
 }
@@ -123,9 +173,9 @@ struct CapData {
 
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
-/// The thread's effective capabilities (pid 0 is the calling thread); `None` if the
-/// kernel will not say (the default for the uid is kept then).
-fn effective_caps() -> Option<u64> {
+/// The thread's effective and permitted capabilities (pid 0 is the calling thread);
+/// `None` if the kernel will not say (the default for the uid is kept then).
+fn caps() -> Option<(u64, u64)> {
     let mut h = CapHeader {
         version: CAP_VERSION_3,
         pid: 0,
@@ -143,7 +193,13 @@ fn effective_caps() -> Option<u64> {
             0,
         )
     };
-    (r == 0).then(|| u64::from(d[0].effective) | u64::from(d[1].effective) << 32)
+    let both = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
+    (r == 0).then(|| {
+        (
+            both(d[0].effective, d[1].effective),
+            both(d[0].permitted, d[1].permitted),
+        )
+    })
 }
 
 /// Whether system call `n` changes the calling thread's credentials.

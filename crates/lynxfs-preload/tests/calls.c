@@ -1389,6 +1389,8 @@ static void *raw_setresuid_thread(void *arg) {
     C(syscall(SYS_setresuid, -1, 1001, -1));
     OPEN_CLOSE("cr/shut/f", O_RDONLY);
     OPEN_CLOSE("cr/theirs", O_RDONLY);
+    C(access("cr/shut/f", R_OK));
+    C(faccessat(AT_FDCWD, "cr/shut/f", R_OK, AT_EACCESS));
     return NULL;
 }
 
@@ -1418,6 +1420,10 @@ static void creds(void) {
         OPEN_CLOSE("cr/shut/f", O_RDONLY);
         C(stat("cr/shut/f", &st));
         OPEN_CLOSE("cr/theirs", O_RDWR);
+        /* access checks with the real ids; AT_EACCESS with the fs ones. */
+        C(access("cr/shut/f", R_OK));
+        C(faccessat(AT_FDCWD, "cr/shut/f", R_OK, AT_EACCESS));
+        C(access("cr/theirs", W_OK));
         C(setfsuid(0));
         OPEN_CLOSE("cr/shut/f", O_RDONLY);
         /* Another thread's setfsuid and raw setresuid are that thread's alone. */
@@ -1438,6 +1444,7 @@ static void creds(void) {
         /* Root is checked by its capabilities, not by uid 0. */
         drop_cap(CAP_DAC_OVERRIDE, 1);
         OPEN_CLOSE("cr/theirs", O_WRONLY);
+        C(access("cr/theirs", W_OK));
         OPEN_CLOSE("cr/theirs", O_RDONLY);
         C(stat("cr/their_dir/x", &st));
         C(mkdir("cr/their_dir/x", 0755));
