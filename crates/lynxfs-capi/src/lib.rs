@@ -46,7 +46,9 @@ fn process_cred() -> R<Cred> {
     // SAFETY: `groups` has room for `n` entries, the size passed.
     let got = unsafe { libc::getgroups(n, groups.as_mut_ptr()) };
     groups.truncate(usize::try_from(got).map_err(|_| Errno(libc::EIO))?);
-    Ok(Cred { uid, gid, groups })
+    let mut cred = Cred::user(uid, gid);
+    cred.groups = groups;
+    Ok(cred)
 }
 
 /// Opens the pool at `pool` for this process: the error's text is kept for

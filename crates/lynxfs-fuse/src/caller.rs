@@ -18,7 +18,7 @@ pub(crate) fn as_caller<T>(
 ) -> Result<T, Errno> {
     let mut cred = Cred::user(req.uid(), req.gid());
     match f(&cred) {
-        Err(e) if !cred.is_root() && matches!(e.errno(), libc::EACCES | libc::EPERM) => {
+        Err(e) if cred.uid != 0 && matches!(e.errno(), libc::EACCES | libc::EPERM) => {
             cred.groups = groups_of(req.pid());
             if cred.groups.is_empty() {
                 return Err(errno(&e));
@@ -33,7 +33,7 @@ pub(crate) fn as_caller<T>(
 /// whose permission, depends on the groups).
 pub(crate) fn full_cred(req: &Request) -> Cred {
     let mut cred = Cred::user(req.uid(), req.gid());
-    if !cred.is_root() {
+    if cred.uid != 0 {
         cred.groups = groups_of(req.pid());
     }
     cred

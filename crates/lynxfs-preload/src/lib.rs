@@ -12,8 +12,10 @@
 // their safety documentation.
 #![allow(clippy::missing_safety_doc)]
 
+pub mod attach_lock;
 pub mod calls;
 pub mod conv;
+pub mod cred;
 pub mod fds;
 pub mod guard;
 pub mod real;

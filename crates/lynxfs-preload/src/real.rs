@@ -129,6 +129,11 @@ real! {
     fn setresuid(r: uid_t, e: uid_t, s: uid_t) -> c_int;
     fn setresgid(r: gid_t, e: gid_t, s: gid_t) -> c_int;
     fn setgroups(n: size_t, list: *const gid_t) -> c_int;
+    fn initgroups(user: *const c_char, group: gid_t) -> c_int;
+    fn setfsuid(u: uid_t) -> c_int;
+    fn setfsgid(g: gid_t) -> c_int;
+    fn capset(header: *mut c_void, data: *const c_void) -> c_int;
+    fn syscall(n: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long;
     fn mkostemps64(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int;
     fn mkdtemp(template: *mut c_char) -> *mut c_char;
     fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char;

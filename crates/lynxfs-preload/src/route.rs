@@ -241,9 +241,9 @@ fn kernel_dir(dirfd: c_int) -> Option<Vec<u8>> {
 /// Runs `f` with the caller positioned at `base`.
 pub fn with_base<R>(a: &Attached, base: &Base, f: impl FnOnce(&Caller) -> R) -> R {
     match base {
-        Base::Root => f(&a.root.read()),
-        Base::Cwd => f(&a.cwd.read()),
-        Base::Dir(o) => f(&a.root.read().at(o.ino)),
+        Base::Root => state::as_thread(&a.root.read(), f),
+        Base::Cwd => state::as_thread(&a.cwd.read(), f),
+        Base::Dir(o) => state::as_thread(&a.root.read().at(o.ino), f),
     }
 }
 
@@ -333,9 +333,16 @@ pub unsafe fn follow<R: Fail>(
         let rest = match route(fd, p) {
             Route::Kernel => return kernel(fd, cur.as_ref().map_or(path, |c| c.as_ptr())),
             Route::Pool(base, rel) => {
-                let Some(a) = state::attached() else {
-                    set_errno(libc::EIO);
-                    return R::FAIL;
+                let a = match state::attachment() {
+                    Ok(a) => a,
+                    // Not attached, so the path is the caller's own, as given.
+                    Err(state::Unattached::Denied(_)) if state::mount_serves() => {
+                        return kernel(dirfd, path)
+                    }
+                    Err(u) => {
+                        set_errno(u.errno());
+                        return R::FAIL;
+                    }
                 };
                 match crate::guard::on_live_thread(|| with_base(a, &base, |s| pool(s, &rel))) {
                     Ok(v) => return v,

@@ -79,7 +79,11 @@ pub struct Attached {
     pub dev: u64,
 }
 
-static ATTACHED: OnceLock<Option<Attached>> = OnceLock::new();
+/// The attachment, once made (a process stays attached until it exits). Made under
+/// `attach_lock`, which a fork takes too (see there).
+static ATTACHED: OnceLock<Attached> = OnceLock::new();
+/// Why the last attach failed; read and written under `attach_lock` only.
+static FAILED: parking_lot::Mutex<Option<Failure>> = parking_lot::Mutex::new(None);
 /// Set when the working directory is inside the pool.
 static CWD_IN_POOL: AtomicBool = AtomicBool::new(false);
 static UMASK: AtomicU32 = AtomicU32::new(0o022);
@@ -87,19 +91,111 @@ static UMASK: AtomicU32 = AtomicU32::new(0o022);
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// The attached pool, attaching now if this is the first call that needs it. `None`
-/// if there is no pool configured or it cannot be attached (said once on stderr).
+/// if there is no pool configured or it cannot be attached (see [`attachment`]).
 pub fn attached() -> Option<&'static Attached> {
-    config()?;
-    ATTACHED.get_or_init(attach).as_ref()
+    attachment().ok()
 }
 
 /// The attached pool if this process attached already.
 pub fn attached_now() -> Option<&'static Attached> {
-    ATTACHED.get().and_then(Option::as_ref)
+    ATTACHED.get()
 }
 
-fn attach() -> Option<Attached> {
-    let c = config()?;
+/// Why a process has no attachment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unattached {
+    /// No pool configured, or the pool cannot be used (said once on stderr): its
+    /// paths fail with EIO.
+    Broken,
+    /// The caller's credentials may not open the pool (its file is root's, 0600, and
+    /// the process dropped root before its first pool call): its paths fail with this
+    /// errno as the kernel's would, or go through the pool's mount where one serves
+    /// the directory. Tried again once the credentials change.
+    Denied(i32),
+}
+
+impl Unattached {
+    pub fn errno(self) -> i32 {
+        match self {
+            Unattached::Broken => libc::EIO,
+            Unattached::Denied(e) => e,
+        }
+    }
+}
+
+/// A failed attach, remembered so that each call does not try again.
+enum Failure {
+    Broken,
+    /// Refused to `cred`: tried again by a thread whose credentials differ.
+    Denied {
+        errno: i32,
+        cred: Cred,
+    },
+}
+
+/// The attached pool, attaching now if this is the first call that needs it.
+pub fn attachment() -> Result<&'static Attached, Unattached> {
+    if let Some(a) = ATTACHED.get() {
+        return Ok(a);
+    }
+    config().ok_or(Unattached::Broken)?;
+    let _held = crate::attach_lock::lock();
+    if let Some(a) = ATTACHED.get() {
+        return Ok(a);
+    }
+    let mut failed = FAILED.lock();
+    let me = crate::cred::read();
+    match &*failed {
+        Some(Failure::Broken) => return Err(Unattached::Broken),
+        Some(Failure::Denied { errno, cred }) if *cred == me => {
+            return Err(Unattached::Denied(*errno))
+        }
+        _ => {}
+    }
+    match attach(me.clone()) {
+        Ok(a) => {
+            let a = ATTACHED.get_or_init(|| a);
+            // Each thread compares its credentials with the sessions' anew.
+            crate::cred::all_changed();
+            Ok(a)
+        }
+        Err(Unattached::Denied(errno)) => {
+            *failed = Some(Failure::Denied { errno, cred: me });
+            Err(Unattached::Denied(errno))
+        }
+        Err(Unattached::Broken) => {
+            *failed = Some(Failure::Broken);
+            Err(Unattached::Broken)
+        }
+    }
+}
+
+/// Whether the pool's directory is a FUSE mount (the pool's own, served by `lynxfs
+/// mount`): a process that may not attach the pool reaches it through the kernel
+/// there, as it would without this library.
+pub fn mount_serves() -> bool {
+    static MOUNTED: OnceLock<bool> = OnceLock::new();
+    *MOUNTED.get_or_init(|| {
+        let Some(c) = config().filter(|c| !c.at.is_empty()) else {
+            return false;
+        };
+        let Ok(p) = std::ffi::CString::new(c.at.clone()) else {
+            return false;
+        };
+        let mut st = std::mem::MaybeUninit::<libc::statfs64>::uninit();
+        // SAFETY: a C string we own and a buffer of the right type.
+        let r = unsafe { crate::real::statfs64(p.as_ptr(), st.as_mut_ptr()) };
+        // SAFETY: statfs succeeded, so it filled `st`.
+        r == 0 && unsafe { st.assume_init() }.f_type == FUSE_SUPER_MAGIC
+    })
+}
+
+/// linux/magic.h's FUSE_SUPER_MAGIC.
+const FUSE_SUPER_MAGIC: libc::c_long = 0x6573_5546;
+
+/// Attaches as `cred` (the attaching thread's credentials).
+fn attach(cred: Cred) -> Result<Attached, Unattached> {
+    let c = config().ok_or(Unattached::Broken)?;
     let _inside = crate::guard::Inside::enter();
     match crate::fds::recording_own(|| Fs::open(&c.pool)) {
         Ok(fs) => {
@@ -115,13 +211,12 @@ fn attach() -> Option<Attached> {
                 // The process keeps the pool until it exits: its mappings may be sealed.
                 lynxfs::pmem::mappings::seal_all();
             }
-            let cred = caller();
             let session = |cred| {
                 let mut s = fs.session(cred).mounted();
                 s.set_umask(umask());
                 RwLock::new(s)
             };
-            Some(Attached {
+            Ok(Attached {
                 fs,
                 root: session(cred.clone()),
                 cwd: session(cred),
@@ -129,37 +224,72 @@ fn attach() -> Option<Attached> {
             })
         }
         Err(e) => {
+            let denied = matches!(e.errno(), libc::EACCES | libc::EPERM);
             if !REPORTED.swap(true, Ordering::Relaxed) {
-                crate::say(&format!("{e}"));
+                let also = if !denied {
+                    ""
+                } else if mount_serves() {
+                    " (its paths go through the mount)"
+                } else {
+                    " (its paths answer that error)"
+                };
+                crate::say(&format!("{e}{also}"));
             }
-            None
+            Err(if denied {
+                Unattached::Denied(e.errno())
+            } else {
+                Unattached::Broken
+            })
         }
     }
 }
 
-/// The process changed its ids (setuid and friends): later calls check with the new
-/// ones.
+/// Every thread changed its ids (setuid and friends, which the C library applies to
+/// each thread): the sessions take the calling thread's, and every thread reads its
+/// own again at its next call.
 pub fn ids_changed() {
     if let Some(a) = attached_now() {
-        let c = caller();
+        let c = crate::cred::read();
         a.root.write().cred = c.clone();
         a.cwd.write().cred = c;
     }
+    crate::cred::all_changed();
 }
 
-/// The process's effective credentials.
-fn caller() -> Cred {
-    // SAFETY: these calls only return ids; getgroups writes at most `n` entries.
-    unsafe {
-        let n = libc::getgroups(0, std::ptr::null_mut());
-        let mut groups = vec![0; n.max(0) as usize];
-        let got = libc::getgroups(groups.len() as i32, groups.as_mut_ptr());
-        groups.truncate(got.max(0) as usize);
-        Cred {
-            uid: libc::geteuid(),
-            gid: libc::getegid(),
-            groups,
+/// Runs `f` with `s` as the calling thread: with its own credentials where they
+/// differ from the session's (a thread that called setfsuid, or changed its ids by a
+/// raw system call).
+pub fn as_thread<R>(s: &Caller, f: impl FnOnce(&Caller) -> R) -> R {
+    match crate::cred::differing(&s.cred) {
+        None => f(s),
+        Some(cred) => {
+            let mut mine = s.at(s.cwd());
+            mine.cred = cred;
+            f(&mine)
         }
+    }
+}
+
+/// [`as_thread`] for a session the call changes (a chdir's permission check).
+pub fn as_thread_mut<R>(s: &mut Caller, f: impl FnOnce(&mut Caller) -> R) -> R {
+    match crate::cred::differing(&s.cred) {
+        None => f(s),
+        Some(cred) => {
+            let theirs = std::mem::replace(&mut s.cred, cred);
+            let r = f(s);
+            s.cred = theirs;
+            r
+        }
+    }
+}
+
+/// Runs `f` with the calling thread's credentials (for calls on an fd, which take no
+/// session).
+pub fn with_cred<R>(a: &Attached, f: impl FnOnce(&Cred) -> R) -> R {
+    let s = a.root.read();
+    match crate::cred::differing(&s.cred) {
+        None => f(&s.cred),
+        Some(cred) => f(&cred),
     }
 }
 

@@ -11,6 +11,8 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <linux/capability.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
@@ -1346,6 +1349,142 @@ static void ids(void) {
     C(rmdir("shut"));
 }
 
+/* An open's result, the fd closed again. */
+#define OPEN_CLOSE(path, flags)                                                                    \
+    do {                                                                                           \
+        int f_ = (int)FD(open(path, flags));                                                       \
+        if (f_ >= 0)                                                                               \
+            close(f_);                                                                             \
+    } while (0)
+
+/* glibc's capset (linux/capability.h declares only the structures). */
+int capset(cap_user_header_t header, const cap_user_data_t data);
+
+/* Drops capability `cap` from the calling thread's effective set: by the C library's
+ * capset, or by a raw system call. */
+static void drop_cap(int cap, int raw) {
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) != 0) {
+        SAY("  capget: %s\n", ename(errno));
+        return;
+    }
+    d[cap / 32].effective &= ~(1u << (cap % 32));
+    if (raw)
+        C(syscall(SYS_capset, &h, d));
+    else
+        C(capset(&h, d));
+}
+
+static void *fs_user_thread(void *arg) {
+    (void)arg;
+    C(setfsuid(1001));
+    OPEN_CLOSE("cr/shut/f", O_RDONLY);
+    OPEN_CLOSE("cr/theirs", O_RDONLY);
+    return NULL;
+}
+
+static void *raw_setresuid_thread(void *arg) {
+    (void)arg;
+    C(syscall(SYS_setresuid, -1, 1001, -1));
+    OPEN_CLOSE("cr/shut/f", O_RDONLY);
+    OPEN_CLOSE("cr/theirs", O_RDONLY);
+    C(access("cr/shut/f", R_OK));
+    C(faccessat(AT_FDCWD, "cr/shut/f", R_OK, AT_EACCESS));
+    return NULL;
+}
+
+/* Credentials as the kernel checks them: the calling thread's fs uid and capabilities,
+ * not the process's effective uid (run as root only). */
+static void creds(void) {
+    SAY("== credentials, per thread\n");
+    if (geteuid() != 0) {
+        SAY("  not root: skipped on both sides\n");
+        return;
+    }
+    struct stat st;
+    C(mkdir("cr", 0755));
+    C(mkdir("cr/shut", 0700));
+    C(mkdir("cr/their_dir", 0700));
+    C(chown("cr/their_dir", 1001, 1001));
+    C(close(open("cr/shut/f", O_CREAT | O_WRONLY, 0644)));
+    C(close(open("cr/pub", O_CREAT | O_WRONLY, 0644)));
+    C(close(open("cr/theirs", O_CREAT | O_WRONLY, 0600)));
+    C(chown("cr/theirs", 1001, 1001));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* setfsuid: the kernel checks with the fs uid (and takes the file-system
+         * capabilities away from a non-zero one). */
+        C(setfsuid(1001));
+        OPEN_CLOSE("cr/shut/f", O_RDONLY);
+        C(stat("cr/shut/f", &st));
+        OPEN_CLOSE("cr/theirs", O_RDWR);
+        /* access checks with the real ids; AT_EACCESS with the fs ones. */
+        C(access("cr/shut/f", R_OK));
+        C(faccessat(AT_FDCWD, "cr/shut/f", R_OK, AT_EACCESS));
+        C(access("cr/theirs", W_OK));
+        C(setfsuid(0));
+        OPEN_CLOSE("cr/shut/f", O_RDONLY);
+        /* Another thread's setfsuid and raw setresuid are that thread's alone. */
+        pthread_t t;
+        pthread_create(&t, NULL, fs_user_thread, NULL);
+        pthread_join(t, NULL);
+        C(stat("cr/shut/f", &st));
+        pthread_create(&t, NULL, raw_setresuid_thread, NULL);
+        pthread_join(t, NULL);
+        C(stat("cr/shut/f", &st));
+        OPEN_CLOSE("cr/theirs", O_RDWR);
+        fflush(NULL);
+        _exit(0);
+    }
+    wait_child(pid);
+    pid = fork();
+    if (pid == 0) {
+        /* Root is checked by its capabilities, not by uid 0. */
+        drop_cap(CAP_DAC_OVERRIDE, 1);
+        OPEN_CLOSE("cr/theirs", O_WRONLY);
+        C(access("cr/theirs", W_OK));
+        OPEN_CLOSE("cr/theirs", O_RDONLY);
+        C(stat("cr/their_dir/x", &st));
+        C(mkdir("cr/their_dir/x", 0755));
+        drop_cap(CAP_DAC_READ_SEARCH, 0);
+        OPEN_CLOSE("cr/theirs", O_RDONLY);
+        C(stat("cr/their_dir/x", &st));
+        OPEN_CLOSE("cr/shut/f", O_RDWR);
+        C(chmod("cr/theirs", 0640));
+        drop_cap(CAP_FOWNER, 0);
+        C(chmod("cr/theirs", 0600));
+        C(chmod("cr/pub", 0600));
+        C(chmod("cr/pub", 0644));
+        drop_cap(CAP_CHOWN, 1);
+        C(chown("cr/pub", 1001, -1));
+        C(chown("cr/pub", 0, 0));
+        fflush(NULL);
+        _exit(0);
+    }
+    wait_child(pid);
+    pid = fork();
+    if (pid == 0) {
+        /* Dropping root after the attach: still attached, checked as the new user. */
+        C(setresgid(65534, 65534, 65534));
+        C(setresuid(65534, 65534, 65534));
+        OPEN_CLOSE("cr/pub", O_RDONLY);
+        OPEN_CLOSE("cr/theirs", O_RDONLY);
+        OPEN_CLOSE("cr/shut/f", O_RDONLY);
+        C(open("cr/new", O_CREAT | O_WRONLY, 0644));
+        fflush(NULL);
+        _exit(0);
+    }
+    wait_child(pid);
+    C(unlink("cr/shut/f"));
+    C(unlink("cr/pub"));
+    C(unlink("cr/theirs"));
+    C(rmdir("cr/shut"));
+    C(rmdir("cr/their_dir"));
+    C(rmdir("cr"));
+}
+
 /* system and popen: glibc spawns the shell internally; a pool fd it inherits keeps
  * sharing the caller's position, and the caller's description outlives the shell. */
 static void shells(void) {
@@ -1461,6 +1600,7 @@ int main(int argc, char **argv) {
     memory_and_copies();
     misc();
     ids();
+    creds();
     resolving();
     shells();
     SAY("== end\n");

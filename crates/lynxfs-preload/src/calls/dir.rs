@@ -26,7 +26,7 @@ fn fill(a: &Attached, o: &Open, buf: &mut [u8]) -> lynxfs::Result<usize> {
     }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
     let max = (buf.len() / (HEAD + 5)).clamp(1, 512);
-    let entries = a.fs.readdir(o.ino, cookie, max, &a.root.read().cred)?;
+    let entries = state::with_cred(a, |c| a.fs.readdir(o.ino, cookie, max, c))?;
     let mut at = 0;
     let mut next = cookie;
     for e in entries {
@@ -192,7 +192,7 @@ fn next_batch(a: &Attached, o: &Open) -> lynxfs::Result<Vec<lynxfs::DirEntry>> {
         return Err(err(libc::ENOTDIR));
     }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
-    let b = a.fs.readdir(o.ino, cookie, BATCH, &a.root.read().cred)?;
+    let b = state::with_cred(a, |c| a.fs.readdir(o.ino, cookie, BATCH, c))?;
     if let Some(last) = b.last() {
         a.fs.seek(o.handle, last.next as i64, libc::SEEK_SET)?;
     }
@@ -321,7 +321,7 @@ fn follow_in_kernel(a: &Attached, ino: u64) {
 }
 
 fn enter(a: &'static Attached, ino: u64) -> lynxfs::Result<c_int> {
-    a.cwd.write().fchdir(ino)?;
+    state::as_thread_mut(&mut a.cwd.write(), |s| s.fchdir(ino))?;
     state::set_cwd_in_pool(true);
     follow_in_kernel(a, ino);
     Ok(0)

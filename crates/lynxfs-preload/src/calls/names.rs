@@ -142,9 +142,13 @@ unsafe fn two_paths(
     match (route::route(od, o), route::route(nd, n)) {
         (Route::Kernel, Route::Kernel) => kernel(),
         (Route::Pool(ob, orel), Route::Pool(nb, nrel)) => {
-            let Some(a) = state::attached() else {
-                set_errno(libc::EIO);
-                return -1;
+            let a = match state::attachment() {
+                Ok(a) => a,
+                Err(state::Unattached::Denied(_)) if state::mount_serves() => return kernel(),
+                Err(u) => {
+                    set_errno(u.errno());
+                    return -1;
+                }
             };
             let r = if ob.same(&nb) {
                 // One starting directory for both: no need to spell either out.
@@ -152,7 +156,7 @@ unsafe fn two_paths(
             } else {
                 from_root(a, &ob, &orel)
                     .and_then(|o| Ok((o, from_root(a, &nb, &nrel)?)))
-                    .and_then(|(o, n)| pool(&a.root.read(), &o, &n))
+                    .and_then(|(o, n)| state::as_thread(&a.root.read(), |s| pool(s, &o, &n)))
             };
             match r {
                 Ok(()) => 0,
@@ -466,9 +470,7 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
                 mode: Some(mode),
                 ..Default::default()
             };
-            a.fs.ns()
-                .set_attrs(o.ino, &s, &a.root.read().cred)
-                .map(|_| 0)
+            state::with_cred(a, |c| a.fs.ns().set_attrs(o.ino, &s, c)).map(|_| 0)
         },
         // SAFETY: the C library's fchmod with the caller's arguments.
         || unsafe { real::fchmod(fd, mode) },
@@ -535,9 +537,7 @@ pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -
                 gid: id(gid),
                 ..Default::default()
             };
-            a.fs.ns()
-                .set_attrs(o.ino, &s, &a.root.read().cred)
-                .map(|_| 0)
+            state::with_cred(a, |c| a.fs.ns().set_attrs(o.ino, &s, c)).map(|_| 0)
         },
         // SAFETY: the C library's fchown with the caller's arguments.
         || unsafe { real::fchown(fd, uid, gid) },
@@ -595,9 +595,8 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
         fd,
         |a, o| {
             // SAFETY: the caller's times.
-            a.fs.ns()
-                .set_attrs(o.ino, &unsafe { times(t) }?, &a.root.read().cred)
-                .map(|_| 0)
+            let t = unsafe { times(t) }?;
+            state::with_cred(a, |c| a.fs.ns().set_attrs(o.ino, &t, c)).map(|_| 0)
         },
         // SAFETY: the C library's futimens with the caller's arguments.
         || unsafe { real::futimens(fd, t) },

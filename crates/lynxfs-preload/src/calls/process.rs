@@ -42,9 +42,11 @@ pub fn init() {
     unsafe { libc::pthread_atfork(Some(before_fork), Some(in_parent), Some(in_child)) };
 }
 
-/// Before a fork: every description becomes shared, so parent and child see one
+/// Before a fork: an attach in progress in another thread finishes first (see
+/// `attach_lock`); every description becomes shared, so parent and child see one
 /// position.
 extern "C" fn before_fork() {
+    crate::attach_lock::hold_for_fork();
     if let Some(a) = state::attached_now() {
         let _inside = crate::guard::Inside::enter();
         share_all(a);
@@ -60,8 +62,11 @@ extern "C" fn in_parent() {
         drop(cwd_kept_for_fork(a));
         a.fs.after_fork_parent();
     }
+    crate::attach_lock::release_after_fork(false);
 }
 
+/// In the child: an attachment it inherited is finished (the fork waited for any in
+/// progress), so the child becomes an attached process of its own.
 extern "C" fn in_child() {
     if let Some(a) = state::attached_now() {
         let _inside = crate::guard::Inside::enter();
@@ -70,6 +75,7 @@ extern "C" fn in_child() {
             crate::say(&format!("the child of a fork cannot use the pool: {e}"));
         }
     }
+    crate::attach_lock::release_after_fork(true);
 }
 
 /// The read lock `before_fork` took on the working directory's session, as a guard

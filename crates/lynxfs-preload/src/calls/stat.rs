@@ -243,12 +243,28 @@ pub unsafe extern "C" fn statx(
     }
 }
 
-/// access: existence, then the permission bits asked (as the caller's effective
-/// ids: the real ids are not kept apart).
-fn access_pool(s: &Caller, p: &[u8], mode: c_int, nofollow: bool) -> lynxfs::Result<c_int> {
+/// access: existence, then the permission bits asked, the whole walk as the
+/// caller's real ids, or with AT_EACCESS (`effective`) as its fs ids (the kernel's
+/// effective-id check).
+fn access_pool(
+    s: &Caller,
+    p: &[u8],
+    mode: c_int,
+    nofollow: bool,
+    effective: bool,
+) -> lynxfs::Result<c_int> {
     if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
         return Err(err(libc::EINVAL));
     }
+    let real;
+    let s = if effective {
+        s
+    } else {
+        let mut r = s.at(s.cwd());
+        r.cred = crate::cred::for_access();
+        real = r;
+        &real
+    };
     let ino = s.resolve(p, !nofollow)?;
     if mode != libc::F_OK {
         s.fs().access(ino, &s.cred, mode as u32)?;
@@ -269,7 +285,7 @@ pub unsafe extern "C" fn faccessat(
         at_path(
             dirfd,
             path,
-            |s, p| access_pool(s, p, mode, nofollow),
+            |s, p| access_pool(s, p, mode, nofollow, flags & libc::AT_EACCESS != 0),
             |fd, p| real::faccessat(fd, p, mode, flags),
         )
     }

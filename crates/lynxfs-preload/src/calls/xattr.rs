@@ -99,7 +99,7 @@ pub unsafe extern "C" fn fgetxattr(
         fd,
         |a: &Attached, o| {
             answer(
-                &a.fs.getxattr(o.ino, name_of(name)?, &a.root.read().cred)?,
+                &state::with_cred(a, |c| a.fs.getxattr(o.ino, name_of(name)?, c))?,
                 v,
                 n,
             )
@@ -176,7 +176,7 @@ pub unsafe extern "C" fn fsetxattr(
         |a: &Attached, o| {
             // SAFETY: the caller's value of `n` bytes.
             let value = unsafe { buf(v, n) }?;
-            a.fs.setxattr(o.ino, name_of(name)?, value, flags, &a.root.read().cred)
+            state::with_cred(a, |c| a.fs.setxattr(o.ino, name_of(name)?, value, flags, c))
                 .map(|()| 0)
         },
         // SAFETY: the C library's fsetxattr with the caller's arguments.
@@ -223,7 +223,7 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, out: *mut c_char, n: size_t) -> s
         fd,
         |a: &Attached, o| {
             answer(
-                &list(a.fs.listxattr(o.ino, &a.root.read().cred)?),
+                &list(state::with_cred(a, |c| a.fs.listxattr(o.ino, c))?),
                 out.cast(),
                 n,
             )
@@ -271,8 +271,7 @@ pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
     on_fd(
         fd,
         |a: &Attached, o| {
-            a.fs.removexattr(o.ino, name_of(name)?, &a.root.read().cred)
-                .map(|()| 0)
+            state::with_cred(a, |c| a.fs.removexattr(o.ino, name_of(name)?, c)).map(|()| 0)
         },
         // SAFETY: the C library's fremovexattr with the caller's arguments.
         || unsafe { real::fremovexattr(fd, name) },

@@ -2,6 +2,7 @@
 //! for the mode it is given: one place for the path calls and the by-number calls.
 
 use crate::error::{errno, Result};
+use crate::meta::perm::cap;
 use crate::meta::{Cred, NewNode};
 
 /// mkdir's directory: only the permission and sticky bits, as vfs_mkdir (set-group-ID
@@ -44,7 +45,7 @@ pub(super) fn special(mode: u32, rdev: u64, umask: u32, cred: &Cred) -> Result<N
     };
     match kind {
         libc::S_IFREG | libc::S_IFIFO | libc::S_IFSOCK => {}
-        libc::S_IFCHR | libc::S_IFBLK if cred.is_root() => {}
+        libc::S_IFCHR | libc::S_IFBLK if cred.has(cap::MKNOD) => {}
         libc::S_IFCHR | libc::S_IFBLK => return Err(errno::EPERM),
         _ => return Err(errno::EINVAL),
     }

@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 
 use crate::error::{errno, Result};
 use crate::format::inode;
+use crate::meta::perm::cap;
 use crate::meta::{is_dir, perm, Cred, Stat};
 use crate::pmem::Backend;
 
@@ -126,8 +127,8 @@ impl<B: Backend> Fs<B> {
         }
         // A file the open created is empty: Linux's do_open drops O_TRUNC for it.
         if flags & libc::O_TRUNC != 0 && !created && o.mode & libc::S_IFMT == libc::S_IFREG {
-            let in_group = cred.is_root() || cred.in_group(o.gid);
-            if let Err(e) = self.truncate_to_zero(ino, cred.is_root(), in_group) {
+            let in_group = cred.in_group_or_fsetid(o.gid);
+            if let Err(e) = self.truncate_to_zero(ino, cred.has(cap::FSETID), in_group) {
                 self.drop_open_ref(ino);
                 return Err(e);
             }
@@ -139,8 +140,8 @@ impl<B: Backend> Fs<B> {
             desc: AtomicU64::new(0),
             handles: AtomicU32::new(1),
             map: Default::default(),
-            privileged: cred.is_root(),
-            in_group: cred.is_root() || cred.in_group(o.gid),
+            privileged: cred.has(cap::FSETID),
+            in_group: cred.in_group_or_fsetid(o.gid),
             atime: Default::default(),
         })?;
         Ok(Opened {

@@ -713,11 +713,7 @@ mod tests {
         let fs = tree();
         let ns = fs.ns();
         let cache = PrefixCache::new(ns, DIRS);
-        let user = Cred {
-            uid: 1000,
-            gid: 1000,
-            groups: vec![],
-        };
+        let user = Cred::user(1000, 1000);
         for cred in [Cred::root(), user] {
             for scope in [Scope::Pool, Scope::Mounted] {
                 for follow in [true, false] {
@@ -738,11 +734,7 @@ mod tests {
             &cache,
             "/a/b/secret/x/y",
             true,
-            &Cred {
-                uid: 1000,
-                gid: 1000,
-                groups: vec![],
-            },
+            &Cred::user(1000, 1000),
             Scope::Pool,
         );
         assert_eq!(denied, format!("{:?}", errno::EACCES));
@@ -820,11 +812,7 @@ mod tests {
     fn a_chmod_after_the_index_learnt_a_run_still_denies_the_search() {
         let fs = tree();
         let cache = PrefixCache::new(fs.ns(), DIRS);
-        let user = Cred {
-            uid: 1000,
-            gid: 1000,
-            groups: vec![],
-        };
+        let user = Cred::user(1000, 1000);
         let before = outcome(&cache, "/a/b/c/d/f", true, &user, Scope::Pool);
         assert!(!before.contains("Errno"), "{before}");
         fs.session(Cred::root()).chmod("/a/b", 0o700).unwrap();

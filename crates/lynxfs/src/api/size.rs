@@ -2,6 +2,7 @@
 //! set-id bits of a caller without CAP_FSETID, as a write does.
 
 use crate::error::{errno, Result};
+use crate::meta::perm::cap;
 use crate::meta::{is_dir, perm, Cred};
 use crate::pmem::Backend;
 
@@ -50,8 +51,8 @@ impl<B: Backend> Fs<B> {
         self.op(|| {
             self.ns.live(ino)?;
             self.ns.may(ino, cred, perm::W)?;
-            let in_group = cred.is_root() || cred.in_group(self.ns.owner(ino).gid);
-            self.truncate_ino(ino, len, None, (cred.is_root(), in_group))
+            let in_group = cred.in_group_or_fsetid(self.ns.owner(ino).gid);
+            self.truncate_ino(ino, len, None, (cred.has(cap::FSETID), in_group))
         })
     }
 

@@ -247,13 +247,14 @@ fn ok_if(allowed: bool) -> Result<()> {
     }
 }
 
-/// Linux's `acl_permission_check`: the owner and root as without ACLs; anyone else
-/// through the access ACL `acl` when the mode has group bits; else by the mode.
+/// Linux's `acl_permission_check` then `generic_permission`'s capabilities: the owner
+/// as without ACLs; anyone else through the access ACL `acl` when the mode has group
+/// bits; else by the mode; what those refuse, a capability may still allow.
 pub fn check(cred: &Cred, o: Owner, acl: Option<&Acl>, want: u32) -> Result<()> {
     match acl {
-        Some(acl) if !cred.is_root() && cred.uid != o.uid && o.mode & 0o070 != 0 => {
-            acl.permits(cred, o, want)
-        }
+        Some(acl) if cred.uid != o.uid && o.mode & 0o070 != 0 => acl
+            .permits(cred, o, want)
+            .or_else(|_| perm::overridden(cred, o, want)),
         _ => perm::check(cred, o, want),
     }
 }

@@ -13,7 +13,7 @@ use crate::format::{inode, BLOCK};
 use crate::pmem::Backend;
 use crate::time::{now_ns, Timestamp};
 
-use super::perm::{self, Cred};
+use super::perm::{self, cap, Cred};
 use super::Namespace;
 
 /// What stat reports.
@@ -178,20 +178,20 @@ impl<B: Backend> Namespace<B> {
             perm::owner_or_root(cred, o)?;
             mode = (o.mode & libc::S_IFMT) | (m & 0o7777);
             let gid = a.gid.unwrap_or(o.gid);
-            if !cred.is_root() && !cred.in_group(gid) {
+            if !cred.in_group_or_fsetid(gid) {
                 mode &= !libc::S_ISGID;
             }
         }
         if a.uid.is_some() || a.gid.is_some() {
             // Linux's chown_ok and chgrp_ok.
             if let Some(u) = a.uid {
-                if !(cred.is_root() || (u == o.uid && cred.uid == o.uid)) {
+                if !(cred.has(cap::CHOWN) || (u == o.uid && cred.uid == o.uid)) {
                     return Err(errno::EPERM);
                 }
             }
             if let Some(g) = a.gid {
                 let own = cred.uid == o.uid && (g == o.gid || cred.in_group(g));
-                if !(cred.is_root() || own) {
+                if !(cred.has(cap::CHOWN) || own) {
                     return Err(errno::EPERM);
                 }
             }

@@ -20,7 +20,7 @@ use crate::time::{now_coarse_ns, now_ns};
 
 use super::cachelet::{LINKABLE, ORPHAN, SETTLED};
 use super::index::{self, name_hash, Claim, Entry, Sighting, State};
-use super::perm::{self, Cred};
+use super::perm::{self, cap, Cred};
 use super::{check_name, dtype, is_dir, Dir, Namespace};
 use crate::alloc::within_reserve_of;
 
@@ -60,7 +60,7 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
         excl: bool,
     ) -> Result<(u64, bool)> {
-        within_reserve_of(cred.is_root(), || {
+        within_reserve_of(cred.has(cap::SYS_RESOURCE), || {
             self.op(|| self.create_once(parent, name, node, cred, (excl, false)))
         })
     }
@@ -77,7 +77,7 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
         excl: bool,
     ) -> Result<(u64, bool)> {
-        within_reserve_of(cred.is_root(), || {
+        within_reserve_of(cred.has(cap::SYS_RESOURCE), || {
             self.op(|| self.create_once(parent, name, node, cred, (excl, true)))
         })
     }
@@ -412,7 +412,7 @@ impl<B: Backend> Namespace<B> {
         cred: &Cred,
         linkable: bool,
     ) -> Result<u64> {
-        within_reserve_of(cred.is_root(), || {
+        within_reserve_of(cred.has(cap::SYS_RESOURCE), || {
             self.tmpfile_op(parent, (mode, umask), cred, linkable)
         })
     }
@@ -596,7 +596,7 @@ impl<B: Backend> Namespace<B> {
 
     /// A hard link to `ino` named `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8], cred: &Cred) -> Result<()> {
-        within_reserve_of(cred.is_root(), || {
+        within_reserve_of(cred.has(cap::SYS_RESOURCE), || {
             self.op(|| self.link_once(ino, parent, name, cred))
         })
     }

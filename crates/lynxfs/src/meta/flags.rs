@@ -9,7 +9,7 @@ use crate::format::inode;
 use crate::pmem::Backend;
 use crate::time::now_ns;
 
-use super::perm::{self, Cred};
+use super::perm::{self, cap, Cred};
 use super::Namespace;
 
 /// `FS_IMMUTABLE_FL` (`chattr +i`).
@@ -47,7 +47,7 @@ impl<B: Backend> Namespace<B> {
             let o = self.owner(ino);
             perm::owner_or_root(cred, o)?;
             let old = self.inode_flags(ino);
-            if (old ^ flags) & (IMMUTABLE | APPEND) != 0 && !cred.is_root() {
+            if (old ^ flags) & (IMMUTABLE | APPEND) != 0 && !cred.has(cap::LINUX_IMMUTABLE) {
                 return Err(errno::EPERM);
             }
             let at = self.iaddr(ino);

@@ -7,7 +7,7 @@
 use crate::error::{errno, Result};
 use crate::pmem::Backend;
 
-use super::perm::{self, Cred};
+use super::perm::{self, cap, Cred};
 use super::Namespace;
 
 /// Where the kernel publishes the sysctl.
@@ -18,7 +18,7 @@ impl<B: Backend> Namespace<B> {
     pub(super) fn may_link(&self, ino: u64, cred: &Cred) -> Result<()> {
         let o = self.owner(ino);
         // The sysctl is read only for a link the rule might refuse.
-        if cred.is_root() || cred.uid == o.uid || !protected_hardlinks() {
+        if cred.has(cap::FOWNER) || cred.uid == o.uid || !protected_hardlinks() {
             return Ok(());
         }
         let setgid_exec = libc::S_ISGID | libc::S_IXGRP;

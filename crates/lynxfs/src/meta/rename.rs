@@ -16,7 +16,7 @@ use crate::time::now_ns;
 
 use super::create::NewNode;
 use super::index::{Claim, Entry, Sighting, State};
-use super::perm::{self, Cred};
+use super::perm::{self, cap, Cred};
 use super::{check_name, is_dir, Namespace};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -171,7 +171,7 @@ impl<B: Backend> Namespace<B> {
             return Err(errno::EINVAL);
         }
         // Making a whiteout is making a device node (CAP_MKNOD).
-        if flags.whiteout && cred.uid != 0 {
+        if flags.whiteout && !cred.has(cap::MKNOD) {
             return Err(errno::EPERM);
         }
         for n in [sn, dn] {

@@ -13,7 +13,7 @@ use crate::format::inode;
 use crate::pmem::Backend;
 
 use super::acl::{self, Acl};
-use super::perm::{self, Cred};
+use super::perm::{self, cap, Cred};
 use super::{is_dir, Namespace};
 
 /// The file capabilities exec grants (`setcap`).
@@ -63,13 +63,13 @@ impl<B: Backend> Namespace<B> {
             }
             self.may(ino, cred, want)
         } else if name.starts_with(b"trusted.") {
-            if cred.is_root() {
+            if cred.has(cap::SYS_ADMIN) {
                 Ok(())
             } else {
                 Err(refused)
             }
         } else if name.starts_with(b"security.") || name.starts_with(b"system.") {
-            if want == perm::R || cred.is_root() {
+            if want == perm::R || cred.has(cap::SYS_ADMIN) {
                 Ok(())
             } else {
                 Err(errno::EPERM)
@@ -90,7 +90,7 @@ impl<B: Backend> Namespace<B> {
         let names = xattr::list(&self.pool, ino)?;
         Ok(names
             .into_iter()
-            .filter(|n| cred.is_root() || !n.starts_with(b"trusted."))
+            .filter(|n| cred.has(cap::SYS_ADMIN) || !n.starts_with(b"trusted."))
             .collect())
     }
 
@@ -103,7 +103,7 @@ impl<B: Backend> Namespace<B> {
         flags: i32,
         cred: &Cred,
     ) -> Result<()> {
-        within_reserve_of(cred.is_root(), || {
+        within_reserve_of(cred.has(cap::SYS_RESOURCE), || {
             self.setxattr_op(ino, name, value, flags, cred)
         })
     }
@@ -213,7 +213,7 @@ impl<B: Backend> Namespace<B> {
             let keep = match acl {
                 Some(acl) if name == acl::ACCESS => {
                     let mut mode = (o.mode & !0o777) | acl.mode_bits();
-                    if !cred.is_root() && !cred.in_group(o.gid) {
+                    if !cred.in_group_or_fsetid(o.gid) {
                         mode &= !libc::S_ISGID;
                     }
                     let word = super::flags::mode_word(mode, self.inode_flags(ino));
