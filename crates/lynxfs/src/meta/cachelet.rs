@@ -30,6 +30,9 @@ pub const LINKABLE: u32 = 8;
 /// freed, so a new incarnation (whose create writes a fresh check) starts without.
 pub const SETTLED: u32 = 16;
 
+/// The flags word's bits from here up count a directory's evictions ([`Cachelet::evicted`]).
+const EVICTIONS: u32 = 1 << 16;
+
 /// Bytes per record: one cache line, so files used by different CPUs share none.
 const RECORD: usize = 64;
 const U32S: usize = RECORD / 4;
@@ -210,6 +213,23 @@ impl<'a> Cachelet<'a> {
     }
     pub fn clear_flags(&self, f: u32) {
         self.small[FLAGS].fetch_and(!f, Ordering::AcqRel);
+    }
+
+    /// The directory's entries are leaving the index: not [`LOADED`], and one more
+    /// eviction counted, in one store, before the first entry leaves.
+    pub fn evicted(&self) {
+        let word = &self.small[FLAGS];
+        let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+            Some((f & !LOADED).wrapping_add(EVICTIONS))
+        });
+    }
+
+    /// Whether the directory is loaded, and its evictions so far. A lookup that
+    /// reads the same stamp, loaded, before and after it misses in the index missed
+    /// no entry an eviction took out (a load sets [`LOADED`] after its last entry
+    /// is in, an eviction clears it before the first goes).
+    pub fn load_stamp(&self) -> u32 {
+        self.flags() & (LOADED | !(EVICTIONS - 1))
     }
 
     /// Forget the file this record was for (its inode number is being freed), so the
