@@ -89,7 +89,7 @@ impl<'a, B: Backend> Session<'a, B> {
     /// throughout: when the path then leads to another inode, `f` runs again on that
     /// one. ENOENT stands only when the path is gone or still leads to the freed
     /// inode (an unlink that has committed and is yet to drop the name).
-    pub(super) fn on_resolved<T>(
+    pub fn on_resolved<T>(
         &self,
         p: &[u8],
         follow: bool,
@@ -109,6 +109,19 @@ impl<'a, B: Backend> Session<'a, B> {
                 r => return r,
             }
         }
+    }
+
+    /// `f` of the inode `p` leads to, held while `f` runs (see `resolve_held`): for
+    /// a front end's change by number, which must neither land on a newer file that
+    /// reused the number nor say ENOENT for a name replaced meanwhile.
+    pub fn on_held<T>(
+        &self,
+        p: &[u8],
+        follow: bool,
+        f: impl FnOnce(u64) -> Result<T>,
+    ) -> Result<T> {
+        let held = self.resolve_held(p, follow)?;
+        f(held.ino)
     }
 
     /// The parent directory and last name of `p`; the name must be a real one.
