@@ -4,9 +4,11 @@
 //! names (and the paths below them). Not one ENOENT may come back, with the full-path
 //! areas on or off.
 //!
-//! Each replacement carries its number in its bytes, so the readers check one more
-//! thing a linearizable `cfg` promises: a reader's successive opens never go back to
-//! an older file, and never find one half written.
+//! Each replacement carries its number in its bytes, and every rename and open is
+//! timed, so the history of `cfg` is checked against what a linearizable `cfg`
+//! promises (an atomic register with one writer): no open finds a file before its
+//! rename began, or after the next rename ended, or older than another open that
+//! ended before it began; and none finds one half written.
 
 mod common;
 
@@ -127,8 +129,73 @@ fn race(
     })
 }
 
+/// A call's interval, in nanoseconds since the case began: it took effect (if at all)
+/// somewhere between the two.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: u64,
+    end: u64,
+}
+
+/// What a case's calls on `cfg` saw: the interval of the rename that gave `cfg` the
+/// file of generation `g` at `renames[g - 1]` (generation 0 was there before), and
+/// every read's interval with the generation it found.
+#[derive(Default)]
+struct History {
+    renames: std::sync::Mutex<Vec<Span>>,
+    reads: std::sync::Mutex<Vec<(Span, u64)>>,
+}
+
+/// Nanoseconds since `base`.
+fn since(base: Instant) -> u64 {
+    base.elapsed().as_nanos() as u64
+}
+
+/// Up to 5 ways the history breaks the rules of an atomic register with one writer
+/// (Lamport's: what a linearizable `cfg` is, as each rename writes a new value and
+/// each open reads one): no read returns a generation whose rename began after the
+/// read ended, or one already replaced by a rename that ended before the read began,
+/// and no read returns an older generation than a read that ended before it began.
+fn register_violations(renames: &[Span], reads: &mut [(Span, u64)]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for &(r, g) in reads.iter() {
+        let wrote = (g as usize).checked_sub(1).map(|i| renames[i]);
+        if wrote.is_some_and(|w| w.start > r.end) {
+            bad.push(format!(
+                "{r:?} read generation {g}, renamed in later ({wrote:?})"
+            ));
+        }
+        let replaced = renames.get(g as usize);
+        if replaced.is_some_and(|w| w.end < r.start) {
+            bad.push(format!(
+                "{r:?} read generation {g}, replaced before ({replaced:?})"
+            ));
+        }
+    }
+    // New-old inversions: sweep the reads by start, with the highest generation of
+    // the reads that ended before it.
+    let mut by_end: Vec<(u64, u64)> = reads.iter().map(|&(r, g)| (r.end, g)).collect();
+    by_end.sort_unstable();
+    reads.sort_unstable_by_key(|&(r, _)| r.start);
+    let (mut ended, mut newest) = (0, 0);
+    for &(r, g) in reads.iter() {
+        while ended < by_end.len() && by_end[ended].0 < r.start {
+            newest = newest.max(by_end[ended].1);
+            ended += 1;
+        }
+        if g < newest {
+            bad.push(format!(
+                "{r:?} read generation {g} after a read of {newest} had ended"
+            ));
+        }
+    }
+    bad.truncate(5);
+    bad
+}
+
 /// `write tmp; rename tmp cfg` in a loop (in `dir`, "" for the root) while readers
-/// open and stat `cfg`.
+/// open and stat `cfg`; every open's result is checked against the renames' history
+/// ([`register_violations`]).
 fn replace_while_reading(dir: &str, areas_on: bool) -> Result<(), String> {
     let fs = fs(64 << 20);
     areas(&fs, areas_on);
@@ -139,35 +206,54 @@ fn replace_while_reading(dir: &str, areas_on: bool) -> Result<(), String> {
     let (tmp, cfg) = (format!("{dir}/tmp"), format!("{dir}/cfg"));
     write_file(&fs, &root, &cfg, 0);
     let t = Tally::default();
+    let h = History::default();
+    let base = Instant::now();
     let changes = race(
         |stop| {
             let s = fs.session(Cred::root());
-            let mut generation = 0;
+            let mut renames = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                generation += 1;
-                write_file(&fs, &s, &tmp, generation);
+                write_file(&fs, &s, &tmp, renames.len() as u64 + 1);
+                let start = since(base);
                 s.rename(&tmp, &cfg, 0).unwrap();
+                renames.push(Span {
+                    start,
+                    end: since(base),
+                });
             }
-            generation
+            let n = renames.len() as u64;
+            *h.renames.lock().unwrap() = renames;
+            n
         },
         |stop| {
             let s = fs.session(Cred::root());
-            let mut last = 0;
+            let mut reads = Vec::new();
             while !stop.load(Ordering::Relaxed) {
+                let start = since(base);
                 if let Some(g) = read_generation(&fs, &s, &cfg, &t) {
-                    // Linearizable: never back to a file replaced before one seen.
-                    if g < last {
-                        t.wrong.fetch_add(1, Ordering::Relaxed);
-                    }
-                    last = g;
+                    reads.push((
+                        Span {
+                            start,
+                            end: since(base),
+                        },
+                        g,
+                    ));
                 }
                 t.saw(s.stat(&cfg));
                 t.saw(s.lstat(&cfg));
             }
+            h.reads.lock().unwrap().extend(reads);
         },
     );
+    let mut reads = h.reads.into_inner().unwrap();
+    let bad = register_violations(&h.renames.into_inner().unwrap(), &mut reads);
+    t.wrong.fetch_add(bad.len() as u64, Ordering::Relaxed);
+    for b in &bad {
+        eprintln!("not linearizable: {b}");
+    }
     t.verdict(&format!(
-        "rename over {cfg}, areas {areas_on}, {changes} renames"
+        "rename over {cfg}, areas {areas_on}, {changes} renames, {} reads checked",
+        reads.len()
     ))
 }
 
@@ -226,4 +312,29 @@ fn exchange_while_reading(areas_on: bool) -> Result<(), String> {
 fn paths_below_exchanged_directories_are_never_missing() {
     let _w = lynxfs_test_support::watchdog("exchanged_directories", LIMIT);
     all_pass(&[exchange_while_reading(true), exchange_while_reading(false)]);
+}
+
+/// The history checker itself: each rule caught alone, and a linearizable history
+/// (reads overlapping a rename may see either file) passed.
+#[test]
+fn the_register_checker_catches_each_kind_of_wrong_read() {
+    let span = |start, end| Span { start, end };
+    // Generation 1 renamed in during 10-20, generation 2 during 30-40.
+    let renames = [span(10, 20), span(30, 40)];
+    let mut fine = vec![
+        (span(0, 5), 0),
+        (span(15, 25), 0),
+        (span(15, 25), 1),
+        (span(35, 50), 2),
+    ];
+    assert!(register_violations(&renames, &mut fine).is_empty());
+    let cases: [(&str, Vec<(Span, u64)>); 3] = [
+        ("from the future", vec![(span(0, 5), 1)]),
+        ("replaced before", vec![(span(25, 28), 0)]),
+        ("new then old", vec![(span(15, 18), 1), (span(19, 22), 0)]),
+    ];
+    for (what, mut reads) in cases {
+        let bad = register_violations(&renames, &mut reads);
+        assert_eq!(bad.len(), 1, "{what}: {bad:?}");
+    }
 }

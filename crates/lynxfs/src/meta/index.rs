@@ -17,7 +17,11 @@
 //! dentry's parent and name, then `a` again, and trust what they read only when `a`
 //! did not change (a seqlock per slot: `b` and the dentry change only while the slot
 //! holds another incarnation, which has another version). So a lookup racing with
-//! changes sees the entry as it was or as it is, never a mix.
+//! changes sees the entry as it was or as it is, never a mix. A lookup that misses
+//! reads the words of the slots it passed again and walks again if any changed
+//! ([`Passed`]): slot by slot, a walk could otherwise pass a rename's new entry before
+//! it was published and reach the old one after it went, and miss a name that was
+//! there throughout (issue 42).
 //!
 //! **Claims** (a create's, a rename's or a link's new name) hold a stripe lock chosen
 //! by the key's hash (1024 stripes), so two claims of one name, from any processes,
