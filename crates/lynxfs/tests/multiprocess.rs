@@ -317,6 +317,8 @@ fn child() {
         "excl" => excl_child(&fs),
         "shuffle" => shuffle_child(&fs),
         "agent" => agent_child(&fs),
+        "cfg-writer" => cfg_writer_child(&fs),
+        "cfg-reader" => cfg_reader_child(&fs),
         r => panic!("unknown role {r}"),
     }
     fs.close().unwrap();
@@ -402,6 +404,64 @@ fn shuffle_child(fs: &LFs) {
         ack(i);
     }
     say("done");
+    heard();
+}
+
+/// How long the `cfg` writer and readers run (issue 42).
+const CFG_RUN: Duration = Duration::from_millis(2000);
+
+/// Replace `/cfg` by `write /tmp; rename /tmp /cfg` for `CFG_RUN`, each file holding
+/// its number; says how many.
+fn cfg_writer_child(fs: &LFs) {
+    let s = fs.session(Cred::root());
+    heard().expect("go");
+    let until = Instant::now() + CFG_RUN;
+    let mut n = 0u64;
+    while Instant::now() < until {
+        n += 1;
+        let fd = s
+            .open(
+                "/tmp",
+                libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY,
+                0o644,
+            )
+            .unwrap();
+        assert_eq!(fs.pwrite(fd, &n.to_le_bytes(), 0).unwrap(), 8);
+        fs.close_fd(fd).unwrap();
+        s.rename("/tmp", "/cfg", 0).unwrap();
+    }
+    say(&format!("renamed {n}"));
+    heard();
+}
+
+/// Open, read and stat `/cfg` for `CFG_RUN`; says the calls made, the ENOENTs, and
+/// the reads that saw a short file or an older one after a newer one.
+fn cfg_reader_child(fs: &LFs) {
+    let s = fs.session(Cred::root());
+    heard().expect("go");
+    let until = Instant::now() + CFG_RUN;
+    let (mut calls, mut enoent, mut wrong, mut last) = (0u64, 0u64, 0u64, 0u64);
+    let mut saw = |r: lynxfs::Result<()>| {
+        calls += 1;
+        match r {
+            Ok(()) => {}
+            Err(e) if e.errno() == libc::ENOENT => enoent += 1,
+            Err(e) => panic!("reading /cfg: {e}"),
+        }
+    };
+    while Instant::now() < until {
+        saw(read_whole(fs, "/cfg").map(|d| {
+            let Ok(bytes) = <[u8; 8]>::try_from(d.as_slice()) else {
+                wrong += 1;
+                return;
+            };
+            let g = u64::from_le_bytes(bytes);
+            wrong += (g < last) as u64;
+            last = g;
+        }));
+        saw(s.stat("/cfg").map(drop));
+    }
+    say(&format!("tally {calls} {enoent} {wrong}"));
     heard();
 }
 
@@ -713,6 +773,52 @@ fn renames_of_shared_names_are_atomic() {
         let want: BTreeSet<String> = (0..FILES).map(|i| format!("file{i}")).collect();
         assert_eq!(seen, want);
     });
+}
+
+/// A name replaced by rename in one process is never missing in others (issue 42):
+/// one process replaces `/cfg` in a loop while two others open, read and stat it.
+#[test]
+fn a_name_replaced_in_one_process_is_never_missing_in_others() {
+    let _dog = watchdog("a_name_replaced_in_one_process_is_never_missing_in_others");
+    let st = setup(2);
+    st.with_fs(|fs| {
+        let s = fs.session(Cred::root());
+        let fd = s.create("/cfg", 0o644).unwrap();
+        fs.pwrite(fd, &0u64.to_le_bytes(), 0).unwrap();
+        fs.close_fd(fd).unwrap();
+    });
+    let mut kids = vec![st.spawn("cfg-writer", 0, &[])];
+    kids.extend((1..3).map(|k| st.spawn("cfg-reader", k, &[])));
+    for k in &mut kids {
+        k.expect("ready");
+    }
+    for k in &mut kids {
+        k.send("go");
+    }
+    let renamed: u64 = kids[0].expect("renamed")[0].parse().unwrap();
+    let mut tallies = Vec::new();
+    for k in &mut kids[1..] {
+        let t: Vec<u64> = k
+            .expect("tally")
+            .iter()
+            .map(|w| w.parse().unwrap())
+            .collect();
+        tallies.push(t);
+    }
+    for k in kids {
+        k.finish();
+    }
+    eprintln!("{renamed} renames; readers' calls, ENOENT, wrong: {tallies:?}");
+    assert!(renamed > 100, "only {renamed} renames");
+    for t in &tallies {
+        assert!(t[0] > 1000, "a reader made only {} calls", t[0]);
+        assert_eq!(
+            (t[1], t[2]),
+            (0, 0),
+            "ENOENT and wrong reads of /cfg: {tallies:?}"
+        );
+    }
+    st.check(|fs| assert!(fs.session(Cred::root()).stat("/cfg").is_ok()));
 }
 
 impl Kid {

@@ -419,8 +419,8 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: libc::off64_t) -> c_
 
 /// Changes attributes of what `p` names (the link itself with `nofollow`).
 fn setattr_path(s: &Caller, p: &[u8], nofollow: bool, a: &SetAttr) -> lynxfs::Result<c_int> {
-    let ino = s.resolve(p, !nofollow)?;
-    s.fs().ns().set_attrs(ino, a, &s.cred).map(|_| 0)
+    s.on_held(p, !nofollow, |ino| s.fs().ns().set_attrs(ino, a, &s.cred))
+        .map(|_| 0)
 }
 
 #[no_mangle]
@@ -438,15 +438,18 @@ pub unsafe extern "C" fn fchmodat(
             path,
             |s, p| {
                 if nofollow {
-                    let ino = s.resolve(p, false)?;
-                    if s.fs().mode(ino) & libc::S_IFMT == libc::S_IFLNK {
-                        return Err(err(libc::EOPNOTSUPP));
-                    }
                     let a = SetAttr {
                         mode: Some(mode),
                         ..Default::default()
                     };
-                    return s.fs().ns().set_attrs(ino, &a, &s.cred).map(|_| 0);
+                    return s
+                        .on_held(p, false, |ino| {
+                            if s.fs().mode(ino) & libc::S_IFMT == libc::S_IFLNK {
+                                return Err(err(libc::EOPNOTSUPP));
+                            }
+                            s.fs().ns().set_attrs(ino, &a, &s.cred)
+                        })
+                        .map(|_| 0);
                 }
                 s.chmod(p, mode).map(|()| 0)
             },

@@ -265,10 +265,9 @@ fn access_pool(
         real = r;
         &real
     };
-    let ino = s.resolve(p, !nofollow)?;
-    if mode != libc::F_OK {
-        s.fs().access(ino, &s.cred, mode as u32)?;
-    }
+    // A name replaced meanwhile is looked at again (`Session::on_resolved`).
+    // F_OK (0) asks only that the inode live.
+    s.on_resolved(p, !nofollow, |ino| s.fs().access(ino, &s.cred, mode as u32))?;
     Ok(0)
 }
 

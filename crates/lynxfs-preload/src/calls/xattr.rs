@@ -5,7 +5,7 @@ use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use super::{buf, buf_mut, err, on_fd};
 use crate::real;
 use crate::route::at_path;
-use crate::state::{self, Attached, Caller};
+use crate::state::{self, Attached};
 
 /// A value or list into the caller's buffer: its length for size 0, ERANGE if it
 /// does not fit.
@@ -35,10 +35,6 @@ fn list(names: Vec<Vec<u8>>) -> Vec<u8> {
     all
 }
 
-fn ino_of(s: &Caller, p: &[u8], follow: bool) -> lynxfs::Result<u64> {
-    s.resolve(p, follow)
-}
-
 unsafe fn get(
     path: *const c_char,
     name: *const c_char,
@@ -52,8 +48,9 @@ unsafe fn get(
             libc::AT_FDCWD,
             path,
             |s, p| {
-                let ino = ino_of(s, p, follow)?;
-                answer(&s.fs().getxattr(ino, name_of(name)?, &s.cred)?, v, n)
+                let name = name_of(name)?;
+                let value = s.on_resolved(p, follow, |ino| s.fs().getxattr(ino, name, &s.cred))?;
+                answer(&value, v, n)
             },
             |_, p| {
                 if follow {
@@ -123,10 +120,11 @@ unsafe fn set(
             libc::AT_FDCWD,
             path,
             |s, p| {
-                let ino = ino_of(s, p, follow)?;
-                s.fs()
-                    .setxattr(ino, name_of(name)?, buf(v, n)?, flags, &s.cred)
-                    .map(|()| 0)
+                let (name, value) = (name_of(name)?, buf(v, n)?);
+                s.on_held(p, follow, |ino| {
+                    s.fs().setxattr(ino, name, value, flags, &s.cred)
+                })
+                .map(|()| 0)
             },
             |_, p| {
                 if follow {
@@ -191,8 +189,8 @@ unsafe fn list_at(path: *const c_char, out: *mut c_char, n: size_t, follow: bool
             libc::AT_FDCWD,
             path,
             |s, p| {
-                let ino = ino_of(s, p, follow)?;
-                answer(&list(s.fs().listxattr(ino, &s.cred)?), out.cast(), n)
+                let names = s.on_resolved(p, follow, |ino| s.fs().listxattr(ino, &s.cred))?;
+                answer(&list(names), out.cast(), n)
             },
             |_, p| {
                 if follow {
@@ -240,8 +238,9 @@ unsafe fn remove(path: *const c_char, name: *const c_char, follow: bool) -> c_in
             libc::AT_FDCWD,
             path,
             |s, p| {
-                let ino = ino_of(s, p, follow)?;
-                s.fs().removexattr(ino, name_of(name)?, &s.cred).map(|()| 0)
+                let name = name_of(name)?;
+                s.on_held(p, follow, |ino| s.fs().removexattr(ino, name, &s.cred))
+                    .map(|()| 0)
             },
             |_, p| {
                 if follow {

@@ -9,16 +9,15 @@ use super::Session;
 
 impl<'a, B: Backend> Session<'a, B> {
     pub fn readlink(&self, p: impl AsRef<[u8]>) -> Result<Vec<u8>> {
-        let ino = self.resolve(p, false)?;
-        self.ns().readlink(ino)
+        self.on_resolved(p.as_ref(), false, |ino| self.ns().readlink(ino))
     }
 
     pub fn stat(&self, p: impl AsRef<[u8]>) -> Result<Stat> {
-        self.ns().getattr(self.resolve(p, true)?)
+        self.on_resolved(p.as_ref(), true, |ino| self.ns().getattr(ino))
     }
 
     pub fn lstat(&self, p: impl AsRef<[u8]>) -> Result<Stat> {
-        self.ns().getattr(self.resolve(p, false)?)
+        self.on_resolved(p.as_ref(), false, |ino| self.ns().getattr(ino))
     }
 
     pub fn chmod(&self, p: impl AsRef<[u8]>, mode: u32) -> Result<()> {
@@ -63,16 +62,17 @@ impl<'a, B: Backend> Session<'a, B> {
 
     /// All entries of a directory, "." and ".." included.
     pub fn readdir(&self, p: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
-        let ino = self.resolve(p, true)?;
-        let mut out = Vec::new();
-        let mut off = 0;
-        loop {
-            let batch = self.ns().readdir(ino, off, 256, &self.cred)?;
-            let Some(last) = batch.last() else { break };
-            off = last.next;
-            out.extend(batch);
-        }
-        Ok(out)
+        self.on_resolved(p.as_ref(), true, |ino| {
+            let mut out = Vec::new();
+            let mut off = 0;
+            loop {
+                let batch = self.ns().readdir(ino, off, 256, &self.cred)?;
+                let Some(last) = batch.last() else { break };
+                off = last.next;
+                out.extend(batch);
+            }
+            Ok(out)
+        })
     }
 
     pub fn statfs(&self) -> StatFs {
@@ -82,8 +82,9 @@ impl<'a, B: Backend> Session<'a, B> {
     // ---- extended attributes (POSIX ACLs among them: `system.posix_acl_*`) ----
 
     pub fn getxattr(&self, p: impl AsRef<[u8]>, name: impl AsRef<[u8]>) -> Result<Vec<u8>> {
-        let ino = self.resolve(p, true)?;
-        self.ns().getxattr(ino, name.as_ref(), &self.cred)
+        self.on_resolved(p.as_ref(), true, |ino| {
+            self.ns().getxattr(ino, name.as_ref(), &self.cred)
+        })
     }
 
     pub fn setxattr(
@@ -99,8 +100,7 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn listxattr(&self, p: impl AsRef<[u8]>) -> Result<Vec<Vec<u8>>> {
-        let ino = self.resolve(p, true)?;
-        self.ns().listxattr(ino, &self.cred)
+        self.on_resolved(p.as_ref(), true, |ino| self.ns().listxattr(ino, &self.cred))
     }
 
     pub fn removexattr(&self, p: impl AsRef<[u8]>, name: impl AsRef<[u8]>) -> Result<()> {

@@ -35,7 +35,7 @@ const SHARDS: usize = 64;
 /// How many times a lookup is retried when the name moved to another inode between
 /// finding it and holding it. Each retry means another thread changed the name
 /// meanwhile; giving up after this many reports the race instead of spinning on it.
-const LOOKUP_TRIES: usize = 64;
+pub(super) const LOOKUP_TRIES: usize = 64;
 
 struct Hold {
     /// The holder's count (the kernel's lookup count for this number). The hold itself
@@ -180,10 +180,15 @@ impl<B: Backend> Fs<B> {
                 .map_err(Moved::Gone)
         };
         if let Err(e) = self.hold(ino) {
-            // Freed since the lookup: its name went meanwhile, a point at which the
-            // name was missing. (Looking again could find the same number while the
-            // unlink that freed it has yet to drop the name from the index.)
-            return Err(Moved::Gone(e));
+            // Freed since the lookup. A rename over the name frees the file it
+            // replaced after the name leads to the new one: look there. Else the
+            // name went meanwhile, a point at which it was missing (looking again can
+            // find the same number while the unlink that freed it has yet to drop the
+            // name from the index).
+            return match now_at() {
+                Ok(now) if now != ino => Err(Moved::To(now)),
+                _ => Err(Moved::Gone(e)),
+            };
         }
         match now_at() {
             Ok(now) if now == ino => {}
@@ -290,19 +295,28 @@ impl<'a, B: Backend> super::Session<'a, B> {
         let ns = self.fs.ns();
         for _ in 0..LOOKUP_TRIES {
             let found = path::resolve_last_in(ns, self.cwd, p, follow, &self.cred, self.scope)?;
-            // Freed since the lookup: the name went meanwhile (see `hold_named`).
-            self.fs.open_ref(found.ino)?;
+            // Once held (or found freed), the name that led to the inode must still
+            // lead there: one index probe (a path that ended at a directory itself is
+            // walked again).
+            let now = || match &found.last {
+                Some((dir, name)) => ns.lookup(*dir, name, &Cred::root()),
+                None => self.resolve(p, follow),
+            };
+            if let Err(e) = self.fs.open_ref(found.ino) {
+                // Freed since the lookup. Replaced (a rename over the name freed the
+                // file it named): the name was there throughout, look again. Else
+                // the name went meanwhile, a point at which it was missing (see
+                // `hold_named`).
+                match now() {
+                    Ok(other) if other != found.ino => continue,
+                    _ => return Err(e),
+                }
+            }
             let held = HeldIno {
                 fs: self.fs,
                 ino: found.ino,
             };
-            // Once held, the name that led to the inode must still lead there: one
-            // index probe (a path that ended at a directory itself is walked again).
-            let now = match &found.last {
-                Some((dir, name)) => ns.lookup(*dir, name, &Cred::root()),
-                None => self.resolve(p, follow),
-            };
-            if now.is_ok_and(|now| now == held.ino) {
+            if now().is_ok_and(|now| now == held.ino) {
                 return Ok(held);
             }
         }

@@ -91,6 +91,46 @@ impl<'a, B: Backend> Session<'a, B> {
         )
     }
 
+    /// `f` of the inode `p` leads to. A name replaced while `f` ran (a rename over
+    /// it) leaves `f` on an inode freed meanwhile, ENOENT, though the name was there
+    /// throughout: when the path then leads to another inode, `f` runs again on that
+    /// one. ENOENT stands only when the path is gone or still leads to the freed
+    /// inode (an unlink that has committed and is yet to drop the name).
+    pub fn on_resolved<T>(
+        &self,
+        p: &[u8],
+        follow: bool,
+        f: impl Fn(u64) -> Result<T>,
+    ) -> Result<T> {
+        let mut ino = self.resolve(p, follow)?;
+        let mut tries = 0;
+        loop {
+            match f(ino) {
+                Err(e) if e.errno() == libc::ENOENT && tries < super::held::LOOKUP_TRIES => {
+                    tries += 1;
+                    match self.resolve(p, follow) {
+                        Ok(now) if now != ino => ino = now,
+                        _ => return Err(e),
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// `f` of the inode `p` leads to, held while `f` runs (see `resolve_held`): for
+    /// a front end's change by number, which must neither land on a newer file that
+    /// reused the number nor say ENOENT for a name replaced meanwhile.
+    pub fn on_held<T>(
+        &self,
+        p: &[u8],
+        follow: bool,
+        f: impl FnOnce(u64) -> Result<T>,
+    ) -> Result<T> {
+        let held = self.resolve_held(p, follow)?;
+        f(held.ino)
+    }
+
     /// The parent directory and last name of `p`; the name must be a real one.
     pub(super) fn parent<'p>(&self, p: &'p [u8]) -> Result<path::WalkedRef<'p>> {
         let mut links = 0;

@@ -30,6 +30,9 @@ pub const LINKABLE: u32 = 8;
 /// freed, so a new incarnation (whose create writes a fresh check) starts without.
 pub const SETTLED: u32 = 16;
 
+/// The flags word's bits from here up count a directory's evictions ([`Cachelet::evicted`]).
+const EVICTIONS: u32 = 1 << 16;
+
 /// Bytes per record: one cache line, so files used by different CPUs share none.
 const RECORD: usize = 64;
 const U32S: usize = RECORD / 4;
@@ -202,14 +205,32 @@ impl<'a> Cachelet<'a> {
     pub fn open_counter(&self) -> &'a AtomicU32 {
         &self.small[OPEN]
     }
+    /// The flags (without the eviction count that shares their word).
     pub fn flags(&self) -> u32 {
-        self.small[FLAGS].load(Ordering::Acquire)
+        self.small[FLAGS].load(Ordering::Acquire) & (EVICTIONS - 1)
     }
     pub fn set_flags(&self, f: u32) {
         self.small[FLAGS].fetch_or(f, Ordering::AcqRel);
     }
     pub fn clear_flags(&self, f: u32) {
         self.small[FLAGS].fetch_and(!f, Ordering::AcqRel);
+    }
+
+    /// The directory's entries are leaving the index: not [`LOADED`], and one more
+    /// eviction counted, in one store, before the first entry leaves.
+    pub fn evicted(&self) {
+        let word = &self.small[FLAGS];
+        let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+            Some((f & !LOADED).wrapping_add(EVICTIONS))
+        });
+    }
+
+    /// Whether the directory is loaded, and its evictions so far. A lookup that
+    /// reads the same stamp, loaded, before and after it misses in the index missed
+    /// no entry an eviction took out (a load sets [`LOADED`] after its last entry
+    /// is in, an eviction clears it before the first goes).
+    pub fn load_stamp(&self) -> u32 {
+        self.small[FLAGS].load(Ordering::Acquire) & (LOADED | !(EVICTIONS - 1))
     }
 
     /// Forget the file this record was for (its inode number is being freed), so the
@@ -273,6 +294,31 @@ mod tests {
         assert_eq!((c.live(), c.count_flagged(ORPHAN)), (1, 1));
         let _w = a.write(&lock::Alone).unwrap();
         assert!(lock::try_write(&b.small[DATA_LOCK]).is_some());
+    }
+
+    /// A lookup's stamp taken before an eviction differs from one taken after the
+    /// directory is loaded again, and the eviction count shows in no flag.
+    #[test]
+    fn an_eviction_changes_the_load_stamp_for_good() {
+        let l = Layout::compute(Geometry::for_size(16 << 20, 2, None)).unwrap();
+        let c = Cachelets::new(Span::anonymous(Cachelets::bytes_needed(&l)).unwrap(), &l);
+        let d = c.get(5);
+        d.set_flags(LOADED);
+        let before = d.load_stamp();
+        assert_ne!(before & LOADED, 0);
+        d.evicted();
+        assert_eq!(d.flags(), 0, "not loaded; the count is no flag");
+        assert_eq!(d.load_stamp() & LOADED, 0);
+        d.set_flags(LOADED);
+        assert_eq!(d.flags(), LOADED);
+        assert_ne!(d.load_stamp(), before, "loaded again, after an eviction");
+        assert_eq!(c.live(), 1);
+        d.evicted();
+        assert_eq!(
+            c.live(),
+            0,
+            "an evicted directory's count alone is no use of it"
+        );
     }
 
     /// A directory known settled but neither open nor loaded is not counted live

@@ -6,8 +6,9 @@
 //!
 //! Safety against concurrent operations: everything that changes a directory's entries
 //! holds its gate shared (`Namespace::enter`, `meta::gate`), and eviction holds it alone plus the
-//! directory's load lock; the loaded flag is cleared before the first entry leaves, so a
-//! lookup that misses in a directory no longer loaded looks again.
+//! directory's load lock; the loaded flag is cleared (and the eviction counted) before the
+//! first entry leaves, so a lookup that misses in a directory evicted meanwhile (even
+//! if loaded again since) looks again.
 
 use std::sync::atomic::Ordering;
 
@@ -156,7 +157,7 @@ impl<B: Backend> Namespace<B> {
         if c.flags() & LOADED == 0 {
             return true;
         }
-        c.clear_flags(LOADED);
+        c.evicted();
         for page in d.pages(&self.pool) {
             for i in 0..dirlog::SLOTS_PER_PAGE {
                 if let Some((name, _)) =

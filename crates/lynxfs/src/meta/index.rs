@@ -17,7 +17,11 @@
 //! dentry's parent and name, then `a` again, and trust what they read only when `a`
 //! did not change (a seqlock per slot: `b` and the dentry change only while the slot
 //! holds another incarnation, which has another version). So a lookup racing with
-//! changes sees the entry as it was or as it is, never a mix.
+//! changes sees the entry as it was or as it is, never a mix. A lookup that misses
+//! reads the words of the slots it passed again and walks again if any changed
+//! ([`Passed`]): slot by slot, a walk could otherwise pass a rename's new entry before
+//! it was published and reach the old one after it went, and miss a name that was
+//! there throughout (issue 42).
 //!
 //! **Claims** (a create's, a rename's or a link's new name) hold a stripe lock chosen
 //! by the key's hash (1024 stripes), so two claims of one name, from any processes,
@@ -202,6 +206,66 @@ impl Sighting<'_> {
     }
 }
 
+/// Slots whose words a walk keeps on the stack; a longer path keeps the rest on the
+/// heap (rare in a table sized for every dentry of the pool).
+const PASSED: usize = 8;
+
+/// Word `a` of every slot a lock-free walk passed without finding its key, from the
+/// key's home on. The walk reads the slots one after another, so on its own a miss
+/// could be a mix of two moments: a rename that publishes its new entry in a slot
+/// the walk has passed and then removes the old one from a slot the walk has yet to
+/// reach would leave it finding neither, though the name was there throughout. So a
+/// miss is trusted only if every slot still holds the word seen ([`Passed::unchanged`]):
+/// every change of a slot bumps its version, so each slot then held that word from
+/// its first read to its second, and all of them at once at the moment of the last
+/// first read: the walk saw the path as it was at one instant, when the key had no
+/// entry there (and none beyond the empty slot ending it, the table's invariant).
+#[derive(Default)]
+struct Passed {
+    words: [u64; PASSED],
+    len: usize,
+    more: Vec<u64>,
+    /// The walk passed an entry of its key in a state not wanted.
+    key_passed: bool,
+}
+
+impl Passed {
+    fn push(&mut self, a: u64) {
+        match self.words.get_mut(self.len) {
+            Some(w) => *w = a,
+            None => self.more.push(a),
+        }
+        self.len += 1;
+    }
+
+    /// Every slot passed, from `home` on, holds the word seen.
+    fn unchanged(&self, ix: &Index, w: &[AtomicU64], home: u64) -> bool {
+        let seen = self.words.iter().take(self.len).chain(self.more.iter());
+        let mut i = home;
+        for &a in seen {
+            if ix.slot(w, i).0.load(Ordering::Acquire) != a {
+                return false;
+            }
+            i = ix.next(i);
+        }
+        true
+    }
+
+    /// The path as a [`Sighting`] keeps it: if short enough, ended by an empty slot
+    /// and without an entry of the key (which a claim must see).
+    fn as_path(&self) -> Option<([u64; SIGHTED], u8)> {
+        if self.key_passed || self.len > SIGHTED || self.len == 0 {
+            return None;
+        }
+        if state_of(self.words[self.len - 1]) != EMPTY {
+            return None;
+        }
+        let mut path = [0; SIGHTED];
+        path[..self.len].copy_from_slice(&self.words[..self.len]);
+        Some((path, self.len as u8))
+    }
+}
+
 /// The index over its span of the runtime region.
 pub struct Index {
     span: Span,
@@ -298,14 +362,15 @@ fn visible_state(s: u64) -> Option<State> {
     }
 }
 
-/// Tests widen the window in which a slot can change under a lookup.
+/// Tests widen the window in which a slot can change under a lookup: a count of the
+/// tests running that want it (they may overlap).
 #[cfg(test)]
-static PAUSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static PAUSE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 #[inline]
 fn tests_pause() {
     #[cfg(test)]
-    if PAUSE.load(Ordering::Relaxed) {
+    if PAUSE.load(Ordering::Relaxed) > 0 {
         (0..2_000).for_each(|_| std::hint::spin_loop());
     }
 }
@@ -516,6 +581,8 @@ impl Index {
     }
 
     /// The first entry for `p` that `want` accepts, walking its probe path; lock-free.
+    /// A miss is confirmed ([`Passed`]): a walk that the key's entries moved under
+    /// walks again.
     fn search(
         &self,
         pool: &impl Dentries,
@@ -523,16 +590,42 @@ impl Index {
         want: impl Fn(&Entry) -> bool,
     ) -> Option<(Entry, u64)> {
         let w = self.words();
+        loop {
+            match self.walk_once(pool, w, p, &want) {
+                Ok(hit) => return Some(hit),
+                Err(passed) if passed.unchanged(self, w, p.home) => return None,
+                Err(_) => continue,
+            }
+        }
+    }
+
+    /// One walk of `p`'s probe path: the first entry `want` accepts, or the words of
+    /// every slot passed up to the empty one (or the whole table) that ended it.
+    fn walk_once(
+        &self,
+        pool: &impl Dentries,
+        w: &[AtomicU64],
+        p: &Probe<'_>,
+        want: &impl Fn(&Entry) -> bool,
+    ) -> std::result::Result<(Entry, u64), Passed> {
+        let mut passed = Passed::default();
         let mut i = p.home;
         for _ in 0..self.cap {
             match self.look(pool, w, i, p) {
-                Seen::Empty(_) => return None,
-                Seen::Match(e, a) if want(&e) => return Some((e, a)),
-                _ => {}
+                Seen::Match(e, a) if want(&e) => return Ok((e, a)),
+                Seen::Empty(a) => {
+                    passed.push(a);
+                    break;
+                }
+                Seen::Match(_, a) => {
+                    passed.key_passed = true;
+                    passed.push(a);
+                }
+                Seen::Tomb(a) | Seen::Other(a) => passed.push(a),
             }
             i = self.next(i);
         }
-        None
+        Err(passed)
     }
 
     /// The first entry for (parent, name) that `want` accepts, as [`Index::get`] or
@@ -550,32 +643,22 @@ impl Index {
         Sighting { probe, saw }
     }
 
-    /// [`Index::sight`]'s walk of `p`'s probe path.
+    /// [`Index::sight`]'s walk of `p`'s probe path; a miss confirmed as `search`'s.
     fn walk(&self, pool: &impl Dentries, p: &Probe<'_>, want: impl Fn(&Entry) -> bool) -> Saw {
         let w = self.words();
-        let mut path = [0; SIGHTED];
-        let mut keep = true;
-        let mut i = p.home;
-        for k in 0..self.cap as usize {
-            let a = match self.look(pool, w, i, p) {
-                Seen::Match(e, a) if want(&e) => return Saw::Entry(e, a),
-                Seen::Match(..) => {
-                    keep = false;
-                    0
-                }
-                Seen::Empty(a) if keep && k < SIGHTED => {
-                    path[k] = a;
-                    return Saw::Path(path, k as u8 + 1);
-                }
-                Seen::Empty(_) => return Saw::Nothing,
-                Seen::Tomb(a) | Seen::Other(a) => a,
+        loop {
+            let passed = match self.walk_once(pool, w, p, &want) {
+                Ok((e, a)) => return Saw::Entry(e, a),
+                Err(passed) => passed,
             };
-            if k < SIGHTED {
-                path[k] = a;
+            if !passed.unchanged(self, w, p.home) {
+                continue;
             }
-            i = self.next(i);
+            return match passed.as_path() {
+                Some((path, len)) => Saw::Path(path, len),
+                None => Saw::Nothing,
+            };
         }
-        Saw::Nothing
     }
 
     /// Start loading the slot where (parent, name)'s probe path begins into the cache:
@@ -1387,7 +1470,7 @@ mod tests {
         let (idx, pool) = setup(IDS * CHURNERS as u64 + 1);
         let names = same_tag_names((PER * CHURNERS as u64) as usize);
         let names = &names[..];
-        PAUSE.store(true, Ordering::Relaxed);
+        PAUSE.fetch_add(1, Ordering::Relaxed);
         let shared = Span::anonymous(4096).unwrap();
         let w = shared.words();
         let (stop, wrong) = (&w[0], &w[1]);
@@ -1412,7 +1495,7 @@ mod tests {
             done.store(true, Ordering::Release);
             assert_eq!(here.join().unwrap(), 0, "wrong inodes seen in the parent");
         });
-        PAUSE.store(false, Ordering::Relaxed);
+        PAUSE.fetch_sub(1, Ordering::Relaxed);
         assert_eq!(stop.load(Ordering::Acquire), CHURNERS as u64);
         assert_eq!(
             wrong.load(Ordering::Acquire),
@@ -1428,6 +1511,65 @@ mod tests {
             })
             .count();
         assert_eq!(idx.len(), live);
+    }
+
+    /// Replace the entry of `key` as a rename over it does (its new entry claimed
+    /// beside the old one, published, then the old one removed) until `stop`;
+    /// the inode alternates between 1 and 2. Returns the replacements made.
+    fn replace_in_a_loop(idx: &Index, pool: &Fake, key: &[u8], stop: &AtomicBool) -> u64 {
+        let mut n = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let old = idx.leave(pool, P, key).expect("the name is there");
+            let id = if old.ino == 1 { 2 } else { 1 };
+            pool.put(id, key);
+            let Claim::Claimed(pos) = idx
+                .claim(pool, P, key, &pool.entry(id, id), Some(old.pos), &Alone)
+                .unwrap()
+            else {
+                panic!("claimed beside the old entry");
+            };
+            idx.publish(pos);
+            idx.remove(&old);
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn a_name_replaced_beside_itself_is_never_missed() {
+        let (idx, pool) = setup(256);
+        let key = b"cfg";
+        pool.put(1, key);
+        let Claim::Claimed(pos) = idx
+            .claim(&pool, P, key, &pool.entry(1, 1), None, &Alone)
+            .unwrap()
+        else {
+            panic!("a fresh name is free");
+        };
+        idx.publish(pos);
+        // Widen the window between a walk's reads of two slots.
+        PAUSE.fetch_add(1, Ordering::Relaxed);
+        let stop = AtomicBool::new(false);
+        let (misses, lookups, replaced) = std::thread::scope(|s| {
+            let w = s.spawn(|| replace_in_a_loop(&idx, &pool, key, &stop));
+            let r = s.spawn(|| {
+                let (mut misses, mut lookups) = (0u64, 0u64);
+                let until = Instant::now() + Duration::from_millis(1000);
+                while Instant::now() < until {
+                    misses += idx.get(&pool, P, key).is_none() as u64;
+                    misses += idx.find(&pool, P, key).is_none() as u64;
+                    lookups += 2;
+                }
+                (misses, lookups)
+            });
+            let (misses, lookups) = r.join().unwrap();
+            stop.store(true, Ordering::Relaxed);
+            (misses, lookups, w.join().unwrap())
+        });
+        PAUSE.fetch_sub(1, Ordering::Relaxed);
+        assert!(replaced > 100, "only {replaced} replacements");
+        assert_eq!(misses, 0, "{misses} of {lookups} lookups missed the name");
+        assert_eq!(copies(&idx, &pool, key), 1);
     }
 
     #[test]

@@ -393,16 +393,18 @@ impl<B: Backend> Namespace<B> {
             }
             check_name(name)?;
             loop {
+                let stamp = d.cachelet().load_stamp();
                 match self.lookup_entry(parent, name) {
                     Some(e) if self.mechanisms.quick_path() => return Ok(e.ino),
                     // Ablation: without the quick path the inode number comes from the
                     // dentry in the pool, one more dependent read per component.
                     Some(e) => return Ok(self.pool.pm.load_u64(e.dentry + dentry::INO)),
-                    // Evicted while we looked: load the entries again and look again.
-                    None if d.cachelet().flags() & cachelet::LOADED == 0 => {
-                        d = self.dir(parent)?;
+                    // Loaded throughout the look: the name is missing.
+                    None if stamp & cachelet::LOADED != 0 && d.cachelet().load_stamp() == stamp => {
+                        return Err(errno::ENOENT)
                     }
-                    None => return Err(errno::ENOENT),
+                    // Evicted while we looked: load the entries again and look again.
+                    None => d = self.dir(parent)?,
                 }
             }
         })

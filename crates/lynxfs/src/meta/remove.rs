@@ -54,6 +54,25 @@ impl<B: Backend> Namespace<B> {
         self.index.leave(&self.pool.pm, parent, name)
     }
 
+    /// Claim the entry for a removal (Ready -> Leaving) once no other operation is
+    /// taking the name away: an entry Leaving is another removal's or a rename's,
+    /// and a rename over the name leaves it there, naming another file. ENOENT only
+    /// when no entry is left, or the one left is not yet created.
+    fn claim_settled(&self, parent: u64, name: &[u8]) -> Result<Entry> {
+        let mut turns = 0;
+        loop {
+            if let Some(e) = self.claim_entry(parent, name) {
+                return Ok(e);
+            }
+            // A visible entry not Ready is Leaving (claimed by another operation);
+            // one Ready appeared since the claim: claim again.
+            if self.lookup_entry(parent, name).is_none() {
+                return Err(errno::ENOENT);
+            }
+            super::index::wait_turn(&mut turns, self.watch())?;
+        }
+    }
+
     /// Put a claimed entry back as it was.
     pub(crate) fn unclaim(&self, e: Entry) {
         self.index.stay(&e);
@@ -68,9 +87,7 @@ impl<B: Backend> Namespace<B> {
         let dir = self.enter_in(parent, lane)?;
         let pown = self.owner(parent);
         self.may(parent, cred, perm::X)?;
-        let Some(e) = self.claim_entry(parent, name) else {
-            return Err(errno::ENOENT);
-        };
+        let e = self.claim_settled(parent, name)?;
         if let Err(err) = self.may(parent, cred, perm::W | perm::X) {
             self.unclaim(e);
             return Err(err);
