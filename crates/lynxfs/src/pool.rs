@@ -387,7 +387,7 @@ impl<B: Backend> Pool<B> {
             )));
         }
         if access != Access::ReadOnly {
-            file::check_trusted(&meta, path)?;
+            file::check_trusted(&meta, path, file::Holds::Pool)?;
         }
         lock(&file, path, access)?;
         // A read-only open works on a private copy: with a process attached, the copy
