@@ -33,6 +33,7 @@ use std::sync::Arc;
 pub mod device;
 pub mod export;
 use export::OpenFor;
+mod claim;
 mod file;
 mod mode;
 mod runtime_layout;
@@ -432,7 +433,7 @@ impl<B: Backend> Pool<B> {
         }
         let found = match sb.data_device {
             Some(_) => Some(Box::new(device::attach(
-                &pm, path, &sb, access, device, purpose,
+                &pm, path, &file, &sb, access, device, purpose,
             )?)),
             None => None,
         };

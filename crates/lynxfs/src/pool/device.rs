@@ -13,6 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use super::claim::{self, Claimant};
 use super::export::{self, OpenFor};
 use super::file::{self, Holds};
 use super::{file_size, is_block_device, Access, MkfsOptions, DEFAULT_DEVICE_FACTOR};
@@ -155,7 +156,14 @@ fn open_for_mkfs(path: &Path, force: bool) -> Result<(File, std::fs::Metadata)> 
                 .map_err(io)?;
             file
         }
-        Err(e) if e.kind() == ErrorKind::AlreadyExists && force => open_existing(path)?,
+        Err(e) if e.kind() == ErrorKind::AlreadyExists && force => {
+            let file = open_existing(path)?;
+            let me = Claimant::Alone {
+                what: "mkfs --force".into(),
+            };
+            claim::claim(&file, path, &me)?;
+            file
+        }
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
             return Err(Error::Exists {
                 path: path.to_path_buf(),
@@ -222,6 +230,7 @@ pub fn read_header(
 pub(super) fn attach<B: Backend>(
     pm: &Pm<B>,
     pool: &Path,
+    pool_file: &File,
     sb: &Superblock,
     access: Access,
     path: Option<&Path>,
@@ -281,6 +290,14 @@ pub(super) fn attach<B: Backend>(
                 header.device_len()
             ),
         ));
+    }
+    if access != Access::ReadOnly {
+        // One pool per device, claimed before the pool can change anything on it.
+        let me = Claimant::pool(pool, pool_file).map_err(|e| Error::io(pool, e))?;
+        claim::claim(&file, &path, &me).map_err(|e| match e {
+            Error::Device { what, .. } => device_error(pool, &path, what),
+            e => e,
+        })?;
     }
     if access != Access::ReadOnly && purpose == OpenFor::Use {
         export::mark_stale(&file, &path, &header, sb.uuid).map_err(|e| {

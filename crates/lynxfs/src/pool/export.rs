@@ -739,6 +739,49 @@ impl DataDevice {
         )
     }
 
+    /// Claims the device for a use of it alone (`pool::claim`) while the returned
+    /// file is open: refused, naming the holder, while a pool uses it, so that the
+    /// import is never of a device another pool is changing, nor a second pool on it.
+    /// A block device is opened exclusively (`O_EXCL`: refused while the kernel or a
+    /// program holds it so), as mkfs.ext4 does. A device this user cannot write is not
+    /// claimed: nothing done with it can change it (an imported pool's read-write open
+    /// is refused its device).
+    fn claim_alone(&self) -> Result<Option<File>> {
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let block = self
+            .file
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_block_device());
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        if block {
+            options.custom_flags(libc::O_EXCL);
+        }
+        let file = match options.open(&self.path) {
+            Ok(file) => file,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EACCES | libc::EPERM | libc::EROFS)
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                return Err(Error::Device {
+                    device: self.path.clone(),
+                    what: "busy: mounted, or held exclusively by another program".into(),
+                })
+            }
+            Err(e) => return Err(Error::io(&self.path, e)),
+        };
+        let me = super::claim::Claimant::Alone {
+            what: "an import of the device (lynxfs import, or fsck or mount of the device)".into(),
+        };
+        super::claim::claim(&file, &self.path, &me)?;
+        Ok(Some(file))
+    }
+
     /// Rebuilds the device's pool at `new_pool` from its newest usable export; the new
     /// pool records this device (by its absolute path) as its data device. A stale
     /// export is imported only with [`IfStale::Read`], for a read-only look: the new
@@ -751,6 +794,7 @@ impl DataDevice {
                 path: new_pool.to_path_buf(),
             });
         }
+        let _claim = self.claim_alone()?;
         let e = self.read_export(if_stale)?;
         let abs = std::fs::canonicalize(&self.path).map_err(|e| Error::io(&self.path, e))?;
         let record = DeviceRecord::new(self.header.device_uuid, abs.as_os_str().as_bytes())
