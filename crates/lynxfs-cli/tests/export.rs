@@ -433,10 +433,11 @@ fn a_device_is_mounted_by_one_pool_at_a_time() {
     );
     ok(run(&[p("export"), &pool]), "export");
     let m = Mount::new(&dev, &mnt);
-    let err = refused_mount(&dev, &mnt2, "a second mount of the device");
+    // Its own pool would write the device under the mount (before the fix, it did).
+    let err = refused_mount(&pool, &mnt2, "the device's pool, the device mounted alone");
     assert!(err.contains("in use by pool"), "{err}");
     assert!(err.contains("lynxfs-pmless"), "{err}");
-    let err = refused_mount(&pool, &mnt2, "the device's pool, the device mounted alone");
+    let err = refused_mount(&dev, &mnt2, "a second mount of the device");
     assert!(err.contains("in use by pool"), "{err}");
     std::fs::write(mnt.join("alone"), b"the one writer").unwrap();
     m.umount(false);
