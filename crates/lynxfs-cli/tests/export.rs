@@ -391,3 +391,55 @@ impl Drop for Cleanup {
         }
     }
 }
+
+/// `lynxfs mount SOURCE DIR`, which must be refused: its error. Should it mount
+/// anyway, it is unmounted before the test fails.
+fn refused_mount(source: &Path, mnt: &Path, what: &str) -> String {
+    let o = run(&[Path::new("mount"), source, mnt]);
+    if o.status.success() {
+        let _stray = Mount(mnt);
+        wait_until("the stray mount", Duration::from_secs(60), || mounted(mnt));
+        panic!("{what} mounted");
+    }
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Issue 42, defect 2: two `lynxfs mount DEVICE` both mounted read-write and
+/// overwrote each other's files. A device serves one pool at a time: a second mount
+/// of the device alone, or of its own pool, is refused naming the holder.
+#[test]
+fn a_device_is_mounted_by_one_pool_at_a_time() {
+    let _w = watchdog("export_cli one pool", Duration::from_secs(300));
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = (
+        Path::new("/dev/shm").join(format!("lynxfs-export-cli-one.{}.pool", std::process::id())),
+        dir.path().join("dev"),
+    );
+    let (mnt, mnt2) = (dir.path().join("mnt"), dir.path().join("mnt2"));
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::create_dir(&mnt2).unwrap();
+    let _cleanup = Cleanup(vec![pool.clone()]);
+    let p = Path::new;
+    ok(
+        run(&[
+            p("mkfs"),
+            p("--size"),
+            p("32M"),
+            p("--data-device"),
+            &dev,
+            &pool,
+        ]),
+        "mkfs",
+    );
+    ok(run(&[p("export"), &pool]), "export");
+    let m = Mount::new(&dev, &mnt);
+    // Its own pool would write the device under the mount (before the fix, it did).
+    let err = refused_mount(&pool, &mnt2, "the device's pool, the device mounted alone");
+    assert!(err.contains("in use by pool"), "{err}");
+    assert!(err.contains("lynxfs-pmless"), "{err}");
+    let err = refused_mount(&dev, &mnt2, "a second mount of the device");
+    assert!(err.contains("in use by pool"), "{err}");
+    std::fs::write(mnt.join("alone"), b"the one writer").unwrap();
+    m.umount(false);
+    assert!(!mounted(&mnt2));
+}

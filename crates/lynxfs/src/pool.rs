@@ -33,6 +33,7 @@ use std::sync::Arc;
 pub mod device;
 pub mod export;
 use export::OpenFor;
+mod claim;
 mod file;
 mod mode;
 mod runtime_layout;
@@ -389,7 +390,7 @@ impl<B: Backend> Pool<B> {
             )));
         }
         if access != Access::ReadOnly {
-            file::check_trusted(&meta, path)?;
+            file::check_trusted(&meta, path, file::Holds::Pool)?;
         }
         lock(&file, path, access)?;
         // A read-only open works on a private copy: with a process attached, the copy
@@ -434,7 +435,7 @@ impl<B: Backend> Pool<B> {
         }
         let found = match sb.data_device {
             Some(_) => Some(Box::new(device::attach(
-                &pm, path, &sb, access, device, purpose,
+                &pm, path, &file, &sb, access, device, purpose,
             )?)),
             None => None,
         };

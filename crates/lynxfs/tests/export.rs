@@ -633,3 +633,53 @@ fn a_crash_during_the_stale_mark_leaves_the_export_current_and_the_next_open_mar
         .to_string();
     assert!(err.contains("the export is stale"), "{err}");
 }
+
+/// The message of a refused open of `pool` read-write.
+fn refused_open(pool: &Path) -> String {
+    match Pool::open(pool, Access::ReadWrite, PmemBackend::default()) {
+        Ok(_) => panic!("{} opened", pool.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_data_device_serves_one_pool_at_a_time_and_names_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = hybrid(dir.path());
+    write_file(&pool, "/f", b"the first pool's");
+    export_hybrid(&pool, PmemBackend::default()).unwrap();
+    // A copy of the pool is another pool on the same device.
+    let copy = dir.path().join("copy");
+    std::fs::copy(&pool, &copy).unwrap();
+    let fs = Fs::open(&pool).unwrap();
+    // The pool's own processes share the device: another attachment of it opens.
+    let again = Pool::open(&pool, Access::ReadWrite, PmemBackend::default()).unwrap();
+    drop(again);
+    let err = refused_open(&copy);
+    assert!(err.contains("in use by pool"), "{err}");
+    assert!(err.contains(&*pool.to_string_lossy()), "{err}");
+    assert!(err.contains(&*copy.to_string_lossy()), "{err}");
+    // A use of the device alone is refused too, naming the pool, and changes nothing.
+    let err = import_device(&dev, "imported", IfStale::Read)
+        .expect_err("an import of a device in use")
+        .to_string();
+    assert!(err.contains("in use by pool"), "{err}");
+    assert!(!dir.path().join("imported").exists());
+    let mut opts = MkfsOptions::new(POOL_SIZE);
+    opts.data_device = Some(dev.clone());
+    opts.force = true;
+    let other = dir.path().join("other");
+    let err = Pool::mkfs(&other, &opts, PmemBackend::default())
+        .expect_err("mkfs --force of a device in use")
+        .to_string();
+    assert!(err.contains("in use by pool"), "{err}");
+    assert!(!other.exists());
+    // Closed, the device is free for the next pool, which then holds it.
+    fs.close().unwrap();
+    drop(fs);
+    let copy_fs = Fs::open(&copy).unwrap();
+    let err = refused_open(&pool);
+    assert!(err.contains(&*copy.to_string_lossy()), "{err}");
+    drop(copy_fs);
+    assert!(listing(&pool).contains_key(b"/f".as_slice()));
+}

@@ -382,9 +382,110 @@ fn mkfs_force_refuses_a_device_file_of_another_user() {
     o.data_device = Some(dev.clone());
     let pool = shm.path().join("pool");
     let e = Pool::mkfs(&pool, &o, PmemBackend::default()).unwrap_err();
-    assert!(e.to_string().contains("not by the caller"), "{e}");
+    assert!(e.to_string().contains("not by you"), "{e}");
     assert_eq!(std::fs::read(&dev).unwrap(), b"their bytes");
     assert!(!pool.exists());
+}
+
+/// mkfs of a hybrid pool whose device is `dev`, with `--force`, in a new /dev/shm
+/// directory: the error, or `None` when it made the pool.
+fn mkfs_force(dev: &std::path::Path) -> Option<Error> {
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let mut o = MkfsOptions::new(16 << 20);
+    o.lanes = 2;
+    o.force = true;
+    o.data_device = Some(dev.to_path_buf());
+    let pool = shm.path().join("pool");
+    let r = Pool::mkfs(&pool, &o, PmemBackend::default()).err();
+    assert_eq!(pool.exists(), r.is_none(), "{r:?}");
+    r
+}
+
+fn chmod(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn a_new_device_file_is_the_callers_alone() {
+    let p = pair();
+    assert_eq!(mode(&p.dev), 0o600);
+}
+
+#[test]
+fn mkfs_force_refuses_a_device_file_open_to_others_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("shared.dev");
+    for m in [0o644, 0o640, 0o604, 0o620] {
+        std::fs::write(&dev, b"my bytes").unwrap();
+        chmod(&dev, m);
+        let e = mkfs_force(&dev).expect("a device others can open is refused");
+        assert!(e.to_string().contains("open to group or others"), "{e}");
+        assert_eq!(std::fs::read(&dev).unwrap(), b"my bytes");
+        assert_eq!(mode(&dev), m);
+    }
+    // The caller's alone: formatted.
+    chmod(&dev, 0o600);
+    assert!(mkfs_force(&dev).is_none());
+}
+
+#[test]
+fn mkfs_never_follows_a_link_at_the_device_path_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, target) = (dir.path().join("link.dev"), dir.path().join("target"));
+    std::fs::write(&target, b"not a device").unwrap();
+    chmod(&target, 0o600);
+    std::os::unix::fs::symlink(&target, &dev).unwrap();
+    let e = mkfs_force(&dev).expect("a link to a file is refused");
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"not a device");
+}
+
+#[test]
+fn a_device_open_to_others_or_of_another_user_is_refused_at_a_read_write_open() {
+    let p = pair();
+    let read_write =
+        |p: &Pair| Pool::open(&p.pool, Access::ReadWrite, PmemBackend::default()).map(drop);
+    chmod(&p.dev, 0o644);
+    let msg = p.refusal();
+    assert!(msg.contains("open to group or others"), "{msg}");
+    assert!(msg.contains(&*p.pool.to_string_lossy()), "{msg}");
+    // A read-only look changes nothing and is let through, as for a pool file.
+    Pool::open(&p.pool, Access::ReadOnly, PmemBackend::default()).unwrap();
+    chmod(&p.dev, 0o600);
+    read_write(&p).unwrap();
+    std::os::unix::fs::chown(&p.dev, Some(1000), Some(1000)).unwrap();
+    let msg = p.refusal();
+    assert!(msg.contains("owned by uid 1000"), "{msg}");
+    std::os::unix::fs::chown(&p.dev, Some(0), Some(0)).unwrap();
+    read_write(&p).unwrap();
+}
+
+#[test]
+fn a_link_of_another_user_at_the_device_path_is_not_followed() {
+    let p = pair();
+    let moved = p.dev.with_extension("real");
+    std::fs::rename(&p.dev, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &p.dev).unwrap();
+    // The caller's own link is followed.
+    Pool::open(&p.pool, Access::ReadWrite, PmemBackend::default()).unwrap();
+    std::os::unix::fs::lchown(&p.dev, Some(1000), Some(1000)).unwrap();
+    let Err(e) = Pool::open(&p.pool, Access::ReadWrite, PmemBackend::default()) else {
+        panic!("another user's link was followed");
+    };
+    assert!(
+        e.to_string().contains("symbolic link owned by uid 1000"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -10,10 +10,12 @@
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use super::claim::{self, Claimant};
 use super::export::{self, OpenFor};
+use super::file::{self, Holds};
 use super::{file_size, is_block_device, Access, MkfsOptions, DEFAULT_DEVICE_FACTOR};
 use crate::error::{Error, Result};
 use crate::format::device::{
@@ -91,36 +93,7 @@ pub(super) fn make(
     pool_uuid: [u8; 16],
     layout: &Layout,
 ) -> Result<NewDevice> {
-    let exists = std::fs::symlink_metadata(path).is_ok();
-    if exists && !force {
-        return Err(Error::Exists {
-            path: path.to_path_buf(),
-        });
-    }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(!exists)
-        .mode(super::POOL_MODE)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| Error::io(path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() && !is_block_device(&meta) {
-        return Err(Error::Invalid(format!(
-            "{}: not a regular file or block device",
-            path.display()
-        )));
-    }
-    // As for a pool file: --force formats only what is the caller's (or root's).
-    let caller = super::file::caller_uid();
-    if exists && meta.uid() != caller && meta.uid() != 0 {
-        return Err(Error::Invalid(format!(
-            "{}: owned by uid {}, not by the caller: not formatted",
-            path.display(),
-            meta.uid()
-        )));
-    }
+    let (file, meta) = open_for_mkfs(path, force)?;
     // The absolute path, so that an open from any directory finds it.
     let abs = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
     let header = DeviceHeader::new(
@@ -160,6 +133,74 @@ pub(super) fn make(
     Ok(NewDevice { record })
 }
 
+/// The device mkfs formats, and what it is: a new file, created exclusively and
+/// never through a link (`O_CREAT | O_EXCL | O_NOFOLLOW`), so that a file or link
+/// another user puts at the path meanwhile is never used, mode 0600 whatever the
+/// umask; or (with `force`) an existing regular file that is the caller's (or root's)
+/// and open to no one else, or a block device opened exclusively (a link to one, as
+/// in /dev/disk/by-id, followed only when it is the caller's or root's), as mkfs.ext4
+/// judges it.
+fn open_for_mkfs(path: &Path, force: bool) -> Result<(File, std::fs::Metadata)> {
+    let io = |e| Error::io(path, e);
+    let new = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(super::POOL_MODE)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
+    let file = match new {
+        Ok(file) => {
+            // The umask may have taken the owner's bits.
+            file.set_permissions(std::fs::Permissions::from_mode(super::POOL_MODE))
+                .map_err(io)?;
+            file
+        }
+        Err(e) if e.kind() == ErrorKind::AlreadyExists && force => {
+            let file = open_existing(path)?;
+            let me = Claimant::Alone {
+                what: "mkfs --force".into(),
+            };
+            claim::claim(&file, path, &me)?;
+            file
+        }
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            return Err(Error::Exists {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let meta = file.metadata().map_err(io)?;
+    Ok((file, meta))
+}
+
+/// An existing device for `mkfs --force`: a block device (or a link to one) as
+/// `file::block_device` opens it, or a regular file of the caller's open to no one
+/// else, opened without following a link.
+fn open_existing(path: &Path) -> Result<File> {
+    let io = |e| Error::io(path, e);
+    let meta = std::fs::symlink_metadata(path).map_err(io)?;
+    if let Some(device) = file::block_device(path, &meta)? {
+        return Ok(device);
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(Error::Invalid(format!(
+            "{}: not a regular file or block device",
+            path.display()
+        )));
+    }
+    file::check_trusted(&meta, path, Holds::Device)?;
+    Ok(file)
+}
+
 /// The pool's record of its device: the first valid copy that agrees with the
 /// superblock's identity.
 pub(crate) fn record<B: Backend>(pm: &Pm<B>, sb: &Superblock) -> Option<DeviceRecord> {
@@ -189,6 +230,7 @@ pub fn read_header(
 pub(super) fn attach<B: Backend>(
     pm: &Pm<B>,
     pool: &Path,
+    pool_file: &File,
     sb: &Superblock,
     access: Access,
     path: Option<&Path>,
@@ -204,6 +246,7 @@ pub(super) fn attach<B: Backend>(
             PathBuf::from(std::ffi::OsStr::from_bytes(&r.path))
         }
     };
+    file::check_link(&path)?;
     let file = OpenOptions::new()
         .read(true)
         .write(access != Access::ReadOnly)
@@ -224,6 +267,12 @@ pub(super) fn attach<B: Backend>(
             "not a regular file or block device",
         ));
     }
+    // As for the pool file: what may change under a read-write open is checked then.
+    if access != Access::ReadOnly {
+        if let Some(why) = file::untrusted(&meta, Holds::Device) {
+            return Err(device_error(pool, &path, why));
+        }
+    }
     let header = read_header(&file)
         .map_err(|e| Error::io(&path, e))?
         .map_err(|p| match p {
@@ -241,6 +290,14 @@ pub(super) fn attach<B: Backend>(
                 header.device_len()
             ),
         ));
+    }
+    if access != Access::ReadOnly {
+        // One pool per device, claimed before the pool can change anything on it.
+        let me = Claimant::pool(pool, pool_file).map_err(|e| Error::io(pool, e))?;
+        claim::claim(&file, &path, &me).map_err(|e| match e {
+            Error::Device { what, .. } => device_error(pool, &path, what),
+            e => e,
+        })?;
     }
     if access != Access::ReadOnly && purpose == OpenFor::Use {
         export::mark_stale(&file, &path, &header, sb.uuid).map_err(|e| {

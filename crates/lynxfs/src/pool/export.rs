@@ -1,7 +1,7 @@
 //! Exports: a copy of a pool's metadata in a reserved area of its data device, so the
 //! device alone is a complete LynxFS (issue 28, "a disk that moves"). `export` writes
-//! one; `import` rebuilds a pool file from it; `read_image` gives the pool's bytes in
-//! memory (fsck of a device, a mount without persistent memory).
+//! one; `import` rebuilds a pool file from it (also for a check or a mount of the
+//! device alone, into a temporary pool).
 //!
 //! The area holds two headers (one block each) and two slots. An export writes its
 //! image into the slot the newest valid header does not name, makes it durable, then
@@ -23,6 +23,13 @@
 //! `[pool offset: u64][blocks: u64]` then the blocks, ended by a run of 0 blocks. An
 //! imported pool is those bytes in a fresh file (zeros elsewhere), so it is the pool
 //! as it was, clean, with the same identity (uuid): it pairs with the same device.
+//!
+//! A device may be anyone's (a disk that moves, or one made to crash its reader), so
+//! nothing in a header is trusted for a size: an image is read in pieces, never
+//! whole, its length bounded by its slot and by the largest image a pool of its size
+//! can have; the runs must lie in the pool in order, the first holding the pool's
+//! superblocks, whose pool size and identity must be the header's (the size of the
+//! pool an import makes); and the checksum is checked again as an import writes it.
 
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
@@ -34,7 +41,8 @@ use super::{file, Access, Pool};
 use crate::alloc::UsedSets;
 use crate::error::{Error, Result};
 use crate::format::device::{DeviceHeader, DeviceRecord, HeaderProblem, RECORD_A, RECORD_B};
-use crate::format::layout::DENTRY_SIZE;
+use crate::format::layout::{DENTRY_SIZE, MIN_POOL, SB_B};
+use crate::format::superblock::SB_LEN;
 use crate::format::{Layout, BLOCK, ROOT_INO};
 use crate::pmem::Backend;
 use crate::time::now_ns;
@@ -188,18 +196,49 @@ fn read_headers(
         let mut b = [0u8; HEADER_LEN];
         dev.read_exact_at(&mut b, area.header(k as u64))
             .map_err(|e| Error::io(dev_path, e))?;
-        *slot = ExportHeader::decode(&b).and_then(|h| {
-            if h.slot > 1 || h.image_len > area.slot_len() {
-                Err(format!(
-                    "export header names slot {} of {} bytes, beyond the area",
-                    h.slot, h.image_len
-                ))
-            } else {
-                Ok(h)
-            }
-        });
+        *slot = ExportHeader::decode(&b).and_then(|h| check_lengths(h, area));
     }
     Ok(out)
+}
+
+/// A header's lengths bounded before anything is read or allocated by them: its image
+/// fits in its slot and is no longer than the image of any pool of its size can be,
+/// and that size is a pool's (the image's superblock must then agree, `Runs`).
+fn check_lengths(h: ExportHeader, area: &ExportArea) -> std::result::Result<ExportHeader, String> {
+    if h.slot > 1 || h.image_len > area.slot_len() {
+        return Err(format!(
+            "export header names slot {} of {} bytes, beyond the area",
+            h.slot, h.image_len
+        ));
+    }
+    if h.stale {
+        return Ok(h); // a mark names no image
+    }
+    if h.pool_size < MIN_POOL {
+        return Err(format!(
+            "export header names a pool of {} bytes, smaller than any pool ({MIN_POOL})",
+            h.pool_size
+        ));
+    }
+    if h.image_len > max_image_len(h.pool_size) {
+        return Err(format!(
+            "export header names an image of {} bytes, more than a pool of {} bytes can \
+             need ({})",
+            h.image_len,
+            h.pool_size,
+            max_image_len(h.pool_size)
+        ));
+    }
+    Ok(h)
+}
+
+/// The longest image of a pool of `pool_size` bytes: every block a run of its own
+/// (runs never overlap), then the end mark.
+fn max_image_len(pool_size: u64) -> u64 {
+    pool_size
+        .div_ceil(BLOCK)
+        .saturating_mul(BLOCK + RUN_LEN as u64)
+        .saturating_add(RUN_LEN as u64)
 }
 
 /// The valid headers, newest first.
@@ -530,10 +569,11 @@ fn is_zero(b: &[u8]) -> bool {
     head.iter().all(|&x| x == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&x| x == 0)
 }
 
-/// A device's current export, read and checked: its header and image.
+/// A device's current export, read and checked: its header, and where its image is
+/// (read again, and checked again, by an import: it is never held in memory whole).
 pub struct Export {
     pub header: ExportHeader,
-    image: Vec<u8>,
+    image: ImageAt,
     /// Why a newer export than this one could not be used, if one was found.
     pub skipped: Option<String>,
     /// Read past a stale mark ([`IfStale::Read`]): the pool has been opened
@@ -584,23 +624,22 @@ pub fn read_export(
                 }
             }
         }
-        let mut image = vec![0u8; h.image_len as usize];
-        dev.read_exact_at(&mut image, area.slot(h.slot))
-            .map_err(|e| Error::io(dev_path, e))?;
-        let why = if crc32c::crc32c(&image) != h.image_crc {
-            "its image fails its checksum (torn or overwritten)".to_string()
-        } else {
-            match check_runs(&image, h.pool_size) {
-                Ok(()) => {
-                    return Ok(Export {
-                        header: h.clone(),
-                        image,
-                        skipped,
-                        stale,
-                    })
-                }
-                Err(why) => why,
+        let image = ImageAt {
+            dev: dev.try_clone().map_err(|e| Error::io(dev_path, e))?,
+            path: dev_path.to_path_buf(),
+            at: area.slot(h.slot),
+        };
+        let why = match image.stream(h, |_, _| Ok(())) {
+            Ok(()) => {
+                return Ok(Export {
+                    header: h.clone(),
+                    image,
+                    skipped,
+                    stale,
+                })
             }
+            Err(ImageFault::Io(e)) => return Err(e),
+            Err(ImageFault::Damaged(why)) => why,
         };
         let problem = format!(
             "export generation {} (slot {}): {why}",
@@ -700,6 +739,49 @@ impl DataDevice {
         )
     }
 
+    /// Claims the device for a use of it alone (`pool::claim`) while the returned
+    /// file is open: refused, naming the holder, while a pool uses it, so that the
+    /// import is never of a device another pool is changing, nor a second pool on it.
+    /// A block device is opened exclusively (`O_EXCL`: refused while the kernel or a
+    /// program holds it so), as mkfs.ext4 does. A device this user cannot write is not
+    /// claimed: nothing done with it can change it (an imported pool's read-write open
+    /// is refused its device).
+    fn claim_alone(&self) -> Result<Option<File>> {
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let block = self
+            .file
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_block_device());
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        if block {
+            options.custom_flags(libc::O_EXCL);
+        }
+        let file = match options.open(&self.path) {
+            Ok(file) => file,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EACCES | libc::EPERM | libc::EROFS)
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                return Err(Error::Device {
+                    device: self.path.clone(),
+                    what: "busy: mounted, or held exclusively by another program".into(),
+                })
+            }
+            Err(e) => return Err(Error::io(&self.path, e)),
+        };
+        let me = super::claim::Claimant::Alone {
+            what: "an import of the device (lynxfs import, or fsck or mount of the device)".into(),
+        };
+        super::claim::claim(&file, &self.path, &me)?;
+        Ok(Some(file))
+    }
+
     /// Rebuilds the device's pool at `new_pool` from its newest usable export; the new
     /// pool records this device (by its absolute path) as its data device. A stale
     /// export is imported only with [`IfStale::Read`], for a read-only look: the new
@@ -712,6 +794,7 @@ impl DataDevice {
                 path: new_pool.to_path_buf(),
             });
         }
+        let _claim = self.claim_alone()?;
         let e = self.read_export(if_stale)?;
         let abs = std::fs::canonicalize(&self.path).map_err(|e| Error::io(&self.path, e))?;
         let record = DeviceRecord::new(self.header.device_uuid, abs.as_os_str().as_bytes())
@@ -728,73 +811,210 @@ fn hex(u: &[u8; 16]) -> String {
     u.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Calls `f(pool offset, bytes)` for each run of an image whose bounds were checked.
-fn for_each_run(image: &[u8], pool_size: u64, mut f: impl FnMut(u64, &[u8])) {
-    let mut pos = 0;
-    while let Some((off, bytes, next)) = run_at(image, pos, pool_size).ok().flatten() {
-        f(off, bytes);
-        pos = next;
+/// Why an image was not read: damaged (another export may still be usable), or the
+/// device could not be read (nothing else on it can be either).
+enum ImageFault {
+    Damaged(String),
+    Io(Error),
+}
+
+/// Where an export's image is: its device and the offset of its slot.
+struct ImageAt {
+    dev: File,
+    path: PathBuf,
+    at: u64,
+}
+
+impl ImageAt {
+    /// Reads the image `h` names in pieces of [`CHUNK`] bytes, checking as it goes
+    /// ([`Runs`]) and calling `sink(pool offset, bytes)` with the pool's bytes; at the
+    /// end, the checksum. Nothing it allocates depends on the header: `sink` may have
+    /// been given bytes of an image found damaged at the end, so what it builds is
+    /// used only when this returns `Ok`.
+    fn stream(
+        &self,
+        h: &ExportHeader,
+        mut sink: impl FnMut(u64, &[u8]) -> Result<()>,
+    ) -> std::result::Result<(), ImageFault> {
+        let mut runs = Runs::new(h);
+        let mut buf = vec![0u8; (h.image_len as usize).min(CHUNK)];
+        let (mut done, mut crc) = (0u64, 0u32);
+        while done < h.image_len {
+            let piece = &mut buf[..(h.image_len - done).min(CHUNK as u64) as usize];
+            self.dev
+                .read_exact_at(piece, self.at + done)
+                .map_err(|e| ImageFault::Io(Error::io(&self.path, e)))?;
+            crc = crc32c::crc32c_append(crc, piece);
+            runs.feed(piece, &mut sink)?;
+            done += piece.len() as u64;
+        }
+        runs.finish().map_err(ImageFault::Damaged)?;
+        if crc != h.image_crc {
+            return Err(ImageFault::Damaged(
+                "its image fails its checksum (torn or overwritten)".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
-/// A run of an image: its pool offset, its bytes and where the next run starts.
-type Run<'a> = (u64, &'a [u8], usize);
+/// The bytes of the pool that hold its two superblock copies.
+const SB_HEAD: usize = SB_B as usize + SB_LEN;
 
-/// The run at `pos`: `None` at the end mark, or why it is not a run.
-fn run_at(
-    image: &[u8],
-    pos: usize,
+/// An image's runs, parsed as its bytes arrive: each run lies in the pool, after the
+/// run before (so their bytes add up to the pool's size at most); the first holds the
+/// pool's superblocks, whose pool size and identity must be the header's; the end
+/// mark ends the image.
+struct Runs {
     pool_size: u64,
-) -> std::result::Result<Option<Run<'_>>, String> {
-    let word = |o: usize| -> std::result::Result<u64, String> {
-        image
-            .get(o..o + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .ok_or_else(|| format!("the image ends inside a run header at byte {o}"))
-    };
-    let (off, blocks) = (word(pos)?, word(pos + 8)?);
-    if blocks == 0 {
-        return Ok(None);
-    }
-    let bad = || format!("a run at byte {pos} names blocks {off}+{blocks} outside the pool");
-    if off % BLOCK != 0 || off >= pool_size {
-        return Err(bad());
-    }
-    let len = blocks
-        .checked_mul(BLOCK)
-        .ok_or_else(bad)?
-        .min(pool_size - off) as usize;
-    if len as u64 <= (blocks - 1) * BLOCK {
-        return Err(bad());
-    }
-    let start = pos + RUN_LEN;
-    let bytes = image
-        .get(start..start + len)
-        .ok_or_else(|| format!("the image ends inside the run at byte {pos}"))?;
-    Ok(Some((off, bytes, start + len)))
+    uuid: [u8; 16],
+    image_len: u64,
+    /// Image bytes consumed.
+    pos: u64,
+    /// The run header being read, and how many of its bytes are in.
+    head: [u8; RUN_LEN],
+    head_len: usize,
+    /// The run being read: the pool offset of its next byte, and its bytes left.
+    body: Option<(u64, u64)>,
+    /// Where the next run may start in the pool (the end of the one before).
+    next_free: u64,
+    /// The pool's first bytes, until the superblocks are in and checked.
+    sb: Option<Box<[u8; SB_HEAD]>>,
+    ended: bool,
 }
 
-/// Checks every run of an image lies in the pool and the image ends with its end mark.
-fn check_runs(image: &[u8], pool_size: u64) -> std::result::Result<(), String> {
-    let mut pos = 0;
-    while let Some((_, _, next)) = run_at(image, pos, pool_size)? {
-        pos = next;
+impl Runs {
+    fn new(h: &ExportHeader) -> Runs {
+        Runs {
+            pool_size: h.pool_size,
+            uuid: h.uuid,
+            image_len: h.image_len,
+            pos: 0,
+            head: [0; RUN_LEN],
+            head_len: 0,
+            body: None,
+            next_free: 0,
+            sb: Some(Box::new([0; SB_HEAD])),
+            ended: false,
+        }
     }
-    if pos + RUN_LEN != image.len() {
-        return Err(format!(
-            "{} bytes follow the image's end mark",
-            image.len() - pos - RUN_LEN
-        ));
+
+    /// Takes the image's next bytes, giving each run's bytes to `sink`.
+    fn feed(
+        &mut self,
+        mut bytes: &[u8],
+        sink: &mut impl FnMut(u64, &[u8]) -> Result<()>,
+    ) -> std::result::Result<(), ImageFault> {
+        while !bytes.is_empty() {
+            if self.ended {
+                return Err(ImageFault::Damaged(format!(
+                    "{} bytes follow the image's end mark",
+                    self.image_len - self.pos
+                )));
+            }
+            let took = match self.body {
+                Some((off, left)) => {
+                    let n = (left as usize).min(bytes.len());
+                    self.body_bytes(off, &bytes[..n])
+                        .map_err(ImageFault::Damaged)?;
+                    sink(off, &bytes[..n]).map_err(ImageFault::Io)?;
+                    self.body = (left > n as u64).then_some((off + n as u64, left - n as u64));
+                    n
+                }
+                None => {
+                    let at = self.pos - self.head_len as u64;
+                    let n = (RUN_LEN - self.head_len).min(bytes.len());
+                    self.head[self.head_len..self.head_len + n].copy_from_slice(&bytes[..n]);
+                    self.head_len += n;
+                    if self.head_len == RUN_LEN {
+                        self.start_run(at).map_err(ImageFault::Damaged)?;
+                    }
+                    n
+                }
+            };
+            self.pos += took as u64;
+            bytes = &bytes[took..];
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// A whole run header is in, the one at image byte `at`.
+    fn start_run(&mut self, at: u64) -> std::result::Result<(), String> {
+        self.head_len = 0;
+        let word = |o: usize| u64::from_le_bytes(self.head[o..o + 8].try_into().expect("8"));
+        let (off, blocks) = (word(0), word(8));
+        if blocks == 0 {
+            self.ended = true;
+            return Ok(());
+        }
+        let bad = || format!("a run at byte {at} names blocks {off}+{blocks} outside the pool");
+        if off % BLOCK != 0 || off >= self.pool_size || off < self.next_free {
+            return Err(bad());
+        }
+        // Only the pool's last block may be short.
+        let len = blocks
+            .checked_mul(BLOCK)
+            .ok_or_else(bad)?
+            .min(self.pool_size - off);
+        if len <= (blocks - 1) * BLOCK {
+            return Err(bad());
+        }
+        if self.sb.is_some() && (off != 0 || len < SB_HEAD as u64) {
+            return Err("the image does not start with the pool's superblocks".into());
+        }
+        self.body = Some((off, len));
+        self.next_free = off + len;
+        Ok(())
+    }
+
+    /// Bytes of a run at pool offset `off`: the superblocks are checked once in.
+    fn body_bytes(&mut self, off: u64, bytes: &[u8]) -> std::result::Result<(), String> {
+        let Some(head) = self.sb.as_mut() else {
+            return Ok(());
+        };
+        let start = off as usize;
+        let n = bytes.len().min(SB_HEAD - start);
+        head[start..start + n].copy_from_slice(&bytes[..n]);
+        if start + n < SB_HEAD {
+            return Ok(());
+        }
+        let head = self.sb.take().expect("checked above");
+        let sb = super::pick_superblock(Path::new("its image's pool"), self.pool_size, |o, b| {
+            b.copy_from_slice(&head[o as usize..o as usize + b.len()])
+        })
+        .map_err(|e| e.to_string())?;
+        if sb.geo.pool_size != self.pool_size || sb.uuid != self.uuid {
+            return Err(format!(
+                "its header names pool {} of {} bytes, its image's superblock pool {} of {} \
+                 bytes",
+                hex(&self.uuid),
+                self.pool_size,
+                hex(&sb.uuid),
+                sb.geo.pool_size
+            ));
+        }
+        Ok(())
+    }
+
+    /// The image's bytes are all in: it must have ended with its end mark.
+    fn finish(&self) -> std::result::Result<(), String> {
+        match (self.ended, self.body) {
+            (true, _) if self.sb.is_none() => Ok(()),
+            (true, _) => Err("the image holds no superblock".into()),
+            (false, Some(_)) => Err("the image ends inside a run".into()),
+            (false, None) => Err(format!(
+                "the image ends inside a run header at byte {}",
+                self.pos - self.head_len as u64
+            )),
+        }
+    }
 }
 
 impl std::fmt::Debug for Export {
-    // The image is megabytes: its length is enough.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Export")
             .field("header", &self.header)
-            .field("image_len", &self.image.len())
+            .field("device", &self.image.path)
             .field("skipped", &self.skipped)
             .field("stale", &self.stale)
             .finish()
@@ -802,15 +1022,6 @@ impl std::fmt::Debug for Export {
 }
 
 impl Export {
-    /// The exported pool's bytes, in memory.
-    pub fn pool_bytes(&self) -> Vec<u8> {
-        let mut out = vec![0u8; self.header.pool_size as usize];
-        for_each_run(&self.image, self.header.pool_size, |off, bytes| {
-            out[off as usize..off as usize + bytes.len()].copy_from_slice(bytes)
-        });
-        out
-    }
-
     /// Writes the exported pool into a new pool file at `path` (refused if something is
     /// there), built beside it and renamed into place, durable when this returns.
     pub fn import(&self, path: &Path) -> Result<()> {
@@ -818,7 +1029,9 @@ impl Export {
     }
 
     /// [`Export::import`], the pool's records of its data device replaced by `record`
-    /// (the device where it is now, which may not be where it was exported from).
+    /// (the device where it is now, which may not be where it was exported from). The
+    /// image is read and checked again as it is written: the device may have changed
+    /// since [`read_export`] checked it, and then nothing is left at `path`.
     fn write_pool(&self, path: &Path, record: Option<&DeviceRecord>) -> Result<()> {
         if std::fs::symlink_metadata(path).is_ok() {
             return Err(Error::Exists {
@@ -826,23 +1039,29 @@ impl Export {
             });
         }
         let staged = file::Staged::create(path, self.header.pool_size)?;
-        let mut result = Ok(());
-        for_each_run(&self.image, self.header.pool_size, |off, bytes| {
-            if result.is_ok() {
-                result = staged
-                    .file()
-                    .write_all_at(bytes, off)
-                    .map_err(|e| Error::io(path, e));
+        let write = |off: u64, bytes: &[u8]| {
+            staged
+                .file()
+                .write_all_at(bytes, off)
+                .map_err(|e| Error::io(path, e))
+        };
+        match self.image.stream(&self.header, write) {
+            Ok(()) => {}
+            Err(ImageFault::Io(e)) => return Err(e),
+            Err(ImageFault::Damaged(why)) => {
+                return Err(Error::Export {
+                    path: self.image.path.clone(),
+                    what: format!(
+                        "export generation {} changed while it was imported: {why}",
+                        self.header.generation
+                    ),
+                })
             }
-        });
-        result?;
+        }
         if let Some(r) = record {
             let bytes = r.encode();
             for at in [RECORD_A, RECORD_B] {
-                staged
-                    .file()
-                    .write_all_at(&bytes, at)
-                    .map_err(|e| Error::io(path, e))?;
+                write(at, &bytes)?;
             }
         }
         staged.commit(false)

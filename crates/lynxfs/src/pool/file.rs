@@ -65,14 +65,8 @@ pub(super) fn examine(path: &Path, force: bool) -> Result<Target> {
             path: path.to_path_buf(),
         });
     }
-    if meta.file_type().is_symlink() {
-        return symlinked_device(path, &meta).map(Target::Device);
-    }
-    if is_block_device(&meta) {
-        return open_device(path).map(Target::Device);
-    }
-    if !meta.is_file() {
-        return Err(refuse(path, "not a regular file or block device"));
+    if let Some(device) = block_device(path, &meta)? {
+        return Ok(Target::Device(device));
     }
     let file = open_nofollow(path)?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
@@ -92,6 +86,22 @@ pub(super) fn examine(path: &Path, force: bool) -> Result<Target> {
     }
     lock(&file, path, Access::Exclusive)?;
     Ok(Target::Replace(file))
+}
+
+/// What mkfs finds at `path` (`meta`, not following a link) when it is a block device
+/// or a link to one: the device, opened exclusively; `None` for a regular file;
+/// refused for anything else.
+pub(super) fn block_device(path: &Path, meta: &std::fs::Metadata) -> Result<Option<File>> {
+    if meta.file_type().is_symlink() {
+        return symlinked_device(path, meta).map(Some);
+    }
+    if is_block_device(meta) {
+        return open_device(path).map(Some);
+    }
+    if !meta.is_file() {
+        return Err(refuse(path, "not a regular file or block device"));
+    }
+    Ok(None)
 }
 
 /// A symlink is followed only to a block device (as the links in /dev/disk/by-id), and
@@ -120,7 +130,7 @@ fn symlinked_device(path: &Path, link: &std::fs::Metadata) -> Result<File> {
 
 /// Open a block device for formatting. `O_EXCL` makes the kernel refuse (EBUSY) a device
 /// that is mounted, used as swap or held by md/dm, which `flock` alone cannot see.
-pub(super) fn open_device(path: &Path) -> Result<File> {
+fn open_device(path: &Path) -> Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -238,35 +248,70 @@ pub(super) fn check_readable(meta: &std::fs::Metadata, size: u64, path: &Path) -
     }
 }
 
-/// Refuse a pool file that someone other than the caller (or root) could write while it
-/// is open read-write: its owner, or anyone with group or other write permission, could
-/// change the pool under the engine.
-pub(super) fn check_trusted(meta: &std::fs::Metadata, path: &Path) -> Result<()> {
+/// What a file holds, which says who else it must be kept from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Holds {
+    /// A pool: no one else may be able to write it, or they could change the pool
+    /// under the engine.
+    Pool,
+    /// A data device: no one else may be able to open it at all, since it holds every
+    /// file's bytes whatever the files' modes say, and can be changed under the engine.
+    Device,
+}
+
+impl Holds {
+    /// The permission bits no one but the owner may have.
+    fn forbidden(self) -> u32 {
+        match self {
+            Holds::Pool => 0o022,
+            Holds::Device => 0o077,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Holds::Pool => "the pool",
+            Holds::Device => "every file's data",
+        }
+    }
+}
+
+/// Why a file holding `holds` cannot be trusted while it is open read-write: someone
+/// other than the caller (or root) owns it, or group or others have permissions they
+/// must not. `None` for a block device: its permissions are the administrator's
+/// business (mkfs opens it exclusively, as mkfs.ext4 does).
+pub(super) fn untrusted(meta: &std::fs::Metadata, holds: Holds) -> Option<String> {
     if !meta.is_file() {
-        return Ok(()); // a device's permissions are the administrator's business
+        return None;
     }
     if !trusted_owner(meta.uid()) {
-        return Err(refuse(
-            path,
-            format!(
-                "owned by uid {}, not by you (uid {}) or root: its owner could change the pool \
-                 under this process",
-                meta.uid(),
-                caller_uid()
-            ),
+        return Some(format!(
+            "owned by uid {}, not by you (uid {}) or root: its owner could read and change \
+             {} under this process",
+            meta.uid(),
+            caller_uid(),
+            holds.what()
         ));
     }
-    if meta.mode() & 0o022 != 0 {
-        return Err(refuse(
-            path,
-            format!(
-                "writable by others (mode {:o}): anyone could change the pool under this \
-                 process (chmod go-w it)",
-                meta.mode() & 0o7777
-            ),
-        ));
+    if meta.mode() & holds.forbidden() == 0 {
+        return None;
     }
-    Ok(())
+    let mode = meta.mode() & 0o7777;
+    Some(match holds {
+        Holds::Pool => format!(
+            "writable by others (mode {mode:o}): anyone could change the pool under this \
+             process (chmod go-w it)"
+        ),
+        Holds::Device => format!(
+            "open to group or others (mode {mode:o}): they could read and change every \
+             file's data through it (chmod go= it)"
+        ),
+    })
+}
+
+/// [`untrusted`] as an error naming `path`.
+pub(super) fn check_trusted(meta: &std::fs::Metadata, path: &Path, holds: Holds) -> Result<()> {
+    untrusted(meta, holds).map_or(Ok(()), |why| Err(refuse(path, why)))
 }
 
 /// A symlink at the pool's path is followed only when it is the caller's or root's.

@@ -403,7 +403,13 @@ impl Drop for Locks {
 }
 
 /// Set (or clear) an open-file-description lock of `len` bytes at `start`.
-fn ofd_lock(file: &File, start: i64, len: i64, kind: libc::c_int, wait: bool) -> io::Result<bool> {
+pub(crate) fn ofd_lock(
+    file: &File,
+    start: i64,
+    len: i64,
+    kind: libc::c_int,
+    wait: bool,
+) -> io::Result<bool> {
     // SAFETY: a plain C struct; all-zero is a valid value that we then fill in.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind as libc::c_short;
