@@ -372,13 +372,14 @@ impl OpenFiles {
     /// The inode of every open file, once per open file however many handles share
     /// it (each open file holds one open reference).
     pub(super) fn open_inodes(&self) -> Vec<u64> {
-        self.open_fds()
-            .into_iter()
-            .filter_map(|fd| {
-                let f = self.get(fd).ok()?;
-                (f.home == f.pinned).then_some(f.ino)
-            })
-            .collect()
+        // By the slot the open file is in: a dup'd handle may outlive the first.
+        let mut homes = std::collections::BTreeMap::new();
+        for fd in self.open_fds() {
+            if let Ok(f) = self.get(fd) {
+                homes.insert(f.home, f.ino);
+            }
+        }
+        homes.into_values().collect()
     }
 
     pub(super) fn open_fds(&self) -> Vec<Fd> {
