@@ -46,7 +46,10 @@ impl Ret for i64 {
 
 /// Runs the body of an exported function: its error becomes `-errno`, and a panic
 /// (a bug) is caught here, as unwinding into C is undefined, and becomes `-EIO`.
+/// The body runs inside the engine: its memory is open to this thread for the call
+/// (protection keys, `engine::pmem::keys`).
 pub(crate) fn call<T: Ret>(body: impl FnOnce() -> R<i64>) -> T {
+    let _key = engine::pmem::keys::Open::enter();
     let v = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => v,
         Ok(Err(Errno(e))) => -i64::from(e),

@@ -24,6 +24,21 @@ use edge::{call, path, put, Errno, R};
 use engine::{Cred, Fs};
 pub use handle::Lynx;
 
+/// Runs when the library is loaded, before any thread of the program can call it:
+/// the engine's memory goes under a protection key (`engine::pmem::keys`; a store
+/// of the program into a pool faults), unless `LYNXFS_PROTECT=0`.
+extern "C" fn on_load() {
+    // Shuts the key in this thread again once made (it is open only inside calls).
+    let _key = engine::pmem::keys::Open::enter();
+    if std::env::var_os("LYNXFS_PROTECT").is_none_or(|v| v != "0") {
+        engine::pmem::keys::enable();
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
+
 thread_local! {
     /// The text of the last failed `lynxfs_attach` of this thread.
     static ATTACH_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -78,6 +93,7 @@ pub unsafe extern "C" fn lynxfs_attach(
     flags: c_int,
     err: *mut c_int,
 ) -> *mut Lynx {
+    let _key = engine::pmem::keys::Open::enter();
     let r = catch_unwind(AssertUnwindSafe(|| attach(pool, flags)))
         .unwrap_or_else(|_| Err((libc::EIO, "internal error (a panic)".into())));
     match r {

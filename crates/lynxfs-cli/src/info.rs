@@ -153,6 +153,18 @@ fn gather(path: &Path, kind: BackendKind) -> Result<Info> {
     }
 }
 
+/// What guards the pool's memory inside a preloaded program or a C API user on this
+/// machine (docs/ARCHITECTURE.md, "The pool inside its host program").
+fn protection_text() -> &'static str {
+    if lynxfs::pmem::keys::supported() {
+        "mappings sealed; protection keys on (stray stores of a preloaded program fault; \
+         LYNXFS_PROTECT=0 turns both off)"
+    } else {
+        "mappings sealed; no protection keys on this CPU (stray stores are not caught; \
+         LYNXFS_PROTECT=0 turns the seal off)"
+    }
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
 }
@@ -229,6 +241,7 @@ impl Info {
         if let Some(f) = &self.format {
             println!("mount epoch:      {}", f.mount_epoch);
         }
+        println!("host protection:  {}", protection_text());
         print_space(&self.usage);
         print_nodes(&self.nodes);
         if self.runtime {
@@ -532,6 +545,7 @@ impl Info {
     /// known for this state).
     fn to_json(&self) -> serde_json::Value {
         use serde_json::{json, Value};
+        let keys = lynxfs::pmem::keys::supported();
         let u = &self.usage;
         let (state, mountpoint) = match &self.state {
             State::Clean => ("clean", None),
@@ -584,6 +598,7 @@ impl Info {
             "pool": self.pool.display().to_string(),
             "state": state,
             "mountpoint": mountpoint,
+            "protection_keys": keys,
             "format": format,
             "space": {
                 "block_size": 4096,

@@ -8,15 +8,20 @@ thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Held while this library works on a call.
+/// Held while this library works on a call. The outermost one also opens the
+/// engine's protection key for the thread ([`lynxfs::pmem::keys`]): only this
+/// library's code (and the engine's) runs between entering and leaving.
 pub struct Inside {
     was: bool,
+    _key: Option<lynxfs::pmem::keys::Open>,
 }
 
 impl Inside {
     pub fn enter() -> Inside {
+        let was = INSIDE.try_with(|i| i.replace(true)).unwrap_or(true);
         Inside {
-            was: INSIDE.try_with(|i| i.replace(true)).unwrap_or(true),
+            was,
+            _key: (!was).then(lynxfs::pmem::keys::Open::enter),
         }
     }
 }

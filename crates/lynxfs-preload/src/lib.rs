@@ -28,8 +28,11 @@ extern "C" fn on_load() {
     // thread-locals the engine needs are gone.
     guard::alive();
     let _inside = guard::Inside::enter();
-    if state::config().is_none() {
+    let Some(c) = state::config() else {
         return;
+    };
+    if c.protect {
+        protect();
     }
     calls::process::remember_env();
     calls::process::init();
@@ -38,6 +41,15 @@ extern "C" fn on_load() {
     state::init();
     // SAFETY: registers a function that lives as long as the process.
     unsafe { libc::atexit(on_exit) };
+}
+
+/// The engine's memory under a protection key, before any thread can enter the
+/// engine (the guard in [`guard::Inside`] opens it for this library's calls).
+fn protect() {
+    use lynxfs::pmem::keys::{self, Protection};
+    if keys::enable() == Protection::NoFreeKey {
+        say("every memory protection key is taken: the pool runs without one");
+    }
 }
 
 extern "C" fn on_exit() {

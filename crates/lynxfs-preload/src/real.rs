@@ -148,6 +148,8 @@ real! {
     fn munmap(addr: *mut c_void, len: size_t) -> c_int;
     fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int;
     fn pkey_mprotect(addr: *mut c_void, len: size_t, prot: c_int, pkey: c_int) -> c_int;
+    fn pkey_free(pkey: c_int) -> c_int;
+    fn pkey_set(pkey: c_int, rights: libc::c_uint) -> c_int;
     fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int;
     // Variadic in C; its one optional argument passed as a fixed one (see `calls::maps`).
     fn mremap(old: *mut c_void, old_len: size_t, new_len: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void;

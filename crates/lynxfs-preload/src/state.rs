@@ -36,7 +36,8 @@ pub struct Config {
     pub at: Vec<u8>,
     /// Whether to populate the runtime state at attach ([`ENV_POPULATE`]).
     pub populate: bool,
-    /// Whether the engine's mappings are sealed once attached ([`ENV_PROTECT`]).
+    /// Whether the engine's mappings are sealed once attached and put under a
+    /// protection key where the CPU has them ([`ENV_PROTECT`]).
     pub protect: bool,
 }
 

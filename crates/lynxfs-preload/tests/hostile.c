@@ -8,6 +8,8 @@
  *   hostile parent DIR SHM LEN   map SHM (LEN bytes), attach, exec "child"
  *   hostile child DIR SHM LEN ADDR  map SHM at ADDR with MAP_FIXED, then use DIR
  *   hostile check DIR N PREFIX   read back N files DIR/PREFIX-I
+ *   hostile scribble POOL DIR    stray stores into each engine mapping from three
+ *                                threads: each must fault (protection keys)
  *   hostile signals DIR          a signal handler calls into the pool while the
  *                                interrupted thread is inside the library
  *   hostile forks DIR N          N forks while two threads create and remove files;
@@ -16,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -158,39 +161,65 @@ static void attack(uintptr_t page) {
     munmap(scratch, 4096);
 }
 
-/* The engine's mappings as /proc/self/maps shows them: the pool file and the
- * runtime state file. */
-static int attack_all(const char *pool, const char *dir) {
+/* Attach by making DIR/probe. */
+static int attach(const char *dir) {
     char probe[4096];
     snprintf(probe, sizeof probe, "%s/probe", dir);
-    int fd = open(probe, O_CREAT | O_WRONLY, 0644); /* attaches */
+    int fd = open(probe, O_CREAT | O_WRONLY, 0644);
     if (fd < 0) {
         printf("FAIL attach through %s: %s\n", probe, strerror(errno));
         return 1;
     }
     close(fd);
-    FILE *maps = fopen("/proc/self/maps", "r");
+    return 0;
+}
+
+#define MAX_MAPS 64
+
+/* The engine's mappings as /proc/self/smaps shows them: the pool file and the
+ * runtime state file, with their protection keys (-1 where smaps shows none).
+ * Returns how many, or -1 when fewer than two. */
+static int engine_maps(const char *pool, uintptr_t *starts, uintptr_t *ends, int *keys) {
+    FILE *maps = fopen("/proc/self/smaps", "r");
     char line[8192];
-    uintptr_t starts[64], ends[64];
-    int n = 0;
-    while (n < 64 && fgets(line, sizeof line, maps)) {
+    int n = 0, in_engine = 0;
+    while (fgets(line, sizeof line, maps)) {
         unsigned long s, e;
         char path[4096] = "";
+        int key;
+        if (sscanf(line, "ProtectionKey: %d", &key) == 1) {
+            if (in_engine)
+                keys[n - 1] = key;
+            continue;
+        }
         if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %4095s", &s, &e, path) < 2)
             continue;
         size_t pl = strlen(path);
         int runtime = strstr(path, "/lynxfs-") && pl > 4 && !strcmp(path + pl - 4, ".run");
-        if (!strcmp(path, pool) || runtime) {
+        in_engine = (!strcmp(path, pool) || runtime) && n < MAX_MAPS;
+        if (in_engine) {
             starts[n] = s;
             ends[n] = e;
+            keys[n] = -1;
             n++;
         }
     }
     fclose(maps);
     if (n < 2) {
         printf("FAIL found %d engine mappings (the pool and its runtime state expected)\n", n);
-        return 1;
+        return -1;
     }
+    return n;
+}
+
+static int attack_all(const char *pool, const char *dir) {
+    if (attach(dir))
+        return 1;
+    uintptr_t starts[MAX_MAPS], ends[MAX_MAPS];
+    int keys[MAX_MAPS];
+    int n = engine_maps(pool, starts, ends, keys);
+    if (n < 0)
+        return 1;
     for (int i = 0; i < n; i++) {
         printf("mapping %d: %s\n", i, i == 0 ? "first" : "next");
         attack(starts[i]);
@@ -338,6 +367,121 @@ static int forks(const char *dir, int n) {
     return bad;
 }
 
+/* Stray stores: each must fault with SEGV_PKUERR and change nothing. */
+static sigjmp_buf stray_back;
+static volatile sig_atomic_t stray_code;
+
+static void on_stray(int sig, siginfo_t *si, void *uc) {
+    (void)sig;
+    (void)uc;
+    stray_code = si->si_code;
+    siglongjmp(stray_back, 1);
+}
+
+static void stray_store(uintptr_t at, const char *who) {
+    stray_code = 0;
+    if (sigsetjmp(stray_back, 1) == 0) {
+        *(volatile char *)at = 'X';
+        printf("FAIL %s: a stray store at %#lx landed\n", who, (unsigned long)at);
+        failures++;
+        return;
+    }
+    if (stray_code != SEGV_PKUERR) {
+        printf("FAIL %s: the stray store at %#lx faulted with si_code %d, not SEGV_PKUERR\n", who,
+               (unsigned long)at, (int)stray_code);
+        failures++;
+        return;
+    }
+    printf("ok %s: stray store at %#lx faulted (SEGV_PKUERR)\n", who, (unsigned long)at);
+}
+
+struct scribble {
+    uintptr_t *starts, *ends;
+    int n;
+    const char *who;
+};
+
+static void scribble_all(const struct scribble *s) {
+    for (int i = 0; i < s->n; i++) {
+        stray_store(s->starts[i], s->who);
+        stray_store(s->starts[i] + ((s->ends[i] - s->starts[i]) / 2 & ~(uintptr_t)4095), s->who);
+        stray_store(s->ends[i] - 1, s->who);
+    }
+}
+
+static void *scribble_thread(void *arg) {
+    scribble_all(arg);
+    return NULL;
+}
+
+static void *attach_thread(void *dir) {
+    return (void *)(intptr_t)attach(dir);
+}
+
+/* One call on the engine's protection key that must fail with EINVAL. */
+#define KEY_NO(what, expr)                                                        \
+    do {                                                                          \
+        errno = 0;                                                                \
+        long r_ = (long)(expr);                                                   \
+        if (r_ == -1 && errno == EINVAL) {                                        \
+            printf("ok %s refused\n", what);                                      \
+        } else {                                                                  \
+            printf("FAIL %s: returned %ld, errno %s\n", what, r_, strerror(errno)); \
+            failures++;                                                           \
+        }                                                                         \
+    } while (0)
+
+/* A thread made before the pool was attached, a thread made after, and the main
+ * thread each store into every engine mapping; the engine's key cannot be freed,
+ * set or lent; the pool still answers. */
+static int scribble(const char *pool, const char *dir) {
+    pthread_t early;
+    struct scribble s = {0};
+    uintptr_t starts[MAX_MAPS], ends[MAX_MAPS];
+    int keys[MAX_MAPS];
+    struct sigaction sa = {0};
+    sa.sa_sigaction = on_stray;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &sa, NULL);
+    /* Made before the first pool call; it attaches, so the main thread's first pool
+     * call comes after. */
+    pthread_create(&early, NULL, attach_thread, (void *)dir);
+    void *r;
+    pthread_join(early, &r);
+    if (r)
+        return 1;
+    int n = engine_maps(pool, starts, ends, keys);
+    if (n < 0)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (keys[i] <= 0 || keys[i] != keys[0]) {
+            printf("FAIL engine mapping %d carries protection key %d\n", i, keys[i]);
+            return 1;
+        }
+    int key = keys[0];
+    printf("ok %d engine mappings under protection key %d\n", n, key);
+    s.starts = starts;
+    s.ends = ends;
+    s.n = n;
+    s.who = "main thread";
+    scribble_all(&s);
+    pthread_t later;
+    struct scribble t = s;
+    t.who = "a later thread";
+    pthread_create(&later, NULL, scribble_thread, &t);
+    pthread_join(later, NULL);
+    /* The key is the engine's: not the program's to free, open or use. */
+    char *own = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    KEY_NO("pkey_free", pkey_free(key));
+    KEY_NO("syscall(pkey_free)", syscall(SYS_pkey_free, key));
+    KEY_NO("pkey_set", pkey_set(key, 0));
+    KEY_NO("pkey_mprotect of the program's own memory",
+           pkey_mprotect(own, 4096, PROT_READ | PROT_WRITE, key));
+    s.who = "main thread, after";
+    scribble_all(&s);
+    return failures != 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 4 && !strcmp(argv[1], "files"))
@@ -348,6 +492,11 @@ int main(int argc, char **argv) {
         return forks(argv[2], atoi(argv[3]));
     if (argc == 5 && !strcmp(argv[1], "check"))
         return check_files(argv[2], atoi(argv[3]), argv[4]);
+    if (argc == 4 && !strcmp(argv[1], "scribble")) {
+        if (scribble(argv[2], argv[3]))
+            return 1;
+        return make_files(argv[3], 50, "after") || check_files(argv[3], 50, "after");
+    }
     if (argc == 4 && !strcmp(argv[1], "attack")) {
         if (attack_all(argv[2], argv[3]))
             return 1;

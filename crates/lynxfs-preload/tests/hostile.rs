@@ -8,7 +8,9 @@
 //! case no process is attached: `lynxfs fsck` must call the pool clean and every file
 //! made before must read back intact.
 //!
-//! Not here: stray stores into the pool (protection keys): not built (see the README).
+//! And stray stores into every engine mapping, from threads made before and after
+//! the pool was attached: each faults (protection keys), and the engine's key cannot
+//! be freed, opened or lent to the program's memory.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -146,6 +148,31 @@ fn no_mapping_call_reaches_an_engine_mapping() {
     assert!(
         err.contains(&format!("would change the pool {pool}")) && err.contains("(EPERM)"),
         "no line on stderr names the pool:\n{err}"
+    );
+    s.intact();
+}
+
+#[test]
+fn stray_stores_into_the_pool_fault_and_hurt_nothing() {
+    if !lynxfs::pmem::keys::supported() {
+        eprintln!(
+            "skipped: this CPU or kernel has no memory protection keys (pku), \
+             so a stray store into the pool cannot fault"
+        );
+        return;
+    }
+    let _w = watchdog::watchdog("hostile stray stores", TEST_LIMIT);
+    let s = Setup::new("scribble");
+    let pool = s.pool.to_string_lossy().into_owned();
+    let o = s.run_ok(&["scribble", &pool, &s.d()], false);
+    let out = text(&o.stdout);
+    let faulted = out.lines().filter(|l| l.contains("(SEGV_PKUERR)")).count();
+    // Three stores into each of at least two mappings, from three threads.
+    assert!(faulted >= 3 * 2 * 3, "{faulted} faults:\n{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.ends_with(" refused")).count(),
+        4,
+        "the engine's key freed, set or lent:\n{out}"
     );
     s.intact();
 }

@@ -121,6 +121,16 @@ pub unsafe extern "C" fn syscall(
     e: c_long,
     f: c_long,
 ) -> c_long {
+    let key_call = match n {
+        libc::SYS_pkey_free => Some(("pkey_free", a)),
+        libc::SYS_pkey_mprotect => Some(("pkey_mprotect", d)),
+        _ => None,
+    };
+    if let Some((call, key)) = key_call {
+        if super::maps::key_refused(call, key as c_int) {
+            return -1;
+        }
+    }
     // SAFETY: the C library's syscall with the caller's arguments and contract.
     let r = unsafe { real::syscall(n, a, b, c, d, e, f) };
     if cred::changes_credentials(n) {

@@ -35,6 +35,40 @@ pub fn refused(call: &str, addr: *const c_void, len: size_t) -> bool {
     true
 }
 
+/// Whether `pkey` is the engine's protection key (`lynxfs::pmem::keys`); if so the
+/// call named `call` is refused: errno EINVAL, which the kernel answers for a key
+/// the caller did not allocate (the program did not), and a line on stderr. A
+/// program that frees the engine's key, sets its rights or puts its own memory
+/// under it would undo the protection of the pool or fault in its own memory.
+pub fn key_refused(call: &str, pkey: c_int) -> bool {
+    if !lynxfs::pmem::keys::is_engine_key(pkey) {
+        return false;
+    }
+    crate::say(&format!(
+        "{call} of protection key {pkey}, the pool engine's: refused (EINVAL)"
+    ));
+    crate::route::set_errno(libc::EINVAL);
+    true
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pkey_free(pkey: c_int) -> c_int {
+    if key_refused("pkey_free", pkey) {
+        return -1;
+    }
+    // SAFETY: the C library's pkey_free with the caller's argument.
+    unsafe { real::pkey_free(pkey) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pkey_set(pkey: c_int, rights: libc::c_uint) -> c_int {
+    if key_refused("pkey_set", pkey) {
+        return -1;
+    }
+    // SAFETY: the C library's pkey_set with the caller's arguments.
+    unsafe { real::pkey_set(pkey, rights) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
     if refused("mprotect", addr, len) {
@@ -51,7 +85,7 @@ pub unsafe extern "C" fn pkey_mprotect(
     prot: c_int,
     pkey: c_int,
 ) -> c_int {
-    if refused("pkey_mprotect", addr, len) {
+    if refused("pkey_mprotect", addr, len) || key_refused("pkey_mprotect", pkey) {
         return -1;
     }
     // SAFETY: the C library's pkey_mprotect with the caller's arguments.

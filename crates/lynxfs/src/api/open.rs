@@ -303,14 +303,18 @@ impl<B: Backend> Fs<B> {
         let weak = std::sync::Arc::downgrade(self);
         let spawned = std::thread::Builder::new()
             .name("lynxfs-commit".into())
-            .spawn(move || loop {
-                std::thread::sleep(every);
-                let Some(fs) = weak.upgrade() else {
-                    return;
-                };
-                // Inside an operation (`sync`), so a repair never rebuilds the
-                // transaction's lock words under this thread.
-                let _ = fs.sync();
+            .spawn(move || {
+                // An engine thread: no program code runs here.
+                crate::pmem::keys::open_thread();
+                loop {
+                    std::thread::sleep(every);
+                    let Some(fs) = weak.upgrade() else {
+                        return;
+                    };
+                    // Inside an operation (`sync`), so a repair never rebuilds the
+                    // transaction's lock words under this thread.
+                    let _ = fs.sync();
+                }
             });
         // Without the thread, writes still commit once the interval has passed.
         drop(spawned);

@@ -19,6 +19,8 @@
 //! - **The seal** ([`seal_all`], Linux 6.10's `mseal`): once a preloaded process is
 //!   attached, the kernel itself refuses `MAP_FIXED`, `munmap`, `mremap` and
 //!   `mprotect` over the engine's mappings, also from raw system calls.
+//! - **The key** ([`super::keys`]): on CPUs with protection keys, a stray store of
+//!   the program into an engine mapping faults instead of landing.
 //!
 //! The registry is a fixed table of atomic words, read without a lock (the preload
 //! checks it on every `munmap`). A mapping is registered just after `mmap` returns: a
@@ -118,12 +120,14 @@ impl Drop for Registered {
     }
 }
 
-/// Register `[base, base + len)` as the engine's.
+/// Register `[base, base + len)`, a fresh read-write mapping, as the engine's, and
+/// put it under the engine's protection key when the process has one ([`super::keys`]).
 pub fn register(base: *const u8, len: usize, kind: Kind) -> Registered {
     let start = base as usize;
     if len == 0 {
         return Registered::NONE;
     }
+    super::keys::apply(base.cast_mut(), len);
     for (i, s) in TABLE.iter().enumerate() {
         if s.start
             .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)

@@ -15,6 +15,7 @@
 mod backend;
 pub mod device;
 pub mod flush;
+pub mod keys;
 mod map;
 pub mod mappings;
 mod through;

@@ -350,7 +350,11 @@ impl Evolver {
         let weak: Weak<Inner> = Arc::downgrade(inner);
         let spawned = std::thread::Builder::new()
             .name("lynxfs-evolve".into())
-            .spawn(move || run(weak));
+            .spawn(move || {
+                // An engine thread: no program code runs here.
+                crate::pmem::keys::open_thread();
+                run(weak)
+            });
         if spawned.is_err() {
             // No thread: the areas keep their shape (as with evolution off).
             self.started.store(false, Ordering::Release);
