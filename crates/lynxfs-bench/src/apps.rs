@@ -1030,25 +1030,41 @@ mod tests {
         assert_eq!(tree.unwrap().files, 31);
     }
 
-    /// The private cache directory is refused, with the reason, when another user made
-    /// it (or a link in its place) first, or when it is open to others.
+    /// Issue 42, defect 7: what another user made at the private cache directory's
+    /// name (a directory, a link, a file) is neither used nor in the way: the cache
+    /// goes to a directory of our own beside it, found again by the next run, and
+    /// theirs is left alone.
     #[test]
-    fn a_cache_directory_not_privately_ours_is_refused() {
-        for (plant, why) in [
-            ("mkdir -m 0700 lynxfs-bench-0", "owned by uid 1000"),
-            ("mkdir -m 0700 d && ln -s d lynxfs-bench-0", "symbolic link"),
-            ("touch lynxfs-bench-0", "not a directory"),
+    fn a_cache_directory_another_user_planted_is_passed_over() {
+        use std::os::unix::fs::MetadataExt;
+        for plant in [
+            "mkdir -m 0700 lynxfs-bench-0",
+            "mkdir -m 0700 d && ln -s d lynxfs-bench-0",
+            "touch lynxfs-bench-0",
         ] {
             let shared = shared_dir();
             as_user_1000(shared.path(), plant);
-            let e = prepare_in(&generated(32), shared.path())
-                .err()
-                .unwrap_or_else(|| panic!("{plant}: the cache directory was used"))
-                .to_string();
-            assert!(
-                e.contains(why) && e.contains("lynxfs-bench-0"),
-                "{plant}: {e}"
+            let planted = shared.path().join("lynxfs-bench-0");
+            let before = std::fs::symlink_metadata(&planted).unwrap();
+            for run in 0..2 {
+                let tree = prepare_in(&generated(32), shared.path())
+                    .unwrap_or_else(|e| panic!("{plant}, run {run}: {e:#}"));
+                assert_eq!(tree.files, 32);
+            }
+            let after = std::fs::symlink_metadata(&planted).unwrap();
+            assert_eq!((after.uid(), after.ino()), (1000, before.ino()), "{plant}");
+            let ours: Vec<_> = std::fs::read_dir(shared.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.to_string_lossy().contains("lynxfs-bench-0."))
+                .collect();
+            assert_eq!(
+                ours.len(),
+                1,
+                "{plant}: one cache of ours, found again: {ours:?}"
             );
+            let m = std::fs::symlink_metadata(&ours[0]).unwrap();
+            assert_eq!((m.uid(), m.mode() & 0o7777, m.is_dir()), (0, 0o700, true));
         }
     }
 

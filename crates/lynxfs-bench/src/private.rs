@@ -7,7 +7,10 @@
 //! (root then overwrites whatever it points to). So a file kept between runs lives in
 //! `BASE/lynxfs-bench-UID`, a directory of the caller's that nobody else may enter,
 //! checked before every use (with lstat: a directory, not a symlink, the caller's, mode
-//! 0700) and refused with the reason otherwise; and a file there is written under a
+//! 0700) and refused with the reason otherwise when it is the caller's own doing. What
+//! another user made at that name is passed over, never used nor in the way: the cache
+//! is then `BASE/lynxfs-bench-UID.RANDOM`, found again by listing BASE for the caller's
+//! own (0700) or made under a name nobody can predict. A file there is written under a
 //! temporary name created exclusively (`O_EXCL | O_NOFOLLOW`, mode 0600), then renamed
 //! into place.
 
@@ -27,14 +30,58 @@ fn euid() -> u32 {
 /// The caller's private directory in the shared directory `base`, made (mode 0700) if
 /// missing; an error naming it if what is there is not privately the caller's.
 pub(crate) fn cache_dir(base: &Path) -> anyhow::Result<PathBuf> {
-    let dir = base.join(format!("lynxfs-bench-{}", euid()));
+    let name = format!("lynxfs-bench-{}", euid());
+    let dir = base.join(&name);
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
     }
-    check_private(&dir)?;
-    Ok(dir)
+    let meta = std::fs::symlink_metadata(&dir).with_context(|| format!("{}", dir.display()))?;
+    if meta.uid() == euid() {
+        check_private(&dir)?;
+        return Ok(dir);
+    }
+    // Another user's: ours is under a name of our own beside it.
+    let prefix = format!("{name}.");
+    for e in std::fs::read_dir(base).with_context(|| format!("listing {}", base.display()))? {
+        let e = e.with_context(|| format!("listing {}", base.display()))?;
+        let n = e.file_name();
+        if !n.to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        let path = e.path();
+        if std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_dir() && m.uid() == euid() && m.mode() & 0o7777 == 0o700)
+        {
+            return Ok(path);
+        }
+    }
+    for _ in 0..16 {
+        let dir = base.join(format!("{prefix}{}", random_hex()?));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                check_private(&dir)?;
+                return Ok(dir);
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+        }
+    }
+    bail!(
+        "no free name for the benchmarks' cache directory in {}",
+        base.display()
+    )
+}
+
+/// Random hex digits for a name nobody can make first.
+fn random_hex() -> anyhow::Result<String> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom")?;
+    Ok(b.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Refuses `dir` unless it is a directory (not a symlink to one) of the caller's that

@@ -28,11 +28,26 @@ pub const UNCORRECTED: u8 = 4;
 pub const OPERATIONAL: u8 = 8;
 
 pub fn run(path: &Path, repair: bool, kind: BackendKind, json: bool) -> ExitCode {
-    let mut out = Out::new(path, repair, json);
+    run_as(path, path, repair, kind, json)
+}
+
+/// [`run`] on the pool at `path`, which the report names `shown` (a data device whose
+/// export was imported into `path`, a temporary pool).
+pub fn run_as(path: &Path, shown: &Path, repair: bool, kind: BackendKind, json: bool) -> ExitCode {
+    let mut out = Out::new(shown, repair, json);
     let code = run_kind(path, repair, kind, &mut out)
         .unwrap_or_else(|| check_a_copy(path, kind, &mut out));
     out.finish(code);
     ExitCode::from(code)
+}
+
+/// An operational error before the check could start (`path` given, `e` why): said on
+/// stderr, and with `json` in the report's object (docs/JSON.md: printed in every case).
+pub fn failed(path: &Path, repair: bool, json: bool, e: impl std::fmt::Display) -> ExitCode {
+    let mut out = Out::new(path, repair, json);
+    out.error(e);
+    out.finish(OPERATIONAL);
+    ExitCode::from(OPERATIONAL)
 }
 
 /// The check's exit code; `None` if the pool is in use and only a look was asked for.

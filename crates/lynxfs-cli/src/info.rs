@@ -103,6 +103,63 @@ struct Shared {
     evolution_on: bool,
 }
 
+/// What `info DEVICE` says of a data device and the export it looks at.
+pub struct ExportFacts<'a> {
+    pub device: &'a lynxfs::format::device::DeviceHeader,
+    pub export: &'a lynxfs::pool::export::ExportHeader,
+    /// The pool was opened read-write since this export.
+    pub stale: bool,
+}
+
+/// `lynxfs info DEVICE`: the data device at `device`, and the pool its export holds,
+/// imported into `pool` (a temporary pool) for the look. The report names the device.
+pub fn print_device(
+    device: &Path,
+    facts: &ExportFacts<'_>,
+    pool: &Path,
+    kind: BackendKind,
+    json: bool,
+) -> Result<()> {
+    let mut info = gather(pool, kind)?;
+    info.pool = device.to_path_buf();
+    let uuid = lynxfs::format::device::uuid_text;
+    let (d, e) = (facts.device, facts.export);
+    if json {
+        let mut v = info.to_json();
+        v["device"] = serde_json::json!({
+            "id": uuid(&d.device_uuid),
+            "pool_id": uuid(&d.pool_uuid),
+            "export": {
+                "generation": e.generation,
+                "blocks": e.blocks,
+                "exported_ns": e.exported_ns,
+                "stale": facts.stale,
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "data device:      {} (id {}), file data of pool {}",
+        device.display(),
+        uuid(&d.device_uuid),
+        uuid(&d.pool_uuid)
+    );
+    println!(
+        "its export:       generation {}, {} blocks ({:.1} MiB){}; the pool it holds:",
+        e.generation,
+        e.blocks,
+        mib(e.image_len),
+        if facts.stale {
+            " (stale: its pool was opened read-write since)"
+        } else {
+            ""
+        }
+    );
+    info.print_text();
+    Ok(())
+}
+
 pub fn print(path: &Path, kind: BackendKind, json: bool) -> Result<()> {
     let info = gather(path, kind)?;
     if json {
@@ -596,6 +653,8 @@ impl Info {
         json!({
             "schema": INFO_SCHEMA,
             "pool": self.pool.display().to_string(),
+            // Filled in by `print_device` for a data device.
+            "device": null,
             "state": state,
             "mountpoint": mountpoint,
             "protection_keys": keys,

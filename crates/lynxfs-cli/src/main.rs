@@ -107,6 +107,8 @@ enum Cmd {
     },
     /// Describe a pool: format, size, lanes, mapping, space used and free; for a mounted
     /// pool (give the pool or the mount point), the DRAM of its index and cachelets.
+    /// Given a hybrid pool's data device, describes the device and the pool its newest
+    /// export holds (read-only, a stale export included).
     Info {
         /// Durability backend: pmem or msync (default: pmem on DAX or tmpfs, else msync).
         #[arg(long)]
@@ -379,6 +381,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         })),
         Cmd::Generate(args) => {
             generate::run(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Info {
+            backend,
+            json,
+            pool,
+        } if export::is_device(&pool) => {
+            export::info_device(&pool, BackendKind::pick(backend, &pool), json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Info {

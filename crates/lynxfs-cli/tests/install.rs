@@ -508,10 +508,11 @@ fn the_package_installs_into_a_temporary_root_and_removes_cleanly() {
         .filter(|f| f != "share/lynxfs/installed")
         .map(|f| format!("usr/{f}"))
         .collect();
+    // The helpers in /usr/sbin, which /sbin is a link to on merged-/usr systems.
     want.extend(
         files_under(&i.sbin)
             .into_iter()
-            .map(|f| format!("sbin/{f}")),
+            .map(|f| format!("usr/sbin/{f}")),
     );
     i.uninstall();
 
@@ -530,7 +531,7 @@ fn the_package_installs_into_a_temporary_root_and_removes_cleanly() {
     assert_eq!(got, want, "the package's files");
     assert!(!has_debug_info(&root.path().join("usr/bin/lynxfs")));
     assert_eq!(
-        std::fs::read_link(root.path().join("sbin/mount.lynxfs")).unwrap(),
+        std::fs::read_link(root.path().join("usr/sbin/mount.lynxfs")).unwrap(),
         Path::new("/usr/bin/lynxfs")
     );
     let o = ok(Command::new(root.path().join("usr/bin/lynxfs")).arg("--version"));
@@ -548,4 +549,144 @@ fn the_package_installs_into_a_temporary_root_and_removes_cleanly() {
     for d in ["usr", "sbin"] {
         assert!(!root.path().join(d).exists(), "{d} left after dpkg -r");
     }
+}
+
+/// The target of the link at `p`, if it is one.
+fn link_at(p: &Path) -> Option<PathBuf> {
+    std::fs::read_link(p).ok()
+}
+
+/// Issue 42, defect 8: two installs into two prefixes sharing one helpers' directory
+/// (as /sbin is). The second stops before changing anything, naming what is the
+/// first's; an uninstall of it then has nothing to remove; with --replace it replaces
+/// them, and its uninstall removes them, never the first's files. The first's
+/// uninstall leaves what it no longer owns (a helper the second replaced, a page
+/// changed since), saying so.
+#[test]
+fn an_install_replaces_and_removes_only_its_own_files() {
+    let _w = watchdog(
+        "an_install_replaces_and_removes_only_its_own_files",
+        Duration::from_secs(600),
+    );
+    let root = tempfile::tempdir().unwrap();
+    let sbin = root.path().join("sbin");
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    let from = built_dir();
+    let install = |prefix: &Path, extra: &[&str]| {
+        let mut args = vec!["install", "--prefix", s(prefix), "--sbindir", s(&sbin)];
+        args.extend(["--from", s(&from)]);
+        args.extend(extra);
+        run(&mut lynx(&args))
+    };
+    let uninstall = |prefix: &Path| {
+        run(&mut lynx(&[
+            "uninstall",
+            "--prefix",
+            s(prefix),
+            "--sbindir",
+            s(&sbin),
+        ]))
+    };
+    let helper = sbin.join("mount.lynxfs");
+    let o = install(&a, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(link_at(&helper), Some(a.join("bin/lynxfs")));
+
+    let o = install(&b, &[]);
+    assert!(
+        !o.status.success(),
+        "the second install replaced the first's helpers"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(s(&helper)) && err.contains("--replace"),
+        "{err}"
+    );
+    assert!(!b.exists(), "the refused install wrote {}", b.display());
+    assert_eq!(link_at(&helper), Some(a.join("bin/lynxfs")));
+    assert!(!uninstall(&b).status.success(), "nothing of b's to remove");
+    assert_eq!(link_at(&helper), Some(a.join("bin/lynxfs")));
+
+    let o = install(&b, &["--replace"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(s(&helper)),
+        "says what it replaced"
+    );
+    assert_eq!(link_at(&helper), Some(b.join("bin/lynxfs")));
+    let o = uninstall(&b);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        link_at(&helper).is_none(),
+        "b's uninstall removes its helpers"
+    );
+    assert!(a.join("bin/lynxfs").is_file(), "and nothing of a's");
+
+    // A page of a's changed since its install is not a's to remove any more.
+    let page = a.join("share/man/man8/lynxfs.8");
+    std::fs::write(&page, "mine now\n").unwrap();
+    let o = uninstall(&a);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains(s(&page)), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&page).unwrap(), "mine now\n");
+    std::fs::remove_file(&page).unwrap();
+    assert_eq!(
+        files_under(root.path()),
+        BTreeSet::new(),
+        "left after uninstall"
+    );
+}
+
+/// Issue 42, defect 8: a user who is not root installs into a prefix of their own
+/// (the helpers go to PREFIX/sbin: /sbin is not theirs), and uninstalls it clean.
+#[test]
+fn a_user_installs_into_a_prefix_of_their_own() {
+    use std::os::unix::process::CommandExt;
+    let _w = watchdog(
+        "a_user_installs_into_a_prefix_of_their_own",
+        Duration::from_secs(600),
+    );
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "needs root (to act as uid 1000)");
+    let root = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = root.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(1000), Some(1000)).unwrap();
+    let prefix = home.join("opt");
+    let from = built_dir();
+    let as_user = |args: &[&str]| {
+        let mut c = lynx(args);
+        c.uid(1000)
+            .gid(1000)
+            .env("HOME", &home)
+            .env_remove("CARGO_TARGET_DIR")
+            .current_dir(repo());
+        run(&mut c)
+    };
+    let o = as_user(&["install", "--prefix", s(&prefix), "--from", s(&from)]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let bin = prefix.join("bin/lynxfs");
+    assert_eq!(
+        link_at(&prefix.join("sbin/mount.lynxfs")),
+        Some(bin.clone())
+    );
+    assert!(
+        text(&o.stderr).contains("--sbindir /sbin"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(Command::new(&bin).arg("--version").uid(1000).gid(1000));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(&bin).unwrap().uid(),
+        1000,
+        "the user's own"
+    );
+    let o = as_user(&["uninstall", "--prefix", s(&prefix)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(files_under(&home), BTreeSet::new(), "left after uninstall");
+    assert!(!prefix.exists());
 }

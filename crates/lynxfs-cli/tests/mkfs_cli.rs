@@ -711,3 +711,52 @@ fn mkfs_a_small_pool_over_a_large_device() {
     assert!(o.stderr.contains("--data-device"), "{}", o.stderr);
     assert!(!p2.exists());
 }
+
+/// Issue 42, defect 10: a device file larger than its file system can hold (asked for
+/// with `--device-size`, or the default of 8 times the pool) was accepted without a
+/// word, and `df` then overstated the space. It is refused, saying how much room there
+/// is, and nothing is left; a size that fits is accepted.
+#[test]
+fn a_device_file_larger_than_its_file_system_is_refused() {
+    let fs = SmallTmpfs::new(32 << 20);
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let (pool, dev) = (dir.path().join("pool"), fs.join("dev"));
+    for extra in [&["--device-size", "1G"][..], &[][..]] {
+        let mut args = vec![
+            "mkfs",
+            "--size",
+            "8M",
+            "--lanes",
+            "2",
+            "--data-device",
+            s(&dev),
+        ];
+        args.extend(extra);
+        args.push(s(&pool));
+        let o = lynxfs(&args);
+        assert!(
+            !o.status.success(),
+            "{extra:?}: mkfs made a device bigger than its room"
+        );
+        assert!(
+            o.stderr.contains("bytes free") && o.stderr.contains("--device-size"),
+            "{extra:?}: {}",
+            o.stderr
+        );
+        assert!(!pool.exists() && !dev.exists(), "{extra:?}: left behind");
+    }
+    let o = lynxfs(&[
+        "mkfs",
+        "--size",
+        "8M",
+        "--lanes",
+        "2",
+        "--data-device",
+        s(&dev),
+        "--device-size",
+        "24M",
+        s(&pool),
+    ]);
+    assert!(o.status.success(), "{}", o.stderr);
+    assert_eq!(std::fs::metadata(&dev).unwrap().len(), 24 << 20);
+}

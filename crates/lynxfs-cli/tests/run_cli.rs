@@ -378,12 +378,12 @@ fn pool_with_runtime_dir() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (d, pool, runtime)
 }
 
-/// The runtime files (`*.run`) in `dir`.
+/// The pools' session directories (`lynxfs-*`, each holding a runtime file) in `dir`.
 fn runtime_files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".run"))
+        .filter(|n| n.starts_with("lynxfs-"))
         .collect();
     v.sort();
     v
@@ -402,7 +402,7 @@ fn the_pool_stays_attached_while_the_program_runs_and_is_detached_when_run_retur
     assert!(o.status.success(), "{}", err(&o));
     let listed = String::from_utf8_lossy(&o.stdout);
     assert_eq!(
-        listed.lines().filter(|l| l.ends_with(".run")).count(),
+        listed.lines().filter(|l| l.starts_with("lynxfs-")).count(),
         1,
         "the program saw: {listed}"
     );

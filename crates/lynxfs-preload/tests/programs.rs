@@ -838,47 +838,61 @@ fn sqlite3_in_wal_mode_without_a_mount() {
     b.fsck_clean();
 }
 
-/// Another user's directory where the memory files would go is not used: the
-/// mapping is refused (sqlite says "disk I/O error"), the directory named, nothing
-/// written there.
+/// Issue 42, defect 7: another user's directory at the name where the memory files for
+/// shared mappings went (`lynxfs-maps-UID` in the runtime directory, made with the
+/// mode ours would have) stops nothing: sqlite3 in WAL mode works (it maps its "-shm"
+/// file), and the directory is left alone. The runtime directory is shared, as
+/// /dev/shm is (mode 1777).
 #[test]
-fn a_planted_directory_for_shared_mappings_is_refused() {
-    use std::os::unix::fs::{chown, PermissionsExt};
+fn a_directory_another_user_planted_does_not_stop_shared_mappings() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
     let _w = watchdog(
-        "a_planted_directory_for_shared_mappings_is_refused",
+        "a_directory_another_user_planted_does_not_stop_shared_mappings",
         TEST_LIMIT,
     );
     need("sqlite3", "sqlite3");
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "needs root (to act as uid 1000)");
     let b = Bench::new("planted");
     let runtime = tempfile::tempdir_in("/dev/shm").expect("runtime dir");
-    let planted = runtime
-        .path()
-        // SAFETY: geteuid has no preconditions.
-        .join(format!("lynxfs-maps-{}", unsafe { libc::geteuid() }));
-    std::fs::create_dir(&planted).expect("plant");
-    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    // SAFETY: as above.
-    if unsafe { libc::geteuid() } == 0 {
-        chown(&planted, Some(1000), Some(1000)).expect("chown to uid 1000");
-    }
+    std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o1777))
+        .expect("chmod 1777");
+    let planted = runtime.path().join(format!("lynxfs-maps-{euid}"));
+    let st = Command::new("mkdir")
+        .args(["-m", "0700"])
+        .arg(&planted)
+        .uid(1000)
+        .gid(1000)
+        .status()
+        .expect("mkdir");
+    assert!(st.success(), "mkdir as uid 1000");
     let runtime_dir = runtime.path().to_str().expect("utf-8");
     let out = run_bounded(
         b.preloaded(
-            "sqlite3 db 'PRAGMA journal_mode=WAL; CREATE TABLE t(v);'",
+            "sqlite3 db 'PRAGMA journal_mode=WAL; CREATE TABLE t(v); INSERT INTO t VALUES(7); \
+             SELECT sum(v) FROM t;'",
             &[("LYNXFS_RUNTIME_DIR", runtime_dir)],
         ),
         "sqlite3 wal",
     );
     assert!(
-        !out.status.success(),
-        "WAL mode worked through a planted directory"
+        out.status.success(),
+        "sqlite3 in WAL mode failed ({}): {}",
+        out.status,
+        text(&out.stderr)
     );
-    let err = text(&out.stderr);
-    assert!(
-        err.contains(&planted.display().to_string()) && err.contains("disk I/O error"),
-        "stderr: {err}"
-    );
-    assert_eq!(std::fs::read_dir(&planted).expect("read").count(), 0);
+    assert_eq!(text(&out.stdout), "wal\n7\n");
+    let m = std::fs::symlink_metadata(&planted).expect("the planted directory");
+    assert_eq!((m.uid(), m.mode() & 0o7777), (1000, 0o700), "left alone");
+    let left: Vec<_> = std::fs::read_dir(runtime.path())
+        .expect("list the runtime dir")
+        .map(|e| e.expect("entry").file_name())
+        .filter(|n| *n != *planted.file_name().unwrap())
+        .collect();
+    assert!(left.is_empty(), "runtime state left behind: {left:?}");
+    b.fsck_clean();
 }
 
 // ---- programs reached through pool symlinks and scripts ----

@@ -210,8 +210,13 @@ fn two_processes_share_one_runtime_file() {
     let a = attach(dir.path(), &pool, &f).unwrap();
     assert!(a.first);
     assert_eq!(a.procs.state(), procs::BUILDING);
-    let expected = RuntimeFile::path_in(dir.path(), &pool, &f, UUID).unwrap();
-    assert_eq!(a.path, expected);
+    // In a session directory of ours, mode 0700, the only one of the pool's.
+    let session = a.path.parent().unwrap().to_path_buf();
+    assert_eq!(
+        RuntimeFile::sessions_in(dir.path(), &pool, &f, UUID).unwrap(),
+        vec![session.clone()]
+    );
+    assert_eq!(std::fs::metadata(&session).unwrap().mode() & 0o7777, 0o700);
     let meta = std::fs::metadata(&a.path).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o600);
     assert_eq!(meta.len(), BYTES as u64);
@@ -239,6 +244,7 @@ fn two_processes_share_one_runtime_file() {
     let path = a.path.clone();
     a.detach_end().unwrap();
     assert!(!path.exists(), "the last detach removes the file");
+    assert!(!session.exists(), "and its session directory");
 }
 
 #[test]
@@ -297,34 +303,30 @@ fn foreign_runtime_files_are_refused_and_left_alone() {
     let rt = dir.path();
     let pool = make_pool(dir.path(), "p.pool");
     let f = open_rw(&pool);
-    let path = RuntimeFile::path_in(rt, &pool, &f, UUID).unwrap();
+    let prefix = RuntimeFile::prefix_of(&pool, &f, UUID).unwrap();
 
-    // Nobody attached: the would-be first attacher refuses to replace them.
+    // Nobody attached: what is at the pool's names that is not a session directory
+    // of ours (a link, a file, a directory others can reach) is passed over, and
+    // left as it was.
     let target = dir.path().join("target");
     std::fs::write(&target, b"precious").unwrap();
-    std::os::unix::fs::symlink(&target, &path).unwrap();
-    assert_refused(rt, &pool, &f, &path, "symbolic link");
-    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
-    std::fs::remove_file(&path).unwrap();
-
-    std::fs::create_dir(&path).unwrap();
-    assert_refused(rt, &pool, &f, &path, "not a regular file");
-    std::fs::remove_dir(&path).unwrap();
-
-    std::fs::write(&path, b"keep me").unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert_refused(rt, &pool, &f, &path, "mode is 0644");
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        std::os::unix::fs::chown(&path, Some(1000), Some(1000)).unwrap();
-        assert_refused(rt, &pool, &f, &path, "owned by uid 1000");
-    }
-    std::fs::remove_file(&path).unwrap();
-
-    // Attached: a file planted in place of the runtime file is refused too.
+    let link = rt.join(format!("{prefix}0000000000000001"));
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let file = rt.join(format!("{prefix}0000000000000002"));
+    std::fs::write(&file, b"keep me").unwrap();
+    let open = rt.join(format!("{prefix}0000000000000003"));
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
     let a = attach(rt, &pool, &f).unwrap();
+    assert!(a.first);
     a.publish().unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+    assert_eq!(std::fs::metadata(&open).unwrap().mode() & 0o7777, 0o755);
+
+    // Attached: a file planted in place of the runtime file (only we can: the
+    // session directory is ours alone) is refused.
+    let path = a.path.clone();
     let planted = dir.path().join("planted");
     std::fs::write(&planted, vec![0u8; BYTES]).unwrap();
     std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -393,7 +395,11 @@ fn a_runtime_file_left_by_a_killed_process_is_rebuilt() {
         a.first,
         "nobody holds the attachment lock of a dead process"
     );
-    assert_eq!(a.path, path);
+    assert!(!path.exists(), "the stale session is removed");
+    assert_eq!(
+        RuntimeFile::sessions_in(dir.path(), &pool, &f, UUID).unwrap(),
+        vec![a.path.parent().unwrap().to_path_buf()]
+    );
     // The child published its runtime (READY): a fresh one is being built.
     assert_eq!(
         (a.procs.state(), a.procs.generation()),
@@ -404,6 +410,7 @@ fn a_runtime_file_left_by_a_killed_process_is_rebuilt() {
         "the dead child's slot is gone"
     );
     assert_eq!(a.procs.ops_in_flight(a.slot), 0);
+    let path = a.path.clone();
     drop(a);
 
     // A stale file of ours with anything in it (an older version) is replaced too.
@@ -411,6 +418,7 @@ fn a_runtime_file_left_by_a_killed_process_is_rebuilt() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let a = attach(dir.path(), &pool, &f).unwrap();
     assert!(a.first);
+    assert!(!path.exists());
     a.publish().unwrap();
     let f2 = open_rw(&pool);
     assert!(!attach(dir.path(), &pool, &f2).unwrap().first);
@@ -580,61 +588,103 @@ fn attachers_share_one_lock_stand_in_per_inode_removed_by_the_last() {
     }
 }
 
+/// Runs `mkdir -m 0700 PATH` as uid [`OTHER`].
+fn mkdir_as_other(path: &Path) {
+    use std::os::unix::process::CommandExt;
+    let st = Command::new("mkdir")
+        .args(["-m", "0700", "--"])
+        .arg(path)
+        .uid(OTHER)
+        .gid(OTHER)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkdir {} as uid {OTHER}", path.display());
+}
+
+/// Another user (here uid 1000).
+const OTHER: u32 = 1000;
+
+/// Issue 42, defect 7: in a shared directory (as `/dev/shm` is: anyone may create,
+/// nobody may remove another's), another user who saw a pool's runtime names while
+/// it was attached, or who guesses them, makes directories there with every one of
+/// them. The pool still attaches, first and later attachers alike, and what they
+/// made is left alone; while attached, they cannot create anything inside.
 #[test]
-fn a_planted_lock_directory_is_refused_naming_it() {
-    let _dog = watchdog("a_planted_lock_directory_is_refused_naming_it");
+fn names_another_user_plants_stand_in_no_attachers_way() {
+    let _dog = watchdog("names_another_user_plants_stand_in_no_attachers_way");
     assert_eq!(
         // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
-        "needs root (to act as uid 1000)"
+        "needs root (to act as uid {OTHER})"
     );
     let dir = tempfile::tempdir().unwrap();
-    // A shared directory as /dev/shm is: anyone may create, nobody may remove another's.
     let rt = dir.path().join("shm");
     std::fs::create_dir(&rt).unwrap();
     std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o1777)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let pool = make_pool(dir.path(), "p.pool");
-    let f = open_rw(&pool);
-    let run = RuntimeFile::path_in(&rt, &pool, &f, UUID).unwrap();
-    let locks = lynxfs::runtime::stand_ins::StandIns::path_for(&run);
+    let (f, f2) = (open_rw(&pool), open_rw(&pool));
 
-    // Planted by uid 1000 before any attach, with the mode we would give it.
-    use std::os::unix::process::CommandExt;
-    let st = Command::new("mkdir")
-        .args(["-m", "0700"])
-        .arg(&locks)
-        .uid(1000)
-        .gid(1000)
-        .status()
-        .unwrap();
-    assert!(st.success(), "mkdir as uid 1000");
-    let e = attach(&rt, &pool, &f)
-        .err()
-        .expect("a planted lock directory was used");
-    let msg = e.to_string();
-    assert!(msg.contains(&locks.display().to_string()), "{msg}");
-    assert!(msg.contains("owned by uid 1000"), "{msg}");
-    assert_eq!(std::fs::metadata(&locks).unwrap().uid(), 1000, "left alone");
-    std::fs::remove_dir(&locks).unwrap();
-
-    // A symbolic link, and a directory of ours others can reach into.
-    std::os::unix::fs::symlink(dir.path(), &locks).unwrap();
-    let msg = attach(&rt, &pool, &f).err().expect("a symlink").to_string();
-    assert!(msg.contains("symbolic link") && msg.contains(&locks.display().to_string()));
-    std::fs::remove_file(&locks).unwrap();
-    std::fs::create_dir(&locks).unwrap();
-    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let msg = attach(&rt, &pool, &f).err().expect("mode 0777").to_string();
-    assert!(msg.contains("mode is 0777"), "{msg}");
-    std::fs::remove_dir(&locks).unwrap();
-
-    // A stale one of ours (a crash) is used, and the runtime file attached.
-    std::fs::create_dir(&locks).unwrap();
-    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A session: the names it shows in the shared directory.
     let a = attach(&rt, &pool, &f).unwrap();
-    assert_eq!(a.stand_ins().unwrap().path(), locks);
+    a.publish().unwrap();
+    let shown: Vec<PathBuf> = std::fs::read_dir(&rt)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!shown.is_empty());
+    // Nothing can be made inside what the session made (a directory of ours alone,
+    // or a file).
+    for p in &shown {
+        use std::os::unix::process::CommandExt;
+        let st = Command::new("mkdir")
+            .arg(p.join("planted"))
+            .uid(OTHER)
+            .gid(OTHER)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!st.success(), "uid {OTHER} made a name in {}", p.display());
+    }
+    assert!(a.detach_begin().unwrap());
+    a.detach_end().unwrap();
+
+    // Every name the session showed, each with the extensions runtime names have had
+    // (`.run`, `.locks`), planted by the other user, mode 0700 as ours would be.
+    let mut planted = Vec::new();
+    for p in &shown {
+        for name in [
+            p.clone(),
+            p.with_extension("run"),
+            p.with_extension("locks"),
+        ] {
+            if !planted.contains(&name) && !name.exists() {
+                mkdir_as_other(&name);
+                planted.push(name);
+            }
+        }
+    }
+    let a = attach(&rt, &pool, &f).unwrap();
+    assert!(a.first, "nobody is attached");
+    a.publish().unwrap();
+    let b = attach(&rt, &pool, &f2).unwrap();
+    assert!(!b.first, "the second attacher joins the first");
+    assert_eq!(b.path, a.path);
+    assert!(!planted.iter().any(|p| a.path.starts_with(p)));
+    assert!(!b.detach_begin().unwrap());
+    b.detach_end().unwrap();
+    assert!(a.detach_begin().unwrap());
+    a.detach_end().unwrap();
+    for p in &planted {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        assert_eq!(
+            (m.uid(), m.is_dir()),
+            (OTHER, true),
+            "{} left alone",
+            p.display()
+        );
+    }
 }
 
 /// Set or clear (`F_UNLCK`) an open-file-description lock on byte `at` of `f`, as

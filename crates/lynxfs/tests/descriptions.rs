@@ -96,11 +96,15 @@ impl Setup {
         drop(p);
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(&self.pool).unwrap();
-        let ours = format!("-{}-{}.run", m.dev(), m.ino());
+        // The pool's session directories (runtime::attach): `lynxfs-UUID-DEV-INO.RANDOM`.
+        let ours = format!("-{}-{}.", m.dev(), m.ino());
         let left: Vec<_> = std::fs::read_dir(runtime_dir())
             .unwrap()
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().ends_with(&ours))
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("lynxfs-") && n.contains(&ours)
+            })
             .collect();
         assert!(left.is_empty(), "runtime files left: {left:?}");
     }

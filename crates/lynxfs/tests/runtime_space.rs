@@ -238,12 +238,17 @@ fn a_small_pools_runtime_file_is_small_and_reserved() {
     let (_pool_dir, pool) = make_pool();
     let fs = Fs::open(&pool).unwrap();
     let meta = std::fs::metadata(&pool).unwrap();
-    let suffix = format!("-{}-{}.run", meta.dev(), meta.ino());
+    // In the pool's session directory (runtime::attach), `lynxfs-UUID-DEV-INO.RANDOM`.
+    let infix = format!("-{}-{}.", meta.dev(), meta.ino());
     let run = std::fs::read_dir(RuntimeFile::dir())
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(&suffix))
-        .expect("the pool's runtime file");
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("lynxfs-") && n.contains(&infix)
+        })
+        .expect("the pool's session directory")
+        .join("state.run");
     let m = std::fs::metadata(&run).unwrap();
     assert!(
         m.len() <= POOL_SIZE / 4,

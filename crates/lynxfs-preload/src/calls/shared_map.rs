@@ -4,10 +4,11 @@
 //! of one file do (sqlite's WAL index, the "-shm" file, needs exactly that). The
 //! memory file is loaded from the pool file by the first mapper (no other mapping of
 //! it alive), and its bytes are written back to the pool file at msync, munmap, exec
-//! and exit. The memory files live in a directory of the user's own,
-//! `/dev/shm/lynxfs-maps-UID` (or under `$LYNXFS_RUNTIME_DIR`; mode 0700, checked
-//! before use), so nobody else can plant or read them: processes of different users
-//! mapping one file do not share stores (each user's are written back to the file).
+//! and exit. The memory files live in `maps/` in the pool's session directory
+//! (`lynxfs::runtime::attach`: made by the pool's first attacher, mode 0700, under a
+//! name nobody can predict in `/dev/shm` or `$LYNXFS_RUNTIME_DIR`), so nobody else can
+//! plant, read or stand in the way of them; the last process to detach removes them.
+//! Every process attached to a pool runs as one user, so all of them share them.
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,21 +56,22 @@ fn errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-/// The user's directory of memory files: made 0700 if missing; refused if it is not
-/// a directory of the caller's that only the caller can reach.
+/// The directory of memory files, `maps/` in the pool's session directory: made 0700
+/// if missing (by the first process of the session that maps a pool file); refused if
+/// it is not a directory of the caller's that only the caller can reach (nobody else
+/// can enter the session directory: this is a check that costs one fstat).
 fn dir() -> Option<c_int> {
     static DIR: OnceLock<Option<c_int>> = OnceLock::new();
     *DIR.get_or_init(|| {
+        use std::os::unix::ffi::OsStrExt;
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
-        // Beside the pool's runtime file (see lynxfs::runtime).
-        let base = std::env::var("LYNXFS_RUNTIME_DIR")
-            .ok()
-            .filter(|d| !d.is_empty())
-            .unwrap_or_else(|| "/dev/shm".into());
-        let path = CString::new(format!("{base}/lynxfs-maps-{uid}")).ok()?;
-        // SAFETY: a C string we own. An existing entry is checked below.
-        unsafe { libc::mkdir(path.as_ptr(), 0o700) };
+        // The session stays while this process is attached, which it is until it exits.
+        let session = state::attachment().ok()?.fs.session_dir()?;
+        let path = CString::new(session.join("maps").as_os_str().as_bytes()).ok()?;
+        // SAFETY: a C string we own (the real call: not a path of the pool's). An
+        // existing entry is checked below.
+        unsafe { real::mkdirat(libc::AT_FDCWD, path.as_ptr(), 0o700) };
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
         // SAFETY: a C string we own.
         let fd = unsafe { real::openat64(libc::AT_FDCWD, path.as_ptr(), flags, 0) };

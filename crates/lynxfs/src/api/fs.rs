@@ -116,6 +116,13 @@ impl<B: Backend> Fs<B> {
         self.pool().attachment()?.lock_stand_in_path(ino)
     }
 
+    /// The attached pool's session directory: this user's alone (mode 0700, under a
+    /// name nobody can predict), removed when the last process detaches. Where the
+    /// preload keeps its memory files for shared mappings.
+    pub fn session_dir(&self) -> Option<std::path::PathBuf> {
+        self.pool().attachment()?.session_dir()
+    }
+
     /// Watch the changes other processes attached to the pool make (names,
     /// attributes, data), to drop what this process caches of them; every attached
     /// process posts its changes while a watcher lives. `None` for a pool no other

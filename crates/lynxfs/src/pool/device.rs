@@ -64,6 +64,9 @@ pub(super) fn blocks_for(path: &Path, pool: &Path, opts: &MkfsOptions) -> Result
         (None, Some(have)) => have,
         (None, None) => opts.size.saturating_mul(DEFAULT_DEVICE_FACTOR),
     };
+    if whole.is_none() {
+        check_room(path, pool, size, opts.device_size.is_some())?;
+    }
     let export = opts.size.div_ceil(BLOCK) * BLOCK;
     let lanes = opts.lanes.clamp(1, crate::format::layout::MAX_LANES) as u64;
     let blocks = size.saturating_sub(DATA_OFF + export) / BLOCK;
@@ -80,6 +83,42 @@ pub(super) fn blocks_for(path: &Path, pool: &Path, opts: &MkfsOptions) -> Result
         ));
     }
     Ok(blocks)
+}
+
+/// A device file is sparse: its blocks take room on the file system holding it only as
+/// file data is written. Refuse a size that file system cannot hold (its free bytes,
+/// and those an existing file there has already), or `df` on the pool would show room
+/// that is not there and writes would fail with ENOSPC long before it looked full.
+fn check_room(path: &Path, pool: &Path, size: u64, asked: bool) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = file::parent_dir(path);
+    let Some(free) = file::free_bytes(dir)? else {
+        return Ok(()); // a file system without a limit
+    };
+    let held = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.blocks() * 512);
+    let room = free.saturating_add(held);
+    if size <= room {
+        return Ok(());
+    }
+    let what = match asked {
+        true => format!("a device size of {size} bytes"),
+        false => format!(
+            "the default device size ({DEFAULT_DEVICE_FACTOR} times the pool's, {size} bytes)"
+        ),
+    };
+    Err(device_error(
+        pool,
+        path,
+        format!(
+            "{what}, but the file system holding {} has {room} bytes free for it (the \
+             device file is sparse: its data would run out of room there first); give a \
+             --device-size of at most {room}, or put the device where there is room",
+            dir.display()
+        ),
+    ))
 }
 
 /// Make `path` the data device of a new pool `pool` (identity `pool_uuid`) of

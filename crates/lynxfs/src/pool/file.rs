@@ -165,7 +165,7 @@ fn open_nofollow(path: &Path) -> Result<File> {
 }
 
 /// The directory holding `path`.
-fn parent_dir(path: &Path) -> &Path {
+pub(super) fn parent_dir(path: &Path) -> &Path {
     path.parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
@@ -177,7 +177,7 @@ fn c_path(path: &Path) -> Result<CString> {
 
 /// Bytes free for the caller on the file system holding `dir`; `None` when it sets no
 /// limit (a tmpfs mounted with size=0).
-fn free_bytes(dir: &Path) -> Result<Option<u64>> {
+pub(super) fn free_bytes(dir: &Path) -> Result<Option<u64>> {
     let c = c_path(dir)?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: `c` is NUL-terminated and `st` points at space for one statvfs, which the

@@ -1,32 +1,43 @@
 //! Attaching a process to a pool's shared runtime state, and detaching it.
 //!
-//! The runtime state of a pool file lives in one file, `<dir>/lynxfs-<uuid>-<dev>-<ino>.run`
-//! (dir `/dev/shm`, or `$LYNXFS_RUNTIME_DIR`): two paths to one pool (a hard link, a
-//! bind mount) name the same file, a copy of the pool gets its own. Attaches and
-//! detaches are serialized by open-file-description locks on the POOL file:
+//! The runtime state of a pool file lives in a directory of its own, the pool's
+//! *session directory* `<dir>/lynxfs-<uuid>-<dev>-<ino>.<random>/` (dir `/dev/shm`, or
+//! `$LYNXFS_RUNTIME_DIR`), mode 0700, made by the first attacher under a name nobody
+//! can predict (16 random hex digits), and found by later attachers by listing `dir`
+//! for a directory with the pool's prefix that is their user's, mode 0700: in a
+//! directory anyone may write to (`/dev/shm` is sticky, so a name another user made
+//! stays), nothing another user creates can stand in the way: a name taken is skipped
+//! at creation and another user's entries are never looked into. Two paths to one
+//! pool (a hard link, a bind mount) find the same directory, a copy of the pool gets
+//! its own. Inside it:
+//! - `state.run`, the runtime file;
+//! - `locks/`, the stand-ins of the pool's file locks ([`super::stand_ins`]);
+//! - `maps/`, made by the preload library for shared mappings of pool files.
+//!
+//! Attaches and detaches are serialized by open-file-description locks on the POOL
+//! file:
 //! - byte 0, the transition lock: held exclusively during an attach or a detach;
 //! - byte 1, the attachment: held shared by every attached process for as long as it is
 //!   attached. The kernel drops it when the process dies, so "byte 1 can be taken
 //!   exclusively" means "nobody is attached", whatever was left in the runtime file.
 //!
-//! The first attacher (re)creates the runtime file and builds its contents, holding the
-//! transition lock until it publishes them; later attachers validate it and join.
-//! The last detacher (byte 1 exclusive while holding byte 0) removes it.
+//! The first attacher removes the session directories of its user's that earlier
+//! sessions left (a crash), makes a new one, creates the runtime file and builds its
+//! contents, holding the transition lock until it publishes them; later attachers
+//! validate it and join. The last detacher (byte 1 exclusive while holding byte 0)
+//! removes the directory.
 //!
 //! Every page of the file has its memory reserved (`fallocate`) before anyone touches
 //! it: the first attacher reserves all but the open tables when it makes the file, and
 //! each process its own open table when it takes a slot. A full directory (any user can
 //! fill `/dev/shm`) is then an ENOSPC error at attach, naming the directory and the
 //! size, never a SIGBUS in the middle of an operation.
-//!
-//! Beside it, `lynxfs-<uuid>-<dev>-<ino>.locks/` holds the stand-ins of the pool's
-//! file locks ([`super::stand_ins`]), made by an attacher and removed by the last.
 
 use std::ffi::CString;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, ErrorKind};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -53,6 +64,14 @@ const INO_OFF: usize = 40;
 const SIZE_OFF: usize = 48;
 const OPEN_ENTRIES_OFF: usize = 56;
 
+/// The runtime file's name in the session directory.
+const RUNTIME_NAME: &str = "state.run";
+/// Random hex digits ending a session directory's name.
+const SESSION_RANDOM: usize = 16;
+/// Names tried for a new session directory before giving up (each taken name is one
+/// another user made, or an astronomically unlikely collision).
+const SESSION_TRIES: usize = 32;
+
 /// Bytes of the pool file locked (see the module documentation).
 const TRANSITION: i64 = 0;
 const ATTACHMENT: i64 = 1;
@@ -74,9 +93,11 @@ impl PoolId {
         })
     }
 
-    fn file_name(&self) -> String {
+    /// The start of the names of the pool's session directories (the rest is
+    /// [`SESSION_RANDOM`] random hex digits).
+    fn prefix(&self) -> String {
         let hex: String = self.uuid.iter().map(|b| format!("{b:02x}")).collect();
-        format!("lynxfs-{hex}-{}-{}.run", self.dev, self.ino)
+        format!("lynxfs-{hex}-{}-{}.", self.dev, self.ino)
     }
 
     fn uuid_words(&self) -> [u64; 2] {
@@ -127,14 +148,21 @@ impl RuntimeFile {
         }
     }
 
-    /// The runtime file of the pool open as `pool_file`, in `dir`.
-    pub fn path_in(
+    /// The session directories in `dir` of the pool open as `pool_file` that are
+    /// this process's user's (mode 0700): one while the pool is attached.
+    pub fn sessions_in(
         dir: &Path,
         pool_path: &Path,
         pool_file: &File,
         uuid: [u8; 16],
-    ) -> Result<PathBuf> {
-        Ok(dir.join(PoolId::of(pool_path, pool_file, uuid)?.file_name()))
+    ) -> Result<Vec<PathBuf>> {
+        ours(dir, &PoolId::of(pool_path, pool_file, uuid)?.prefix())
+    }
+
+    /// The start of the names of the session directories of the pool open as
+    /// `pool_file` (whatever their user).
+    pub fn prefix_of(pool_path: &Path, pool_file: &File, uuid: [u8; 16]) -> Result<String> {
+        Ok(PoolId::of(pool_path, pool_file, uuid)?.prefix())
     }
 
     /// Attach this process to the runtime state of the pool open (read-write) as
@@ -159,33 +187,38 @@ impl RuntimeFile {
     ) -> Result<Attached> {
         shape.check()?;
         let id = PoolId::of(pool_path, pool_file, uuid)?;
-        let path = dir.join(id.file_name());
         let locks = Locks::take(pool_file, pool_path)?;
         let first = locks.try_set(ATTACHMENT, libc::F_WRLCK)?;
+        let session = match first {
+            true => new_session(dir, pool_path, &id)?,
+            false => find_session(dir, pool_path, &id)?,
+        };
+        // A new session that fails before it is attached goes (nobody else can have
+        // mapped its file yet: no reserved memory is left behind).
+        let mut new = NewSession(first.then(|| session.clone()));
+        let path = session.join(RUNTIME_NAME);
         let region = if first {
             create(dir, &path, pool_path, &id, shape)?
         } else {
             open_existing(&path, pool_path, &id, shape)?
         };
-        let stand_ins = StandIns::open_or_make(&path, pool_path)?;
+        let stand_ins = StandIns::open_or_make(&session, pool_path)?;
         // Nobody holds byte 1 exclusively without byte 0, which we hold: this succeeds.
         if !locks.try_set(ATTACHMENT, libc::F_RDLCK)? {
             return Err(locks.error("the attachment lock is held exclusively".into()));
         }
         let procs = Procs::new(region.clone(), shape.open_entries)?;
-        let slot = procs.register().map_err(|e| {
-            if first {
-                // Nobody else can have mapped the file yet: leave no reserved memory.
-                let _ = std::fs::remove_file(&path);
-            }
-            register_error(e, &path, pool_path, shape.table_bytes())
-        })?;
+        let slot = procs
+            .register()
+            .map_err(|e| register_error(e, &path, pool_path, shape.table_bytes()))?;
+        new.0 = None;
         let attached = Attached {
             region,
             procs,
             first,
             slot,
             path,
+            session,
             stand_ins: Some(stand_ins),
             locks,
             building: AtomicBool::new(first),
@@ -196,6 +229,17 @@ impl RuntimeFile {
             attached.locks.set(TRANSITION, libc::F_UNLCK)?;
         }
         Ok(attached)
+    }
+}
+
+/// A session directory being made, removed on drop unless taken (`.0 = None`).
+struct NewSession(Option<PathBuf>);
+
+impl Drop for NewSession {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_dir_all(p);
+        }
     }
 }
 
@@ -218,6 +262,8 @@ pub struct Attached {
     pub slot: u32,
     /// The runtime file.
     pub path: PathBuf,
+    /// The session directory holding it (see the module documentation).
+    session: PathBuf,
     /// The stand-ins the kernel keeps the pool's file locks on (taken by the last
     /// detacher, which removes them).
     stand_ins: Option<StandIns>,
@@ -261,10 +307,13 @@ impl Attached {
         self.procs.unregister(self.slot);
         self.detached = true;
         if self.leaving.load(Ordering::SeqCst) == LAST && self.path_is_ours()? {
-            std::fs::remove_file(&self.path).map_err(|e| Error::io(&self.path, e))?;
             if let Some(s) = self.stand_ins.take() {
                 s.remove()?;
             }
+            // The runtime file, and what else the processes kept there (the
+            // preload's memory files for shared mappings, whose bytes are back in
+            // the pool: nobody is attached, so nobody maps them).
+            std::fs::remove_dir_all(&self.session).map_err(|e| Error::io(&self.session, e))?;
         }
         Ok(())
         // Dropping `self.locks` releases both bytes.
@@ -272,6 +321,12 @@ impl Attached {
 }
 
 impl Attached {
+    /// The pool's session directory: private to this process's user (mode 0700),
+    /// removed by the last detacher.
+    pub fn session(&self) -> &Path {
+        &self.session
+    }
+
     /// The stand-ins of the pool's file locks.
     pub fn stand_ins(&self) -> Option<&StandIns> {
         self.stand_ins.as_ref()
@@ -449,7 +504,11 @@ fn register_error(e: Error, path: &Path, pool_path: &Path, table: usize) -> Erro
             libc::EUSERS,
         ),
         libc::ENOSPC => {
-            let dir = path.parent().unwrap_or(Path::new("/"));
+            // The runtime directory: the runtime file is in a session directory in it.
+            let dir = path
+                .parent()
+                .and_then(Path::parent)
+                .unwrap_or(Path::new("/"));
             no_room(dir, pool_path, table, "this process's open table")
         }
         _ => e,
@@ -464,10 +523,131 @@ fn runtime_error(path: &Path, what: String, errno: i32) -> Error {
     }
 }
 
+/// This user's session directories in `dir` whose names start with `prefix`:
+/// directories (never links) of this process's user, mode 0700. Anything else with the
+/// prefix, another user's above all, is passed over: it cannot stand in the way.
+fn ours(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>> {
+    let euid = euid();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        if rest.len() != SESSION_RANDOM || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let path = e.path();
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        if meta.file_type().is_dir() && meta.uid() == euid && meta.mode() & 0o7777 == 0o700 {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Random hex digits for a session directory's name: unpredictable, so that nobody
+/// can make the name before us (and if someone does, mkdir fails and we draw again).
+fn random_hex() -> Result<String> {
+    let mut b = [0u8; SESSION_RANDOM / 2];
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: getrandom writes at most the length given into the buffer given.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(Error::io(Path::new("getrandom"), e));
+        }
+        got += n as usize;
+    }
+    Ok(b.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The first attacher's new session directory for pool `id` in `dir`, after removing
+/// the ones of this user's that earlier sessions left (nobody is attached: they are
+/// stale).
+fn new_session(dir: &Path, pool_path: &Path, id: &PoolId) -> Result<PathBuf> {
+    let prefix = id.prefix();
+    for stale in ours(dir, &prefix)? {
+        std::fs::remove_dir_all(&stale).map_err(|e| Error::io(&stale, e))?;
+    }
+    for _ in 0..SESSION_TRIES {
+        let path = dir.join(format!("{prefix}{}", random_hex()?));
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            // mkdir follows no link and reuses nothing: the directory is new, and ours.
+            // The umask may have taken bits from 0700.
+            Ok(()) => {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| Error::io(&path, e))?;
+                return Ok(path);
+            }
+            // Taken, by another user most likely: another name.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io(&path, e)),
+        }
+    }
+    Err(runtime_error(
+        dir,
+        format!(
+            "{SESSION_TRIES} random names for the runtime state of pool {} were all taken",
+            pool_path.display()
+        ),
+        libc::EEXIST,
+    ))
+}
+
+/// The session directory the first attacher of pool `id` made in `dir`.
+fn find_session(dir: &Path, pool_path: &Path, id: &PoolId) -> Result<PathBuf> {
+    let prefix = id.prefix();
+    let mut found = ours(dir, &prefix)?;
+    match found.len() {
+        1 => Ok(found.pop().expect("one")),
+        0 => Err(runtime_error(
+            &dir.join(format!("{prefix}*")),
+            format!(
+                "no runtime state directory of this user's (uid {}), although another \
+                 process has pool {} attached (a process of another user? all the \
+                 processes of a pool must run as one user)",
+                euid(),
+                pool_path.display()
+            ),
+            libc::ENOENT,
+        )),
+        _ => Err(runtime_error(
+            &dir.join(format!("{prefix}*")),
+            format!(
+                "{} runtime state directories of pool {}, where an attached pool has one: \
+                 {}",
+                found.len(),
+                pool_path.display(),
+                found
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            libc::EUCLEAN,
+        )),
+    }
+}
+
 /// Refuse a runtime file that another user could have planted or could read.
 fn check_ours(meta: &Metadata, path: &Path, pool_path: &Path) -> Result<()> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = euid();
     let ft = meta.file_type();
     let why = if ft.is_symlink() {
         "it is a symbolic link".to_string()
@@ -570,7 +750,7 @@ impl Drop for Staged {
     }
 }
 
-/// Make a new runtime file at `path` (replacing a stale one of ours), sized and with
+/// Make a new runtime file at `path` in a new session directory in `dir` (replacing a stale one of ours), sized and with
 /// its header written, state BUILDING. It is built under a temporary name and renamed
 /// into place, so no attacher ever sees a half-made file.
 fn create(
@@ -583,7 +763,9 @@ fn create(
     let bytes = shape.bytes;
     remove_stale(path, pool_path)?;
     let name = path.file_name().expect("a runtime path ends in its name");
-    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    // Beside it, in the session directory (`dir`, the runtime directory, is what
+    // errors about room name: there the user can act).
+    let tmp = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
     // Only the first attacher (holding both locks) creates: a temporary file is stale.
     remove_stale(&tmp, pool_path)?;
     check_space(dir, pool_path, shape.first_reserve())?;

@@ -143,6 +143,13 @@ impl Attachment {
         Some(a.as_ref()?.stand_ins()?.path_of(ino))
     }
 
+    /// The pool's session directory (this user's alone, removed by the last detacher):
+    /// where attached processes keep files of the pool's that nobody else may reach.
+    pub fn session_dir(&self) -> Option<std::path::PathBuf> {
+        let a = self.attached.lock();
+        Some(a.as_ref()?.session().to_path_buf())
+    }
+
     /// Whether this process built the runtime state (no other was attached).
     pub fn first(&self) -> bool {
         self.attached.lock().as_ref().is_some_and(|a| a.first)

@@ -8,11 +8,12 @@
 //! detection and release when a holder dies.
 //!
 //! The directory is what the runtime file is: made by an attacher (under the
-//! transition lock), removed by the last detacher, and trusted only when it is a real
-//! directory owned by this process's user with mode exactly 0700, checked on the
-//! descriptor every stand-in is opened through (never by path again). Inside it
-//! nobody else can create or open anything. Every attacher has the same user (the
-//! runtime file is refused to any other), so all of them open the same stand-ins.
+//! transition lock) inside the session directory, which only this user can enter,
+//! removed by the last detacher, and trusted only when it is a real directory owned
+//! by this process's user with mode exactly 0700, checked on the descriptor every
+//! stand-in is opened through (never by path again). Inside it nobody else can create
+//! or open anything. Every attacher has the same user (the runtime file is refused to
+//! any other), so all of them open the same stand-ins.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -34,16 +35,15 @@ pub struct StandIns {
 }
 
 impl StandIns {
-    /// The directory beside the runtime file at `runtime`.
-    pub fn path_for(runtime: &Path) -> PathBuf {
-        runtime.with_extension("locks")
+    /// The directory in the session directory `session`.
+    pub fn path_for(session: &Path) -> PathBuf {
+        session.join("locks")
     }
 
-    /// Open the directory beside the runtime file `runtime`, making it if it is
-    /// missing (a stale one of ours, left by a crash, is used as it is: it holds only
-    /// empty files). Called under the pool's transition lock.
-    pub fn open_or_make(runtime: &Path, pool_path: &Path) -> Result<StandIns> {
-        let path = Self::path_for(runtime);
+    /// Open the directory in the session directory `session`, making it if it is
+    /// missing. Called under the pool's transition lock.
+    pub fn open_or_make(session: &Path, pool_path: &Path) -> Result<StandIns> {
+        let path = Self::path_for(session);
         let made = make_dir(&path)?;
         if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
             return Err(refused(&path, pool_path, "it is a symbolic link"));
