@@ -10,7 +10,12 @@
 //!
 //! Ends of locks: FLUSH (each close) drops the closing process's POSIX locks on the
 //! file, as close(2) does; RELEASE (the last close of an open file) drops what was
-//! locked through that open (its OFD locks, its flock).
+//! locked through that open (its OFD locks, its flock). The kernel sends RELEASE
+//! *after* the close returns (FUSE's release is asynchronous), so a lock query that
+//! meets a lock of an open file some process just closed waits a moment
+//! ([`SETTLE`]) for that open's RELEASE before it answers: as on a local file
+//! system, a lock whose last descriptor is closed is gone for whoever looks next
+//! (xfstests generic/478).
 //!
 //! A lock had is a moment the file may have changed under the kernel's cache (a
 //! preloaded writer let the lock go a moment ago; its change notices may still be on
@@ -47,15 +52,19 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use fuser::{Errno, ReplyEmpty};
+use fuser::{Errno, ReplyEmpty, ReplyLock};
 
 /// How many waits block in the kernel on threads of their own at most; the rest queue.
 pub const THREADS: usize = 32;
 /// The longest a queued wait goes untried (it is tried at once when a lock of this
 /// mount on its file goes; this is for locks let go elsewhere).
 pub const QUEUED_PAUSE: Duration = Duration::from_millis(500);
+/// How long a lock query waits for the RELEASE of an open file whose descriptor was
+/// just closed (see the module documentation). Only a query that meets such a lock
+/// waits, and only until that RELEASE comes.
+pub const SETTLE: Duration = Duration::from_millis(500);
 /// Interrupts kept for requests not (yet) waiting: one may arrive before its
 /// request's handler registers the wait.
 const EARLY_INTERRUPTS: usize = 256;
@@ -127,6 +136,9 @@ struct Held {
     fh: u64,
     /// The record-lock ranges held (for deadlock detection; empty for flock).
     ranges: Vec<Range>,
+    /// A descriptor of the open file `fh` was closed since the locks were taken: a
+    /// RELEASE (which drops them) may be on its way.
+    closing: bool,
 }
 
 /// A lock request, as the kernel sends it.
@@ -377,6 +389,7 @@ impl Locks {
                 fd: fd.clone(),
                 fh,
                 ranges: Vec::new(),
+                closing: false,
             },
         );
         Ok(Some(fd))
@@ -402,8 +415,80 @@ impl Locks {
         }
     }
 
+    /// Whether some other owner's lock on `ino` may be about to go with a RELEASE.
+    fn closing_on(st: &State, ino: u64, owner: u64) -> bool {
+        st.held
+            .iter()
+            .any(|(k, h)| k.ino == ino && k.owner != owner && h.closing)
+    }
+
+    /// Waits (at most [`SETTLE`]) until no other owner's lock on `ino` awaits its
+    /// RELEASE; those still there then are taken as kept (their open lives on).
+    fn settle(&self, ino: u64, owner: u64) {
+        let deadline = Instant::now() + SETTLE;
+        let mut st = guard(&self.state);
+        while Self::closing_on(&st, ino, owner) && !self.ending.load(Ordering::Acquire) {
+            let now = Instant::now();
+            if now >= deadline {
+                for (k, h) in st.held.iter_mut() {
+                    if k.ino == ino {
+                        h.closing = false;
+                    }
+                }
+                break;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
     /// GETLK: the lock that would keep the owner's request out, if any.
-    pub fn get(&self, r: &Request) -> Result<Conflict, Errno> {
+    pub fn get(self: &Arc<Self>, r: Request, reply: ReplyLock) {
+        let answer = |me: &Locks, r: &Request, reply: ReplyLock| match me.test(r) {
+            Ok(c) => reply.locked(c.start, c.end, c.typ, c.pid),
+            Err(e) => reply.error(e),
+        };
+        match self.test(&r) {
+            Ok(c) if c.typ != libc::F_UNLCK && self.must_settle(&r) => {
+                let me = self.clone();
+                self.aside(move || {
+                    me.settle(r.ino, r.owner);
+                    answer(&me, &r, reply)
+                });
+            }
+            Ok(c) => reply.locked(c.start, c.end, c.typ, c.pid),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn must_settle(&self, r: &Request) -> bool {
+        Self::closing_on(&guard(&self.state), r.ino, r.owner)
+    }
+
+    /// Runs `f` on a thread of its own (a rare wait kept out of the request loop);
+    /// without a thread, here.
+    fn aside(&self, f: impl FnOnce() + Send + 'static) {
+        let f = Arc::new(Mutex::new(Some(f)));
+        let g = f.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lynxfs-lock-settle".into())
+            .stack_size(WAIT_STACK)
+            .spawn(move || {
+                if let Some(f) = guard(&g).take() {
+                    f()
+                }
+            });
+        if spawned.is_err() {
+            if let Some(f) = guard(&f).take() {
+                f()
+            }
+        }
+    }
+
+    fn test(&self, r: &Request) -> Result<Conflict, Errno> {
         let key = Key {
             ino: r.ino,
             owner: r.owner,
@@ -465,6 +550,18 @@ impl Locks {
                 } else {
                     self.grant(r.ino, reply)
                 }
+            }
+            Ok(false) if !sleep && self.must_settle(&r) => {
+                let me = self.clone();
+                self.aside(move || {
+                    me.settle(r.ino, r.owner);
+                    match lock_on(&fd, &r, false) {
+                        Ok(true) if me.had(&fd, &r) => me.grant(r.ino, reply),
+                        Ok(true) => me.set(r, false, unique, reply),
+                        Ok(false) => reply.error(Errno::EAGAIN),
+                        Err(e) => reply.error(errno(&e)),
+                    }
+                });
             }
             Ok(false) if !sleep => reply.error(Errno::EAGAIN),
             Ok(false) => self.wait(r, unique, reply),
@@ -768,15 +865,24 @@ impl Locks {
         }
     }
 
-    /// FLUSH: the owner closed a descriptor of the file: its POSIX locks on the file
-    /// go (close(2)'s rule).
-    pub fn flush(&self, ino: u64, owner: u64) {
+    /// FLUSH: a process closed a descriptor of open file `fh`: its POSIX locks on
+    /// the file go (close(2)'s rule), and the locks held through `fh` by other
+    /// owners (its OFD locks, its flock) may go with a RELEASE about to come.
+    pub fn flush(&self, ino: u64, fh: u64, owner: u64) {
         let key = Key {
             ino,
             owner,
             flock: false,
         };
-        let dropped = guard(&self.state).held.remove(&key);
+        let dropped = {
+            let mut st = guard(&self.state);
+            for (k, h) in st.held.iter_mut() {
+                if k.ino == ino && h.fh == fh {
+                    h.closing = true;
+                }
+            }
+            st.held.remove(&key)
+        };
         if let Some(h) = dropped {
             unlock_all(&h.fd, false);
             self.went();

@@ -1,7 +1,8 @@
 //! Locks through the mount behave as on a local file system, with tmpfs as the
-//! control: a cycle of classic lock waits gets EDEADLK for one request, as the
-//! kernel gives (issue 42, defect 6); and many waiters cost the daemon neither CPU
-//! nor a thread each.
+//! control: xfstests generic/478's OFD and classic lock sequences give the same
+//! answers; a cycle of classic lock waits gets EDEADLK for one request, as the
+//! kernel gives (issue 42, defects 6 and 11); and many waiters cost the daemon
+//! neither CPU nor a thread each.
 //!
 //! The sequences are tests/locks.c's, built with `cc`. Needs root (a tmpfs mount),
 //! `/dev/fuse` and `cc`. Every child runs within a time limit and a watchdog covers
@@ -122,6 +123,38 @@ fn run(args: &[&str], file: &Path, what: &str) -> String {
         text(&out.stderr)
     );
     text(&out.stdout)
+}
+
+/// generic/478: a lock whose open file's last descriptor a child cloned with
+/// CLONE_FILES closed is gone for the next GETLK, though FUSE sends the RELEASE that
+/// drops it after the close has returned; dup and close, or a child's close of its
+/// own copy, leave OFD locks be and drop POSIX ones as the kernel does. Several
+/// rounds: the RELEASE races the query.
+#[test]
+fn generic_478_sequences_answer_as_on_tmpfs() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _w = watchdog("generic_478_sequences_answer_as_on_tmpfs", TEST_LIMIT);
+    let (_d, _t, f) = control();
+    let want = run(&["478"], &f, "478 on tmpfs");
+    assert!(
+        want.contains("OFD O_RDONLY set rdlck, clone with CLONE_FILES, close, get wrlck: lock could be placed"),
+        "the control: {want}"
+    );
+    let m = Mounted::new();
+    for round in 0..2 {
+        let got = run(&["478"], &m.file(), "478 on the mount");
+        let diff: Vec<String> = want
+            .lines()
+            .zip(got.lines())
+            .filter(|(w, g)| w != g)
+            .map(|(w, g)| format!("  tmpfs: {w}\n  mount: {g}"))
+            .collect();
+        assert!(
+            diff.is_empty() && want.lines().count() == got.lines().count(),
+            "round {round}: the mount answers otherwise:\n{}",
+            diff.join("\n")
+        );
+    }
 }
 
 /// A cycle of classic lock waits between processes through the mount (two and three
