@@ -1006,7 +1006,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
@@ -1016,7 +1016,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         // them, FLUSH is where a close drops the closing process's POSIX locks.
         match (&self.locks, self.locks_on) {
             (Some(l), true) => {
-                l.flush(ino.0, lock_owner.0);
+                l.flush(ino.0, fh.0, lock_owner.0);
                 reply.ok();
             }
             _ => reply.error(Errno::ENOSYS),
@@ -1054,11 +1054,10 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         let Some(l) = &self.locks else {
             return reply.error(Errno::ENOSYS);
         };
-        let r = lock_request(ino, fh, lock_owner, start, end, typ, false);
-        match l.get(&r) {
-            Ok(c) => reply.locked(c.start, c.end, c.typ, c.pid),
-            Err(e) => reply.error(e),
-        }
+        l.get(
+            lock_request(ino, fh, lock_owner, start, end, typ, false),
+            reply,
+        );
     }
 
     fn setlk(

@@ -10,7 +10,12 @@
 //!
 //! Ends of locks: FLUSH (each close) drops the closing process's POSIX locks on the
 //! file, as close(2) does; RELEASE (the last close of an open file) drops what was
-//! locked through that open (its OFD locks, its flock).
+//! locked through that open (its OFD locks, its flock). The kernel sends RELEASE
+//! *after* the close returns (FUSE's release is asynchronous), so a lock query that
+//! meets a lock of an open file some process just closed waits a moment
+//! ([`SETTLE`]) for that open's RELEASE before it answers: as on a local file
+//! system, a lock whose last descriptor is closed is gone for whoever looks next
+//! (xfstests generic/478).
 //!
 //! A lock had is a moment the file may have changed under the kernel's cache (a
 //! preloaded writer let the lock go a moment ago; its change notices may still be on
@@ -19,26 +24,52 @@
 //! what the lock protects. That is done away from the request loop (dropping pages
 //! waits for reads the loop may have yet to serve).
 //!
-//! A lock that must wait (F_SETLKW, flock without LOCK_NB) waits on a thread of its
-//! own, retrying with a growing pause (at most [`MAX_PAUSE`]), so the request loop
-//! goes on; it ends with EINTR when the kernel interrupts the request (a signal to
-//! the waiter, or its death) or the mount ends.
+//! **Waits** (F_SETLKW, flock without LOCK_NB). The request loop goes on; the wait
+//! blocks in the kernel (F_OFD_SETLKW, or flock, on the owner's open of the
+//! stand-in) on a thread of its own, so it costs no CPU and the kernel wakes it when
+//! the lock comes free, whoever let it go (this mount, a preloaded process, another
+//! mount, a holder's death). At most [`THREADS`] waits have a thread; a wait past
+//! that queues (never an error): it is tried again whenever a lock of this mount on
+//! its file goes, at the latest every [`QUEUED_PAUSE`], and takes the first thread
+//! that comes free. A wait ends with EINTR when the kernel interrupts the request (a
+//! signal to the waiter, or its death: the thread's kernel wait is broken with
+//! [`wake_signal`]) and ENOLCK when the mount ends.
+//!
+//! **Deadlocks.** The kernel detects cycles only among classic POSIX waiters it sees,
+//! and it sees the daemon's OFD locks and waits, not the owners behind them. So the
+//! daemon keeps, for the owners it serves, which byte ranges each holds and what each
+//! waits for, and answers EDEADLK to the request that would close a cycle of
+//! waits, as the kernel does (`posix_locks_deadlock`). FUSE does not say whether a
+//! request is a classic or an OFD lock: every record-lock owner is taken as classic
+//! (an OFD waiter that would close a cycle, which waits forever on a local file
+//! system, gets EDEADLK here); flock owners never are (the kernel detects no flock
+//! deadlock either). A cycle through a lock held or awaited outside this mount (a
+//! preloaded process, another mount) is not seen: its waiters wait until
+//! interrupted, as OFD waiters do on a local file system.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
-use fuser::{Errno, ReplyEmpty};
+use fuser::{Errno, ReplyEmpty, ReplyLock};
 
-/// The longest pause between two tries of a waiting lock (how late a waiter may
-/// notice the lock is free).
-const MAX_PAUSE: Duration = Duration::from_millis(10);
+/// How many waits block in the kernel on threads of their own at most; the rest queue.
+pub const THREADS: usize = 32;
+/// The longest a queued wait goes untried (it is tried at once when a lock of this
+/// mount on its file goes; this is for locks let go elsewhere).
+pub const QUEUED_PAUSE: Duration = Duration::from_millis(500);
+/// How long a lock query waits for the RELEASE of an open file whose descriptor was
+/// just closed (see the module documentation). Only a query that meets such a lock
+/// waits, and only until that RELEASE comes.
+pub const SETTLE: Duration = Duration::from_millis(500);
 /// Interrupts kept for requests not (yet) waiting: one may arrive before its
 /// request's handler registers the wait.
 const EARLY_INTERRUPTS: usize = 256;
+/// A waiting thread's stack: it makes system calls and a grant's cache drop only.
+const WAIT_STACK: usize = 256 << 10;
 
 /// Opens a new file description of an inode's stand-in.
 pub type Opener = Box<dyn Fn(u64) -> io::Result<OwnedFd> + Send + Sync>;
@@ -46,20 +77,72 @@ pub type Opener = Box<dyn Fn(u64) -> io::Result<OwnedFd> + Send + Sync>;
 pub type Granted = Box<dyn Fn(u64) + Send + Sync>;
 
 /// Whose locks: the inode, the kernel's owner, and whether they are flock's.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 struct Key {
     ino: u64,
     owner: u64,
     flock: bool,
 }
 
-/// An owner's open of the stand-in, and the open file its locks came through.
+/// A byte range an owner holds (inclusive) and how (F_RDLCK or F_WRLCK).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Range {
+    start: u64,
+    end: u64,
+    typ: i32,
+}
+
+impl Range {
+    fn conflicts(&self, o: &Range) -> bool {
+        self.start <= o.end
+            && o.start <= self.end
+            && (self.typ == libc::F_WRLCK || o.typ == libc::F_WRLCK)
+    }
+}
+
+/// Sets (or, with F_UNLCK, clears) `new` among an owner's ranges, as the kernel does
+/// for one owner's record locks: the new range replaces every part of the old ones
+/// it covers.
+fn apply(ranges: &mut Vec<Range>, new: Range) {
+    let mut kept = Vec::with_capacity(ranges.len() + 2);
+    for r in ranges.drain(..) {
+        if r.end < new.start || new.end < r.start {
+            kept.push(r);
+            continue;
+        }
+        if r.start < new.start {
+            kept.push(Range {
+                end: new.start - 1,
+                ..r
+            });
+        }
+        if r.end > new.end {
+            kept.push(Range {
+                start: new.end + 1,
+                ..r
+            });
+        }
+    }
+    if new.typ != libc::F_UNLCK {
+        kept.push(new);
+    }
+    *ranges = kept;
+}
+
+/// An owner's open of the stand-in, the open file its locks came through, and what
+/// it holds.
 struct Held {
     fd: Arc<OwnedFd>,
     fh: u64,
+    /// The record-lock ranges held (for deadlock detection; empty for flock).
+    ranges: Vec<Range>,
+    /// A descriptor of the open file `fh` was closed since the locks were taken: a
+    /// RELEASE (which drops them) may be on its way.
+    closing: bool,
 }
 
 /// A lock request, as the kernel sends it.
+#[derive(Clone, Copy, Debug)]
 pub struct Request {
     pub ino: u64,
     pub fh: u64,
@@ -72,6 +155,23 @@ pub struct Request {
     pub flock: bool,
 }
 
+impl Request {
+    fn key(&self) -> Key {
+        Key {
+            ino: self.ino,
+            owner: self.owner,
+            flock: self.flock,
+        }
+    }
+    fn range(&self) -> Range {
+        Range {
+            start: self.start,
+            end: self.end,
+            typ: self.typ,
+        }
+    }
+}
+
 /// The conflicting lock GETLK answers (`typ` F_UNLCK: none).
 pub struct Conflict {
     pub start: u64,
@@ -80,16 +180,45 @@ pub struct Conflict {
     pub pid: u32,
 }
 
+/// A lock request that waits.
+struct Wait {
+    r: Request,
+    unique: u64,
+    reply: Mutex<Option<ReplyEmpty>>,
+    /// Interrupted (or the mount ends): the wait is to end.
+    cancel: AtomicBool,
+    /// The thread blocked in the kernel for it (0: none), and whether the wait is
+    /// over; both read and written under [`Wait::sig`], so a wake signal is sent only
+    /// to a thread still inside this wait.
+    tid: AtomicI32,
+    over: AtomicBool,
+    sig: Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    held: HashMap<Key, Held>,
+    /// Every wait, by request id.
+    waits: HashMap<u64, Arc<Wait>>,
+    /// Waits without a thread, oldest first.
+    queue: VecDeque<Arc<Wait>>,
+    /// Threads serving waits.
+    threads: usize,
+    /// The thread trying queued waits again runs.
+    retrying: bool,
+    early: VecDeque<u64>,
+}
+
 pub struct Locks {
     open: Opener,
     granted: Granted,
     /// To the thread that answers grants made in the request loop (see the module
     /// documentation); started at the first.
     grants: Mutex<Option<std::sync::mpsc::Sender<(u64, ReplyEmpty)>>>,
-    held: Mutex<HashMap<Key, Held>>,
-    /// The requests waiting for a lock, by unique id: set when interrupted.
-    waiting: Mutex<HashMap<u64, Arc<AtomicBool>>>,
-    early: Mutex<VecDeque<u64>>,
+    state: Mutex<State>,
+    /// Signalled whenever a lock of this mount goes (an unlock, a close's, a
+    /// release's): queued waits and lock queries waiting for a RELEASE look again.
+    changed: Condvar,
     ending: AtomicBool,
 }
 
@@ -123,27 +252,35 @@ fn flock_struct(typ: i32, start: u64, end: u64) -> libc::flock {
     l
 }
 
-/// One try at `r` on `fd`, without waiting: Ok(false) when another holder conflicts.
-fn try_lock(fd: &OwnedFd, r: &Request) -> io::Result<bool> {
+/// One try at `r` on `fd`, waiting in the kernel if `block`: Ok(false) when another
+/// holder conflicts (without `block`). A blocking try ends with EINTR when the
+/// thread gets [`wake_signal`].
+fn lock_on(fd: &OwnedFd, r: &Request, block: bool) -> io::Result<bool> {
     let rc = if r.flock {
         let op = match r.typ {
             libc::F_RDLCK => libc::LOCK_SH,
             libc::F_WRLCK => libc::LOCK_EX,
             _ => libc::LOCK_UN,
         };
+        let nb = if block { 0 } else { libc::LOCK_NB };
         // SAFETY: flock on a descriptor we own.
-        unsafe { libc::flock(fd.as_raw_fd(), op | libc::LOCK_NB) }
+        unsafe { libc::flock(fd.as_raw_fd(), op | nb) }
     } else {
         let l = flock_struct(r.typ, r.start, r.end);
+        let cmd = if block {
+            libc::F_OFD_SETLKW
+        } else {
+            libc::F_OFD_SETLK
+        };
         // SAFETY: fcntl on a descriptor we own, with a live flock struct.
-        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &l as *const libc::flock) }
+        unsafe { libc::fcntl(fd.as_raw_fd(), cmd, &l as *const libc::flock) }
     };
     if rc == 0 {
         return Ok(true);
     }
     let e = io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        Some(libc::EAGAIN | libc::EACCES) if !block => Ok(false),
         _ => Err(e),
     }
 }
@@ -161,35 +298,197 @@ fn unlock_all(fd: &OwnedFd, flock: bool) {
     }
 }
 
+/// The signal that breaks a waiting thread's kernel wait (F_OFD_SETLKW and flock
+/// end with EINTR): a real-time signal of its own, with a handler that does nothing,
+/// installed without SA_RESTART the first time a wait blocks. It is sent only to a
+/// thread of ours inside a wait (see [`Wait::sig`]).
+pub fn wake_signal() -> i32 {
+    libc::SIGRTMIN() + 6
+}
+
+extern "C" fn on_wake(_: libc::c_int) {}
+
+fn install_wake() -> bool {
+    static DONE: OnceLock<bool> = OnceLock::new();
+    *DONE.get_or_init(|| {
+        // SAFETY: all-zero is a valid sigaction, then filled in: a handler that
+        // touches nothing (async-signal-safe), no flags (so the interrupted call
+        // returns EINTR instead of restarting), an empty mask.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_wake as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(wake_signal(), &act, std::ptr::null_mut()) == 0
+        }
+    })
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+impl Wait {
+    /// Ends the wait's kernel wait, if a thread is in it, until the thread has left
+    /// it (a signal that lands just before the thread enters the kernel is lost, so
+    /// it is sent again). Called from a thread of its own (see [`Locks::cancel`]).
+    fn wake(&self) {
+        let mut pause = Duration::from_micros(200);
+        loop {
+            {
+                let _g = guard(&self.sig);
+                if self.over.load(Ordering::Acquire) {
+                    return;
+                }
+                let tid = self.tid.load(Ordering::Acquire);
+                if tid != 0 {
+                    // SAFETY: tgkill to a thread of this process that is still inside
+                    // this wait (checked under `sig`, which it takes to leave), with a
+                    // signal whose handler does nothing.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_tgkill,
+                            libc::getpid(),
+                            tid,
+                            wake_signal() as libc::c_long,
+                        )
+                    };
+                }
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Locks {
     pub fn new(open: Opener, granted: Granted) -> Arc<Locks> {
         Arc::new(Locks {
             open,
             granted,
             grants: Mutex::new(None),
-            held: Mutex::new(HashMap::new()),
-            waiting: Mutex::new(HashMap::new()),
-            early: Mutex::new(VecDeque::new()),
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
             ending: AtomicBool::new(false),
         })
     }
 
     /// The owner's open of the stand-in, made (and remembered) if `make`.
     fn owner_fd(&self, key: Key, fh: u64, make: bool) -> io::Result<Option<Arc<OwnedFd>>> {
-        let mut held = guard(&self.held);
-        if let Some(h) = held.get(&key) {
+        let mut st = guard(&self.state);
+        if let Some(h) = st.held.get(&key) {
             return Ok(Some(h.fd.clone()));
         }
         if !make {
             return Ok(None);
         }
         let fd = Arc::new((self.open)(key.ino)?);
-        held.insert(key, Held { fd: fd.clone(), fh });
+        st.held.insert(
+            key,
+            Held {
+                fd: fd.clone(),
+                fh,
+                ranges: Vec::new(),
+                closing: false,
+            },
+        );
         Ok(Some(fd))
     }
 
+    /// Records what the owner holds after `r` was had on `fd`; false (and the lock let
+    /// go) when `fd` is no longer the owner's open (a close of the owner's dropped it
+    /// meanwhile: the caller tries again with the new open).
+    fn had(&self, fd: &Arc<OwnedFd>, r: &Request) -> bool {
+        let mut st = guard(&self.state);
+        match st.held.get_mut(&r.key()) {
+            Some(h) if Arc::ptr_eq(&h.fd, fd) => {
+                if !r.flock {
+                    apply(&mut h.ranges, r.range());
+                }
+                true
+            }
+            _ => {
+                drop(st);
+                unlock_all(fd, r.flock);
+                false
+            }
+        }
+    }
+
+    /// Whether some other owner's lock on `ino` may be about to go with a RELEASE.
+    fn closing_on(st: &State, ino: u64, owner: u64) -> bool {
+        st.held
+            .iter()
+            .any(|(k, h)| k.ino == ino && k.owner != owner && h.closing)
+    }
+
+    /// Waits (at most [`SETTLE`]) until no other owner's lock on `ino` awaits its
+    /// RELEASE; those still there then are taken as kept (their open lives on).
+    fn settle(&self, ino: u64, owner: u64) {
+        let deadline = Instant::now() + SETTLE;
+        let mut st = guard(&self.state);
+        while Self::closing_on(&st, ino, owner) && !self.ending.load(Ordering::Acquire) {
+            let now = Instant::now();
+            if now >= deadline {
+                for (k, h) in st.held.iter_mut() {
+                    if k.ino == ino {
+                        h.closing = false;
+                    }
+                }
+                break;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
     /// GETLK: the lock that would keep the owner's request out, if any.
-    pub fn get(&self, r: &Request) -> Result<Conflict, Errno> {
+    pub fn get(self: &Arc<Self>, r: Request, reply: ReplyLock) {
+        let answer = |me: &Locks, r: &Request, reply: ReplyLock| match me.test(r) {
+            Ok(c) => reply.locked(c.start, c.end, c.typ, c.pid),
+            Err(e) => reply.error(e),
+        };
+        match self.test(&r) {
+            Ok(c) if c.typ != libc::F_UNLCK && self.must_settle(&r) => {
+                let me = self.clone();
+                self.aside(move || {
+                    me.settle(r.ino, r.owner);
+                    answer(&me, &r, reply)
+                });
+            }
+            Ok(c) => reply.locked(c.start, c.end, c.typ, c.pid),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn must_settle(&self, r: &Request) -> bool {
+        Self::closing_on(&guard(&self.state), r.ino, r.owner)
+    }
+
+    /// Runs `f` on a thread of its own (a rare wait kept out of the request loop);
+    /// without a thread, here.
+    fn aside(&self, f: impl FnOnce() + Send + 'static) {
+        let f = Arc::new(Mutex::new(Some(f)));
+        let g = f.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lynxfs-lock-settle".into())
+            .stack_size(WAIT_STACK)
+            .spawn(move || {
+                if let Some(f) = guard(&g).take() {
+                    f()
+                }
+            });
+        if spawned.is_err() {
+            if let Some(f) = guard(&f).take() {
+                f()
+            }
+        }
+    }
+
+    fn test(&self, r: &Request) -> Result<Conflict, Errno> {
         let key = Key {
             ino: r.ino,
             owner: r.owner,
@@ -228,13 +527,9 @@ impl Locks {
         })
     }
 
-    /// SETLK/SETLKW: answered now, or (a wait) from a thread of its own.
+    /// SETLK/SETLKW: answered now, or (a wait) from a thread.
     pub fn set(self: &Arc<Self>, r: Request, sleep: bool, unique: u64, reply: ReplyEmpty) {
-        let key = Key {
-            ino: r.ino,
-            owner: r.owner,
-            flock: r.flock,
-        };
+        let key = r.key();
         let unlock = r.typ == libc::F_UNLCK;
         let fd = match self.owner_fd(key, r.fh, !unlock) {
             Ok(Some(fd)) => fd,
@@ -242,13 +537,41 @@ impl Locks {
             Ok(None) => return reply.ok(),
             Err(e) => return reply.error(errno(&e)),
         };
-        match try_lock(&fd, &r) {
-            Ok(true) if unlock => reply.ok(),
-            Ok(true) => self.grant(r.ino, reply),
+        match lock_on(&fd, &r, false) {
+            Ok(true) => {
+                if !self.had(&fd, &r) {
+                    // The owner's open changed under the try (a close): try again.
+                    return self.set(r, sleep, unique, reply);
+                }
+                // Also a lock changed from write to read lets others in.
+                self.went();
+                if unlock {
+                    reply.ok()
+                } else {
+                    self.grant(r.ino, reply)
+                }
+            }
+            Ok(false) if !sleep && self.must_settle(&r) => {
+                let me = self.clone();
+                self.aside(move || {
+                    me.settle(r.ino, r.owner);
+                    match lock_on(&fd, &r, false) {
+                        Ok(true) if me.had(&fd, &r) => me.grant(r.ino, reply),
+                        Ok(true) => me.set(r, false, unique, reply),
+                        Ok(false) => reply.error(Errno::EAGAIN),
+                        Err(e) => reply.error(errno(&e)),
+                    }
+                });
+            }
             Ok(false) if !sleep => reply.error(Errno::EAGAIN),
-            Ok(false) => self.wait(key, r, unique, reply),
+            Ok(false) => self.wait(r, unique, reply),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    /// A lock of this mount went: queued waits and settling queries look again.
+    fn went(&self) {
+        self.changed.notify_all();
     }
 
     /// Answers a lock had in the request loop, from the grants thread.
@@ -282,87 +605,287 @@ impl Locks {
         }
     }
 
-    fn wait(self: &Arc<Self>, key: Key, r: Request, unique: u64, reply: ReplyEmpty) {
-        let cancel = Arc::new(AtomicBool::new(false));
-        {
-            let mut early = guard(&self.early);
-            if let Some(i) = early.iter().position(|&u| u == unique) {
-                early.remove(i);
-                return reply.error(Errno::EINTR);
-            }
-            guard(&self.waiting).insert(unique, cancel.clone());
+    /// The owners of this mount holding a lock on `ino` that keeps `want` out,
+    /// other than `owner`.
+    fn holders(st: &State, ino: u64, owner: u64, want: &Range) -> Vec<u64> {
+        st.held
+            .iter()
+            .filter(|(k, h)| {
+                k.ino == ino
+                    && !k.flock
+                    && k.owner != owner
+                    && h.ranges.iter().any(|g| g.conflicts(want))
+            })
+            .map(|(k, _)| k.owner)
+            .collect()
+    }
+
+    /// Whether `r`, waiting, would close a cycle of record-lock waits among this
+    /// mount's owners: one of the holders keeping it out waits (maybe through
+    /// others) for a lock `r`'s owner holds.
+    fn closes_cycle(st: &State, r: &Request) -> bool {
+        if r.flock {
+            return false;
         }
-        let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("lynxfs-lock-wait".into())
-            .spawn(move || {
-                let answer = me.wait_for(key, &r, &cancel);
-                guard(&me.waiting).remove(&unique);
-                match answer {
-                    Ok(()) => {
-                        (me.granted)(r.ino);
-                        reply.ok()
-                    }
-                    Err(e) => reply.error(e),
+        let mut todo = Self::holders(st, r.ino, r.owner, &r.range());
+        let mut seen = HashSet::new();
+        while let Some(o) = todo.pop() {
+            if o == r.owner {
+                return true;
+            }
+            if !seen.insert(o) {
+                continue;
+            }
+            for w in st.waits.values() {
+                if w.r.owner == o && !w.r.flock {
+                    todo.extend(Self::holders(st, w.r.ino, o, &w.r.range()));
                 }
-            });
-        if spawned.is_err() {
-            guard(&self.waiting).remove(&unique);
-            // The reply went with the closure that never ran: the kernel gets EIO
-            // from its drop. Nothing better can be said without a thread.
+            }
+        }
+        false
+    }
+
+    fn wait(self: &Arc<Self>, r: Request, unique: u64, reply: ReplyEmpty) {
+        let w = Arc::new(Wait {
+            r,
+            unique,
+            reply: Mutex::new(Some(reply)),
+            cancel: AtomicBool::new(false),
+            tid: AtomicI32::new(0),
+            over: AtomicBool::new(false),
+            sig: Mutex::new(()),
+        });
+        let mut st = guard(&self.state);
+        if let Some(i) = st.early.iter().position(|&u| u == unique) {
+            st.early.remove(i);
+            drop(st);
+            return self.finish(&w, Err(Errno::EINTR));
+        }
+        if Self::closes_cycle(&st, &r) {
+            drop(st);
+            return self.finish(&w, Err(Errno::EDEADLK));
+        }
+        st.waits.insert(unique, w.clone());
+        st.queue.push_back(w);
+        self.start_threads(st);
+    }
+
+    /// Gives queued waits threads while there are fewer than [`THREADS`]; the rest
+    /// are left to the queue's thread (`st` is the state, locked).
+    fn start_threads(self: &Arc<Self>, mut st: MutexGuard<'_, State>) {
+        self.give_threads(&mut st);
+        if !st.queue.is_empty() {
+            self.retry_queued(st);
         }
     }
 
-    /// Retries until the lock is had, or the wait is interrupted or the mount ends.
-    fn wait_for(&self, key: Key, r: &Request, cancel: &AtomicBool) -> Result<(), Errno> {
-        let mut pause = Duration::from_micros(100);
+    /// Takes queued waits, oldest first, onto threads of their own while there are
+    /// fewer than [`THREADS`].
+    fn give_threads(self: &Arc<Self>, st: &mut MutexGuard<'_, State>) {
+        while st.threads < THREADS && install_wake() {
+            let Some(w) = st.queue.pop_front() else {
+                return;
+            };
+            st.threads += 1;
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("lynxfs-lock-wait".into())
+                .stack_size(WAIT_STACK)
+                .spawn({
+                    let w = w.clone();
+                    move || me.serve(w)
+                });
+            if spawned.is_err() {
+                st.threads -= 1;
+                st.queue.push_front(w);
+                return;
+            }
+        }
+    }
+
+    /// A waiting thread: serves `w`, then queued waits while there are any.
+    fn serve(self: Arc<Self>, mut w: Arc<Wait>) {
         loop {
-            if cancel.load(Ordering::Acquire) {
+            let answer = self.block(&w);
+            self.finish(&w, answer);
+            let mut st = guard(&self.state);
+            match st.queue.pop_front() {
+                Some(next) => w = next,
+                None => {
+                    st.threads -= 1;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits in the kernel until `w`'s lock is had, or the wait is cancelled.
+    fn block(&self, w: &Wait) -> Result<(), Errno> {
+        {
+            let _g = guard(&w.sig);
+            w.tid.store(gettid(), Ordering::Release);
+        }
+        loop {
+            if w.cancel.load(Ordering::Acquire) {
                 return Err(Errno::EINTR);
             }
             if self.ending.load(Ordering::Acquire) {
                 return Err(Errno::ENOLCK);
             }
             // The owner's open now (a close meanwhile may have dropped the old one).
-            let fd = match self.owner_fd(key, r.fh, true) {
+            let fd = match self.owner_fd(w.r.key(), w.r.fh, true) {
                 Ok(Some(fd)) => fd,
                 Ok(None) => return Err(Errno::ENOLCK),
                 Err(e) => return Err(errno(&e)),
             };
-            match try_lock(&fd, r) {
-                Ok(true) if self.still_held(key, &fd, r) => return Ok(()),
+            match lock_on(&fd, &w.r, true) {
+                Ok(_) if self.had(&fd, &w.r) => return Ok(()),
                 Ok(_) => {}
+                // The wake signal, or another: the loop looks why.
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Err(errno(&e)),
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(MAX_PAUSE);
         }
     }
 
-    /// A lock had on `fd` counts only if `fd` is still the owner's open (a close of
-    /// the owner's may have dropped it during the try): else it is let go, and the
-    /// wait goes on with the new open.
-    fn still_held(&self, key: Key, fd: &Arc<OwnedFd>, r: &Request) -> bool {
-        let same = guard(&self.held)
-            .get(&key)
-            .is_some_and(|h| Arc::ptr_eq(&h.fd, fd));
-        if !same {
-            unlock_all(fd, r.flock);
+    /// Ends wait `w` with `answer` (once).
+    fn finish(&self, w: &Wait, answer: Result<(), Errno>) {
+        {
+            let _g = guard(&w.sig);
+            w.over.store(true, Ordering::Release);
+            w.tid.store(0, Ordering::Release);
         }
-        same
+        guard(&self.state).waits.remove(&w.unique);
+        let Some(reply) = guard(&w.reply).take() else {
+            return;
+        };
+        match answer {
+            Ok(()) => {
+                (self.granted)(w.r.ino);
+                reply.ok()
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
-    /// FLUSH: the owner closed a descriptor of the file: its POSIX locks on the file
-    /// go (close(2)'s rule).
-    pub fn flush(&self, ino: u64, owner: u64) {
+    /// Makes sure the thread trying queued waits again runs (`st` is the state,
+    /// locked), and wakes it.
+    fn retry_queued(self: &Arc<Self>, mut st: MutexGuard<'_, State>) {
+        if !st.retrying {
+            st.retrying = true;
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("lynxfs-lock-queue".into())
+                .stack_size(WAIT_STACK)
+                .spawn(move || me.retry_loop());
+            if spawned.is_err() {
+                // Each thread that comes free takes a queued wait: they wait for that.
+                st.retrying = false;
+            }
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Tries the queued waits whenever a lock of this mount goes, and every
+    /// [`QUEUED_PAUSE`]; ends when none is left. The waits being tried are out of
+    /// the queue meanwhile, so no thread takes one at the same time.
+    fn retry_loop(self: Arc<Self>) {
+        let mut st = guard(&self.state);
+        loop {
+            let queued: Vec<Arc<Wait>> = st.queue.drain(..).collect();
+            if queued.is_empty() {
+                st.retrying = false;
+                return;
+            }
+            drop(st);
+            let mut left = VecDeque::new();
+            for w in queued {
+                let answer = if w.cancel.load(Ordering::Acquire) {
+                    Some(Err(Errno::EINTR))
+                } else if self.ending.load(Ordering::Acquire) {
+                    Some(Err(Errno::ENOLCK))
+                } else {
+                    match self.owner_fd(w.r.key(), w.r.fh, true) {
+                        Ok(Some(fd)) => match lock_on(&fd, &w.r, false) {
+                            Ok(true) if self.had(&fd, &w.r) => Some(Ok(())),
+                            Ok(_) => None,
+                            Err(e) => Some(Err(errno(&e))),
+                        },
+                        Ok(None) => Some(Err(Errno::ENOLCK)),
+                        Err(e) => Some(Err(errno(&e))),
+                    }
+                };
+                match answer {
+                    Some(a) => self.finish(&w, a),
+                    None => left.push_back(w),
+                }
+            }
+            st = guard(&self.state);
+            // Ahead of any queued meanwhile: they came later.
+            while let Some(w) = left.pop_back() {
+                st.queue.push_front(w);
+            }
+            // Threads that came free meanwhile found the queue empty.
+            self.give_threads(&mut st);
+            if st.queue.is_empty() {
+                continue;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, QUEUED_PAUSE)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Ends wait `w` early: its thread's kernel wait is broken (from a thread of its
+    /// own, since that may take a few tries), a queued one is answered by the queue's
+    /// thread.
+    fn cancel(&self, w: Arc<Wait>) {
+        // Under `sig`, which the thread takes to say it is in the wait before it
+        // looks at `cancel`: either it sees the cancel, or the cancel sees its tid.
+        let blocked = {
+            let _g = guard(&w.sig);
+            w.cancel.store(true, Ordering::Release);
+            w.tid.load(Ordering::Acquire) != 0
+        };
+        self.changed.notify_all();
+        if blocked {
+            let spawned = std::thread::Builder::new()
+                .name("lynxfs-lock-wake".into())
+                .stack_size(WAIT_STACK)
+                .spawn({
+                    let w = w.clone();
+                    move || w.wake()
+                });
+            if spawned.is_err() {
+                w.wake();
+            }
+        }
+    }
+
+    /// FLUSH: a process closed a descriptor of open file `fh`: its POSIX locks on
+    /// the file go (close(2)'s rule), and the locks held through `fh` by other
+    /// owners (its OFD locks, its flock) may go with a RELEASE about to come.
+    pub fn flush(&self, ino: u64, fh: u64, owner: u64) {
         let key = Key {
             ino,
             owner,
             flock: false,
         };
-        let dropped = guard(&self.held).remove(&key);
+        let dropped = {
+            let mut st = guard(&self.state);
+            for (k, h) in st.held.iter_mut() {
+                if k.ino == ino && h.fh == fh {
+                    h.closing = true;
+                }
+            }
+            st.held.remove(&key)
+        };
         if let Some(h) = dropped {
             unlock_all(&h.fd, false);
+            self.went();
         }
     }
 
@@ -371,24 +894,25 @@ impl Locks {
     pub fn release(&self, ino: u64, fh: u64, flock_owner: Option<u64>) {
         let mut gone = Vec::new();
         {
-            let mut held = guard(&self.held);
+            let mut st = guard(&self.state);
             if let Some(owner) = flock_owner {
                 let key = Key {
                     ino,
                     owner,
                     flock: true,
                 };
-                if let Some(h) = held.remove(&key) {
+                if let Some(h) = st.held.remove(&key) {
                     gone.push((h, true));
                 }
             }
-            let through: Vec<Key> = held
+            let through: Vec<Key> = st
+                .held
                 .iter()
                 .filter(|(k, h)| k.ino == ino && h.fh == fh)
                 .map(|(k, _)| *k)
                 .collect();
             for k in through {
-                if let Some(h) = held.remove(&k) {
+                if let Some(h) = st.held.remove(&k) {
                     gone.push((h, k.flock));
                 }
             }
@@ -396,26 +920,77 @@ impl Locks {
         for (h, flock) in gone {
             unlock_all(&h.fd, flock);
         }
+        self.went();
     }
 
     /// INTERRUPT of request `unique`: its wait ends with EINTR. An interrupt that
     /// finds no wait is kept a while, for a wait not registered yet.
     pub fn interrupt(&self, unique: u64) {
-        let mut early = guard(&self.early);
-        if let Some(c) = guard(&self.waiting).get(&unique) {
-            c.store(true, Ordering::Release);
-            return;
+        let mut st = guard(&self.state);
+        if let Some(w) = st.waits.get(&unique).cloned() {
+            drop(st);
+            return self.cancel(w);
         }
-        if early.len() == EARLY_INTERRUPTS {
-            early.pop_front();
+        if st.early.len() == EARLY_INTERRUPTS {
+            st.early.pop_front();
         }
-        early.push_back(unique);
+        st.early.push_back(unique);
     }
 
     /// The mount ends: every wait ends, every lock goes.
     pub fn end(&self) {
         self.ending.store(true, Ordering::Release);
-        guard(&self.held).clear();
+        let waits: Vec<Arc<Wait>> = {
+            let mut st = guard(&self.state);
+            st.held.clear();
+            st.waits.values().cloned().collect()
+        };
+        for w in waits {
+            self.cancel(w);
+        }
         guard(&self.grants).take();
+    }
+
+    /// How many threads serve waits now, and how many waits are queued (for tests
+    /// and the usage report).
+    pub fn waiting(&self) -> (usize, usize) {
+        let st = guard(&self.state);
+        (st.threads, st.queue.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(start: u64, end: u64, typ: i32) -> Range {
+        Range { start, end, typ }
+    }
+
+    #[test]
+    fn a_range_set_replaces_what_it_covers_of_the_owners_own() {
+        let mut v = vec![r(0, 99, libc::F_RDLCK)];
+        apply(&mut v, r(10, 19, libc::F_WRLCK));
+        v.sort_by_key(|x| x.start);
+        assert_eq!(
+            v,
+            [
+                r(0, 9, libc::F_RDLCK),
+                r(10, 19, libc::F_WRLCK),
+                r(20, 99, libc::F_RDLCK)
+            ]
+        );
+        apply(&mut v, r(5, 24, libc::F_UNLCK));
+        v.sort_by_key(|x| x.start);
+        assert_eq!(v, [r(0, 4, libc::F_RDLCK), r(25, 99, libc::F_RDLCK)]);
+        apply(&mut v, r(0, u64::MAX, libc::F_UNLCK));
+        assert!(v.is_empty());
+    }
+
+    #[test]
+    fn only_overlapping_ranges_with_a_write_conflict() {
+        assert!(r(0, 9, libc::F_WRLCK).conflicts(&r(9, 20, libc::F_RDLCK)));
+        assert!(!r(0, 9, libc::F_WRLCK).conflicts(&r(10, 20, libc::F_WRLCK)));
+        assert!(!r(0, 9, libc::F_RDLCK).conflicts(&r(5, 20, libc::F_RDLCK)));
     }
 }

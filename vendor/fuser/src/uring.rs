@@ -60,6 +60,14 @@ const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// Entries per queue: background requests (readahead, async reads) do not stall a
 /// queue while one request is served.
 const QUEUE_DEPTH: usize = 4;
+/// The most entries a queue grows to. A request answered later, from another thread
+/// (a lock wait: SETLKW waits for the lock), keeps its entry until then, and the
+/// kernel hands a queue's requests only to its free entries: with every entry held
+/// by waits, the unlock that would end them could never arrive and the mount would
+/// hang. So a queue keeps [`QUEUE_DEPTH`] entries free, registering more as requests
+/// are held (each one a header and a payload buffer, the latter untouched but for
+/// what requests write into it), up to this many.
+const MAX_ENTRIES: usize = 1024;
 /// How long a queue waits for a completion before looking at the stop flag.
 const STOP_POLL: types::Timespec = types::Timespec::new().nsec(100_000_000);
 /// `user_data` of the eventfd poll that wakes a queue for replies made on other threads.
@@ -207,7 +215,14 @@ struct Queue {
     /// Entries whose reply was written on another thread, for the queue thread to commit.
     foreign: Mutex<Vec<usize>>,
     wake: OwnedFd,
-    entries: Vec<RingEntry>,
+    /// The registered entries, in order (set once each, never moved: the kernel holds
+    /// their buffers' addresses, and replies find them by index).
+    entries: Box<[std::sync::OnceLock<RingEntry>]>,
+    /// How many of `entries` are registered.
+    registered: std::sync::atomic::AtomicUsize,
+    /// Entries whose request has been delivered and not yet answered.
+    held: std::sync::atomic::AtomicUsize,
+    payload_len: usize,
     thread: ThreadId,
     /// The `/dev/fuse` channel the commands name (kept open by this).
     ch: Channel,
@@ -232,17 +247,40 @@ impl Queue {
             sq_lock: Mutex::new(()),
             foreign: Mutex::new(Vec::new()),
             wake,
-            entries: (0..QUEUE_DEPTH)
-                .map(|_| RingEntry::new(payload_len))
+            entries: (0..MAX_ENTRIES)
+                .map(|_| std::sync::OnceLock::new())
                 .collect(),
+            registered: std::sync::atomic::AtomicUsize::new(0),
+            held: std::sync::atomic::AtomicUsize::new(0),
+            payload_len,
             thread: std::thread::current().id(),
             ch,
         })
     }
 
+    /// Registered entry `idx`.
+    fn entry(&self, idx: usize) -> &RingEntry {
+        self.entries[idx]
+            .get()
+            .expect("a ring entry the kernel names was registered")
+    }
+
+    /// Registers one more entry; false at [`MAX_ENTRIES`]. Called on the queue thread
+    /// only (registrations, like commits, come from the task that serves the queue).
+    fn grow(&self) -> io::Result<bool> {
+        let idx = self.registered.load(Ordering::Acquire);
+        if idx >= MAX_ENTRIES {
+            return Ok(false);
+        }
+        let _ = self.entries[idx].set(RingEntry::new(self.payload_len));
+        self.registered.store(idx + 1, Ordering::Release);
+        self.push(&self.command(idx, CMD_REGISTER))?;
+        Ok(true)
+    }
+
     /// The URING_CMD SQE for `cmd_op` on entry `idx`.
     fn command(&self, idx: usize, cmd_op: u32) -> squeue::Entry128 {
-        let entry = &self.entries[idx];
+        let entry = self.entry(idx);
         let req = CmdReq {
             flags: 0,
             commit_id: entry.commit_id.load(Ordering::Acquire),
@@ -297,7 +335,8 @@ impl Queue {
 
     /// Writes a reply (as it would go to `/dev/fuse`) into entry `idx` and commits it.
     fn reply(&self, idx: usize, data: &[IoSlice<'_>]) -> io::Result<()> {
-        let entry = &self.entries[idx];
+        let entry = self.entry(idx);
+        self.held.fetch_sub(1, Ordering::AcqRel);
         let total: usize = data.iter().map(|d| d.len()).sum();
         let header_len = size_of::<abi::fuse_out_header>();
         let too_big = total < header_len || total - header_len > entry.payload_len;
@@ -452,11 +491,11 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     }
     let qid16 = u16::try_from(qid).map_err(|_| io::Error::other("queue id"))?;
     let queue = Arc::new(Queue::new(qid16, ch, payload_len)?);
-    for idx in 0..queue.entries.len() {
-        queue.push(&queue.command(idx, CMD_REGISTER))?;
+    for _ in 0..QUEUE_DEPTH {
+        queue.grow()?;
     }
     queue.arm_wake()?;
-    let mut live = queue.entries.len();
+    let mut live = QUEUE_DEPTH;
     let mut served = false;
     let mut buf: Vec<u64> = Vec::new();
     let mut ready: Vec<(u64, i32)> = Vec::with_capacity(QUEUE_DEPTH + 1);
@@ -495,7 +534,16 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 continue;
             }
             served = true;
+            queue.held.fetch_add(1, Ordering::AcqRel);
             serve_entry(&queue, idx, &mut buf, &event_loop);
+        }
+        // Requests held past their dispatch (answered later from other threads) keep
+        // their entries: keep QUEUE_DEPTH free for the requests still to come.
+        while queue.registered.load(Ordering::Acquire)
+            < queue.held.load(Ordering::Acquire) + QUEUE_DEPTH
+            && queue.grow()?
+        {
+            live += 1;
         }
     }
     debug!("io_uring queue {qid} done");
@@ -513,7 +561,7 @@ fn serve_entry<FS: Filesystem>(
         queue: queue.clone(),
         entry: idx,
     };
-    let Some(req) = reassemble(&queue.entries[idx], buf)
+    let Some(req) = reassemble(queue.entry(idx), buf)
         .inspect_err(|e| error!("io_uring queue {}: {e}", queue.qid))
         .ok()
         .and_then(|len| {
@@ -524,7 +572,7 @@ fn serve_entry<FS: Filesystem>(
         let out = abi::fuse_out_header {
             len: size_of::<abi::fuse_out_header>() as u32,
             error: -libc::EIO,
-            unique: queue.entries[idx].commit_id.load(Ordering::Acquire),
+            unique: queue.entry(idx).commit_id.load(Ordering::Acquire),
         };
         let _ = sender.send(&[IoSlice::new(out.as_bytes())]);
         return;

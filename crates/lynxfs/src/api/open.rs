@@ -252,7 +252,8 @@ impl<B: Backend> Fs<B> {
         let f = self.files.remove(fd)?;
         if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             f.map.forget();
-            self.drop_open_ref(f.ino);
+            let writer = f.flags.load(Ordering::Acquire) & libc::O_ACCMODE != libc::O_RDONLY;
+            self.drop_open_ref_of(f.ino, writer);
             let key = f.desc.load(Ordering::Acquire);
             if key != 0 {
                 self.release(key)?;
