@@ -394,7 +394,7 @@ fn sparse(c: &mut Ctx) {
     c.lseek("sparse cur after seeks", fd, 0, SEEK_CUR);
     // The kernel answers FS_IOC_FIEMAP itself for both: tmpfs has no fiemap, and FUSE
     // inodes have none either (fs/ioctl.c's ioctl_fiemap: EOPNOTSUPP, the daemon is
-    // never asked). The library and the preload answer it (README).
+    // never asked). The library and the preload answer it (docs/GUIDE.md).
     let mut fm = [0u64; 4 + 7 * 4];
     fm[1] = u64::MAX;
     fm[3] = 4; // fm_extent_count

@@ -283,7 +283,7 @@ pub fn reserve(cloexec: bool) -> Result<c_int, i32> {
 // in use (set from the kernel's own answers, lowered by every close it sees), and
 // any call that may make a kernel fd (an open, a dup, a close_range, an exec of a
 // non-close-on-exec open) first closes the spare for real, so the kernel's numbering
-// is the program's. README ("Preloading", fds) lists what stays the kernel's and
+// is the program's. docs/GUIDE.md ("File descriptors") lists what stays the kernel's and
 // what does not: calls this library does not see (a socket, a pipe) are numbered
 // past the spare while it is parked, and /proc/self/fd lists it.
 

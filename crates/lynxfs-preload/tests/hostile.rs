@@ -208,7 +208,7 @@ fn a_signal_handler_calling_into_the_pool_mid_call_hurts_nothing() {
     s.intact();
 }
 
-/// Fails today (see the README, "What does not work yet"): a child forked while
+/// Fails today (see docs/GUIDE.md, "Known limits"): a child forked while
 /// other threads are inside the engine can inherit process-local engine state in the
 /// middle of a change (seen: "closing inode N this process has not open" in a child;
 /// on the build before issue 41's work also hung children and a double free in the
