@@ -224,6 +224,9 @@ pub fn run_suite_with_preload(
             let child = p
                 .run_suite(suite, opts)
                 .with_context(|| format!("the {PRELOAD_NAME} target"))?;
+            // Every file the personalities made was checked (size by size) and removed
+            // by the child; the pool itself is checked here.
+            p.check_pool(suite, suite == "personalities")?;
             let local = if targets.is_empty() {
                 None
             } else {

@@ -125,6 +125,34 @@ impl PreloadTarget {
         Ok(names)
     }
 
+    /// After a preloaded run, with no preloaded process left: the pool must pass
+    /// `fsck`, and, for a suite that removes what it made (`empty_after`), hold no
+    /// name in D any more. A damaged pool fails the run loudly instead of passing for
+    /// a fast one (the pool-safety issue: programs that remapped the pool's memory
+    /// lost files silently).
+    pub(crate) fn check_pool(&self, suite: &str, empty_after: bool) -> anyhow::Result<()> {
+        let report = lynxfs::fsck::check(self._keeper.pool());
+        if !report.problems.is_empty() {
+            bail!(
+                "the {PRELOAD_NAME} target's pool is damaged after `{suite}` ({} problems): {}",
+                report.problems.len(),
+                report.problems.join("; ")
+            );
+        }
+        if empty_after {
+            let left = self.root_names()?;
+            if !left.is_empty() {
+                bail!(
+                    "the {PRELOAD_NAME} target's pool holds {} names after `{suite}` removed \
+                     everything it made (first: {})",
+                    left.len(),
+                    String::from_utf8_lossy(&left[0])
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Runs `suite` in a preloaded child on `--target dir=D` with `opts`' sizes and
     /// returns its single column.
     pub(crate) fn run_suite(&self, suite: &str, opts: &Options) -> anyhow::Result<ChildReport> {
