@@ -1,6 +1,6 @@
 //! Where the kernel keeps the locks on pool files (`fcntl` record locks, OFD locks,
-//! `flock`): one empty stand-in file per locked pool inode, in a directory beside
-//! the pool's runtime file, `<runtime file without .run>.locks/<ino>`. A lock on a
+//! `flock`): one empty stand-in file per locked pool inode, in `locks/<ino>` of the
+//! pool's session directory (beside its runtime state, `state.run`). A lock on a
 //! pool file is the same lock on its stand-in, taken by whoever serves the call: a
 //! preloaded process on its own open of the stand-in, the FUSE daemon on an open per
 //! lock owner. So every path to the pool (the preload, a mount, any number of mounts)
