@@ -140,6 +140,9 @@ pub struct Options {
     /// `mdtest`: also run the work split over this many worker processes attached to
     /// the `lib` target's pool (0: threads only); needs [`Options::worker`].
     pub processes: usize,
+    /// Add the project's goals for this suite and whether the run meets them to the
+    /// notes (`--goals`, for developers; a user's table carries no verdicts).
+    pub goals: bool,
     /// How to start a worker process ([`worker_main`]): `mdtest` with
     /// [`Options::processes`] and `recovery`'s second attach need one.
     #[serde(skip)]
@@ -157,6 +160,7 @@ impl Default for Options {
             max_threads: 8,
             tree: None,
             processes: 0,
+            goals: false,
             worker: None,
         }
     }
@@ -250,8 +254,10 @@ pub fn run_suite_with_preload(
             p.dir().display()
         ));
     }
-    let goals = goals::notes(suite, &measured.columns, &measured.rows);
-    measured.notes.extend(goals);
+    if opts.goals {
+        let goals = goals::notes(suite, &measured.columns, &measured.rows);
+        measured.notes.extend(goals);
+    }
     let report = Report {
         suite: suite.to_string(),
         unit: measured.unit.to_string(),

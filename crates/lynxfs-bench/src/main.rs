@@ -66,6 +66,10 @@ struct BenchArgs {
     /// target's pool, next to as many threads (the default target is then lib alone).
     #[arg(long, value_name = "N")]
     processes: Option<usize>,
+    /// Also print the project's goals for the suite (from its issues) and whether this
+    /// run meets each (for developers).
+    #[arg(long)]
+    goals: bool,
     /// Serve as a worker process of a multi-process benchmark on stdin and stdout
     /// (started by the benchmark itself).
     #[arg(long, hide = true)]
@@ -205,6 +209,7 @@ fn run(args: BenchArgs) -> Result<()> {
         max_threads: args.max_threads,
         tree: args.tree.clone(),
         processes,
+        goals: args.goals,
         worker: Some(worker_command(suite)?),
         progress: args.child_report.is_none(),
         ..Options::default()
