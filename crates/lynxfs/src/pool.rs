@@ -253,6 +253,9 @@ impl<B: Backend> Pool<B> {
             None => 0,
         };
         let layout = opts.geometry(device_blocks)?;
+        if let Some(d) = &opts.data_device {
+            device::check_room(d, path, opts)?;
+        }
         let len = usize::try_from(opts.size)
             .map_err(|_| Error::Invalid(format!("pool size {} is out of range", opts.size)))?;
         let target = file::examine(path, opts.force)?;

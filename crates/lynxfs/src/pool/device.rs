@@ -64,9 +64,6 @@ pub(super) fn blocks_for(path: &Path, pool: &Path, opts: &MkfsOptions) -> Result
         (None, Some(have)) => have,
         (None, None) => opts.size.saturating_mul(DEFAULT_DEVICE_FACTOR),
     };
-    if whole.is_none() {
-        check_room(path, pool, size, opts.device_size.is_some())?;
-    }
     let export = opts.size.div_ceil(BLOCK) * BLOCK;
     let lanes = opts.lanes.clamp(1, crate::format::layout::MAX_LANES) as u64;
     let blocks = size.saturating_sub(DATA_OFF + export) / BLOCK;
@@ -89,8 +86,17 @@ pub(super) fn blocks_for(path: &Path, pool: &Path, opts: &MkfsOptions) -> Result
 /// file data is written. Refuse a size that file system cannot hold (its free bytes,
 /// and those an existing file there has already), or `df` on the pool would show room
 /// that is not there and writes would fail with ENOSPC long before it looked full.
-fn check_room(path: &Path, pool: &Path, size: u64, asked: bool) -> Result<()> {
+/// (Called by mkfs once the geometry is known to be possible: a size no pool can use
+/// is refused for that first.)
+pub(super) fn check_room(path: &Path, pool: &Path, opts: &MkfsOptions) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata(path).is_ok_and(|m| is_block_device(&m)) {
+        return Ok(()); // its size is its own, checked by blocks_for
+    }
+    let asked = opts.device_size.is_some();
+    let size = opts
+        .device_size
+        .unwrap_or_else(|| opts.size.saturating_mul(DEFAULT_DEVICE_FACTOR));
     let dir = file::parent_dir(path);
     let Some(free) = file::free_bytes(dir)? else {
         return Ok(()); // a file system without a limit
