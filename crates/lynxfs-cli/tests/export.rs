@@ -533,6 +533,16 @@ fn umount_of_a_device_mount_whose_daemon_died_says_so_at_once() {
     std::mem::forget(m);
     // What it says recovers the device.
     ok(run(&[p("export"), &source]), "export of the left pool");
+    // The killed daemon's runtime state (export does not attach to remove it).
+    let m = std::fs::metadata(&source).unwrap();
+    let infix = format!("-{}-{}.", m.dev(), m.ino());
+    for e in std::fs::read_dir(lynxfs::runtime::RuntimeFile::dir()).unwrap() {
+        let e = e.unwrap().path();
+        let n = e.file_name().unwrap().to_string_lossy().into_owned();
+        if n.starts_with("lynxfs-") && n.contains(&infix) {
+            std::fs::remove_dir_all(&e).unwrap();
+        }
+    }
     std::fs::remove_file(&source).unwrap();
     let m = Mount::new(&dev, &mnt);
     assert_eq!(

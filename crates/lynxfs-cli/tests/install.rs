@@ -588,8 +588,17 @@ fn an_install_replaces_and_removes_only_its_own_files() {
         ]))
     };
     let helper = sbin.join("mount.lynxfs");
+    // `./lynx demo`'s link to a build tree is there for want of an install: replaced,
+    // saying so.
+    std::fs::create_dir(&sbin).unwrap();
+    std::os::unix::fs::symlink("/src/lynxfs/target/release/lynxfs", &helper).unwrap();
     let o = install(&a, &[]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("./lynx demo's link"),
+        "{}",
+        text(&o.stderr)
+    );
     assert_eq!(link_at(&helper), Some(a.join("bin/lynxfs")));
 
     let o = install(&b, &[]);

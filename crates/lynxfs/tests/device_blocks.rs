@@ -9,7 +9,7 @@
 //! import keep the numbering; mkfs refuses a device too small and a pool too small for
 //! its device's bitmap.
 //!
-//! Run: `cargo test -p lynxfs --profile ci --test device_blocks`.
+//! Run: `cargo test -p lynxfs --profile ci --test engine device_blocks::`.
 
 use std::path::{Path, PathBuf};
 
