@@ -43,9 +43,12 @@
 //! request is a classic or an OFD lock: every record-lock owner is taken as classic
 //! (an OFD waiter that would close a cycle, which waits forever on a local file
 //! system, gets EDEADLK here); flock owners never are (the kernel detects no flock
-//! deadlock either). A cycle through a lock held or awaited outside this mount (a
-//! preloaded process, another mount) is not seen: its waiters wait until
-//! interrupted, as OFD waiters do on a local file system.
+//! deadlock either). Preloaded processes' classic locks and waits on the stand-ins
+//! are read from `/proc/locks` when a request must wait, so a cycle through them is
+//! seen too (one the preloaded request closes, the kernel sees: it follows the
+//! daemon's blocked OFD wait). A cycle through another mount's owners is not (its
+//! daemon's OFD locks carry no pid): its waiters wait until interrupted, as OFD
+//! waiters do on a local file system.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
@@ -605,41 +608,31 @@ impl Locks {
         }
     }
 
-    /// The owners of this mount holding a lock on `ino` that keeps `want` out,
-    /// other than `owner`.
-    fn holders(st: &State, ino: u64, owner: u64, want: &Range) -> Vec<u64> {
-        st.held
-            .iter()
-            .filter(|(k, h)| {
-                k.ino == ino
-                    && !k.flock
-                    && k.owner != owner
-                    && h.ranges.iter().any(|g| g.conflicts(want))
-            })
-            .map(|(k, _)| k.owner)
-            .collect()
-    }
-
-    /// Whether `r`, waiting, would close a cycle of record-lock waits among this
-    /// mount's owners: one of the holders keeping it out waits (maybe through
-    /// others) for a lock `r`'s owner holds.
-    fn closes_cycle(st: &State, r: &Request) -> bool {
+    /// Whether `r`, waiting, would close a cycle of record-lock waits: one of the
+    /// holders keeping it out waits (maybe through others) for a lock `r`'s owner
+    /// holds. The holders and waiters are this mount's owners (their ranges and
+    /// waits, kept here) and the processes whose classic locks and waits on the
+    /// stand-ins the kernel lists in `/proc/locks` (preloaded processes).
+    fn closes_cycle(st: &State, r: &Request, listed: Vec<Listed>) -> bool {
         if r.flock {
             return false;
         }
-        let mut todo = Self::holders(st, r.ino, r.owner, &r.range());
+        let g = Graph::new(st, listed);
+        let Some(at) = g.place_of(r.ino) else {
+            return false;
+        };
+        let me = Node::Ours(r.owner);
+        let mut todo = g.holders(at, me, &r.range());
         let mut seen = HashSet::new();
-        while let Some(o) = todo.pop() {
-            if o == r.owner {
+        while let Some(n) = todo.pop() {
+            if n == me {
                 return true;
             }
-            if !seen.insert(o) {
+            if !seen.insert(n) {
                 continue;
             }
-            for w in st.waits.values() {
-                if w.r.owner == o && !w.r.flock {
-                    todo.extend(Self::holders(st, w.r.ino, o, &w.r.range()));
-                }
+            for (at, want) in g.waits_of(n) {
+                todo.extend(g.holders(at, n, &want));
             }
         }
         false
@@ -655,13 +648,15 @@ impl Locks {
             over: AtomicBool::new(false),
             sig: Mutex::new(()),
         });
+        // Read before the state is locked (it may be long).
+        let listed = if r.flock { Vec::new() } else { listed() };
         let mut st = guard(&self.state);
         if let Some(i) = st.early.iter().position(|&u| u == unique) {
             st.early.remove(i);
             drop(st);
             return self.finish(&w, Err(Errno::EINTR));
         }
-        if Self::closes_cycle(&st, &r) {
+        if Self::closes_cycle(&st, &r, listed) {
             drop(st);
             return self.finish(&w, Err(Errno::EDEADLK));
         }
@@ -705,6 +700,15 @@ impl Locks {
 
     /// A waiting thread: serves `w`, then queued waits while there are any.
     fn serve(self: Arc<Self>, mut w: Arc<Wait>) {
+        // The wake signal must reach this thread whatever mask it inherited.
+        // SAFETY: sigset_t is plain data, filled by sigemptyset/sigaddset before
+        // pthread_sigmask reads it; only this thread's mask changes.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, wake_signal());
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        }
         loop {
             let answer = self.block(&w);
             self.finish(&w, answer);
@@ -959,6 +963,176 @@ impl Locks {
     }
 }
 
+/// Who holds and who waits, for deadlock detection: an owner of this mount, or a
+/// process holding or waiting for a classic lock on a stand-in outside it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Node {
+    Ours(u64),
+    Process(i32),
+}
+
+/// Where a stand-in is, as `/proc/locks` names it: (major, minor, inode).
+type Place = (u32, u32, u64);
+
+/// A classic lock (or a wait for one) of `/proc/locks`.
+struct Listed {
+    at: Place,
+    pid: i32,
+    range: Range,
+    waiting: bool,
+}
+
+/// Reads the classic (POSIX) locks and waits of `/proc/locks`: lines like
+/// `1: POSIX  ADVISORY  WRITE 5632 00:1b:32408 0 EOF`, a wait with `->` after the
+/// number. Others (OFD, flock, leases) are left out: the daemon's own are OFD.
+fn listed() -> Vec<Listed> {
+    std::fs::read_to_string("/proc/locks")
+        .map(|t| parse_locks(&t))
+        .unwrap_or_default()
+}
+
+fn parse_locks(text: &str) -> Vec<Listed> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace().skip(1).peekable();
+        let waiting = f.peek() == Some(&"->");
+        if waiting {
+            f.next();
+        }
+        let (Some("POSIX"), Some(_), Some(mode), Some(pid), Some(at), Some(start), Some(end)) = (
+            f.next(),
+            f.next(),
+            f.next(),
+            f.next(),
+            f.next(),
+            f.next(),
+            f.next(),
+        ) else {
+            continue;
+        };
+        let typ = match mode {
+            "READ" => libc::F_RDLCK,
+            "WRITE" => libc::F_WRLCK,
+            _ => continue,
+        };
+        let mut parts = at.split(':');
+        let (Some(maj), Some(min), Some(ino)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let (Ok(maj), Ok(min), Ok(ino), Ok(pid), Ok(start)) = (
+            u32::from_str_radix(maj, 16),
+            u32::from_str_radix(min, 16),
+            ino.parse::<u64>(),
+            pid.parse::<i32>(),
+            start.parse::<u64>(),
+        ) else {
+            continue;
+        };
+        let end = if end == "EOF" {
+            i64::MAX as u64
+        } else {
+            match end.parse::<u64>() {
+                Ok(e) => e,
+                Err(_) => continue,
+            }
+        };
+        out.push(Listed {
+            at: (maj, min, ino),
+            pid,
+            range: Range { start, end, typ },
+            waiting,
+        });
+    }
+    out
+}
+
+/// Where the stand-in open as `fd` is.
+fn place(fd: &OwnedFd) -> Option<Place> {
+    // SAFETY: plain data: all-zero is a valid stat, which fstat fills in.
+    let mut sb: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on a descriptor we own, into a live stat.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut sb) } != 0 {
+        return None;
+    }
+    Some((libc::major(sb.st_dev), libc::minor(sb.st_dev), sb.st_ino))
+}
+
+/// The wait-for graph at one moment: this mount's owners, and the classic locks the
+/// kernel lists (read only when some stand-in it names is one of ours).
+struct Graph<'a> {
+    st: &'a State,
+    /// Our inodes' stand-ins, both ways.
+    places: HashMap<u64, Place>,
+    inos: HashMap<Place, u64>,
+    listed: Vec<Listed>,
+}
+
+impl<'a> Graph<'a> {
+    fn new(st: &'a State, listed: Vec<Listed>) -> Graph<'a> {
+        let mut places = HashMap::new();
+        for (k, h) in &st.held {
+            if let std::collections::hash_map::Entry::Vacant(e) = places.entry(k.ino) {
+                if let Some(p) = place(&h.fd) {
+                    e.insert(p);
+                }
+            }
+        }
+        let inos = places.iter().map(|(&i, &p)| (p, i)).collect();
+        let listed = listed.into_iter().filter(|l| l.pid > 0).collect();
+        Graph {
+            st,
+            places,
+            inos,
+            listed,
+        }
+    }
+
+    fn place_of(&self, ino: u64) -> Option<Place> {
+        self.places.get(&ino).copied()
+    }
+
+    /// Who holds a lock at `at` that keeps `want` out, other than `not`.
+    fn holders(&self, at: Place, not: Node, want: &Range) -> Vec<Node> {
+        let mut out = Vec::new();
+        if let Some(&ino) = self.inos.get(&at) {
+            for (k, h) in &self.st.held {
+                if k.ino == ino
+                    && !k.flock
+                    && Node::Ours(k.owner) != not
+                    && h.ranges.iter().any(|g| g.conflicts(want))
+                {
+                    out.push(Node::Ours(k.owner));
+                }
+            }
+        }
+        for l in &self.listed {
+            if !l.waiting && l.at == at && Node::Process(l.pid) != not && l.range.conflicts(want) {
+                out.push(Node::Process(l.pid));
+            }
+        }
+        out
+    }
+
+    /// What `n` waits for: where and which range.
+    fn waits_of(&self, n: Node) -> Vec<(Place, Range)> {
+        match n {
+            Node::Ours(o) => self
+                .st
+                .waits
+                .values()
+                .filter(|w| w.r.owner == o && !w.r.flock)
+                .filter_map(|w| Some((self.place_of(w.r.ino)?, w.r.range())))
+                .collect(),
+            Node::Process(pid) => self
+                .listed
+                .iter()
+                .filter(|l| l.waiting && l.pid == pid)
+                .map(|l| (l.at, l.range))
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -985,6 +1159,27 @@ mod tests {
         assert_eq!(v, [r(0, 4, libc::F_RDLCK), r(25, 99, libc::F_RDLCK)]);
         apply(&mut v, r(0, u64::MAX, libc::F_UNLCK));
         assert!(v.is_empty());
+    }
+
+    #[test]
+    fn proc_locks_lines_give_classic_locks_and_waits_only() {
+        let l = parse_locks(
+            "1: POSIX  ADVISORY  WRITE 5632 00:1b:32408 0 EOF\n\
+             2: OFDLCK ADVISORY  READ -1 00:1b:32408 1 1\n\
+             3: FLOCK  ADVISORY  WRITE 77 fe:00:54 0 EOF\n\
+             1: -> POSIX  ADVISORY  READ 700 00:1b:32409 5 9\n",
+        );
+        assert_eq!(l.len(), 2);
+        assert_eq!(
+            (l[0].at, l[0].pid, l[0].waiting),
+            ((0, 0x1b, 32408), 5632, false)
+        );
+        assert_eq!(l[0].range, r(0, i64::MAX as u64, libc::F_WRLCK));
+        assert_eq!(
+            (l[1].at, l[1].pid, l[1].waiting),
+            ((0, 0x1b, 32409), 700, true)
+        );
+        assert_eq!(l[1].range, r(5, 9, libc::F_RDLCK));
     }
 
     #[test]

@@ -354,6 +354,96 @@ fn a_wait_through_the_mount_ends_when_interrupted_or_when_the_lock_comes_free() 
     );
 }
 
+/// Takes byte FIRST of PATH, says "locked", and at a line on stdin waits for byte
+/// SECOND (classic locks), then says what the wait got: "got" or "EDEADLK".
+const CYCLER: &str = r#"
+import errno, fcntl, signal, sys
+first, second, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+f = open(path, "r+")
+fcntl.lockf(f, fcntl.LOCK_EX, 1, first)
+print("locked", flush=True)
+sys.stdin.readline()
+signal.alarm(60)
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX, 1, second)
+    print("got", flush=True)
+except OSError as e:
+    print("EDEADLK" if e.errno == errno.EDEADLK else errno.errorcode[e.errno], flush=True)
+"#;
+
+/// A cycle of classic lock waits between a preloaded process and a process going
+/// through the mount gets EDEADLK for the request that closes it, whichever side
+/// that is (issue 42, defect 6): the kernel sees the preloaded request's, the daemon
+/// (through /proc/locks) the mount's. Before, a mount request closing it hung both.
+#[test]
+fn a_lock_cycle_between_the_preload_and_the_mount_gets_edeadlk() {
+    let _w = watchdog(
+        "a_lock_cycle_between_the_preload_and_the_mount_gets_edeadlk",
+        TEST_LIMIT,
+    );
+    let m = Mounted::new();
+    let f = m.file("cycle.lock");
+    let script = m.dir.path().join("cycler.py");
+    std::fs::write(&script, CYCLER).unwrap();
+    for preload_last in [false, true] {
+        // The preloaded one holds byte 0 and wants byte 1; the other the reverse.
+        let start = |preload: bool| {
+            let (a, b) = if preload { ("0", "1") } else { ("1", "0") };
+            let args = [
+                "python3".as_ref(),
+                script.as_os_str(),
+                a.as_ref(),
+                b.as_ref(),
+                f.as_os_str(),
+            ];
+            let mut c = if preload {
+                m.preloaded(&args)
+            } else {
+                let mut c = Command::new(args[0]);
+                c.args(&args[1..]);
+                c
+            };
+            let mut child = c
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            let mut out = BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line, "locked\n", "preloaded {preload}");
+            (child, out)
+        };
+        let mut first = start(!preload_last);
+        let mut last = start(preload_last);
+        writeln!(first.0.stdin.as_ref().unwrap()).unwrap();
+        // The first is waiting before the last asks.
+        std::thread::sleep(Duration::from_millis(500));
+        writeln!(last.0.stdin.as_ref().unwrap()).unwrap();
+        let said = |p: &mut (Child, BufReader<std::process::ChildStdout>)| {
+            let mut line = String::new();
+            p.1.read_line(&mut line).unwrap();
+            // Its answer given, it ends, and its locks go with it.
+            drop(p.0.stdin.take());
+            child::wait_within(&mut p.0, LIMIT);
+            line.trim().to_string()
+        };
+        let l = said(&mut last);
+        let f1 = said(&mut first);
+        let who = if preload_last {
+            "preloaded"
+        } else {
+            "through the mount"
+        };
+        assert_eq!(
+            (f1.as_str(), l.as_str()),
+            ("got", "EDEADLK"),
+            "the last to wait ({who}) closes the cycle"
+        );
+    }
+}
+
 #[test]
 fn two_users_exclude_each_other_through_the_preload_and_the_mount() {
     let _w = watchdog(
