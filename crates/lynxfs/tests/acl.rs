@@ -2,7 +2,7 @@
 //! entries enforced by permission checks, default ACLs inherited at create, chmod
 //! setting the mask, malformed ACLs refused (acl(5), Linux's fs/posix_acl.c).
 
-mod common;
+use crate::common;
 
 use common::{errno, fs};
 use lynxfs::meta::acl::{GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};

@@ -6,7 +6,7 @@
 //! Each check resolves with the areas on (after they learnt the paths) and compares
 //! with the walk (areas off) on the same pool.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! emptied log pages back to the pool, lists and reloads what is left, and keeps every
 //! readdir offset it gave out.
 
-mod common;
+use crate::common;
 
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fs, MkfsOptions, Pool, Session};

@@ -2,7 +2,7 @@
 //! behave with more threads than CPUs"): every one finishes, and nothing is lost.
 //! Correctness only: how long the waits take is the benchmarks' business.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Barrier;

@@ -1,6 +1,6 @@
 //! File data at the edges: a full pool, and space that must come back.
 
-mod common;
+use crate::common;
 
 use common::{errno, fs};
 use lynxfs::Cred;

@@ -5,6 +5,8 @@
 //! environment, signals or process-wide state (protection keys, the runtime
 //! directory) stay binaries of their own (`[[test]]` in Cargo.toml).
 
+mod common;
+
 #[path = "acl.rs"]
 mod acl;
 #[path = "areas.rs"]

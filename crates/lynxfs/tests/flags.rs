@@ -1,7 +1,7 @@
 //! Inode flags as stat reports them (issue 30, item 15): statx's `stx_attributes`
 //! (built by the preload from [`lynxfs::Stat::flags`]) and a new ctime for chattr.
 
-mod common;
+use crate::common;
 
 use common::fs;
 use lynxfs::meta::flags::{APPEND, NODUMP};

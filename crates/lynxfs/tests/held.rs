@@ -1,7 +1,7 @@
 //! Holds: inode numbers handed outside the engine (FUSE lookup counts) keep their
 //! inode, as an open handle does, until forgotten.
 
-mod common;
+use crate::common;
 
 use common::{errno, fs};
 use lynxfs::format::ROOT_INO;

@@ -4,7 +4,7 @@
 //! writer is outside its group, for a writer other than root; `security.capability`
 //! for every writer, root too, and for every chown.
 
-mod common;
+use crate::common;
 
 use common::fs;
 use lynxfs::{Cred, Fs};

@@ -4,7 +4,7 @@
 //! answers: a write starting at or past it is EFBIG, one that crosses it is cut short
 //! there, and a truncate or fallocate past it is EFBIG.
 
-mod common;
+use crate::common;
 
 use common::{errno, fs};
 use lynxfs::data::MAX_FILE;

@@ -1,6 +1,6 @@
 //! The namespace's operations and their errors, one behaviour per test.
 
-mod common;
+use crate::common;
 
 use common::{errno, fs};
 use lynxfs::pmem::RecordingBackend;

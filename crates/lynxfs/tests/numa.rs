@@ -2,8 +2,6 @@
 //! told which node they run on (`lane::pin_node`), and what they allocate must land in
 //! that node's lanes first.
 
-mod common;
-
 use std::path::Path;
 
 use lynxfs::alloc::{bit, lane, UsedSets};

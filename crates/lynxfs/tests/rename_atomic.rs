@@ -10,7 +10,7 @@
 //! rename began, or after the next rename ended, or older than another open that
 //! ended before it began; and none finds one half written.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

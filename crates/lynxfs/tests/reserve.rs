@@ -1,7 +1,7 @@
 //! The reserve held back for root (`mkfs --reserved`, ext4's reserved blocks): a user
 //! who fills the pool stops short of it, root does not, and statfs tells them apart.
 
-mod common;
+use crate::common;
 
 use common::errno;
 use lynxfs::pmem::PmemBackend;

@@ -2,7 +2,7 @@
 //! the pool come back as `Error::Outside` with the rest of the path, and nothing else
 //! changes.
 
-mod common;
+use crate::common;
 
 use common::{errno, fs};
 use lynxfs::{Cred, Error};
