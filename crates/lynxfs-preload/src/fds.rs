@@ -104,7 +104,9 @@ impl Hasher for FdHasher {
     }
 }
 
-fn marked(fd: c_int) -> bool {
+/// Whether `fd` may be one of ours (lock-free: no table is read), the test every
+/// call on an fd makes first.
+pub fn marked(fd: c_int) -> bool {
     let i = fd as usize;
     if i < MARKED {
         MARKS[i / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0

@@ -4,24 +4,35 @@
 
 use std::cell::Cell;
 
+use lynxfs::runtime::fork_gate;
+
 thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Held while this library works on a call. The outermost one also opens the
-/// engine's protection key for the thread ([`lynxfs::pmem::keys`]): only this
-/// library's code (and the engine's) runs between entering and leaving.
+/// Held while this library works on a call. The outermost one also holds a pass
+/// through the fork gate ([`lynxfs::runtime::fork_gate`]: a fork waits until the
+/// call is over, so a child never inherits this library's or the engine's
+/// process-local state half changed) and opens the engine's protection key for the
+/// thread ([`lynxfs::pmem::keys`]): only this library's code (and the engine's) runs
+/// between entering and leaving.
 pub struct Inside {
     was: bool,
     _key: Option<lynxfs::pmem::keys::Open>,
+    _pass: Option<fork_gate::Pass>,
 }
 
 impl Inside {
     pub fn enter() -> Inside {
+        // The pass first, before this thread counts as inside: it may wait for a
+        // fork, and a signal handler that interrupts the wait must wait too, not
+        // take itself for a nested call.
+        let pass = (!inside()).then(fork_gate::Pass::enter);
         let was = INSIDE.try_with(|i| i.replace(true)).unwrap_or(true);
         Inside {
             was,
             _key: (!was).then(lynxfs::pmem::keys::Open::enter),
+            _pass: pass,
         }
     }
 }
@@ -78,6 +89,9 @@ pub fn on_live_thread<R>(f: impl FnOnce() -> R) -> R {
     let job = Carry(f);
     let done = std::thread::scope(|s| {
         s.spawn(move || {
+            // This thread works for the caller's call: inside, as the caller
+            // would be (its pass and its key), since the caller's own could not be.
+            let _inside = Inside::enter();
             let f = job.take();
             Carry(f())
         })

@@ -140,6 +140,9 @@ pub fn attachment() -> Result<&'static Attached, Unattached> {
         return Ok(a);
     }
     config().ok_or(Unattached::Broken)?;
+    // Inside (holding a fork-gate pass) before the attach lock: a fork waits for the
+    // pass, then takes the lock, so the two are always taken in this order.
+    let _inside = crate::guard::Inside::enter();
     let _held = crate::attach_lock::lock();
     if let Some(a) = ATTACHED.get() {
         return Ok(a);

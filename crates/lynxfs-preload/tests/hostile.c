@@ -12,8 +12,11 @@
  *                                threads: each must fault (protection keys)
  *   hostile signals DIR          a signal handler calls into the pool while the
  *                                interrupted thread is inside the library
- *   hostile forks DIR N          N forks while two threads create and remove files;
- *                                each child makes and removes a file of its own
+ *   hostile forks DIR N          N forks while two threads create and remove files
+ *                                and a third waits for a lock; each child makes and
+ *                                removes a file of its own
+ *   hostile execs DIR N          N children exec "check" while two of their threads
+ *                                create and remove files
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -328,7 +331,37 @@ static void *churn_thread(void *arg) {
     return NULL;
 }
 
+/* A thread blocked in a lock wait on the pool (an OFD lock the main thread holds on
+ * another description of the file) for the whole fork storm: no fork waits for it. */
+struct waiter {
+    const char *dir;
+    int got; /* 1 once the lock was granted, -1 on an error */
+};
+
+static void *lock_wait_thread(void *arg) {
+    struct waiter *w = arg;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/locked", w->dir);
+    int fd = open(path, O_RDWR);
+    struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    w->got = fd >= 0 && fcntl(fd, F_OFD_SETLKW, &l) == 0 ? 1 : -1;
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
 static int forks(const char *dir, int n) {
+    char locked[4096];
+    snprintf(locked, sizeof locked, "%s/locked", dir);
+    int lfd = open(locked, O_CREAT | O_RDWR, 0644);
+    struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (lfd < 0 || fcntl(lfd, F_OFD_SETLK, &l) != 0) {
+        printf("FAIL lock %s: %s\n", locked, strerror(errno));
+        return 1;
+    }
+    struct waiter w = {.dir = dir};
+    pthread_t waiter;
+    pthread_create(&waiter, NULL, lock_wait_thread, &w);
     pthread_t t[2];
     struct churner c[2];
     for (int i = 0; i < 2; i++) {
@@ -351,6 +384,9 @@ static int forks(const char *dir, int n) {
             int fd = open(path, O_CREAT | O_WRONLY, 0644);
             if (fd < 0 || write(fd, "c", 1) != 1 || close(fd) != 0 || unlink(path) != 0)
                 _exit(3);
+            /* Half leave through exit (the library detaches), half by _exit. */
+            if (i % 2)
+                exit(0);
             _exit(0);
         }
         int status;
@@ -362,9 +398,63 @@ static int forks(const char *dir, int n) {
     stop_churn = 1;
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], NULL);
+    if (w.got != 0) {
+        printf("FAIL the lock waiter did not wait (%d)\n", w.got);
+        bad = 1;
+    }
+    l.l_type = F_UNLCK;
+    fcntl(lfd, F_OFD_SETLK, &l);
+    pthread_join(waiter, NULL);
+    close(lfd);
+    if (w.got != 1) {
+        printf("FAIL the lock waiter never got the lock\n");
+        bad = 1;
+    }
+    unlink(locked);
     if (!bad)
-        printf("ok %d forks beside two threads in the pool\n", n);
+        printf("ok %d forks beside two threads in the pool and one in a lock wait\n", n);
     return bad;
+}
+
+/* N times: a child starts two threads working in the pool, lets them run for a
+ * moment, then execs "check" (which reads the files made before) while they are
+ * inside pool calls: the exec must neither hang nor leave the pool damaged. */
+static int execs(const char *dir, int n) {
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        printf("FAIL readlink /proc/self/exe: %s\n", strerror(errno));
+        return 1;
+    }
+    self[len] = 0;
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            printf("FAIL fork: %s\n", strerror(errno));
+            return 1;
+        }
+        if (pid == 0) {
+            alarm(20);
+            static struct churner c[2];
+            pthread_t t[2];
+            for (int k = 0; k < 2; k++) {
+                c[k].dir = dir;
+                snprintf(c[k].prefix, sizeof c[k].prefix, "exec%d-%d", i % 4, k);
+                pthread_create(&t[k], NULL, churn_thread, &c[k]);
+            }
+            usleep(200 + (i * 397) % 3000);
+            char *args[] = {self, "check", (char *)dir, "40", "before", NULL};
+            execv(self, args);
+            _exit(4);
+        }
+        int status;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+            printf("FAIL exec child %d: status %#x\n", i, status);
+            return 1;
+        }
+    }
+    printf("ok %d execs beside two threads in the pool\n", n);
+    return 0;
 }
 
 /* Stray stores: each must fault with SEGV_PKUERR and change nothing. */
@@ -490,6 +580,8 @@ int main(int argc, char **argv) {
         return signals(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "forks"))
         return forks(argv[2], atoi(argv[3]));
+    if (argc == 4 && !strcmp(argv[1], "execs"))
+        return execs(argv[2], atoi(argv[3]));
     if (argc == 5 && !strcmp(argv[1], "check"))
         return check_files(argv[2], atoi(argv[3]), argv[4]);
     if (argc == 4 && !strcmp(argv[1], "scribble")) {

@@ -208,16 +208,24 @@ fn a_signal_handler_calling_into_the_pool_mid_call_hurts_nothing() {
     s.intact();
 }
 
-/// Fails today (see docs/GUIDE.md, "Known limits"): a child forked while
-/// other threads are inside the engine can inherit process-local engine state in the
-/// middle of a change (seen: "closing inode N this process has not open" in a child;
-/// on the build before issue 41's work also hung children and a double free in the
-/// allocator). Run it with `--ignored`.
+/// Forks while two threads work in the pool and a third waits for a lock: every
+/// child makes and removes a file and exits (half through `exit`, which detaches),
+/// none hangs (each has a 20 s alarm; the fork gate, `lynxfs::runtime::fork_gate`).
 #[test]
-#[ignore = "a fork beside threads inside the engine can still break the child (README)"]
 fn forks_beside_threads_inside_the_library_never_hang_a_child() {
     let _w = watchdog::watchdog("hostile forks", TEST_LIMIT);
     let s = Setup::new("forks");
     s.run_ok(&["forks", &s.d(), "200"], false);
+    s.intact();
+}
+
+/// Children that exec while two of their threads are inside pool calls: the exec
+/// waits for the calls, the new program reads the files made before, and the pool
+/// is clean afterwards.
+#[test]
+fn an_exec_beside_threads_inside_the_library_leaves_the_pool_clean() {
+    let _w = watchdog::watchdog("hostile execs", TEST_LIMIT);
+    let s = Setup::new("execs");
+    s.run_ok(&["execs", &s.d(), "40"], false);
     s.intact();
 }

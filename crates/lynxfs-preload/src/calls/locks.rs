@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::os::fd::IntoRawFd;
 
 use libc::c_int;
+use lynxfs::runtime::fork_gate;
 use parking_lot::Mutex;
 
 use super::err;
@@ -168,8 +169,17 @@ pub unsafe fn fcntl(
     } else {
         classic_fd(a, o.ino)?
     };
-    // SAFETY: an fcntl on our stand-in with a valid flock of ours.
-    let r = unsafe { real::fcntl64(fd, cmd, &mut abs as *mut _ as libc::c_ulong) };
+    let mut set = || {
+        // SAFETY: an fcntl on our stand-in with a valid flock of ours.
+        unsafe { real::fcntl64(fd, cmd, &mut abs as *mut _ as libc::c_ulong) }
+    };
+    // A lock wait may last as long as another process holds the lock: no fork waits
+    // for it (nothing process-local is held here).
+    let r = if matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW) {
+        fork_gate::step_aside(set)
+    } else {
+        set()
+    };
     if r < 0 {
         return Err(last_error());
     }
@@ -191,7 +201,14 @@ fn last_error() -> lynxfs::Error {
 pub fn flock(a: &Attached, o: &Open, op: c_int) -> lynxfs::Result<c_int> {
     let fd = description_fd(a, o)?;
     // SAFETY: flock on our own stand-in fd.
-    if unsafe { real::flock(fd, op) } < 0 {
+    let set = || unsafe { real::flock(fd, op) };
+    // A lock wait: as in `fcntl` above.
+    let r = if op & libc::LOCK_NB == 0 && op & libc::LOCK_UN == 0 {
+        fork_gate::step_aside(set)
+    } else {
+        set()
+    };
+    if r < 0 {
         return Err(last_error());
     }
     Ok(0)

@@ -37,17 +37,20 @@ pub fn on_fd<R: Fail>(
     pool: impl FnOnce(&'static Attached, &Open) -> lynxfs::Result<R>,
     kernel: impl FnOnce() -> R,
 ) -> R {
-    let Some(o) = fds::get(fd) else {
-        return kernel();
-    };
-    if crate::guard::inside() {
+    if fd < 0 || !fds::marked(fd) || crate::guard::inside() {
         return kernel();
     }
+    // Inside before the table is read: a fork meanwhile never copies its lock held.
+    let inside = crate::guard::Inside::enter();
+    let Some(o) = fds::get(fd) else {
+        // Not ours after all; the kernel's call may block, so outside again.
+        drop(inside);
+        return kernel();
+    };
     let Some(a) = state::attached_now() else {
         set_errno(libc::EBADF);
         return R::FAIL;
     };
-    let _inside = crate::guard::Inside::enter();
     match crate::guard::on_live_thread(|| pool(a, &o)) {
         Ok(v) => v,
         Err(e) => {

@@ -9,6 +9,7 @@ use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
 
 use libc::{c_char, c_int, pid_t};
+use lynxfs::runtime::fork_gate;
 
 use super::locks;
 use crate::fds;
@@ -42,13 +43,18 @@ pub fn init() {
     unsafe { libc::pthread_atfork(Some(before_fork), Some(in_parent), Some(in_child)) };
 }
 
-/// Before a fork: an attach in progress in another thread finishes first (see
-/// `attach_lock`); every description becomes shared, so parent and child see one
-/// position.
+/// Before a fork: every other thread's call into the pool finishes first, and new
+/// ones wait (the fork gate: a thread in a lock wait is not waited for), so the
+/// child copies no change half made; an attach in progress in another thread has
+/// finished with them (see `attach_lock`); every description becomes shared, so
+/// parent and child see one position.
 extern "C" fn before_fork() {
+    // Inside (with a pass) before the gate closes: this thread's own work below
+    // goes through it.
+    let _inside = crate::guard::Inside::enter();
+    fork_gate::close();
     crate::attach_lock::hold_for_fork();
     if let Some(a) = state::attached_now() {
-        let _inside = crate::guard::Inside::enter();
         share_all(a);
         a.fs.before_fork();
         // The working directory's session, read-locked across the fork: no chdir in
@@ -58,6 +64,7 @@ extern "C" fn before_fork() {
 }
 
 extern "C" fn in_parent() {
+    fork_gate::reopen(false);
     if let Some(a) = state::attached_now() {
         drop(cwd_kept_for_fork(a));
         a.fs.after_fork_parent();
@@ -68,6 +75,7 @@ extern "C" fn in_parent() {
 /// In the child: an attachment it inherited is finished (the fork waited for any in
 /// progress), so the child becomes an attached process of its own.
 extern "C" fn in_child() {
+    fork_gate::reopen(true);
     if let Some(a) = state::attached_now() {
         let _inside = crate::guard::Inside::enter();
         let held: Vec<u64> = cwd_kept_for_fork(a).held_cwd().into_iter().collect();
@@ -493,6 +501,10 @@ pub unsafe extern "C" fn execve(
             return -1;
         }
     };
+    // The other threads' pool calls finish first and no new one starts: the exec
+    // ends those threads wherever they are, and one cut off mid-call would leave
+    // the runtime state half changed (a thread in a lock wait holds nothing there).
+    fork_gate::close();
     let mut released = Vec::new();
     let mut passed = None;
     if let Some(a) = a {
@@ -513,6 +525,7 @@ pub unsafe extern "C" fn execve(
     let (_keep, env) = environment(envp, a.is_some(), lock_env);
     // SAFETY: the C library's execve with valid arguments and environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
+    fork_gate::reopen(false);
     // Still here: the exec failed; the descriptions released for it are held again.
     if let Some(a) = a {
         for key in released {

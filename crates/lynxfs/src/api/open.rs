@@ -313,7 +313,9 @@ impl<B: Backend> Fs<B> {
                         return;
                     };
                     // Inside an operation (`sync`), so a repair never rebuilds the
-                    // transaction's lock words under this thread.
+                    // transaction's lock words under this thread; with a pass, so a
+                    // fork waits for it (docs/CONSISTENCY.md, "fork").
+                    let _pass = crate::runtime::fork_gate::Pass::enter();
                     let _ = fs.sync();
                 }
             });

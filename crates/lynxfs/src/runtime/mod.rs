@@ -5,6 +5,7 @@
 pub mod attach;
 pub mod attachment;
 pub mod descriptions;
+pub mod fork_gate;
 pub mod lock;
 pub mod notices;
 pub mod procs;

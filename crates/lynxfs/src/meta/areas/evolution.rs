@@ -401,6 +401,8 @@ fn run(weak: Weak<Inner>) {
             }
         }
         if inner.evolver.running() {
+            // A round changes process-local state too: a fork waits for it.
+            let _pass = crate::runtime::fork_gate::Pass::enter();
             round(&inner, &Thresholds::default());
         }
     }
