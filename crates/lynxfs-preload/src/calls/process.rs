@@ -173,11 +173,13 @@ fn passed_on(a: &Attached) -> (Vec<u64>, Vec<u64>) {
 }
 
 /// The environment a new program gets: the caller's, with this library's variables
-/// put back if the caller dropped them, and the previous-image mark when this
-/// process is attached (and not otherwise).
+/// put back if the caller dropped them, the previous-image mark when the new program
+/// takes over this attached image's place (`attached`), and the mark of inherited
+/// pool fds (`fds`).
 fn environment(
     envp: *const *const c_char,
     attached: bool,
+    fds: bool,
     locks: Option<&str>,
 ) -> (Vec<CString>, Vec<*const c_char>) {
     let mut out = Vec::new();
@@ -211,7 +213,7 @@ fn environment(
     if attached {
         out.push(CString::new(format!("{ENV_PREVIOUS}=1")).expect("no NUL"));
     }
-    if state::attached_now().is_some() {
+    if fds {
         out.push(CString::new(format!("{ENV_FDS}=1")).expect("no NUL"));
     }
     if let Some(l) = locks {
@@ -495,6 +497,7 @@ pub unsafe extern "C" fn execve(
     };
     let mut released = Vec::new();
     let mut passed = None;
+    let mut kept = false;
     if let Some(a) = a {
         share_all(a);
         let (keep, drop) = passed_on(a);
@@ -503,6 +506,7 @@ pub unsafe extern "C" fn execve(
                 released.push(key);
             }
         }
+        kept = !keep.is_empty();
         passed = Some(pass_locks(a, &keep, true));
     }
     let target = prepared.as_ref().map_or(path, |p| p.path.as_ptr());
@@ -510,11 +514,18 @@ pub unsafe extern "C" fn execve(
         .as_ref()
         .map_or((Vec::new(), argv), |p| p.argv_or(argv));
     let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
-    let (_keep, env) = environment(envp, a.is_some(), lock_env);
+    let passes_nothing = !kept && lock_env.is_none();
+    // SAFETY: the path the kernel is about to run, a C string or null.
+    let left = a.is_some_and(|a| passes_nothing && unsafe { runs(target) } && leave_for_exec(a));
+    let (_keep, env) = environment(envp, a.is_some() && !left, kept, lock_env);
     // SAFETY: the C library's execve with valid arguments and environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
-    // Still here: the exec failed; the descriptions released for it are held again.
+    // Still here: the exec failed; this image takes a slot again and holds the
+    // descriptions released for it.
     if let Some(a) = a {
+        if left {
+            rejoin_after_failed_exec(a);
+        }
         for key in released {
             let _ = a.fs.claim(key);
         }
@@ -523,6 +534,44 @@ pub unsafe extern "C" fn execve(
         p.restore();
     }
     r
+}
+
+/// Whether the kernel will find `path` to run (so that an exec that leaves the pool
+/// first seldom has to come back: a PATH search's misses end here).
+///
+/// # Safety
+/// `path` is null or a C string.
+unsafe fn runs(path: *const c_char) -> bool {
+    // SAFETY: as the contract says; the kernel only reads the path.
+    !path.is_null() && unsafe { libc::faccessat(libc::AT_FDCWD, path, libc::X_OK, 0) } == 0
+}
+
+/// An exec that hands the next program nothing of the pool (no pool fd, no lock, no
+/// working directory in it): this image leaves the process table itself, if it holds
+/// no inode, and the next program starts unattached, as any program does: it attaches
+/// at its first pool call, or never (docs/BENCHMARKS.md, "Process start in every
+/// placement"). Otherwise the next program takes this image's place at load.
+fn leave_for_exec(a: &Attached) -> bool {
+    if state::cwd_in_pool() {
+        return false;
+    }
+    let held: Vec<u64> = [a.root.read().held_cwd(), a.cwd.read().held_cwd()]
+        .into_iter()
+        .flatten()
+        .collect();
+    a.fs.leave_for_exec(&held)
+}
+
+/// After an exec that [`leave_for_exec`] prepared failed: a slot again, or, when none
+/// can be had (every slot taken meanwhile), the end of the process: it must not touch
+/// the pool without one, and the caller may go on to.
+fn rejoin_after_failed_exec(a: &Attached) {
+    if let Err(e) = a.fs.rejoin_after_failed_exec() {
+        crate::say(&format!("after a failed exec the pool cannot be used: {e}"));
+        // SAFETY: ends the process at once; it holds no slot, and the kernel drops its
+        // locks on the pool file.
+        unsafe { libc::abort() };
+    }
 }
 
 extern "C" {
@@ -684,7 +733,8 @@ unsafe fn spawn(
     let argv = argv.cast::<*mut c_char>();
     // A spawned program is a new process: no previous image of it to take over.
     let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
-    let (_keep, env) = environment(envp.cast(), false, lock_env);
+    let attached = state::attached_now().is_some();
+    let (_keep, env) = environment(envp.cast(), false, attached, lock_env);
     let env = env.as_ptr().cast::<*mut c_char>();
     // SAFETY: the C library's spawn with the caller's arguments and a valid env.
     let r = unsafe {

@@ -229,6 +229,40 @@ impl<B: Backend> Fs<B> {
             .collect()
     }
 
+    /// Before an exec that hands the next program nothing of the pool (no shared
+    /// description, no lock, no working directory in it: the caller knows): if this
+    /// image holds no inode (no open file, no hold, nothing in `also_held`, the front
+    /// end's own holds) and no other thread is inside an operation, it leaves the
+    /// process table now, its empty open table kept for the slot's next process.
+    /// The next program then need not attach at all to take over this image's place
+    /// ([`Self::forget_previous_image`]), which is most of a process start from an
+    /// attached parent (docs/BENCHMARKS.md, "Process start in every placement").
+    /// False, and nothing done, otherwise: the next program takes over as before.
+    /// Nothing of the pool may be used after a true answer until
+    /// [`Self::rejoin_after_failed_exec`] (the exec failed) or the exec.
+    pub fn leave_for_exec(&self, also_held: &[u64]) -> bool {
+        let Some(a) = self.ns.pool.attachment() else {
+            return false;
+        };
+        let holds_nothing = also_held.is_empty()
+            && self.files.open_inodes().is_empty()
+            && self.held_inodes().is_empty();
+        if !holds_nothing || a.procs().ops_in_flight(a.slot()) != 0 {
+            return false;
+        }
+        a.leave_for_exec();
+        true
+    }
+
+    /// After [`Self::leave_for_exec`] answered true and the exec failed: this image
+    /// takes a slot again (its open table empty, as it holds nothing).
+    pub fn rejoin_after_failed_exec(&self) -> Result<()> {
+        match self.ns.pool.attachment() {
+            Some(a) => a.rejoin_after_exec(),
+            None => Ok(()),
+        }
+    }
+
     /// In a freshly exec'd image, after it adopted the descriptions it inherited:
     /// close the engine opens of the image before exec (same pid and start time,
     /// which never detached) as a close would (a file unlinked while open is freed
