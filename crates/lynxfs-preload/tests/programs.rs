@@ -1048,11 +1048,13 @@ fn preloaded_programs_detach_at_exit() {
 }
 
 /// A shell that has touched the pool starts programs that take nothing of it (no pool
-/// fd, no lock, its working directory outside the pool): its child leaves the pool
-/// before the exec, so the new program does not attach at load (its maps hold no
-/// runtime state); a child whose exec then fails (a file without a `#!` line, which
-/// the shell runs itself) takes a slot again and writes to the pool. The runtime
-/// directory ends empty and the pool clean: no slot was left behind.
+/// fd, no lock): its child leaves the pool before the exec, so the new program does
+/// not attach at load (its maps hold no runtime state), also when the working
+/// directory is in the pool (the program enters it by its path at its first pool
+/// call: `pwd`, a relative create and read, a grandchild's); a child whose exec then
+/// fails (a file without a `#!` line, which the shell runs itself) takes a slot
+/// again and writes to the pool. The runtime directory ends empty and the pool
+/// clean: no slot was left behind.
 #[test]
 fn children_that_take_nothing_of_the_pool_start_unattached() {
     let _w = watchdog(
@@ -1066,7 +1068,9 @@ fn children_that_take_nothing_of_the_pool_start_unattached() {
     let script = format!(
         "echo one > {d}/f && echo maps:$(grep -c state.run /proc/self/maps) && \
          printf 'echo two > {d}/g\\n' > {t}/noexec && chmod +x {t}/noexec && {t}/noexec && \
-         cat {d}/g"
+         cat {d}/g && mkdir {d}/sub && cd {d}/sub && \
+         echo maps:$(grep -c state.run /proc/self/maps) && /bin/pwd && \
+         sh -c 'echo three > h; /bin/pwd; cat h' && cat ../f"
     );
     let mut c = b.shell(&script, b.t.path(), &[]);
     c.env("LD_PRELOAD", &built().preload)
@@ -1083,7 +1087,15 @@ fn children_that_take_nothing_of_the_pool_start_unattached() {
     );
     assert_eq!(
         text(&out.stdout).lines().collect::<Vec<_>>(),
-        ["maps:0", "two"],
+        [
+            "maps:0",
+            "two",
+            "maps:0",
+            &format!("{d}/sub"),
+            &format!("{d}/sub"),
+            "three",
+            "one"
+        ],
         "stderr: {}",
         text(&out.stderr)
     );
@@ -1095,6 +1107,7 @@ fn children_that_take_nothing_of_the_pool_start_unattached() {
     let tree = pool_tree(&b.pool, &[]);
     assert_file(&tree, "f", b"one\n");
     assert_file(&tree, "g", b"two\n");
+    assert_file(&tree, "sub/h", b"three\n");
     b.fsck_clean();
 }
 

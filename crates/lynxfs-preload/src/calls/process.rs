@@ -29,9 +29,15 @@ pub const ENV_FDS: &str = "LYNXFS_FDS";
 /// own working directory cannot be there when no FUSE mount shows the pool).
 pub const ENV_CWD: &str = "LYNXFS_CWD";
 
-/// The working directory to hand on, when it is inside the pool.
+/// The working directory to hand on, when it is inside the pool (entered, or not
+/// yet: see `state::init`).
 fn cwd_to_pass() -> Option<Vec<u8>> {
-    let a = state::attached_now().filter(|_| state::cwd_in_pool())?;
+    if !state::cwd_in_pool() {
+        return None;
+    }
+    let Some(a) = state::attached_now() else {
+        return state::pending_cwd();
+    };
     let ino = a.cwd.read().cwd();
     a.fs.path_of(ino).ok()
 }
@@ -175,12 +181,13 @@ fn passed_on(a: &Attached) -> (Vec<u64>, Vec<u64>) {
 /// The environment a new program gets: the caller's, with this library's variables
 /// put back if the caller dropped them, the previous-image mark when the new program
 /// takes over this attached image's place (`attached`), and the mark of inherited
-/// pool fds (`fds`).
+/// pool fds (`fds`), and the working directory in the pool (`cwd`).
 fn environment(
     envp: *const *const c_char,
     attached: bool,
     fds: bool,
     locks: Option<&str>,
+    cwd: Option<Vec<u8>>,
 ) -> (Vec<CString>, Vec<*const c_char>) {
     let mut out = Vec::new();
     let mut have = [false; 3];
@@ -219,7 +226,7 @@ fn environment(
     if let Some(l) = locks {
         out.push(CString::new(l).expect("digits and letters hold no NUL"));
     }
-    if let Some(cwd) = cwd_to_pass() {
+    if let Some(cwd) = cwd {
         let mut e = format!("{ENV_CWD}=").into_bytes();
         e.extend_from_slice(&cwd);
         if let Ok(e) = CString::new(e) {
@@ -515,16 +522,19 @@ pub unsafe extern "C" fn execve(
         .map_or((Vec::new(), argv), |p| p.argv_or(argv));
     let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
     let passes_nothing = !kept && lock_env.is_none();
+    // Its path in the pool, read while this image may still use the pool.
+    let cwd = cwd_to_pass();
     // SAFETY: the path the kernel is about to run, a C string or null.
-    let left = a.is_some_and(|a| passes_nothing && unsafe { runs(target) } && leave_for_exec(a));
-    let (_keep, env) = environment(envp, a.is_some() && !left, kept, lock_env);
+    let left = a.filter(|_| passes_nothing && unsafe { runs(target) });
+    let let_go = left.and_then(leave_for_exec);
+    let (_keep, env) = environment(envp, a.is_some() && let_go.is_none(), kept, lock_env, cwd);
     // SAFETY: the C library's execve with valid arguments and environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
     // Still here: the exec failed; this image takes a slot again and holds the
     // descriptions released for it.
     if let Some(a) = a {
-        if left {
-            rejoin_after_failed_exec(a);
+        if let Some(let_go) = let_go {
+            rejoin_after_failed_exec(a, &let_go);
         }
         for key in released {
             let _ = a.fs.claim(key);
@@ -546,27 +556,30 @@ unsafe fn runs(path: *const c_char) -> bool {
     !path.is_null() && unsafe { libc::faccessat(libc::AT_FDCWD, path, libc::X_OK, 0) } == 0
 }
 
-/// An exec that hands the next program nothing of the pool (no pool fd, no lock, no
-/// working directory in it): this image leaves the process table itself, if it holds
-/// no inode, and the next program starts unattached, as any program does: it attaches
-/// at its first pool call, or never (docs/BENCHMARKS.md, "Process start in every
-/// placement"). Otherwise the next program takes this image's place at load.
-fn leave_for_exec(a: &Attached) -> bool {
-    if state::cwd_in_pool() {
-        return false;
+/// An exec that hands the next program nothing of the pool (no pool fd, no lock):
+/// this image leaves the process table itself, if it holds no inode but its working
+/// directory (which the next program enters again by its path), and the next program
+/// starts unattached, as any program does: it attaches at its first pool call, or
+/// never (docs/BENCHMARKS.md, "Process start in every placement"). The references
+/// given up, or `None` when this image stays: the next program then takes its place
+/// at load.
+fn leave_for_exec(a: &Attached) -> Option<Vec<u64>> {
+    let mut held: Vec<u64> = a.root.read().held_cwd().into_iter().collect();
+    let mut let_go = Vec::new();
+    match a.cwd.read().held_cwd() {
+        Some(ino) if state::cwd_in_pool() => let_go.push(ino),
+        Some(ino) => held.push(ino),
+        None => {}
     }
-    let held: Vec<u64> = [a.root.read().held_cwd(), a.cwd.read().held_cwd()]
-        .into_iter()
-        .flatten()
-        .collect();
-    a.fs.leave_for_exec(&held)
+    a.fs.leave_for_exec(&held, &let_go).then_some(let_go)
 }
 
-/// After an exec that [`leave_for_exec`] prepared failed: a slot again, or, when none
-/// can be had (every slot taken meanwhile), the end of the process: it must not touch
-/// the pool without one, and the caller may go on to.
-fn rejoin_after_failed_exec(a: &Attached) {
-    if let Err(e) = a.fs.rejoin_after_failed_exec() {
+/// After an exec that [`leave_for_exec`] prepared failed: a slot again and the
+/// references given up, or, when that cannot be (every slot taken meanwhile, the
+/// working directory removed and freed), the end of the process: it must not touch
+/// the pool so, and its caller may go on to.
+fn rejoin_after_failed_exec(a: &Attached, let_go: &[u64]) {
+    if let Err(e) = a.fs.rejoin_after_failed_exec(let_go) {
         crate::say(&format!("after a failed exec the pool cannot be used: {e}"));
         // SAFETY: ends the process at once; it holds no slot, and the kernel drops its
         // locks on the pool file.
@@ -734,7 +747,7 @@ unsafe fn spawn(
     // A spawned program is a new process: no previous image of it to take over.
     let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
     let attached = state::attached_now().is_some();
-    let (_keep, env) = environment(envp.cast(), false, attached, lock_env);
+    let (_keep, env) = environment(envp.cast(), false, attached, lock_env, cwd_to_pass());
     let env = env.as_ptr().cast::<*mut c_char>();
     // SAFETY: the C library's spawn with the caller's arguments and a valid env.
     let r = unsafe {
