@@ -16,8 +16,10 @@
 //! in `/dev/shm`) is held attached by this program throughout, as `lynxfs run` holds
 //! it, so every preloaded process joins the runtime state rather than building it;
 //! the library runs with its default protections (sealed mappings, a protection key
-//! where the CPU has them). Milliseconds per process; each round runs every row plain
-//! then preloaded, the table shows the median round.
+//! where the CPU has them). Milliseconds per process, elapsed; the notes add the CPU
+//! time of the processes (user and system, the shell's included: what a loaded
+//! machine distorts least). Each round runs every row plain then preloaded, the table
+//! shows the median round.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -114,15 +116,18 @@ fn run_on(pool: &Path, library: &Path, opts: &Options) -> anyhow::Result<Measure
     ];
     let n = opts.files;
     let mut grid = Grid::new(ROWS.to_vec(), COLUMNS.len());
+    let mut cpu = Grid::new(ROWS.to_vec(), COLUMNS.len());
     let bar = progress_bar(opts, "start", opts.rounds * ROWS.len() * COLUMNS.len());
     for _ in 0..opts.rounds {
         for (row, _) in ROWS.iter().enumerate() {
             for (column, place) in places.iter().enumerate() {
+                let before = children_cpu_ms();
                 let ms = match row {
                     0 => one_by_one(place, n)?,
                     _ => shell_loop(place, row, n)?,
                 };
                 grid.push(row, column, ms);
+                cpu.push(row, column, (children_cpu_ms() - before) / n as f64);
                 bar.inc(1);
             }
         }
@@ -130,11 +135,20 @@ fn run_on(pool: &Path, library: &Path, opts: &Options) -> anyhow::Result<Measure
     bar.finish_and_clear();
     drop(fs);
     let rows = grid.into_rows();
+    let cpu = cpu.into_rows();
     let mut notes: Vec<String> = rows
         .iter()
-        .map(|r| {
+        .zip(&cpu)
+        .map(|(r, c)| {
             let (p, q) = (r.values[0], r.values[1]);
-            format!("{}: {:+.2} ms per process over plain", r.op, q - p)
+            let (cp, cq) = (c.values[0], c.values[1]);
+            format!(
+                "{}: {:+.2} ms per process over plain; CPU {cp:.2} ms plain, {cq:.2} preloaded \
+                 ({:+.2})",
+                r.op,
+                q - p,
+                cq - cp
+            )
         })
         .collect();
     notes.push(format!(
@@ -150,6 +164,20 @@ fn run_on(pool: &Path, library: &Path, opts: &Options) -> anyhow::Result<Measure
         notes,
         baseline: Some(COLUMNS[0].to_string()),
     })
+}
+
+/// The CPU time (user and system) of this process's waited-for descendants so far,
+/// in ms: a shell's includes its children's. What a loaded machine distorts least.
+fn children_cpu_ms() -> f64 {
+    // SAFETY: a plain C struct, valid all zero; getrusage fills it (and cannot fail
+    // for RUSAGE_CHILDREN).
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut u);
+        u
+    };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(u.ru_utime) + ms(u.ru_stime)
 }
 
 /// `/bin/true`'s bytes padded with zeros to [`PROGRAM_BYTES`] (the kernel maps what
