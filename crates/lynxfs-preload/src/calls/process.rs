@@ -16,12 +16,14 @@ use crate::real;
 use crate::route;
 use crate::state::{self, Attached};
 
-/// Set in the environment of a program exec'd by an attached process: the new
-/// program attaches at load to take over its previous image's place.
+/// Set in the environment of a program exec'd by an attached process that stays in
+/// the process table across the exec (it passes pool fds or locks on): the new
+/// program attaches at load to take over its previous image's place. An image that
+/// passes nothing leaves the table before the exec instead (`leave_for_exec`).
 pub const ENV_PREVIOUS: &str = "LYNXFS_PREVIOUS_IMAGE";
 
-/// Set in the environment of a program exec'd or spawned by an attached process: it
-/// may have inherited pool fds, which it looks for at load.
+/// Set in the environment of a program exec'd or spawned by an attached process that
+/// may pass it pool fds, which it looks for at load.
 pub const ENV_FDS: &str = "LYNXFS_FDS";
 
 /// Set in the environment of a program exec'd or spawned by a process whose working
