@@ -40,6 +40,9 @@
 //!   (index load), a second process's attach and open after a crash of a pool with
 //!   one directory of [`Options::files`] entries, and the shared memory the index
 //!   takes per entry.
+//! - `start` (issue 44, no targets): ms per process started under the preload library
+//!   in each placement (parent attached or not, working directory in the pool, a 1 MiB
+//!   program in the pool), [`Options::files`] in a row from one shell, beside plain.
 //!
 //! Targets: [`LibTarget`] (the engine in process, `lib`), [`TmpfsTarget`],
 //! [`Ext4Target`], [`DirTarget`] and [`FuseNullTarget`] (the FUSE floor), and
@@ -71,6 +74,7 @@ mod recovery;
 mod rename;
 mod report;
 mod smallfiles;
+mod start;
 mod statall;
 mod syscalls;
 mod target;
@@ -110,10 +114,11 @@ pub const SUITES: &[&str] = &[
     "statall",
     "rename",
     "filetest",
+    "start",
 ];
 
 /// The suites that take no targets (they make their own LynxFS pool).
-pub const TARGETLESS_SUITES: &[&str] = &["recovery", "ablation"];
+pub const TARGETLESS_SUITES: &[&str] = &["recovery", "ablation", "start"];
 
 /// How a suite runs.
 #[derive(Clone, Debug, Serialize)]
@@ -147,6 +152,8 @@ pub struct Options {
     /// [`Options::processes`] and `recovery`'s second attach need one.
     #[serde(skip)]
     pub worker: Option<WorkerCommand>,
+    /// `start`: the preload library whose process start it measures.
+    pub library: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -162,6 +169,7 @@ impl Default for Options {
             processes: 0,
             goals: false,
             worker: None,
+            library: None,
         }
     }
 }
@@ -304,6 +312,7 @@ fn measure(
         "statall" => statall::run(targets, names, opts)?,
         "rename" => rename::run(targets, names, opts)?,
         "filetest" => filetest::run(targets, names, opts)?,
+        "start" => start::run(opts)?,
         _ => bail!(
             "unknown suite {suite:?}; the suites are {}",
             SUITES.join(", ")

@@ -19,11 +19,12 @@ use lynxfs_bench::{
     name = "lynxfs-bench",
     version,
     about = "Run a LynxFS benchmark suite and print its table (syscalls, data, mdtest, \
-             smallfiles, recovery, apps, personalities, ablation, hybrid, statall, rename, filetest)"
+             smallfiles, recovery, apps, personalities, ablation, hybrid, statall, rename, filetest, \
+             start)"
 )]
 struct BenchArgs {
     /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities, ablation,
-    /// hybrid, statall, rename or filetest.
+    /// hybrid, statall, rename, filetest or start (process start under the preload).
     suite: String,
     /// A file system to measure, repeatable; the first is the one the ratio columns
     /// compare with the others. lib (LynxFS in process, pool in /dev/shm), hybrid (the same, 1 GiB, file data on a device file in /var/tmp), lib-1g (lib in a 1 GiB pool, as hybrid's), lib-inplace (its pool in the inplace data mode), lib-areas, lib-noevolution, lib-noareas (ADAM's areas with and without evolution, areas off), tmpfs, shm,
@@ -42,7 +43,7 @@ struct BenchArgs {
     out: Option<PathBuf>,
     /// How many files. Default per suite: syscalls 10000, mdtest 10000, smallfiles
     /// 1000, recovery 1000000, ablation 1000, statall 50000, filetest 10000, rename
-    /// 10000 (the largest directory); personalities: flow iterations per
+    /// 10000 (the largest directory), start 50 (processes per measurement); personalities: flow iterations per
     /// personality (default 2000); apps: files of the generated tree used when there
     /// is no Linux tarball (default 80000).
     #[arg(long)]
@@ -154,6 +155,7 @@ fn default_files(suite: &str) -> usize {
         "recovery" => 1_000_000,
         "apps" => 80_000,
         "statall" => 50_000,
+        "start" => 50,
         _ => 10_000,
     }
 }
@@ -212,6 +214,11 @@ fn run(args: BenchArgs) -> Result<()> {
         goals: args.goals,
         worker: Some(worker_command(suite)?),
         progress: args.child_report.is_none(),
+        library: if suite == "start" {
+            Some(find_library()?)
+        } else {
+            None
+        },
         ..Options::default()
     };
     let mut preload = None;

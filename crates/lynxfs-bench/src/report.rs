@@ -144,6 +144,10 @@ impl Report {
                 "{} files then directories made and removed in one directory (ADAM's filetest, dirtest)",
                 self.options.files
             ),
+            "start" => format!(
+                "/bin/true started {} times in a row, plain and under the preload",
+                self.options.files
+            ),
             _ => String::new(),
         };
         format!(

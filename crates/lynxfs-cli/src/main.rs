@@ -139,7 +139,7 @@ enum Cmd {
         pool: PathBuf,
     },
     /// Run a benchmark suite and print its table (syscalls, data, mdtest, smallfiles,
-    /// recovery, apps, personalities, ablation, statall, rename, filetest).
+    /// recovery, apps, personalities, ablation, statall, rename, filetest, start).
     Bench(bench::BenchArgs),
     /// Mount a pool with FUSE. Given a hybrid pool's data device instead, serves the
     /// device alone, without persistent memory: its export is imported into a pool in

@@ -87,6 +87,9 @@ static ATTACHED: OnceLock<Attached> = OnceLock::new();
 static FAILED: parking_lot::Mutex<Option<Failure>> = parking_lot::Mutex::new(None);
 /// Set when the working directory is inside the pool.
 static CWD_IN_POOL: AtomicBool = AtomicBool::new(false);
+/// The working directory inside the pool a program started in, by its path from the
+/// pool's root, until the process attaches (see [`init`]).
+static PENDING_CWD: parking_lot::Mutex<Option<Vec<u8>>> = parking_lot::Mutex::new(None);
 static UMASK: AtomicU32 = AtomicU32::new(0o022);
 /// Whether the attach failed (reported once).
 static REPORTED: AtomicBool = AtomicBool::new(false);
@@ -165,10 +168,12 @@ pub fn attachment() -> Result<&'static Attached, Unattached> {
         }
         Err(Unattached::Denied(errno)) => {
             *failed = Some(Failure::Denied { errno, cred: me });
+            cwd_not_entered();
             Err(Unattached::Denied(errno))
         }
         Err(Unattached::Broken) => {
             *failed = Some(Failure::Broken);
+            cwd_not_entered();
             Err(Unattached::Broken)
         }
     }
@@ -220,10 +225,18 @@ fn attach(cred: Cred) -> Result<Attached, Unattached> {
                 s.set_umask(umask());
                 RwLock::new(s)
             };
+            let cwd = session(cred.clone());
+            if let Some(rest) = PENDING_CWD.lock().take() {
+                // Entered before the attachment is published: no thread sees the
+                // working directory at the pool's root meanwhile.
+                if cwd.write().chdir(&rest).is_err() {
+                    set_cwd_in_pool(false);
+                }
+            }
             Ok(Attached {
                 fs,
-                root: session(cred.clone()),
-                cwd: session(cred),
+                root: session(cred),
+                cwd,
                 dev: mount_dev(&c.at, &c.pool),
             })
         }
@@ -336,7 +349,25 @@ pub fn cwd_in_pool() -> bool {
 }
 
 pub fn set_cwd_in_pool(on: bool) {
+    if !on {
+        PENDING_CWD.lock().take();
+    }
     CWD_IN_POOL.store(on, Ordering::Release);
+}
+
+/// The working directory in the pool a program started in and has not entered yet
+/// (it has not attached): its path from the pool's root.
+pub fn pending_cwd() -> Option<Vec<u8>> {
+    PENDING_CWD.lock().clone()
+}
+
+/// The pool could not be attached: a working directory in it that was not entered
+/// yet is given up, as it was when the program started attached (relative paths go
+/// to the kernel).
+fn cwd_not_entered() {
+    if PENDING_CWD.lock().take().is_some() {
+        CWD_IN_POOL.store(false, Ordering::Release);
+    }
 }
 
 pub fn umask() -> u32 {
@@ -353,7 +384,11 @@ pub fn set_umask(m: u32) {
 }
 
 /// At load: the umask, and the working directory if it is inside the pool (a
-/// program started there, or exec'd by one that worked there).
+/// program started there, or exec'd by one that worked there). The directory is
+/// entered by its path when the process attaches (its first pool call, a relative
+/// path among them), not here: a program that never touches the pool never attaches
+/// (docs/BENCHMARKS.md, "Process start in every placement"). A process attached
+/// already (it took over its previous image's place) enters it now.
 pub fn init() {
     // SAFETY: umask only swaps the process's mask; it is put back at once.
     let m = unsafe {
@@ -372,14 +407,17 @@ pub fn init() {
         (None, Some(k)) => crate::route::under(&c.at, k.as_os_str().as_bytes()),
         (None, None) => None,
     };
-    if let Some(rest) = rest {
-        if let Some(a) = attached() {
-            let mut s = a.cwd.write();
-            if s.chdir(rest_or_dot(rest)).is_ok() {
-                set_cwd_in_pool(true);
-            }
+    let Some(rest) = rest else { return };
+    let rest = rest_or_dot(rest);
+    if let Some(a) = attached_now() {
+        if a.cwd.write().chdir(rest).is_ok() {
+            set_cwd_in_pool(true);
         }
+        return;
     }
+    // At load: no other thread can be attaching.
+    *PENDING_CWD.lock() = Some(rest.to_vec());
+    set_cwd_in_pool(true);
 }
 
 /// A pool path relative to the root: "." for the root itself.

@@ -1047,6 +1047,70 @@ fn preloaded_programs_detach_at_exit() {
     b.fsck_clean();
 }
 
+/// A shell that has touched the pool starts programs that take nothing of it (no pool
+/// fd, no lock): its child leaves the pool before the exec, so the new program does
+/// not attach at load (its maps hold no runtime state), also when the working
+/// directory is in the pool (the program enters it by its path at its first pool
+/// call: `pwd`, a relative create and read, a grandchild's); a child whose exec then
+/// fails (a file without a `#!` line, which the shell runs itself) takes a slot
+/// again and writes to the pool. The runtime directory ends empty and the pool
+/// clean: no slot was left behind.
+#[test]
+fn children_that_take_nothing_of_the_pool_start_unattached() {
+    let _w = watchdog(
+        "children_that_take_nothing_of_the_pool_start_unattached",
+        TEST_LIMIT,
+    );
+    let b = Bench::new("unattached");
+    let runtime = tempfile::tempdir_in("/dev/shm").expect("runtime dir");
+    let d = b.d.path().to_str().expect("utf-8");
+    let t = b.t.path().to_str().expect("utf-8");
+    let script = format!(
+        "echo one > {d}/f && echo maps:$(grep -c state.run /proc/self/maps) && \
+         printf 'echo two > {d}/g\\n' > {t}/noexec && chmod +x {t}/noexec && {t}/noexec && \
+         cat {d}/g && mkdir {d}/sub && cd {d}/sub && \
+         echo maps:$(grep -c state.run /proc/self/maps) && /bin/pwd && \
+         sh -c 'echo three > h; /bin/pwd; cat h' && cat ../f"
+    );
+    let mut c = b.shell(&script, b.t.path(), &[]);
+    c.env("LD_PRELOAD", &built().preload)
+        .env("LYNXFS_POOL", &b.pool)
+        .env("LYNXFS_AT", b.d.path())
+        .env("LYNXFS_RUNTIME_DIR", runtime.path());
+    let out = run_bounded(c, "preloaded shell");
+    assert!(
+        out.status.success(),
+        "the shell failed ({}): {}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        [
+            "maps:0",
+            "two",
+            "maps:0",
+            &format!("{d}/sub"),
+            &format!("{d}/sub"),
+            "three",
+            "one"
+        ],
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    let left: Vec<_> = std::fs::read_dir(runtime.path())
+        .expect("list the runtime dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "runtime state left behind: {left:?}");
+    let tree = pool_tree(&b.pool, &[]);
+    assert_file(&tree, "f", b"one\n");
+    assert_file(&tree, "g", b"two\n");
+    assert_file(&tree, "sub/h", b"three\n");
+    b.fsck_clean();
+}
+
 /// Waits (within [`LIMIT`]) until the pool has a non-empty directory `dir`.
 fn wait_for_files(pool: &Path, dir: &str, child: &Child) {
     let start = Instant::now();

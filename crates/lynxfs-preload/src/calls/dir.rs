@@ -379,8 +379,10 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn getcwd(b: *mut c_char, n: size_t) -> *mut c_char {
-    let Some(a) = state::attached_now().filter(|_| state::cwd_in_pool() && !crate::guard::inside())
-    else {
+    // A working directory in the pool not entered yet is entered now (see `state::init`).
+    let in_pool = state::cwd_in_pool() && !crate::guard::inside();
+    let a = if in_pool { state::attached() } else { None };
+    let Some(a) = a.filter(|_| state::cwd_in_pool()) else {
         // SAFETY: the C library's getcwd with the caller's arguments.
         return unsafe { real::getcwd(b, n) };
     };

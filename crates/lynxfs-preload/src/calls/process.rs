@@ -17,12 +17,14 @@ use crate::real;
 use crate::route;
 use crate::state::{self, Attached};
 
-/// Set in the environment of a program exec'd by an attached process: the new
-/// program attaches at load to take over its previous image's place.
+/// Set in the environment of a program exec'd by an attached process that stays in
+/// the process table across the exec (it passes pool fds or locks on): the new
+/// program attaches at load to take over its previous image's place. An image that
+/// passes nothing leaves the table before the exec instead (`leave_for_exec`).
 pub const ENV_PREVIOUS: &str = "LYNXFS_PREVIOUS_IMAGE";
 
-/// Set in the environment of a program exec'd or spawned by an attached process: it
-/// may have inherited pool fds, which it looks for at load.
+/// Set in the environment of a program exec'd or spawned by an attached process that
+/// may pass it pool fds, which it looks for at load.
 pub const ENV_FDS: &str = "LYNXFS_FDS";
 
 /// Set in the environment of a program exec'd or spawned by a process whose working
@@ -30,9 +32,15 @@ pub const ENV_FDS: &str = "LYNXFS_FDS";
 /// own working directory cannot be there when no FUSE mount shows the pool).
 pub const ENV_CWD: &str = "LYNXFS_CWD";
 
-/// The working directory to hand on, when it is inside the pool.
+/// The working directory to hand on, when it is inside the pool (entered, or not
+/// yet: see `state::init`).
 fn cwd_to_pass() -> Option<Vec<u8>> {
-    let a = state::attached_now().filter(|_| state::cwd_in_pool())?;
+    if !state::cwd_in_pool() {
+        return None;
+    }
+    let Some(a) = state::attached_now() else {
+        return state::pending_cwd();
+    };
     let ino = a.cwd.read().cwd();
     a.fs.path_of(ino).ok()
 }
@@ -181,12 +189,15 @@ fn passed_on(a: &Attached) -> (Vec<u64>, Vec<u64>) {
 }
 
 /// The environment a new program gets: the caller's, with this library's variables
-/// put back if the caller dropped them, and the previous-image mark when this
-/// process is attached (and not otherwise).
+/// put back if the caller dropped them, the previous-image mark when the new program
+/// takes over this attached image's place (`attached`), and the mark of inherited
+/// pool fds (`fds`), and the working directory in the pool (`cwd`).
 fn environment(
     envp: *const *const c_char,
     attached: bool,
+    fds: bool,
     locks: Option<&str>,
+    cwd: Option<Vec<u8>>,
 ) -> (Vec<CString>, Vec<*const c_char>) {
     let mut out = Vec::new();
     let mut have = [false; 3];
@@ -219,13 +230,13 @@ fn environment(
     if attached {
         out.push(CString::new(format!("{ENV_PREVIOUS}=1")).expect("no NUL"));
     }
-    if state::attached_now().is_some() {
+    if fds {
         out.push(CString::new(format!("{ENV_FDS}=1")).expect("no NUL"));
     }
     if let Some(l) = locks {
         out.push(CString::new(l).expect("digits and letters hold no NUL"));
     }
-    if let Some(cwd) = cwd_to_pass() {
+    if let Some(cwd) = cwd {
         let mut e = format!("{ENV_CWD}=").into_bytes();
         e.extend_from_slice(&cwd);
         if let Ok(e) = CString::new(e) {
@@ -507,6 +518,7 @@ pub unsafe extern "C" fn execve(
     fork_gate::close();
     let mut released = Vec::new();
     let mut passed = None;
+    let mut kept = false;
     if let Some(a) = a {
         share_all(a);
         let (keep, drop) = passed_on(a);
@@ -515,6 +527,7 @@ pub unsafe extern "C" fn execve(
                 released.push(key);
             }
         }
+        kept = !keep.is_empty();
         passed = Some(pass_locks(a, &keep, true));
     }
     let target = prepared.as_ref().map_or(path, |p| p.path.as_ptr());
@@ -522,20 +535,71 @@ pub unsafe extern "C" fn execve(
         .as_ref()
         .map_or((Vec::new(), argv), |p| p.argv_or(argv));
     let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
-    let (_keep, env) = environment(envp, a.is_some(), lock_env);
+    let passes_nothing = !kept && lock_env.is_none();
+    // Its path in the pool, read while this image may still use the pool.
+    let cwd = cwd_to_pass();
+    // SAFETY: the path the kernel is about to run, a C string or null.
+    let left = a.filter(|_| passes_nothing && unsafe { runs(target) });
+    let let_go = left.and_then(leave_for_exec);
+    let (_keep, env) = environment(envp, a.is_some() && let_go.is_none(), kept, lock_env, cwd);
     // SAFETY: the C library's execve with valid arguments and environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
-    fork_gate::reopen(false);
-    // Still here: the exec failed; the descriptions released for it are held again.
+    // Still here: the exec failed; this image takes a slot again and holds the
+    // descriptions released for it, before other threads' calls may go on.
     if let Some(a) = a {
+        if let Some(let_go) = let_go {
+            rejoin_after_failed_exec(a, &let_go);
+        }
         for key in released {
             let _ = a.fs.claim(key);
         }
     }
+    fork_gate::reopen(false);
     if let Some(p) = passed {
         p.restore();
     }
     r
+}
+
+/// Whether the kernel will find `path` to run (so that an exec that leaves the pool
+/// first seldom has to come back: a PATH search's misses end here).
+///
+/// # Safety
+/// `path` is null or a C string.
+unsafe fn runs(path: *const c_char) -> bool {
+    // SAFETY: as the contract says; the kernel only reads the path.
+    !path.is_null() && unsafe { libc::faccessat(libc::AT_FDCWD, path, libc::X_OK, 0) } == 0
+}
+
+/// An exec that hands the next program nothing of the pool (no pool fd, no lock):
+/// this image leaves the process table itself, if it holds no inode but its working
+/// directory (which the next program enters again by its path), and the next program
+/// starts unattached, as any program does: it attaches at its first pool call, or
+/// never (docs/BENCHMARKS.md, "Process start in every placement"). The references
+/// given up, or `None` when this image stays: the next program then takes its place
+/// at load.
+fn leave_for_exec(a: &Attached) -> Option<Vec<u64>> {
+    let mut held: Vec<u64> = a.root.read().held_cwd().into_iter().collect();
+    let mut let_go = Vec::new();
+    match a.cwd.read().held_cwd() {
+        Some(ino) if state::cwd_in_pool() => let_go.push(ino),
+        Some(ino) => held.push(ino),
+        None => {}
+    }
+    a.fs.leave_for_exec(&held, &let_go).then_some(let_go)
+}
+
+/// After an exec that [`leave_for_exec`] prepared failed: a slot again and the
+/// references given up, or, when that cannot be (every slot taken meanwhile, the
+/// working directory removed and freed), the end of the process: it must not touch
+/// the pool so, and its caller may go on to.
+fn rejoin_after_failed_exec(a: &Attached, let_go: &[u64]) {
+    if let Err(e) = a.fs.rejoin_after_failed_exec(let_go) {
+        crate::say(&format!("after a failed exec the pool cannot be used: {e}"));
+        // SAFETY: ends the process at once; it holds no slot, and the kernel drops its
+        // locks on the pool file.
+        unsafe { libc::abort() };
+    }
 }
 
 extern "C" {
@@ -697,7 +761,8 @@ unsafe fn spawn(
     let argv = argv.cast::<*mut c_char>();
     // A spawned program is a new process: no previous image of it to take over.
     let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
-    let (_keep, env) = environment(envp.cast(), false, lock_env);
+    let attached = state::attached_now().is_some();
+    let (_keep, env) = environment(envp.cast(), false, attached, lock_env, cwd_to_pass());
     let env = env.as_ptr().cast::<*mut c_char>();
     // SAFETY: the C library's spawn with the caller's arguments and a valid env.
     let r = unsafe {

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use super::open::OpenFile;
 use super::{Fd, Fs};
 use crate::error::Result;
+use crate::format::inode;
 use crate::pmem::Backend;
 use crate::runtime::descriptions::{Described, SETTABLE};
 use crate::runtime::DescKey;
@@ -227,6 +228,63 @@ impl<B: Backend> Fs<B> {
             .map(|f| f.desc.load(Ordering::Acquire))
             .filter(|&k| k != 0)
             .collect()
+    }
+
+    /// Before an exec that hands the next program nothing of the pool (no shared
+    /// description, no lock: the caller knows): if this image holds no inode but
+    /// those in `let_go` (no open file, no hold, nothing in `also_held`, the front
+    /// end's own holds) and no other thread is inside an operation, it gives up its
+    /// references to `let_go` (a working directory the next program finds again by
+    /// its path) and leaves the process table now, its open table kept for the slot's
+    /// next process. The next program then need not attach at all to take over this
+    /// image's place ([`Self::forget_previous_image`]), which is most of a process
+    /// start from an attached parent (docs/BENCHMARKS.md, "Process start in every
+    /// placement"). False, and nothing done, otherwise (also when an inode of
+    /// `let_go` has lost its last name: the reference is all that keeps it): the next
+    /// program takes over as before. Nothing of the pool may be used after a true
+    /// answer until [`Self::rejoin_after_failed_exec`] (the exec failed) or the exec.
+    pub fn leave_for_exec(&self, also_held: &[u64], let_go: &[u64]) -> bool {
+        let Some(a) = self.ns.pool.attachment() else {
+            return false;
+        };
+        let holds_nothing = also_held.is_empty()
+            && self.files.open_inodes().is_empty()
+            && self.held_inodes().is_empty();
+        let named = let_go
+            .iter()
+            .all(|&ino| self.ns.load(ino, inode::NLINK) != 0);
+        if !holds_nothing || !named || a.procs().ops_in_flight(a.slot()) != 0 {
+            return false;
+        }
+        for &ino in let_go {
+            self.drop_open_ref(ino);
+        }
+        a.leave_for_exec();
+        true
+    }
+
+    /// After [`Self::leave_for_exec`] answered true and the exec failed: this image
+    /// takes a slot again and its references to `let_go` back. An error if it gets
+    /// no slot, or an inode of `let_go` was freed meanwhile (its last name went and
+    /// nobody else had it): the image is out of the process table then and must not
+    /// use the pool.
+    pub fn rejoin_after_failed_exec(&self, let_go: &[u64]) -> Result<()> {
+        let Some(a) = self.ns.pool.attachment() else {
+            return Ok(());
+        };
+        a.rejoin_after_exec()?;
+        for (i, &ino) in let_go.iter().enumerate() {
+            if let Err(e) = self.open_ref(ino) {
+                // Out again, holding nothing: the caller ends without leaving a slot
+                // for others to take for a death.
+                for &taken in &let_go[..i] {
+                    self.drop_open_ref(taken);
+                }
+                a.leave_for_exec();
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// In a freshly exec'd image, after it adopted the descriptions it inherited:

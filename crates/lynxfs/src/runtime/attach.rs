@@ -358,6 +358,17 @@ impl Attached {
         Ok(std::mem::replace(&mut self.slot, slot))
     }
 
+    /// Take a slot again after giving ours up for an exec that then failed
+    /// (`Attachment::leave_for_exec`), as a later attacher takes one: under the
+    /// transition lock. The attachment byte was held throughout.
+    pub fn register_again(&mut self) -> Result<u32> {
+        self.locks.set_wait(TRANSITION, libc::F_WRLCK)?;
+        let slot = self.procs.register().map_err(|e| self.register_error(e));
+        let unlocked = self.locks.set(TRANSITION, libc::F_UNLCK);
+        self.slot = slot?;
+        unlocked.map(|()| self.slot)
+    }
+
     /// What a failed `Procs::register` (or `adopt`) of a process attaching to this
     /// runtime state means, said with the runtime file and pool's names.
     pub fn register_error(&self, e: Error) -> Error {

@@ -121,6 +121,24 @@ impl Attachment {
         Ok(parent)
     }
 
+    /// Before an exec that passes nothing of the pool on (`Fs::leave_for_exec`):
+    /// this process gives its slot up, its open table empty and kept for the slot's
+    /// next process. The pool file's locks stay until the exec closes the pool file
+    /// (so no detach can take this process for the last meanwhile).
+    pub fn leave_for_exec(&self) {
+        let _a = self.attached.lock();
+        self.procs.unregister(self.slot());
+    }
+
+    /// After an exec that [`Self::leave_for_exec`] prepared failed: a slot again.
+    pub fn rejoin_after_exec(&self) -> crate::Result<()> {
+        let mut a = self.attached.lock();
+        let a = a.as_mut().ok_or(crate::error::errno::EBADF)?;
+        let slot = a.register_again()?;
+        self.slot.store(slot, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// The region, for laying out the parts of the runtime state.
     pub fn region(&self) -> std::sync::Arc<super::Region> {
         let a = self.attached.lock();
