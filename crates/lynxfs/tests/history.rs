@@ -4,7 +4,8 @@
 //! linearizable per name under Linux's semantics (`lynxfs_test_support::history`),
 //! with the full-path areas on and off. The same histories through the kernel on
 //! tmpfs and ext4 are the checker's control (lynxfs-test-support's tests/history.rs);
-//! across processes: tests/multiprocess.rs.
+//! across processes: tests/multiprocess.rs. `LYNXFS_HISTORY_DUMP=PREFIX` writes each
+//! case's history to PREFIX-true / PREFIX-false (areas on / off), to study a failure.
 
 use std::time::Duration;
 
