@@ -9,9 +9,14 @@
 //!   packages' binaries, cdylibs), built once into the test's own target directory.
 //! * [`scratch`]: directories anyone may write, a thread acting as another user, a
 //!   tmpfs mounted for a test.
+//! * [`history`], [`history_run`]: concurrent histories of namespace calls through
+//!   any front end, and a linearizability checker for them (issue 42); the
+//!   `lynxfs-history` executable records one through libc.
 
 pub mod built;
 pub mod child;
+pub mod history;
+pub mod history_run;
 pub mod scratch;
 pub mod watchdog;
 

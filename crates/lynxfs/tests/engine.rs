@@ -27,6 +27,8 @@ mod export;
 mod flags;
 #[path = "held.rs"]
 mod held;
+#[path = "history.rs"]
+mod history;
 #[path = "killpriv.rs"]
 mod killpriv;
 #[path = "layers.rs"]

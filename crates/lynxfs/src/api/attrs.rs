@@ -13,11 +13,11 @@ impl<'a, B: Backend> Session<'a, B> {
     }
 
     pub fn stat(&self, p: impl AsRef<[u8]>) -> Result<Stat> {
-        self.on_resolved(p.as_ref(), true, |ino| self.ns().getattr(ino))
+        self.stat_named(p.as_ref(), true)
     }
 
     pub fn lstat(&self, p: impl AsRef<[u8]>) -> Result<Stat> {
-        self.on_resolved(p.as_ref(), false, |ino| self.ns().getattr(ino))
+        self.stat_named(p.as_ref(), false)
     }
 
     pub fn chmod(&self, p: impl AsRef<[u8]>, mode: u32) -> Result<()> {

@@ -123,14 +123,21 @@ impl<B: Backend> Fs<B> {
     pub fn lookup_hold(&self, parent: u64, name: &[u8], cred: &Cred) -> Result<Stat> {
         self.op(|| {
             let mut ino = self.ns.lookup(parent, name, cred)?;
-            for _ in 0..LOOKUP_TRIES {
+            let mut last = errno::ESTALE;
+            for attempt in 0..LOOKUP_TRIES {
                 match self.hold_named(parent, name, ino) {
                     Ok(st) => return Ok(st),
-                    Err(Moved::To(now)) => ino = now,
+                    Err(Moved::To(now)) => (ino, last) = (now, errno::ESTALE),
+                    Err(Moved::Freed(now, e)) => {
+                        if now == ino {
+                            pause(attempt);
+                        }
+                        (ino, last) = (now, e);
+                    }
                     Err(Moved::Gone(e)) => return Err(e),
                 }
             }
-            Err(errno::ESTALE)
+            Err(last)
         })
     }
 
@@ -168,7 +175,7 @@ impl<B: Backend> Fs<B> {
         self.op(|| match self.hold_named(parent, name, ino) {
             Ok(st) => Ok(st),
             Err(Moved::Gone(e)) => Err(e),
-            Err(Moved::To(_)) => self.lookup_hold(parent, name, &Cred::root()),
+            Err(Moved::To(_) | Moved::Freed(..)) => self.lookup_hold(parent, name, &Cred::root()),
         })
     }
 
@@ -179,15 +186,16 @@ impl<B: Backend> Fs<B> {
                 .lookup(parent, name, &Cred::root())
                 .map_err(Moved::Gone)
         };
+        crate::runtime::testing::race_here("hold_named.found");
         if let Err(e) = self.hold(ino) {
-            // Freed since the lookup. A rename over the name frees the file it
-            // replaced after the name leads to the new one: look there. Else the
-            // name went meanwhile, a point at which it was missing (looking again can
-            // find the same number while the unlink that freed it has yet to drop the
-            // name from the index).
+            crate::runtime::testing::race_here("hold_named.freed");
+            // Freed since the lookup: the name was removed or replaced meanwhile.
+            // Whatever it leads to now is looked at again, the same number too: a
+            // file that replaced it may have been given the freed number (numbers
+            // are reused at once). See `resolve_held`.
             return match now_at() {
-                Ok(now) if now != ino => Err(Moved::To(now)),
-                _ => Err(Moved::Gone(e)),
+                Ok(now) => Err(Moved::Freed(now, e)),
+                Err(_) => Err(Moved::Gone(e)),
             };
         }
         match now_at() {
@@ -274,6 +282,10 @@ impl<B: Backend> Fs<B> {
 enum Moved {
     /// The name now leads to this inode.
     To(u64),
+    /// The inode found was freed, and the name now leads to this number (which may
+    /// be the same one, reused or not yet dropped by an unlink): the error to give
+    /// if that lasts.
+    Freed(u64, crate::Error),
     /// The name is gone (or the lookup failed for another reason).
     Gone(crate::Error),
 }
@@ -306,8 +318,13 @@ impl<'a, B: Backend> super::Session<'a, B> {
     /// had that name).
     pub(super) fn resolve_held(&self, p: &[u8], follow: bool) -> Result<HeldIno<'a, B>> {
         let ns = self.fs.ns();
-        for _ in 0..LOOKUP_TRIES {
+        let mut last = errno::ESTALE;
+        let mut freed = None;
+        for attempt in 0..LOOKUP_TRIES {
             let found = path::resolve_last_in(ns, self.cwd, p, follow, &self.cred, self.scope)?;
+            if freed == Some(found.ino) {
+                pause(attempt);
+            }
             // Once held (or found freed), the name that led to the inode must still
             // lead there: one index probe (a path that ended at a directory itself is
             // walked again).
@@ -315,15 +332,20 @@ impl<'a, B: Backend> super::Session<'a, B> {
                 Some((dir, name)) => ns.lookup(*dir, name, &Cred::root()),
                 None => self.resolve(p, follow),
             };
+            crate::runtime::testing::race_here("resolve_held.found");
             if let Err(e) = self.fs.open_ref(found.ino) {
-                // Freed since the lookup. Replaced (a rename over the name freed the
-                // file it named): the name was there throughout, look again. Else
-                // the name went meanwhile, a point at which it was missing (see
-                // `hold_named`).
-                match now() {
-                    Ok(other) if other != found.ino => continue,
-                    _ => return Err(e),
+                crate::runtime::testing::race_here("resolve_held.freed");
+                // Freed since the lookup: the name was removed or replaced meanwhile.
+                // Gone now: a point at which it was missing, the error stands. Else
+                // look again, even when the name leads to the same number: the file
+                // that replaced it may have been given the freed number (numbers are
+                // reused at once), or an unlink that freed it is yet to drop the name
+                // from the index (then the last try's error stands).
+                if now().is_err() {
+                    return Err(e);
                 }
+                (last, freed) = (e, Some(found.ino));
+                continue;
             }
             let held = HeldIno {
                 fs: self.fs,
@@ -332,7 +354,166 @@ impl<'a, B: Backend> super::Session<'a, B> {
             if now().is_ok_and(|now| now == held.ino) {
                 return Ok(held);
             }
+            (last, freed) = (errno::ESTALE, None);
         }
-        Err(errno::ESTALE)
+        Err(last)
+    }
+}
+
+/// Between two tries of a lookup that found the number it had found freed (an
+/// unlink between its commit and its index removal, on another CPU or preempted):
+/// give it the CPU, then time.
+pub(super) fn pause(attempt: usize) {
+    if attempt < 8 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A name replaced twice while a call looks it up (issue 42): the first
+    //! replacement frees the file the call found, the second gives the freed number
+    //! to the file that now has the name (numbers are reused at once). The name was
+    //! there throughout, so the call must find the newest file, never ENOENT; it
+    //! used to say ENOENT, seeing the name lead to the number it found freed. The
+    //! replacements run on the calling thread at the engine's race points, so the
+    //! interleaving is exact.
+
+    use std::sync::Arc;
+
+    use crate::format::ROOT_INO;
+    use crate::pmem::PmemBackend;
+    use crate::runtime::testing::{on_race, races_left};
+    use crate::{Cred, Fs, MkfsOptions};
+
+    type LFs = Fs<PmemBackend>;
+
+    fn fs() -> Arc<LFs> {
+        let mut o = MkfsOptions::new(16 << 20);
+        o.lanes = 1;
+        Arc::new(Fs::in_memory(&o, PmemBackend::default()).unwrap())
+    }
+
+    /// `/tmp` written with `generation`, renamed over `/cfg`: the new file's number.
+    fn replace(fs: &LFs, generation: u64) -> u64 {
+        let s = fs.session(Cred::root());
+        let flags = libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY;
+        let fd = s.open("/tmp", flags, 0o644).unwrap();
+        fs.write(fd, &generation.to_le_bytes()).unwrap();
+        let ino = fs.fstat(fd).unwrap().ino;
+        fs.close_fd(fd).unwrap();
+        s.rename("/tmp", "/cfg", 0).unwrap();
+        ino
+    }
+
+    /// `/cfg` holds generation 1; at `found` (the call found it) generation 2
+    /// replaces it, at `freed` (the call found it freed) generation 3, which takes
+    /// the first file's number; checks that the interleaving happened as meant.
+    fn race_twice(found: &'static str, freed: &'static str) -> (Arc<LFs>, u64) {
+        let fs = fs();
+        let first = replace(&fs, 1);
+        let f = fs.clone();
+        on_race(found, move || {
+            replace(&f, 2);
+        });
+        let f = fs.clone();
+        on_race(freed, move || {
+            assert_eq!(replace(&f, 3), first, "the freed number is reused at once");
+        });
+        (fs, first)
+    }
+
+    fn raced(fs: &LFs, first: u64) {
+        assert!(races_left().is_empty(), "not raced: {:?}", races_left());
+        let st = fs.session(Cred::root()).stat("/cfg").unwrap();
+        assert_eq!(st.ino, first);
+    }
+
+    #[test]
+    fn an_open_never_misses_a_name_replaced_twice_meanwhile() {
+        let (fs, first) = race_twice("resolve_held.found", "resolve_held.freed");
+        let s = fs.session(Cred::root());
+        let fd = s
+            .open("/cfg", libc::O_RDONLY, 0)
+            .expect("/cfg was there throughout");
+        let mut buf = [0; 8];
+        assert_eq!(fs.pread(fd, &mut buf, 0).unwrap(), 8);
+        fs.close_fd(fd).unwrap();
+        assert_eq!(u64::from_le_bytes(buf), 3);
+        raced(&fs, first);
+    }
+
+    #[test]
+    fn a_stat_never_misses_a_name_replaced_twice_meanwhile() {
+        let (fs, first) = race_twice("stat_named.found", "stat_named.freed");
+        let st = fs.session(Cred::root()).stat("/cfg");
+        let st = st.expect("/cfg was there throughout");
+        assert_eq!((st.ino, st.size), (first, 8));
+        raced(&fs, first);
+    }
+
+    #[test]
+    fn a_stat_never_shows_a_file_given_the_number_meanwhile() {
+        // Between the lookup and the read of the attributes, /cfg is replaced and a
+        // new empty file takes the freed number: the stat must not show that file
+        // (size 0), which /cfg never named, as /cfg.
+        let fs = fs();
+        let first = replace(&fs, 1);
+        let f = fs.clone();
+        on_race("stat_named.found", move || {
+            replace(&f, 2);
+            let s = f.session(Cred::root());
+            let fd = s
+                .open("/new", libc::O_CREAT | libc::O_WRONLY, 0o644)
+                .unwrap();
+            assert_eq!(
+                f.fstat(fd).unwrap().ino,
+                first,
+                "the freed number is reused"
+            );
+            f.close_fd(fd).unwrap();
+        });
+        let st = fs.session(Cred::root()).stat("/cfg").unwrap();
+        assert!(races_left().is_empty());
+        assert_ne!(st.ino, first, "the attributes of /new, not of /cfg's file");
+        assert_eq!(st.size, 8);
+    }
+
+    #[test]
+    fn a_readlink_never_misses_a_name_replaced_twice_meanwhile() {
+        // `on_resolved`'s other users (readlink, getxattr, readdir): a symlink
+        // replaced by symlinks.
+        let fs = fs();
+        let link = |f: &LFs, target: &str| {
+            let s = f.session(Cred::root());
+            s.symlink(target, "/tmp").unwrap();
+            s.rename("/tmp", "/cfg", 0).unwrap();
+            s.lstat("/cfg").unwrap().ino
+        };
+        let first = link(&fs, "one");
+        let f = fs.clone();
+        on_race("on_resolved.found", move || {
+            link(&f, "two");
+        });
+        let f = fs.clone();
+        on_race("on_resolved.failed", move || {
+            assert_eq!(link(&f, "three"), first, "the freed number is reused");
+        });
+        let got = fs.session(Cred::root()).readlink("/cfg");
+        assert_eq!(got.expect("/cfg was there throughout"), b"three");
+        assert!(races_left().is_empty());
+    }
+
+    #[test]
+    fn a_held_lookup_never_misses_a_name_replaced_twice_meanwhile() {
+        let (fs, first) = race_twice("hold_named.found", "hold_named.freed");
+        let st = fs.lookup_hold(ROOT_INO, b"cfg", &Cred::root());
+        let st = st.expect("/cfg was there throughout");
+        assert_eq!((st.ino, st.size), (first, 8));
+        assert_eq!(fs.held_count(first), 1);
+        fs.forget(first, 1);
+        raced(&fs, first);
     }
 }

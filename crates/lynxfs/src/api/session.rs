@@ -1,7 +1,7 @@
 //! `Session`: one caller (credentials, a working directory, the scope its paths may
 //! reach), and the calls that move it.
 
-use crate::error::Result;
+use crate::error::{errno, Result};
 use crate::meta::{perm, Cred, Namespace};
 use crate::pmem::Backend;
 
@@ -93,9 +93,11 @@ impl<'a, B: Backend> Session<'a, B> {
 
     /// `f` of the inode `p` leads to. A name replaced while `f` ran (a rename over
     /// it) leaves `f` on an inode freed meanwhile, ENOENT, though the name was there
-    /// throughout: when the path then leads to another inode, `f` runs again on that
-    /// one. ENOENT stands only when the path is gone or still leads to the freed
-    /// inode (an unlink that has committed and is yet to drop the name).
+    /// throughout: `f` runs again on what the path leads to then, the same number
+    /// too (the file that replaced it may have been given the freed number: numbers
+    /// are reused at once). ENOENT stands when the path is gone, or still leads to
+    /// the freed number after the last try (an unlink that has committed and is yet
+    /// to drop the name).
     pub fn on_resolved<T>(
         &self,
         p: &[u8],
@@ -105,17 +107,62 @@ impl<'a, B: Backend> Session<'a, B> {
         let mut ino = self.resolve(p, follow)?;
         let mut tries = 0;
         loop {
+            crate::runtime::testing::race_here("on_resolved.found");
             match f(ino) {
                 Err(e) if e.errno() == libc::ENOENT && tries < super::held::LOOKUP_TRIES => {
-                    tries += 1;
-                    match self.resolve(p, follow) {
-                        Ok(now) if now != ino => ino = now,
-                        _ => return Err(e),
+                    crate::runtime::testing::race_here("on_resolved.failed");
+                    let Ok(now) = self.resolve(p, follow) else {
+                        return Err(e);
+                    };
+                    if now == ino {
+                        super::held::pause(tries);
                     }
+                    (ino, tries) = (now, tries + 1);
                 }
                 r => return r,
             }
         }
+    }
+
+    /// The attributes of the file `p` leads to. As [`Session::on_resolved`], and
+    /// more: the number found may have been freed and given to another file before
+    /// its attributes are read (a rename over the name, then a create: numbers are
+    /// reused at once), whose attributes (a new file's size 0) the name never had.
+    /// So the generation of the file the name led to is read with the name's index
+    /// entry still in place, and the attributes count only if theirs is the same.
+    pub(super) fn stat_named(&self, p: &[u8], follow: bool) -> Result<crate::meta::Stat> {
+        let ns = self.ns();
+        let (mut last, mut freed) = (errno::ESTALE, None);
+        for attempt in 0..super::held::LOOKUP_TRIES {
+            let found = path::resolve_last_in(ns, self.cwd, p, follow, &self.cred, self.scope)?;
+            if freed == Some(found.ino) {
+                super::held::pause(attempt);
+            }
+            let named = match &found.last {
+                Some((dir, name)) => match ns.named_generation(*dir, name, found.ino) {
+                    Some(g) => Some(g),
+                    // Replaced (or evicted) since the walk: walk again.
+                    None => continue,
+                },
+                // The path ended at a directory itself ("/", "a/.."): no name to read.
+                None => None,
+            };
+            crate::runtime::testing::race_here("stat_named.found");
+            match ns.getattr(found.ino) {
+                Ok(st) if named.is_none_or(|g| g == st.generation) => return Ok(st),
+                Ok(_) => last = errno::ESTALE,
+                Err(e) if e.errno() == libc::ENOENT => {
+                    crate::runtime::testing::race_here("stat_named.freed");
+                    // Freed: gone, or replaced (see `on_resolved`).
+                    if self.resolve(p, follow).is_err() {
+                        return Err(e);
+                    }
+                    (last, freed) = (e, Some(found.ino));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
     }
 
     /// `f` of the inode `p` leads to, held while `f` runs (see `resolve_held`): for

@@ -204,6 +204,14 @@ impl Sighting<'_> {
             _ => None,
         }
     }
+
+    /// The entry found, with its slot's word `a` as read ([`Index::holds`]).
+    pub fn entry_word(&self) -> Option<(Entry, u64)> {
+        match self.saw {
+            Saw::Entry(e, a) => Some((e, a)),
+            _ => None,
+        }
+    }
 }
 
 /// Slots whose words a walk keeps on the stack; a longer path keeps the rest on the
@@ -659,6 +667,12 @@ impl Index {
                 None => Saw::Nothing,
             };
         }
+    }
+
+    /// Slot `pos` still holds word `a`: the entry seen there with it has not
+    /// changed since (every change of a slot bumps its version).
+    pub fn holds(&self, pos: u64, a: u64) -> bool {
+        self.slot(self.words(), pos).0.load(Ordering::Acquire) == a
     }
 
     /// Start loading the slot where (parent, name)'s probe path begins into the cache:

@@ -435,6 +435,28 @@ impl<B: Backend> Namespace<B> {
         Ok(parent)
     }
 
+    /// The generation of inode `ino` while (parent, name) names it: read while the
+    /// name's index entry naming `ino` stayed in its slot, so it is the generation
+    /// of the file the name led to then, not of a later file given the number after
+    /// that one was freed (frees follow the entry's removal). `None` if the name
+    /// names another inode or none (or its directory was evicted meanwhile).
+    pub fn named_generation(&self, parent: u64, name: &[u8], ino: u64) -> Option<u64> {
+        let pm = &self.pool.pm;
+        loop {
+            let (e, a) = self
+                .index
+                .sight(pm, parent, name, Entry::visible)
+                .entry_word()?;
+            if e.ino != ino {
+                return None;
+            }
+            let generation = self.load(ino, inode::GENERATION);
+            if self.index.holds(e.pos, a) {
+                return Some(generation);
+            }
+        }
+    }
+
     /// The visible index entry for (parent, name); the directory must be loaded.
     pub(crate) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Option<Entry> {
         self.index.get(&self.pool.pm, parent, name)

@@ -224,8 +224,8 @@ impl<B: Backend> Namespace<B> {
         let mut plan = self.plan((sp, dp), &seen, flags, cred, serial)?;
         // A directory moved or replaced: paths the areas learnt may lead elsewhere.
         let _areas = (plan.src_dir || plan.dst_dir).then(|| self.areas.changing());
-        if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
-            return Ok(false); // two names of one file: POSIX says do nothing
+        if sp == dp && sn == dn {
+            return Ok(false); // one name, which the plan found: nothing to do
         }
         // The new dentries first (not valid): the index compares a claimed name with
         // its dentry's.
@@ -267,7 +267,7 @@ impl<B: Backend> Namespace<B> {
         // Whole entries: a freed dentry or inode number may come straight back (the
         // free lists are stacks) for another file of another type.
         let (want_src, want_dst) = (plan.src, plan.dst);
-        self.claim_names((&mut plan, &seen), &mut news, flags, (sp, sn), (sdir, ddir))
+        self.claim_names((&mut plan, &seen), &mut news, flags, (sdir, ddir))
             .map_err(drop_whiteout)?;
         let undo = |err| {
             self.unclaim_names(&plan, &news, sdir, ddir);
@@ -283,6 +283,14 @@ impl<B: Backend> Namespace<B> {
         };
         if !same(plan.src, want_src) || !dst_same {
             return Err(undo(RETRY));
+        }
+        if plan.dst.is_some_and(|d| d.ino == plan.src.ino) {
+            // Two names of one file, both claimed at once: POSIX says do nothing. Not
+            // decided on the plan's two lookups, which a concurrent rename can make
+            // see one file at two moments (an exchange reported done that swapped
+            // nothing: issue 42).
+            let _nothing_to_do = undo(RETRY);
+            return Ok(false);
         }
         if ddir.removed() || sdir.removed() {
             return Err(undo(errno::ENOENT));
@@ -417,7 +425,6 @@ impl<B: Backend> Namespace<B> {
         (plan, seen): (&mut Plan, &Seen<'_>),
         news: &mut New,
         flags: RenameFlags,
-        (sp, sn): (u64, &[u8]),
         (sdir, ddir): (&super::Dir, &super::Dir),
     ) -> Result<()> {
         let pm = &self.pool.pm;
@@ -431,12 +438,12 @@ impl<B: Backend> Namespace<B> {
         // change since.
         let Some(src) = self.index.leave_sighted(pm, &seen.src) else {
             discard(news);
-            // Being moved or removed right now: plan again once that is settled.
-            return Err(if self.in_transit(sp, sn) {
-                RETRY
-            } else {
-                errno::ENOENT
-            });
+            // Changed since the plan saw it: being moved, removed or replaced, or
+            // already replaced by another rename (a new entry of the name, which this
+            // claim did not see). Plan again: the plan's lookup says ENOENT only if
+            // the name is missing then. (Asking whether it was still in transit here
+            // said ENOENT for a name another rename had just replaced: issue 42.)
+            return Err(RETRY);
         };
         let dst = match plan.dst {
             Some(_) => match self.index.leave_sighted(pm, &seen.dst) {
@@ -637,14 +644,6 @@ impl<B: Backend> Namespace<B> {
             self.retire_dentry(ddir, d);
         }
         Ok(due)
-    }
-
-    /// Is (parent, name) in the index in a state other than Ready: being created,
-    /// removed or renamed by another operation right now?
-    fn in_transit(&self, parent: u64, name: &[u8]) -> bool {
-        self.index
-            .find(&self.pool.pm, parent, name)
-            .is_some_and(|e| e.state != State::Ready)
     }
 
     /// A whiteout's inode (a character device 0:0 owned by `cred`), written and

@@ -38,6 +38,47 @@ pub fn stop_here(point: &'static str) {
     }
 }
 
+// Unit tests only: closures the calling thread runs once at a named point of the
+// engine ([`race_here`]), to make a race with another operation happen exactly
+// there (the other operation runs on the same thread, at that point).
+#[cfg(test)]
+type Race = (&'static str, Box<dyn FnOnce()>);
+
+#[cfg(test)]
+thread_local! {
+    static RACES: std::cell::RefCell<Vec<Race>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Unit tests only: run `f` once, the next time this thread passes `point`.
+#[cfg(test)]
+pub fn on_race(point: &'static str, f: impl FnOnce() + 'static) {
+    RACES.with(|r| r.borrow_mut().push((point, Box::new(f))));
+}
+
+/// Unit tests only: the points armed by [`on_race`] not passed yet.
+#[cfg(test)]
+pub fn races_left() -> Vec<&'static str> {
+    RACES.with(|r| r.borrow().iter().map(|(p, _)| *p).collect())
+}
+
+/// A point where a unit test may run another operation ([`on_race`]); nothing
+/// outside unit tests.
+#[inline]
+pub fn race_here(point: &'static str) {
+    #[cfg(test)]
+    {
+        let armed = RACES.with(|r| {
+            let mut r = r.borrow_mut();
+            let at = r.iter().position(|(p, _)| *p == point);
+            at.map(|i| r.remove(i).1)
+        });
+        if let Some(f) = armed {
+            f();
+        }
+    }
+    let _ = point;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

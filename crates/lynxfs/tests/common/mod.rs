@@ -16,3 +16,4 @@ pub fn errno<T: std::fmt::Debug>(r: lynxfs::Result<T>) -> i32 {
         Err(e) => e.errno(),
     }
 }
+pub mod history_front;

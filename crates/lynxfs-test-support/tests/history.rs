@@ -1,0 +1,72 @@
+//! The history checker's control (issue 42): histories recorded through the kernel
+//! on tmpfs and on ext4, by two processes of two threads each, must be linearizable
+//! per name. The checker's own unit tests (`history::tests`) show it failing
+//! histories that are not.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lynxfs_test_support::history::{check, parse, History};
+use lynxfs_test_support::watchdog;
+
+/// How long each process records, and the calls each thread makes at most (what
+/// bounds the check's time).
+const RUN_MS: u64 = 1500;
+const MAX_CALLS: u64 = 60_000;
+
+/// The history of two processes of two threads calling in `dir` (empty).
+fn record(dir: &Path) -> History {
+    let exe = env!("CARGO_BIN_EXE_lynxfs-history");
+    let out = Command::new(exe).arg(dir).arg("setup").output().unwrap();
+    assert!(
+        out.status.success(),
+        "setup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut h = History::default();
+    parse(&String::from_utf8_lossy(&out.stdout), &mut h).unwrap();
+    let kids: Vec<_> = (0..2)
+        .map(|p| {
+            Command::new(exe)
+                .arg(dir)
+                .args(["run", &(p * 10).to_string(), "2"])
+                .args([RUN_MS.to_string(), MAX_CALLS.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        assert!(out.status.success(), "a recorder failed");
+        parse(&String::from_utf8_lossy(&out.stdout), &mut h).unwrap();
+    }
+    h
+}
+
+fn control(parent: &str) {
+    let _dog = watchdog::watchdog(
+        &format!("history control in {parent}"),
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::Builder::new()
+        .prefix("lynxfs-history")
+        .tempdir_in(parent)
+        .unwrap();
+    let h = record(dir.path());
+    let t = std::time::Instant::now();
+    let checked = check(&h).unwrap_or_else(|v| panic!("{parent}: {v}"));
+    eprintln!("{parent}: {checked:?}, checked in {:?}", t.elapsed());
+    assert!(checked.calls > 1000, "only {} calls", checked.calls);
+}
+
+#[test]
+fn the_kernels_histories_on_tmpfs_are_linearizable() {
+    control("/dev/shm");
+}
+
+#[test]
+fn the_kernels_histories_on_ext4_are_linearizable() {
+    control("/var/tmp");
+}
