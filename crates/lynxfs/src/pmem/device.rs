@@ -231,14 +231,35 @@ impl Device {
     /// that durable, under the device's growth lock (another process may be filling
     /// the same step; a hole is only ever a range no write has reached).
     fn grow(&self, step: u64) -> std::io::Result<()> {
-        use crate::runtime::attach::ofd_lock;
         let start = (step * GROW_STEP).max(self.data_off);
         let end = ((step + 1) * GROW_STEP).min(self.data_off + self.data_len);
         let _alone = self.growing.lock().unwrap_or_else(|p| p.into_inner());
-        ofd_lock(&self.file, GROW_LOCK, 1, libc::F_WRLCK, true)?;
+        self.grow_lock(libc::F_WRLCK)?;
         let filled = self.fill_holes(start, end);
-        let _ = ofd_lock(&self.file, GROW_LOCK, 1, libc::F_UNLCK, false);
+        let _ = self.grow_lock(libc::F_UNLCK);
         filled
+    }
+
+    /// Take (waiting) or release the growth lock's OFD lock (`kind`: F_WRLCK or
+    /// F_UNLCK). Here, not `runtime`'s helper: persistence sits below the runtime.
+    fn grow_lock(&self, kind: libc::c_int) -> std::io::Result<()> {
+        // SAFETY: a plain C struct; all-zero is a valid value that we then fill in.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = kind as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = GROW_LOCK;
+        fl.l_len = 1;
+        loop {
+            // SAFETY: fcntl on a descriptor we own, with a pointer to a live flock.
+            let r = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_SETLKW, &fl) };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
     }
 
     /// Write zeros over every hole of `[start, end)`, then `fdatasync` if any was
