@@ -62,6 +62,8 @@ pub struct FuseTarget {
     _mount: LynxMount,
     _point: TempDir,
     _pool: PoolFile,
+    // A hybrid pool's data device, removed after the pool.
+    _device: Option<PoolFile>,
 }
 
 impl FuseTarget {
@@ -105,13 +107,33 @@ impl FuseTarget {
     }
 
     fn mount_labelled(options: &str, label: &str) -> anyhow::Result<Self> {
+        let mut mkfs = MkfsOptions::new(LibTarget::DEFAULT_SIZE);
+        mkfs.inodes = Some(LibTarget::DEFAULT_INODES);
+        Self::mount_pool(options, label, mkfs, None)
+    }
+
+    /// The `hybrid-fuse` target: the `hybrid` target's pool (1 GiB in /dev/shm, its
+    /// data device a file in /var/tmp on the root disk), mounted with the default
+    /// options.
+    pub fn mount_hybrid() -> anyhow::Result<Self> {
+        let device = PoolFile(crate::hybrid::fresh_device_path()?);
+        let mut mkfs = MkfsOptions::new(crate::HybridTarget::SIZE);
+        mkfs.inodes = Some(crate::HybridTarget::INODES);
+        mkfs.data_device = Some(device.0.clone());
+        Self::mount_pool(Self::OPTIONS, "hybrid-fuse", mkfs, Some(device))
+    }
+
+    fn mount_pool(
+        options: &str,
+        label: &str,
+        mkfs: MkfsOptions,
+        device: Option<PoolFile>,
+    ) -> anyhow::Result<Self> {
         // Whatever the defaults for root become, a scratch tree stays nosuid and nodev,
         // as the tmpfs target's (`crate::mount`).
         let o = MountOptions::parse(&[options, "nosuid,nodev"].join(","))?;
         let path = fresh_pool_path()?;
         let pool = PoolFile(path.clone());
-        let mut mkfs = MkfsOptions::new(LibTarget::DEFAULT_SIZE);
-        mkfs.inodes = Some(LibTarget::DEFAULT_INODES);
         Pool::mkfs(&path, &mkfs, PmemBackend::default()).map_err(to_io)?;
         let point = TempDir::with_prefix("lynxfs-bench-fuse.")?;
         let mount = lynxfs_fuse::mount_background(&path, point.path(), &o)?;
@@ -121,6 +143,7 @@ impl FuseTarget {
             _mount: mount,
             _point: point,
             _pool: pool,
+            _device: device,
         })
     }
 }

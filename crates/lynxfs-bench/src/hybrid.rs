@@ -148,7 +148,7 @@ pub(crate) fn small_lib() -> io::Result<LibTarget> {
 }
 
 /// A name in [`DISK_BASE`] for a data device, which mkfs makes.
-fn fresh_device_path() -> io::Result<PathBuf> {
+pub(crate) fn fresh_device_path() -> io::Result<PathBuf> {
     let tmp = tempfile::Builder::new()
         .prefix("lynxfs-bench.")
         .suffix(".dev")
@@ -438,6 +438,8 @@ fn scrub(t: &dyn Target) {
     }
     let _ = t.rmdir(&fsync);
     let _ = t.unlink(&Path::new(ROOT).join("append"));
+    let _ = t.unlink(&Path::new(ROOT).join("clean"));
+    let _ = t.unlink(&Path::new(ROOT).join("other"));
     let _ = t.unlink(&seq_path());
     let _ = t.rmdir(Path::new(ROOT));
 }
@@ -605,6 +607,208 @@ pub(crate) fn run(
     })
 }
 
+/// The `hybrid-fsync` suite's create sizes (fs_mark's sync mode at several sizes; 0:
+/// an fsync of a new empty file, metadata alone).
+const CREATE_SIZES: &[usize] = &[0, 4 << 10, 16 << 10, 64 << 10];
+/// The mail server's thread counts.
+const MAIL_THREADS: &[usize] = &[1, 4, 16];
+/// fsyncs of a file whose data an earlier fsync made durable, per round
+/// ([`clean_fsync`]).
+const CLEAN_FSYNCS: usize = 500;
+/// Flushes of the disk's own probe, per round.
+const PROBE_FLUSHES: usize = 200;
+
+/// The `hybrid-fsync` suite's rows (issue 43), in order.
+fn fsync_rows() -> Vec<String> {
+    let mut rows: Vec<String> = CREATE_SIZES
+        .iter()
+        .map(|&s| format!("fsync create {}K", s >> 10))
+        .collect();
+    rows.push("append 8K, fsync/32".into());
+    rows.push("fsync committed file, other written".into());
+    rows.extend(MAIL_THREADS.iter().map(|t| format!("varmail {t}t")));
+    rows
+}
+
+/// Files of `size` bytes created with an fsync each: files per second.
+fn fsync_create_sized(t: &dyn Target, files: usize, size: usize) -> io::Result<f64> {
+    let dir = Path::new(ROOT).join("fsync");
+    t.mkdir(&dir)?;
+    let paths: Vec<PathBuf> = (0..files).map(|i| dir.join(format!("f{i}"))).collect();
+    let buf = vec![0x5au8; size];
+    let start = Instant::now();
+    for p in &paths {
+        let h = t.open(p, OpenFlags::CREATE_TRUNCATE)?;
+        let written = match size {
+            0 => Ok(()),
+            _ => pwrite_all(t, h, &buf, 0),
+        }
+        .and_then(|()| t.fsync(h));
+        t.close(h)?;
+        written?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    for p in &paths {
+        t.unlink(p)?;
+    }
+    t.rmdir(&dir)?;
+    Ok(files as f64 / secs)
+}
+
+/// fsyncs of a file whose 16 KiB an fsync already made durable, each after a 4 KiB
+/// append to another file that is not fsync'd (nothing of the fsync'd file is pending:
+/// a hybrid pool need not commit the other file's write; ext4 flushes the disk's cache
+/// at every fsync): fsyncs per second.
+fn clean_fsync(t: &dyn Target) -> io::Result<f64> {
+    let (path, other) = (Path::new(ROOT).join("clean"), Path::new(ROOT).join("other"));
+    let h = t.open(&path, OpenFlags::CREATE_TRUNCATE)?;
+    let o = t.open(&other, OpenFlags::CREATE_TRUNCATE)?;
+    let run = (|| {
+        pwrite_all(t, h, &vec![0x3cu8; CREATE_SIZE], 0)?;
+        t.fsync(h)?;
+        let block = [0x4bu8; 4096];
+        let start = Instant::now();
+        for i in 0..CLEAN_FSYNCS as u64 {
+            pwrite_all(t, o, &block, i * 4096)?;
+            t.fsync(h)?;
+        }
+        Ok(CLEAN_FSYNCS as f64 / start.elapsed().as_secs_f64())
+    })();
+    t.close(h)?;
+    t.close(o)?;
+    t.unlink(&path)?;
+    t.unlink(&other)?;
+    run
+}
+
+/// The disk's own flush, in µs per call: a file in [`DISK_BASE`] written and made
+/// durable first (so its blocks are allocated and written), then [`PROBE_FLUSHES`]
+/// times a 4 KiB overwrite and `fdatasync` (the least a durable small write costs on
+/// this disk), and as many `fdatasync`s with nothing written (the cache flush alone).
+/// Medians.
+fn disk_flush_us() -> io::Result<(f64, f64)> {
+    use std::os::unix::fs::FileExt;
+    let f = tempfile::tempfile_in(DISK_BASE)?;
+    let span = 4u64 << 20;
+    f.write_all_at(&vec![0x11u8; span as usize], 0)?;
+    f.sync_all()?;
+    let block = [0x22u8; 4096];
+    let mut written = Vec::with_capacity(PROBE_FLUSHES);
+    let mut bare = Vec::with_capacity(PROBE_FLUSHES);
+    for i in 0..PROBE_FLUSHES as u64 {
+        let start = Instant::now();
+        f.write_all_at(&block, (i * 4096) % span)?;
+        f.sync_data()?;
+        written.push(start.elapsed().as_secs_f64() * 1e6);
+        let start = Instant::now();
+        f.sync_data()?;
+        bare.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((crate::median(&written), crate::median(&bare)))
+}
+
+/// The `hybrid-fsync` suite: per round, the disk's flush, then each row on every
+/// target before the next row (noise lands on all alike).
+pub(crate) fn run_fsync(
+    targets: &[Box<dyn Target>],
+    names: &[String],
+    opts: &Options,
+) -> anyhow::Result<Measured> {
+    crate::mdtest::check_free(targets, names, ROOT)?;
+    let rows = fsync_rows();
+    let bar = progress_bar(opts, "hybrid-fsync", opts.rounds);
+    let mut cells = vec![vec![Vec::new(); targets.len()]; rows.len()];
+    let (mut written, mut bare) = (Vec::new(), Vec::new());
+    let files = (opts.files / 10).max(1);
+    let mail = Options {
+        files: (opts.files / 10).max(1),
+        ..opts.clone()
+    };
+    for _ in 0..opts.rounds {
+        bar.inc(1);
+        let (w, b) = disk_flush_us().context("timing the disk's flush")?;
+        written.push(w);
+        bare.push(b);
+        let round = (|| -> anyhow::Result<()> {
+            for t in targets {
+                t.mkdir(Path::new(ROOT))?;
+            }
+            let mut row = 0;
+            for &size in CREATE_SIZES {
+                for (col, t) in targets.iter().enumerate() {
+                    cells[row][col].push(fsync_create_sized(t.as_ref(), files, size)?);
+                }
+                row += 1;
+            }
+            for (col, t) in targets.iter().enumerate() {
+                cells[row][col].push(append(t.as_ref(), opts.file_size)?);
+            }
+            row += 1;
+            for (col, t) in targets.iter().enumerate() {
+                cells[row][col].push(clean_fsync(t.as_ref())?);
+            }
+            row += 1;
+            for &threads in MAIL_THREADS {
+                for (col, t) in targets.iter().enumerate() {
+                    let v = crate::personalities::varmail(t.as_ref(), threads, &mail)
+                        .with_context(|| format!("varmail {threads}t on {}", names[col]))?;
+                    cells[row][col].push(v);
+                }
+                row += 1;
+            }
+            for t in targets {
+                t.rmdir(Path::new(ROOT))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = round {
+            targets.iter().for_each(|t| scrub(t.as_ref()));
+            return Err(e);
+        }
+    }
+    bar.finish_and_clear();
+    let rows = rows
+        .iter()
+        .zip(cells)
+        .map(|(op, c)| Row::from_rounds(op.clone(), c))
+        .collect();
+    let us = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let notes = vec![
+        format!(
+            "the disk's own flush (a file in {DISK_BASE}, written first): a 4 KiB \
+             overwrite + fdatasync {} us, an fdatasync with nothing written {} us (median \
+             of {PROBE_FLUSHES}, per round)",
+            us(&written),
+            us(&bare)
+        ),
+        format!(
+            "fsync create: {files} files per size, each written then fsync'd (0K: \
+             created and fsync'd); append: {} appends of 8 KiB, fsync after every \
+             {APPENDS_PER_FSYNC}; fsync committed file: {CLEAN_FSYNCS} fsyncs of a 16 KiB \
+             file already fsync'd, each after a 4 KiB append to another file; varmail: {} flows (the personalities suite's)",
+            opts.file_size / APPEND as u64,
+            mail.files
+        ),
+        "a hybrid pool's metadata is in /dev/shm (DRAM standing in for persistent \
+         memory: it survives no power loss, unlike ext4's journal on the disk), which \
+         favours LynxFS against a durable ext4"
+            .to_string(),
+    ];
+    Ok(Measured {
+        unit: "ops/s",
+        higher_is_better: true,
+        columns: names.to_vec(),
+        rows,
+        notes,
+        baseline: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,6 +851,36 @@ mod tests {
         for op in EXPORT_ROWS {
             assert!(ops.contains(op), "{ops:?}");
         }
+        for t in &targets {
+            assert!(t.readdir(Path::new("")).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn the_fsync_suite_measures_every_row_and_cleans_up() {
+        let targets: Vec<Box<dyn Target>> = vec![
+            Box::new(HybridTarget::create().unwrap()),
+            Box::new(DiskDirTarget::create().unwrap()),
+        ];
+        let names: Vec<String> = targets.iter().map(|t| t.name()).collect();
+        let opts = Options {
+            files: 40,
+            file_size: 1 << 20,
+            progress: false,
+            ..Options::default()
+        };
+        let m = run_fsync(&targets, &names, &opts).unwrap();
+        let ops: Vec<String> = m.rows.iter().map(|r| r.op.clone()).collect();
+        assert_eq!(ops, fsync_rows());
+        for r in &m.rows {
+            assert!(
+                r.values.iter().all(|v| v.is_finite() && *v > 0.0),
+                "{}: {:?}",
+                r.op,
+                r.values
+            );
+        }
+        assert!(m.notes[0].contains("fdatasync"), "{:?}", m.notes);
         for t in &targets {
             assert!(t.readdir(Path::new("")).unwrap().is_empty());
         }

@@ -30,6 +30,10 @@
 //! - `hybrid` (issue 28): fsync-heavy work, FSMAC's file-append, `syscalls`, 1 MiB
 //!   sequential I/O with cold reads, on a hybrid pool against ext4 on the same disk
 //!   (`ext4-disk`) and an all-PM pool.
+//! - `hybrid-fsync` (issue 43): the disk's own flush, fs_mark-style create+fsync at
+//!   several sizes, FSMAC's file-append, an fsync of a committed file while another
+//!   is written, and varmail at
+//!   1, 4 and 16 threads, on a hybrid pool against ext4 on the same disk.
 //! - `statall` (issue 27): µs per file to stat every file of a generated
 //!   [`Options::files`]-file tree 8 directories deep by its full path (cold and warm).
 //! - `rename` (issue 27, ADAM's Fig. 6): µs per rename of a hot directory of 1 to
@@ -111,6 +115,7 @@ pub const SUITES: &[&str] = &[
     "personalities",
     "ablation",
     "hybrid",
+    "hybrid-fsync",
     "statall",
     "rename",
     "filetest",
@@ -309,6 +314,7 @@ fn measure(
         "personalities" => personalities::run(targets, names, opts)?,
         "ablation" => ablation::run(opts)?,
         "hybrid" => hybrid::run(targets, names, opts)?,
+        "hybrid-fsync" => hybrid::run_fsync(targets, names, opts)?,
         "statall" => statall::run(targets, names, opts)?,
         "rename" => rename::run(targets, names, opts)?,
         "filetest" => filetest::run(targets, names, opts)?,
@@ -362,13 +368,16 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
             Box::new(DiskDirTarget::create().context("setting up a directory on the disk")?)
         }
         HYBRID_NAME => Box::new(HybridTarget::create().context("setting up a hybrid pool")?),
+        "hybrid-fuse" => Box::new(
+            FuseTarget::mount_hybrid().context("mounting a hybrid LynxFS pool through FUSE")?,
+        ),
         "lib-1g" => Box::new(hybrid::small_lib().context("setting up a LynxFS pool")?),
         _ => match spec.strip_prefix("dir=") {
             Some(path) => {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, lib-1g, lib-inplace, lib-areas, lib-noevolution, lib-noareas, hybrid, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, lib-1g, lib-inplace, lib-areas, lib-noevolution, lib-noareas, hybrid, hybrid-fuse, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
             }
         },
     };

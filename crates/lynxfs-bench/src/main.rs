@@ -19,21 +19,22 @@ use lynxfs_bench::{
     name = "lynxfs-bench",
     version,
     about = "Run a LynxFS benchmark suite and print its table (syscalls, data, mdtest, \
-             smallfiles, recovery, apps, personalities, ablation, hybrid, statall, rename, filetest, \
-             start)"
+             smallfiles, recovery, apps, personalities, ablation, hybrid, hybrid-fsync, statall, \
+             rename, filetest, start)"
 )]
 struct BenchArgs {
     /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities, ablation,
-    /// hybrid, statall, rename, filetest or start (process start under the preload).
+    /// hybrid, hybrid-fsync, statall, rename, filetest or start (process start under
+    /// the preload).
     suite: String,
     /// A file system to measure, repeatable; the first is the one the ratio columns
-    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), hybrid (the same, 1 GiB, file data on a device file in /var/tmp), lib-1g (lib in a 1 GiB pool, as hybrid's), lib-inplace (its pool in the inplace data mode), lib-areas, lib-noevolution, lib-noareas (ADAM's areas with and without evolution, areas off), tmpfs, shm,
+    /// compare with the others. lib (LynxFS in process, pool in /dev/shm), hybrid (the same, 1 GiB, file data on a device file in /var/tmp), hybrid-fuse (that pool through FUSE), lib-1g (lib in a 1 GiB pool, as hybrid's), lib-inplace (its pool in the inplace data mode), lib-areas, lib-noevolution, lib-noareas (ADAM's areas with and without evolution, areas off), tmpfs, shm,
     /// ext4 (an image in /dev/shm), ext4-disk (a directory on the root file system's disk), fuse-null (the FUSE floor), fuse (LynxFS over FUSE, `lynxfs mount`'s
     /// default options: io_uring when the kernel offers it), fuse-dev (the same over
     /// the classic /dev/fuse transport), fuse-nocache (kernel name and attribute caches
     /// off, /dev/fuse) or dir=PATH; preload: unmodified programs through liblynxfs_preload.so on a
     /// fresh pool (as `lynxfs run`; its column comes first). Default: lib and
-    /// tmpfs (hybrid, ext4-disk and lib-1g for hybrid; rename and filetest: lib-areas,
+    /// tmpfs (hybrid, ext4-disk and lib-1g for hybrid; hybrid and ext4-disk for hybrid-fsync; rename and filetest: lib-areas,
     /// lib-noevolution, lib-noareas and tmpfs; none for recovery and ablation, which
     /// make their own pools).
     #[arg(long = "target", value_name = "T")]
@@ -188,6 +189,11 @@ fn run(args: BenchArgs) -> Result<()> {
         Vec::new()
     } else if processes > 0 {
         vec!["lib".to_string()]
+    } else if suite == "hybrid-fsync" {
+        vec![
+            lynxfs_bench::HYBRID_NAME.to_string(),
+            lynxfs_bench::DISK_NAME.to_string(),
+        ]
     } else if suite == "hybrid" {
         vec![
             lynxfs_bench::HYBRID_NAME.to_string(),

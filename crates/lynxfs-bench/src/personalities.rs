@@ -536,6 +536,16 @@ fn measure(t: &dyn Target, spec: &Spec, threads: usize, opts: &Options) -> anyho
     Ok(ops as f64 / secs)
 }
 
+/// varmail alone on one target with `threads` threads, [`Options::files`] flows (the
+/// `hybrid-fsync` suite's mail server at several thread counts). Ops/s.
+pub(crate) fn varmail(t: &dyn Target, threads: usize, opts: &Options) -> anyhow::Result<f64> {
+    let spec = SPECS
+        .iter()
+        .find(|s| s.flow == Flow::Varmail)
+        .expect("varmail is one of the personalities");
+    measure(t, spec, threads, opts)
+}
+
 /// The thread counts a personality runs with: 2 (Filebench's counts scaled to the
 /// machine's cores, as the suite ran before) and `--max-threads`, the count that shows
 /// how waits behave with many more threads than CPUs. webserver's second count is

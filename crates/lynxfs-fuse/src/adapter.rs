@@ -1095,14 +1095,14 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         if self.fs.pool().txn().is_some() {
             // A hybrid pool's writes are durable at its commit (never ENOSYS: the
-            // kernel would stop asking).
-            return match self.fs.sync() {
+            // kernel would stop asking); a file with none pending commits nothing.
+            return match self.fs.fsync(fh.0) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(Errno::from_i32(e.errno())),
             };

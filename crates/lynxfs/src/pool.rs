@@ -630,6 +630,17 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    /// fsync of inode `ino` in a hybrid pool: commit the writes of it not yet committed
+    /// (with whatever else their transaction holds), or nothing if there are none, so
+    /// an fsync of a directory or of a file whose data is on the device costs no disk
+    /// flush. Nothing to do in other pools.
+    pub fn commit_for(&self, ino: u64) -> Result<()> {
+        match self.txn() {
+            Some(t) => t.commit_for(self, ino),
+            None => Ok(()),
+        }
+    }
+
     /// [`Self::commit`] if a hybrid pool has writes not yet committed (one load
     /// otherwise).
     #[inline]

@@ -943,6 +943,199 @@ fn crash_images_of_hybrid_writes_show_old_or_new() {
     assert!(all_bad.is_empty(), "{all_bad:#?}");
 }
 
+/// Group commit under the crash checker: three threads append to files of their own and
+/// fsync at once, so commits run while others write and wait for each other's flush
+/// (a waiter whose writes a commit in flight covers returns with it). At every fence
+/// and device flush, with the device's unflushed sectors lost, kept, torn or reordered:
+/// a file whose fsync had returned shows its append, every other file old or new, and
+/// fsck is clean.
+#[test]
+fn crash_images_of_concurrent_fsyncs_keep_every_returned_one() {
+    const THREADS: usize = 3;
+    const ROUNDS: usize = 2;
+    let p = pair();
+    let rec = RecordingBackend::new();
+    let fs = Fs::new(Pool::open(&p.pool, Access::ReadWrite, rec.clone()).unwrap());
+    let old = pattern(OLD_LEN, 1);
+    let name = |i: usize| format!("/t{i}");
+    for i in 0..THREADS {
+        write_synced(&fs, &name(i), &old);
+    }
+    // The states of file `i`: old, then one append per round.
+    let states = |i: usize| -> Vec<Vec<u8>> {
+        let mut v = vec![old.clone()];
+        for r in 0..ROUNDS {
+            let last = v.last().unwrap().clone();
+            v.push(overwrite(
+                &last,
+                last.len(),
+                3000,
+                (20 + i * ROUNDS + r) as u8,
+            ));
+        }
+        v
+    };
+    let pm = std::fs::read(&p.pool).unwrap();
+    let dev = std::fs::read(&p.dev).unwrap();
+    rec.take();
+    // A commit that never ends (a lost wake-up of the commit mutex) fails the run.
+    let hang = lynxfs_test_support::watchdog(
+        "crash_images_of_concurrent_fsyncs_keep_every_returned_one",
+        std::time::Duration::from_secs(120),
+    );
+    // For each thread and round: how many events were logged once its fsync returned.
+    let returned: Vec<Vec<usize>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (fs, rec, want) = (&fs, &rec, states(i));
+                s.spawn(move || {
+                    let fd = fs
+                        .session(Cred::root())
+                        .open(name(i), libc::O_RDWR, 0)
+                        .unwrap();
+                    let mut at = Vec::new();
+                    for r in 0..ROUNDS {
+                        let end = want[r].len();
+                        let bytes = &want[r + 1][end..];
+                        assert_eq!(fs.pwrite(fd, bytes, end as u64).unwrap(), bytes.len());
+                        fs.fsync(fd).unwrap();
+                        at.push(rec.len());
+                    }
+                    fs.close_fd(fd).unwrap();
+                    at
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    drop(hang);
+    let events = rec.take();
+    let flushes = events
+        .iter()
+        .filter(|e| matches!(e, Event::DeviceSync))
+        .count();
+    println!("{} fsyncs, {flushes} device flushes", THREADS * ROUNDS);
+    assert!(flushes <= THREADS * ROUNDS);
+    fs.pool().crash_in_place();
+    drop(fs);
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let (mut judged, mut bad) = (0, Vec::new());
+    let points = (0..=events.len())
+        .filter(|&k| k == events.len() || matches!(events[k], Event::Fence | Event::DeviceSync));
+    for k in points {
+        for pool_img in pool_images(&pm, &events, k) {
+            for dev_img in device_images(&dev, &events, k, &mut rng) {
+                judged += 1;
+                std::fs::write(&p.pool, &pool_img).unwrap();
+                std::fs::write(&p.dev, &dev_img).unwrap();
+                let fs = match p.open() {
+                    Ok(fs) => fs,
+                    Err(e) => {
+                        bad.push(format!("at event {k}: open failed: {e}"));
+                        continue;
+                    }
+                };
+                for (i, at) in returned.iter().enumerate() {
+                    let got = read_file(&fs, &name(i)).unwrap();
+                    let states = states(i);
+                    // The newest state an fsync that returned before this point made
+                    // durable: the file must hold it or a later one.
+                    let floor = at.iter().filter(|&&n| n <= k).count();
+                    if !states[floor..].contains(&got) {
+                        bad.push(format!(
+                            "at event {k}: {} holds {} bytes, not a state from fsync {floor} on",
+                            name(i),
+                            got.len()
+                        ));
+                    }
+                }
+                let rep = lynxfs::fsck::check(fs.pool());
+                if !rep.is_clean() {
+                    bad.push(format!("at event {k}: fsck: {:?}", rep.problems));
+                }
+                fs.pool().crash_in_place();
+            }
+        }
+    }
+    println!("{judged} crash images");
+    assert!(judged > 3, "too few crash points");
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The device flushes (commits) `f` makes on `fs`, whose recording is `rec`.
+fn flushes_of(rec: &RecordingBackend, f: impl FnOnce()) -> usize {
+    rec.take();
+    f();
+    rec.take()
+        .iter()
+        .filter(|e| matches!(e, Event::DeviceSync))
+        .count()
+}
+
+/// An fsync finds its own writes: one of a file with nothing pending (data already
+/// committed, a chmod, a directory, a new empty file) flushes nothing, even while
+/// other files have writes pending, which a crash then rolls back; one whose writes
+/// an earlier commit covered flushes nothing either; one with writes pending commits.
+#[test]
+fn an_fsync_flushes_only_when_its_file_has_writes_pending() {
+    let p = pair();
+    let rec = RecordingBackend::new();
+    let fs = Fs::new(Pool::open(&p.pool, Access::ReadWrite, rec.clone()).unwrap());
+    let s = fs.session(Cred::root());
+    let v1 = pattern(3 * BLOCK as usize, 1);
+    write_synced(&fs, "/f", &v1);
+    write_file(&fs, "/pending", &pattern(2 * BLOCK as usize, 2));
+    let fd = s.open("/f", libc::O_RDWR, 0).unwrap();
+    s.mkdir("/d", 0o755).unwrap();
+    let dfd = s.open("/d", libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    let none = flushes_of(&rec, || {
+        fs.fsync(fd).unwrap();
+        s.chmod("/f", 0o600).unwrap();
+        fs.fsync(fd).unwrap();
+        fs.fsync(dfd).unwrap();
+        let e = s.create("/d/empty", 0o644).unwrap();
+        fs.fsync(e).unwrap();
+        fs.close_fd(e).unwrap();
+    });
+    assert_eq!(none, 0, "an fsync with nothing of its file pending flushed");
+    // Two files written in one transaction; the first one's fsync commits both.
+    let (a, b) = (pattern(BLOCK as usize, 3), pattern(BLOCK as usize, 4));
+    let fa = s.create("/a", 0o644).unwrap();
+    let fb = s.create("/b", 0o644).unwrap();
+    fs.pwrite(fa, &a, 0).unwrap();
+    fs.pwrite(fb, &b, 0).unwrap();
+    assert_eq!(flushes_of(&rec, || fs.fsync(fa).unwrap()), 1);
+    fs.pwrite(fd, &v1[..100], 0).unwrap();
+    assert_eq!(
+        flushes_of(&rec, || fs.fsync(fb).unwrap()),
+        0,
+        "/b's write was committed with /a's"
+    );
+    assert_eq!(flushes_of(&rec, || fs.fsync(fd).unwrap()), 1);
+    fs.pwrite(fd, &pattern(100, 5), 0).unwrap();
+    write_file(&fs, "/late", &pattern(BLOCK as usize, 6));
+    for h in [fd, dfd, fa, fb] {
+        fs.close_fd(h).unwrap();
+    }
+    drop(s);
+    fs.pool().crash_in_place();
+    drop(fs);
+    let fs = p.open().unwrap();
+    assert!(lynxfs::fsck::check(fs.pool()).is_clean());
+    let s = fs.session(Cred::root());
+    assert_eq!(read_file(&fs, "/f").unwrap(), v1, "/f as last fsync'd");
+    assert_eq!(s.stat("/f").unwrap().mode & 0o7777, 0o600);
+    assert_eq!(read_file(&fs, "/d/empty").unwrap(), b"");
+    assert_eq!(
+        read_file(&fs, "/pending").unwrap(),
+        pattern(2 * BLOCK as usize, 2),
+        "committed with /a's write"
+    );
+    assert_eq!(read_file(&fs, "/late").unwrap(), b"", "never committed");
+    assert_eq!(read_file(&fs, "/a").unwrap(), a);
+    assert_eq!(read_file(&fs, "/b").unwrap(), b);
+}
+
 /// Overwrite `data` over "/f" (open `fd`) from 0, growing it.
 fn rewrite(fs: &Fs<PmemBackend>, name: &str, data: &[u8], sync: bool) {
     let fd = fs

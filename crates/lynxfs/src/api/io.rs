@@ -105,7 +105,7 @@ impl<B: Backend> Fs<B> {
         if pool.txn().is_some() && self.flags_of(f)? & libc::O_DSYNC != 0 {
             // O_SYNC and O_DSYNC (O_SYNC includes its bit): durable on return.
             drop(_alone);
-            pool.commit()?;
+            pool.commit_for(f.ino)?;
         }
         Ok((at, n))
     }

@@ -277,11 +277,14 @@ impl<B: Backend> Fs<B> {
     }
 
     /// fsync and fdatasync: every call is durable when it returns, except a hybrid
-    /// pool's writes, which commit here (with every other write to the pool before:
-    /// one transaction holds them all).
+    /// pool's writes, which commit here if the file has any not yet committed (with
+    /// every other write of their transaction; concurrent fsyncs share one commit).
     pub fn fsync(&self, fd: Fd) -> Result<()> {
-        self.file(fd)?;
-        self.sync()
+        let ino = self.file(fd)?.ino;
+        match self.ns.pool.txn() {
+            Some(_) => self.op(|| self.ns.pool.commit_for(ino)),
+            None => Ok(()),
+        }
     }
 
     /// sync and syncfs: a hybrid pool's running transaction commits (nothing to do in

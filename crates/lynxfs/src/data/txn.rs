@@ -17,6 +17,13 @@
 //! original of a transaction that did not commit, so no file shows blocks whose data
 //! did not reach the disk.
 //!
+//! Commits are grouped, as jbd2's: a commit whose caller's writes a commit in flight
+//! covers waits for that one and makes no flush of its own, so concurrent fsyncs share
+//! one device flush; and an fsync commits only if its file has writes in a transaction
+//! not yet committed ([`Txn::commit_for`]): a file whose data is on the device, a
+//! directory, or a chmod costs no disk flush (namespace and attribute changes are
+//! durable in the pool when they return, as in an all-PM pool).
+//!
 //! The running number, the writes in flight (the lock word's readers) and the slots
 //! used in each half of the undo area are in the runtime region, shared by every
 //! attached process. A process that dies holding the lock is a runtime repair
@@ -29,7 +36,7 @@ use crate::error::{errno, Result};
 use crate::format::inode;
 use crate::log::undo::Txn;
 use crate::log::undo::{
-    commit_point, roll_back, Freed, R_TXN, U_COMMIT, U_LOCK, W_COMMITTED, W_NEXT, W_RUNNING,
+    commit_point, roll_back, Freed, R_INO, R_TXN, U_COMMIT, U_LOCK, W_COMMITTED, W_NEXT, W_RUNNING,
     W_STARTED,
 };
 use crate::pmem::Backend;
@@ -192,25 +199,85 @@ impl Txn {
     /// nothing was written since the last commit. EIO when the device's flush fails:
     /// nothing commits, and the next commit tries again.
     pub fn commit<B: Backend>(&self, pool: &Pool<B>) -> Result<()> {
+        self.ready(&pool.pm)?;
+        self.commit_through(pool, self.newest_written())
+    }
+
+    /// fsync of `ino`: commit the newest transaction holding a write of it, or nothing
+    /// when none does (its data and size, as the pool holds them, are committed: a
+    /// directory, a file written before the last commit, a chmod).
+    pub fn commit_for<B: Backend>(&self, pool: &Pool<B>, ino: u64) -> Result<()> {
+        self.ready(&pool.pm)?;
+        match self.newest_with(&pool.pm, ino) {
+            Some(number) => self.commit_through(pool, number),
+            None => Ok(()),
+        }
+    }
+
+    /// The newest transaction with writes: the running one if it has any, else the
+    /// one before (committed, or committing).
+    fn newest_written(&self) -> u64 {
+        let running = self.word(W_RUNNING).load(Ordering::Acquire);
+        match self.slots_used(running) {
+            0 => running - 1,
+            _ => running,
+        }
+    }
+
+    /// Slots recorded in transaction `number`'s half (at most its capacity: a write
+    /// that finds the half full takes a slot past it and commits instead).
+    fn slots_used(&self, number: u64) -> u64 {
+        self.word(W_NEXT + (number % 2) as usize)
+            .load(Ordering::Acquire)
+            .min(self.undo.capacity())
+    }
+
+    /// The newest uncommitted transaction that recorded `ino`'s original, if any: a
+    /// scan of the records of the running transaction and of the committing one.
+    /// Every write that returned recorded its original (or found it recorded by its
+    /// process in that transaction) before it changed anything, so a write of `ino`
+    /// that returned is found unless its transaction has committed. A commit that
+    /// resets a half meanwhile does so only after the transaction that used it
+    /// committed, so what the scan misses that way needs nothing.
+    fn newest_with<B: Backend>(&self, pm: &crate::pmem::Pm<B>, ino: u64) -> Option<u64> {
+        let committed = self.word(W_COMMITTED).load(Ordering::Acquire);
+        let running = self.word(W_RUNNING).load(Ordering::Acquire);
+        (committed + 1..=running).rev().take(2).find(|&number| {
+            (0..self.slots_used(number)).any(|slot| {
+                let rec = self.undo.record(number % 2, slot);
+                pm.load_u64(rec + R_TXN) == number && pm.load_u64(rec + R_INO) == ino
+            })
+        })
+    }
+
+    /// Group commit (as jbd2's): make transaction `want` and those before it
+    /// committed. A commit in flight holds the commit mutex through its device flush;
+    /// a caller that waited for it finds its writes covered if that commit's number
+    /// reached `want`, and returns without a flush of its own. Otherwise the first
+    /// waiter to get the mutex commits the running transaction, which holds the
+    /// writes of every thread and process that came while the previous flush ran:
+    /// their fsyncs then find themselves covered, so concurrent fsyncs share one
+    /// device flush.
+    fn commit_through<B: Backend>(&self, pool: &Pool<B>, want: u64) -> Result<()> {
+        if self.word(W_COMMITTED).load(Ordering::Acquire) >= want {
+            self.release(pool);
+            return Ok(());
+        }
         let pm = &pool.pm;
-        self.ready(pm)?;
         let dev = pool
             .device()
             .expect("a pool with transactions has a device");
         let m = lock::lock(self.u32(U_COMMIT), &*self.watch)?;
         loop {
             let committed = self.word(W_COMMITTED).load(Ordering::Acquire);
+            if committed >= want {
+                break;
+            }
             let running = self.word(W_RUNNING).load(Ordering::Acquire);
             let number = if committed + 1 < running {
                 // The last commit failed: its transaction still waits for the flush,
                 // and its half may not be reused before.
                 running - 1
-            } else if self
-                .word(W_NEXT + (running % 2) as usize)
-                .load(Ordering::Acquire)
-                == 0
-            {
-                break;
             } else {
                 let _w = lock::write(self.u32(U_LOCK), &*self.watch)?;
                 self.word(W_NEXT + ((running + 1) % 2) as usize)
@@ -222,9 +289,6 @@ impl Txn {
             pm.backend().device_synced();
             commit_point(pm, self.undo.commit_word(), number, flushed);
             self.word(W_COMMITTED).store(number, Ordering::Release);
-            if number == running {
-                break;
-            }
         }
         drop(m);
         self.release(pool);

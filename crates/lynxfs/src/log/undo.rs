@@ -24,7 +24,7 @@ const PER_BLOCK: u64 = BLOCK / RECORD;
 /// The record's transaction number: stored (and fenced) after the rest, so a record
 /// is valid exactly when this word names a transaction that did not commit.
 pub(crate) const R_TXN: u64 = 0;
-const R_INO: u64 = 8;
+pub(crate) const R_INO: u64 = 8;
 const R_IMAGE: u64 = 64;
 /// The most blocks of one half of the undo area.
 const MAX_HALF: u64 = 256;
