@@ -161,14 +161,14 @@ pub fn get(fd: c_int) -> Option<Arc<Open>> {
     if fd < 0 || !marked(fd) {
         return None;
     }
-    table(fd).read().get(&fd).cloned()
+    passing(|| table(fd).read().get(&fd).cloned())
 }
 
 /// `fd` (a kernel fd this library reserved) now serves `open`; an entry left over
 /// from an fd the kernel closed behind our back is dropped.
 pub fn insert(fd: c_int, open: Arc<Open>) {
     set_parkable(fd, false);
-    let old = table(fd).write().insert(fd, open);
+    let old = passing(|| table(fd).write().insert(fd, open));
     // The old description (if the kernel reused the number) is dropped unlocked.
     let was = old.is_some();
     drop(old);
@@ -183,7 +183,7 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
     if fd < 0 || !marked(fd) {
         return None;
     }
-    let old = table(fd).write().remove(&fd);
+    let old = passing(|| table(fd).write().remove(&fd));
     if old.is_some() {
         mark(fd, false);
         set_parkable(fd, false);
@@ -193,15 +193,28 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
 
 /// Every fd of ours, with its description.
 pub fn all() -> Vec<(c_int, Arc<Open>)> {
-    TABLE
-        .iter()
-        .flat_map(|t| {
-            t.read()
-                .iter()
-                .map(|(fd, o)| (*fd, o.clone()))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    passing(|| {
+        TABLE
+            .iter()
+            .flat_map(|t| {
+                t.read()
+                    .iter()
+                    .map(|(fd, o)| (*fd, o.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    })
+}
+
+/// `f`, which takes one of this module's locks, under a pass through the fork gate
+/// ([`lynxfs::runtime::fork_gate`]): a fork waits until the lock is let go, so a
+/// child never inherits it held. Program calls such as `close` read these tables
+/// outside the library's calls, and a child whose attach then waited for the engine
+/// fds' table hung for good (the fork storm of tests/hostile.rs, 3 runs in 9).
+#[inline]
+fn passing<R>(f: impl FnOnce() -> R) -> R {
+    let _pass = lynxfs::runtime::fork_gate::Pass::enter();
+    f()
 }
 
 /// The eventfd every unshared pool fd is a copy of (dup is far cheaper than a new
@@ -357,8 +370,7 @@ pub fn closed(fd: c_int) {
 /// stand-in): programs must not close it from under the library.
 pub fn is_own(fd: c_int) -> bool {
     matches!(PLACEHOLDER.get(), Some(Ok(p)) if *p == fd)
-        || ENGINE.read().contains(&fd)
-        || KEPT.read().contains(&fd)
+        || passing(|| ENGINE.read().contains(&fd) || KEPT.read().contains(&fd))
 }
 
 /// The lock stand-in fds (see `calls::locks`), kept from programs as the engine's are.
@@ -366,11 +378,11 @@ static KEPT: RwLock<Vec<c_int>> = RwLock::new(Vec::new());
 
 /// `fd` (a lock stand-in of this library) is the library's own until [`unkeep`].
 pub fn keep(fd: c_int) {
-    KEPT.write().push(fd);
+    passing(|| KEPT.write().push(fd));
 }
 
 pub fn unkeep(fd: c_int) {
-    KEPT.write().retain(|&k| k != fd);
+    passing(|| KEPT.write().retain(|&k| k != fd));
 }
 
 /// The engine's descriptors (the pool file, its lock, the runtime file), found when
@@ -415,11 +427,13 @@ fn recording_moved<T>(range: std::ops::Range<i32>, attach: impl FnOnce() -> T) -
     let new: Vec<c_int> = free.iter().copied().filter(|&fd| is_open(fd)).collect();
     if new.len() == LOOK {
         let all = open_fds();
-        ENGINE
-            .write()
-            .extend(all.into_iter().filter(|fd| *fd >= free[0]));
+        passing(|| {
+            ENGINE
+                .write()
+                .extend(all.into_iter().filter(|fd| *fd >= free[0]))
+        });
     } else {
-        ENGINE.write().extend(new);
+        passing(|| ENGINE.write().extend(new));
     }
     r
 }
@@ -435,14 +449,17 @@ fn recording_listed<T>(attach: impl FnOnce() -> T) -> T {
         // SAFETY: F_GETFD only asks whether the fd is open.
         .filter(|&fd| unsafe { crate::real::fcntl64(fd, libc::F_GETFD, 0) } >= 0)
         .collect();
-    ENGINE.write().extend(new);
+    passing(|| ENGINE.write().extend(new));
     r
 }
 
 /// The library's own descriptors: programs must not close or replace them.
 pub fn own() -> Vec<c_int> {
-    let mut v = ENGINE.read().clone();
-    v.extend(KEPT.read().iter());
+    let mut v = passing(|| {
+        let mut v = ENGINE.read().clone();
+        v.extend(KEPT.read().iter());
+        v
+    });
     if let Some(Ok(p)) = PLACEHOLDER.get() {
         v.push(*p);
     }

@@ -150,9 +150,14 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         // The library's own descriptor stays; the program is told it closed.
         return 0;
     }
-    let parkable = fds::parkable(fd);
-    if forget(fd) {
-        return fds::park(fd, parkable);
+    if fds::marked(fd) {
+        // Inside, with a pass through the fork gate, while the fd and lock tables
+        // change: a fork meanwhile never copies one of their locks held.
+        let _inside = crate::guard::Inside::enter();
+        let parkable = fds::parkable(fd);
+        if forget(fd) {
+            return fds::park(fd, parkable);
+        }
     }
     fds::closed(fd);
     // SAFETY: the C library's close on the caller's fd.
