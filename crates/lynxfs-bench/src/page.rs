@@ -28,6 +28,9 @@ pub const PAGE_COMMAND: &str = "page";
 /// `suite: reason` a line (scripts/bench-page.sh writes it).
 pub const SKIPPED_FILE: &str = "skipped.txt";
 
+/// How a goal's verdict note starts (crate::goals).
+const GOAL_NOTE: &str = "goal ";
+
 /// The stamp lines every section with numbers carries, as they start.
 const STAMP: [&str; 3] = ["- Command: `", "- Commit: ", "- Machine: "];
 
@@ -153,9 +156,15 @@ fn section(out: &mut String, r: &Report, figure: Option<&str>) {
     let _ = writeln!(out, "{}{}\n", STAMP[2], machine(r));
     let _ = writeln!(out, "{}:\n", r.title());
     out.push_str(&r.markdown_table());
-    if !r.notes.is_empty() {
+    // Goal verdicts (`--goals`) are for developers; the page shows measurements.
+    let notes: Vec<&String> = r
+        .notes
+        .iter()
+        .filter(|n| !n.starts_with(GOAL_NOTE))
+        .collect();
+    if !notes.is_empty() {
         out.push('\n');
-        for note in &r.notes {
+        for note in notes {
             let _ = writeln!(out, "- {note}");
         }
     }
@@ -377,7 +386,7 @@ mod tests {
             options: Options::default(),
             machine: Machine::detect(),
             unix_time,
-            notes: vec!["a note".into()],
+            notes: vec!["a note".into(), "goal create: 2.00 us (<= 3: met)".into()],
             baseline: Some("tmpfs".into()),
             command: Some(format!("lynxfs bench {suite} --rounds 1")),
             commit: Some(Commit::parse("abc1234-dirty")),
@@ -419,6 +428,10 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("| create | 2.00 | 4.00 | 0.50 |"), "{page}");
+        assert!(
+            page.contains("- a note") && !page.contains("met)"),
+            "{page}"
+        );
         assert!(page.contains("- `apps`: took too long"), "{page}");
         assert!(page.contains("- `data`: not part of this run"), "{page}");
         assert!(
