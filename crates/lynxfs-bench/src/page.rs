@@ -108,6 +108,7 @@ pub fn render(
     figures: Option<&Path>,
 ) -> anyhow::Result<String> {
     let mut out = format!("{}\n", intro_of(intro)?.trim_end());
+    summary(&mut out, reports);
     let mut names: Vec<String> = Vec::new();
     for l in reports {
         let name = figure_name(&l.report.suite, &names);
@@ -126,6 +127,59 @@ pub fn render(
     }
     not_run(&mut out, reports, skipped);
     Ok(out)
+}
+
+/// A paragraph on the run as a whole: when, which commits, how loaded the machine was.
+fn summary(out: &mut String, reports: &[Loaded]) {
+    let (Some(first), Some(last)) = (
+        reports.iter().map(|l| l.report.unix_time).min(),
+        reports.iter().map(|l| l.report.unix_time).max(),
+    ) else {
+        return;
+    };
+    let mut commits: Vec<String> = reports
+        .iter()
+        .map(|l| {
+            l.report
+                .commit
+                .as_ref()
+                .map_or("(not recorded)".into(), |c| format!("`{c}`"))
+        })
+        .collect();
+    commits.dedup();
+    let _ = write!(
+        out,
+        "\nThis regeneration: {} reports, written {} to {} by commit {}",
+        reports.len(),
+        date(first),
+        date(last),
+        commits.join(", ")
+    );
+    let loads: Vec<f64> = reports
+        .iter()
+        .filter_map(|l| l.report.machine.load_average.first().copied())
+        .collect();
+    let cpus = reports
+        .iter()
+        .map(|l| l.report.machine.logical_cpus)
+        .max()
+        .unwrap_or(0);
+    if let (Some(lo), Some(hi)) = (
+        loads.iter().copied().reduce(f64::min),
+        loads.iter().copied().reduce(f64::max),
+    ) {
+        let _ = write!(
+            out,
+            "; the 1-minute load average as each suite ended was {lo:.1} to {hi:.1} on {cpus} CPUs"
+        );
+        if hi > cpus as f64 + 2.0 {
+            out.push_str(
+                " (other work was running beside the benchmarks: expect wider spreads than \
+                 on a quiet machine)",
+            );
+        }
+    }
+    out.push_str(".\n");
 }
 
 /// `suite`, or `suite-2`, `suite-3` for a suite's later reports.
@@ -438,6 +492,13 @@ mod tests {
             stamp_problems(&page).is_empty(),
             "{:?}",
             stamp_problems(&page)
+        );
+        assert!(
+            page.contains(
+                "This regeneration: 2 reports, written 2025-12-02 16:50 UTC to 2025-12-02 \
+                 16:51 UTC by commit `abc1234 (with changes not committed)`; the 1-minute"
+            ),
+            "{page}"
         );
     }
 
