@@ -87,6 +87,7 @@ struct BenchArgs {
 #[derive(Parser, Debug)]
 #[command(
     name = "lynxfs-bench page",
+    bin_name = "lynxfs bench page",
     about = "Rewrite the results page from the JSON reports `lynxfs bench SUITE --out DIR` \
              wrote in DIR (scripts/bench-page.sh runs the suites, then this)"
 )]
