@@ -4,7 +4,8 @@
 //! the project's VM), and `is_x86_feature_detected`'s first call runs about nine: a
 //! process started under the preload paid them at attach. glibc's loader read the
 //! leaves at start and hands them out (`__x86_get_cpuid_feature_leaf`, glibc 2.33
-//! on, `sys/platform/x86.h`); without it, the few CPUIDs needed.
+//! on, `sys/platform/x86.h`); without it, the few CPUIDs needed. And how many CPUs
+//! the process may use.
 
 use std::sync::OnceLock;
 
@@ -26,6 +27,13 @@ pub struct Features {
 pub fn features() -> Features {
     static FEATURES: OnceLock<Features> = OnceLock::new();
     *FEATURES.get_or_init(|| from_glibc().unwrap_or_else(from_cpuid))
+}
+
+/// The CPUs this process may run on (its affinity and cgroup quota), learned once:
+/// `available_parallelism` reads cgroup files on every call.
+pub fn count() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 #[cfg(target_arch = "x86_64")]

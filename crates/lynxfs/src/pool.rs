@@ -158,7 +158,7 @@ impl MkfsOptions {
 
 /// One lane per CPU.
 pub fn default_lanes() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+    crate::cpu::count() as u32
 }
 
 /// Bytes of each lane's inodes, dentries and metadata blocks that [`Pool::populate`]

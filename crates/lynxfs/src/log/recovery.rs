@@ -64,33 +64,24 @@ pub fn recover_keeping<B: Backend>(
     progress: &dyn Progress,
     keep: &[u64],
 ) -> Result<(UsedSets, RecoveryReport), String> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(l.lanes() as usize)
-        .max(1);
+    let threads = workers(l);
     let mut rep = RecoveryReport::default();
     progress.phase("replaying journals", Some(l.lanes() as u64));
-    let replays: Vec<Replay> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                sc.spawn(move || {
-                    let out: Vec<Replay> = (t as u32..l.lanes())
-                        .step_by(threads)
-                        .map(|lane| {
-                            let r = journal::replay(pm, l, lane);
-                            progress.advance(1);
-                            r
-                        })
-                        .collect();
-                    let _ = pm.fence();
-                    out
-                })
+    let replays: Vec<Replay> = on_threads(threads, |t| {
+        let out: Vec<Replay> = (t as u32..l.lanes())
+            .step_by(threads)
+            .map(|lane| {
+                let r = journal::replay(pm, l, lane);
+                progress.advance(1);
+                r
             })
             .collect();
-        hs.into_iter()
-            .flat_map(|h| h.join().expect("journal replay thread"))
-            .collect()
-    });
+        let _ = pm.fence();
+        out
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     for r in replays {
         match r {
             Replay::Empty => {}
@@ -115,24 +106,14 @@ pub fn recover_keeping<B: Backend>(
     shared.dentries.set(0);
     let root = shared.start()?;
     progress.phase("walking the namespace (entries)", None);
-    let reports: Vec<RecoveryReport> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..threads)
-            .map(|_| {
-                let sh = &shared;
-                sc.spawn(move || {
-                    let mut w = Walker {
-                        sh,
-                        rep: RecoveryReport::default(),
-                    };
-                    w.run();
-                    let _ = sh.pm.fence();
-                    w.rep
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("recovery walk thread"))
-            .collect()
+    let reports = on_threads(threads, |_| {
+        let mut w = Walker {
+            sh: &shared,
+            rep: RecoveryReport::default(),
+        };
+        w.run();
+        let _ = shared.pm.fence();
+        w.rep
     });
     for r in reports {
         rep.merge(r);
@@ -143,25 +124,16 @@ pub fn recover_keeping<B: Backend>(
         "recounting links, reclaiming (inodes and dentries)",
         Some((0..l.lanes()).map(|lane| lane_span(l, lane)).sum()),
     );
-    let fixes: Vec<RecoveryReport> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let sh = &shared;
-                sc.spawn(move || {
-                    let mut r = RecoveryReport::default();
-                    for lane in (t as u32..sh.l.lanes()).step_by(threads) {
-                        sh.fix_link_counts(lane, &mut r);
-                        sh.reclaim(lane, &mut r);
-                        sh.progress.advance(lane_span(sh.l, lane));
-                    }
-                    let _ = sh.pm.fence();
-                    r
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("recovery fix thread"))
-            .collect()
+    let fixes = on_threads(threads, |t| {
+        let sh = &shared;
+        let mut r = RecoveryReport::default();
+        for lane in (t as u32..sh.l.lanes()).step_by(threads) {
+            sh.fix_link_counts(lane, &mut r);
+            sh.reclaim(lane, &mut r);
+            sh.progress.advance(lane_span(sh.l, lane));
+        }
+        let _ = sh.pm.fence();
+        r
     });
     for r in fixes {
         rep.merge(r);
@@ -173,6 +145,36 @@ pub fn recover_keeping<B: Backend>(
         device: shared.device.into_plain(),
     };
     Ok((used, rep))
+}
+
+/// Inode and dentry slots below which recovery runs on the calling thread alone:
+/// each pass's threads cost tens of microseconds to start, more than a small pool's
+/// whole walk (a 1 MiB pool's recovery took 3 passes x 2 thread starts, most of its
+/// time, before).
+const SMALL_POOL_SLOTS: u64 = 1 << 16;
+
+/// Threads for recovery's passes: one per CPU, at most one per lane, one alone for a
+/// small pool.
+fn workers(l: &Layout) -> usize {
+    if l.total_inodes() + l.total_dentries() < SMALL_POOL_SLOTS {
+        return 1;
+    }
+    crate::cpu::count().min(l.lanes() as usize).max(1)
+}
+
+/// `work(t)` for each `t` in `0..threads`, each on a thread of its own, or on the
+/// calling thread when there is one.
+fn on_threads<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    if threads == 1 {
+        return vec![work(0)];
+    }
+    std::thread::scope(|sc| {
+        let work = &work;
+        let hs: Vec<_> = (0..threads).map(|t| sc.spawn(move || work(t))).collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("recovery thread"))
+            .collect()
+    })
 }
 
 /// The inodes and dentries of one lane: the unit of the fixing phase's progress.
