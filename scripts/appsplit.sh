@@ -1,6 +1,6 @@
 #!/bin/bash
 # Each step of `lynxfs bench apps` as one program run, split into its user and system
-# time (perf's user_time and system_time, 5 runs each; docs/BENCHMARKS.md, "How much of
+# time (perf's user_time and system_time, 5 runs each; docs/DESIGN-NOTES.md, "How much of
 # each apps step is its program's own"):
 #
 #   scripts/appsplit.sh DIR [TAR]

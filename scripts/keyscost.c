@@ -1,5 +1,5 @@
 /* Per-call time of pool operations under the preload, for comparing protection keys
- * on and off (scripts/keyscost.sh, docs/BENCHMARKS.md "Protection keys"): N creates,
+ * on and off (scripts/keyscost.sh, docs/DESIGN-NOTES.md "Protection keys"): N creates,
  * stats, 4 KiB pwrites and preads, renames and unlinks in DIR, then N anonymous
  * mmap/munmap pairs (which the preload checks against the engine's mappings). Prints
  * one line per operation: name and nanoseconds per call.

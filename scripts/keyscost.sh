@@ -1,5 +1,5 @@
 #!/bin/sh
-# Protection keys on and off, side by side (docs/BENCHMARKS.md, "Protection keys"):
+# Protection keys on and off, side by side (docs/DESIGN-NOTES.md, "Protection keys"):
 # scripts/keyscost.c under `lynxfs run` with LYNXFS_PROTECT unset (keys on where the
 # CPU has them) and LYNXFS_PROTECT=0 (keys and seal off), and the same program on a
 # tmpfs directory without the preload (for the mmap loop), interleaved, pinned to CPU 0.

@@ -1,5 +1,5 @@
 /* Opens (O_RDONLY | O_CLOEXEC) and closes PATH N times: the system calls the preload
- * library adds per open and close (docs/BENCHMARKS.md, "Process start and system calls
+ * library adds per open and close (docs/DESIGN-NOTES.md, "Process start and system calls
  * per open").
  *
  *   cc -O2 -o openclose scripts/openclose.c

@@ -1,4 +1,4 @@
-/* Per-iteration cost of the preload on three loops, for callgrind (docs/BENCHMARKS.md,
+/* Per-iteration cost of the preload on three loops, for callgrind (docs/DESIGN-NOTES.md,
  * "The preload's per-open and per-opendir cost"): ls = opendir of DIR/dK (absolute),
  * readdir to the end, closedir; oc = openat(dirfd, "dK/fJ") and close; web = the same
  * open, pread of the whole file, close. `webls setup 1 DIR 0` makes the tree.

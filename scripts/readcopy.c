@@ -1,4 +1,4 @@
-/* What a 4 KiB copy out of a /dev/shm mapping costs on this machine (docs/BENCHMARKS.md,
+/* What a 4 KiB copy out of a /dev/shm mapping costs on this machine (docs/DESIGN-NOTES.md,
  * "After the fourth session's merges"): 4 KiB blocks of a 64 MiB pool-like file copied into a
  * buffer, best of 3 passes, after three kinds of fill (the ways LynxFS writes data) and for
  * destinations at several page offsets. Build and run:

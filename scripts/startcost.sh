@@ -1,6 +1,6 @@
 #!/bin/bash
 # Process start under the preload library, against the same program without it
-# (docs/BENCHMARKS.md, "First touch and process start"):
+# (docs/DESIGN-NOTES.md, "First touch and process start"):
 #
 #   scripts/startcost.sh [-n N] [-r ROUNDS] LIB [LIB...]
 #

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Process start in each placement, CPU time (issue 44; docs/BENCHMARKS.md, "Process
+# Process start in each placement, CPU time (issue 44; docs/DESIGN-NOTES.md, "Process
 # start in every placement"):
 #
 #   scripts/startplaces.sh [-n N] [-r ROUNDS] LYNXFS LIB [LIB...]

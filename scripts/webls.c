@@ -1,5 +1,5 @@
 /* Threads opening and reading small files, or listing small directories, for a time
- * (docs/BENCHMARKS.md, "The preload's per-open and per-opendir cost"): 200
+ * (docs/DESIGN-NOTES.md, "The preload's per-open and per-opendir cost"): 200
  * directories of 5 files of 16 KiB under DIR (`setup`); prints ops/s and the mean
  * time of each thread's first operation.
  *

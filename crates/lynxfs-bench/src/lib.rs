@@ -70,6 +70,7 @@ mod lib_target;
 mod machine;
 mod mdtest;
 mod mount;
+mod page;
 mod personalities;
 mod plot;
 mod preload;
@@ -78,6 +79,7 @@ mod recovery;
 mod rename;
 mod report;
 mod smallfiles;
+mod stamp;
 mod start;
 mod statall;
 mod syscalls;
@@ -89,7 +91,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use dir::DirTarget;
 pub use fuse_target::{FuseNullTarget, FuseTarget};
@@ -97,10 +99,15 @@ pub use hybrid::{DiskDirTarget, HybridTarget, DISK_NAME, HYBRID_NAME};
 pub use lib_target::{LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
+pub use page::{
+    command_problems, intro_of, read_reports, read_skipped, render as render_page, stamp_problems,
+    Loaded, GENERATED_MARK, PAGE_COMMAND, SKIPPED_FILE,
+};
 pub use plot::draw as draw_figure;
 pub use preload::{PreloadLaunch, PreloadTarget, PRELOAD_NAME};
 pub use recovery::{runtime_file_bytes, runtime_mapping_rss};
 pub use report::{format_ratio, format_value, median, Report, Row};
+pub use stamp::{command_line, Commit, COMMIT_VAR, LAUNCHER_VAR};
 pub use target::{Handle, OpenFlags, Stat, Target};
 pub use workers::{worker_main, WorkerCommand};
 
@@ -126,7 +133,8 @@ pub const SUITES: &[&str] = &[
 pub const TARGETLESS_SUITES: &[&str] = &["recovery", "ablation", "start"];
 
 /// How a suite runs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Options {
     /// How many files: `syscalls` times each operation over this many names,
     /// `mdtest` shares them among its threads, `smallfiles` writes this many and
@@ -159,6 +167,10 @@ pub struct Options {
     pub worker: Option<WorkerCommand>,
     /// `start`: the preload library whose process start it measures.
     pub library: Option<std::path::PathBuf>,
+    /// The command line the report records ([`command_line`]); `None` from a program
+    /// other than `lynxfs-bench` (a test).
+    #[serde(skip)]
+    pub command: Option<String>,
 }
 
 impl Default for Options {
@@ -175,6 +187,7 @@ impl Default for Options {
             goals: false,
             worker: None,
             library: None,
+            command: None,
         }
     }
 }
@@ -284,6 +297,8 @@ pub fn run_suite_with_preload(
             .map_or(0, |d| d.as_secs()),
         notes: measured.notes,
         baseline: measured.baseline,
+        command: opts.command.clone(),
+        commit: Commit::detect(),
     };
     print!("{}", report.table());
     if let Some(dir) = out {

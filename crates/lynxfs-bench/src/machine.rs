@@ -3,10 +3,10 @@
 use std::ffi::CStr;
 use std::fs;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What the numbers in a [`crate::Report`] depend on besides the code.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     /// `model name` from `/proc/cpuinfo`, or `"unknown"`.
     pub cpu_model: String,
@@ -22,6 +22,11 @@ pub struct Machine {
     pub hostname: String,
     /// `MemTotal` from `/proc/meminfo`, in bytes (0 if unreadable).
     pub memory_bytes: u64,
+    /// The 1, 5 and 15 minute load averages from `/proc/loadavg` when the suite ended
+    /// (the benchmark's own threads included; empty if unreadable or in a report
+    /// written before they were recorded): how busy the machine was.
+    #[serde(default)]
+    pub load_average: Vec<f64>,
 }
 
 impl Machine {
@@ -30,6 +35,7 @@ impl Machine {
     pub fn detect() -> Self {
         let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let loadavg = fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let uts = Uname::get();
         Self {
             cpu_model: cpu_model(&cpuinfo).unwrap_or_else(|| "unknown".into()),
@@ -42,6 +48,7 @@ impl Machine {
             arch: uts.machine,
             hostname: uts.nodename,
             memory_bytes: mem_total(&meminfo).unwrap_or(0),
+            load_average: load_average(&loadavg),
         }
     }
 }
@@ -60,6 +67,16 @@ fn mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// `0.52 0.58 0.59 1/467 12345` -> the three averages (none if malformed).
+fn load_average(loadavg: &str) -> Vec<f64> {
+    let values: Option<Vec<f64>> = loadavg
+        .split_whitespace()
+        .take(3)
+        .map(|v| v.parse().ok())
+        .collect();
+    values.filter(|v| v.len() == 3).unwrap_or_default()
 }
 
 struct Uname {
@@ -108,6 +125,11 @@ mod tests {
             mem_total("MemTotal:       1024 kB\nMemFree: 1 kB\n"),
             Some(1024 * 1024)
         );
+        assert_eq!(
+            load_average("0.52 1.58 2.00 1/467 12345\n"),
+            [0.52, 1.58, 2.0]
+        );
+        assert!(load_average("garbage").is_empty());
     }
 
     #[test]

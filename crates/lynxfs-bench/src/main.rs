@@ -20,7 +20,7 @@ use lynxfs_bench::{
     version,
     about = "Run a LynxFS benchmark suite and print its table (syscalls, data, mdtest, \
              smallfiles, recovery, apps, personalities, ablation, hybrid, hybrid-fsync, statall, \
-             rename, filetest, start)"
+             rename, filetest, start; `lynxfs-bench page DIR` writes the results page)"
 )]
 struct BenchArgs {
     /// syscalls, data, mdtest, smallfiles, recovery, apps, personalities, ablation,
@@ -80,6 +80,44 @@ struct BenchArgs {
     /// target reports to its parent this way).
     #[arg(long, hide = true, value_name = "FILE")]
     child_report: Option<PathBuf>,
+}
+
+/// `lynxfs-bench page DIR` (`lynxfs bench page DIR`): the results page from the
+/// reports of a run.
+#[derive(Parser, Debug)]
+#[command(
+    name = "lynxfs-bench page",
+    bin_name = "lynxfs bench page",
+    about = "Rewrite the results page from the JSON reports `lynxfs bench SUITE --out DIR` \
+             wrote in DIR (scripts/bench-page.sh runs the suites, then this)"
+)]
+struct PageArgs {
+    /// The directory the reports and figures were written into; `skipped.txt` there
+    /// (`suite: reason` lines) says why a suite is missing.
+    dir: PathBuf,
+    /// The page to rewrite: its hand-written intro, down to the generated mark, is kept.
+    #[arg(long, value_name = "FILE", default_value = "docs/BENCHMARKS.md")]
+    page: PathBuf,
+    /// Where the figures are copied; the page links them as `figures/NAME.png`.
+    #[arg(long, value_name = "DIR", default_value = "docs/figures")]
+    figures: PathBuf,
+}
+
+/// Rewrites the results page (see [`PageArgs`]).
+fn write_page(args: &PageArgs) -> Result<()> {
+    let old = std::fs::read_to_string(&args.page)
+        .with_context(|| format!("reading the page's intro from {}", args.page.display()))?;
+    let reports = lynxfs_bench::read_reports(&args.dir)?;
+    let skipped = lynxfs_bench::read_skipped(&args.dir)?;
+    let page = lynxfs_bench::render_page(&old, &reports, &skipped, Some(&args.figures))?;
+    std::fs::write(&args.page, page).with_context(|| format!("writing {}", args.page.display()))?;
+    println!(
+        "wrote {} ({} sections) and its figures in {}",
+        args.page.display(),
+        reports.len(),
+        args.figures.display()
+    );
+    Ok(())
 }
 
 /// The preload library's file name.
@@ -161,7 +199,8 @@ fn default_files(suite: &str) -> usize {
     }
 }
 
-fn run(args: BenchArgs) -> Result<()> {
+/// Runs the suite `args` names; `command` is the command line its report records.
+fn run(args: BenchArgs, command: Option<String>) -> Result<()> {
     if args.worker {
         return worker_main(std::io::stdin().lock(), std::io::stdout().lock());
     }
@@ -225,6 +264,7 @@ fn run(args: BenchArgs) -> Result<()> {
         } else {
             None
         },
+        command,
         ..Options::default()
     };
     let mut preload = None;
@@ -257,12 +297,24 @@ fn run(args: BenchArgs) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.first().map(String::as_str) == Some(lynxfs_bench::PAGE_COMMAND) {
+        // `page` stands where the program's name would, so its own arguments follow.
+        let args = PageArgs::parse_from(&raw);
+        return match write_page(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lynxfs-bench page: {e:#}");
+                ExitCode::from(8)
+            }
+        };
+    }
     let args = BenchArgs::parse();
     // A table piped into `head` ends quietly, as other tools do, instead of panicking
     // on the closed pipe.
     // SAFETY: restores the default action of one signal; no handler is involved.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    match run(args) {
+    match run(args, Some(lynxfs_bench::command_line(&raw))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lynxfs-bench: {e:#}");
@@ -275,6 +327,10 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_test(args: BenchArgs) -> Result<()> {
+        run(args, None)
+    }
 
     fn parse(args: &[&str]) -> BenchArgs {
         BenchArgs::try_parse_from(std::iter::once("lynxfs-bench").chain(args.iter().copied()))
@@ -298,11 +354,11 @@ mod tests {
         let a = parse(&["mdtest", "--processes", "2"]);
         assert_eq!(a.processes, Some(2));
         assert!(!a.worker);
-        let err = run(parse(&["syscalls", "--processes", "2"])).unwrap_err();
+        let err = run_test(parse(&["syscalls", "--processes", "2"])).unwrap_err();
         assert!(err.to_string().contains("mdtest"), "{err:#}");
-        let err = run(parse(&["mdtest", "--processes", "0"])).unwrap_err();
+        let err = run_test(parse(&["mdtest", "--processes", "0"])).unwrap_err();
         assert!(err.to_string().contains("at least 1"), "{err:#}");
-        let err = run(parse(&[
+        let err = run_test(parse(&[
             "mdtest",
             "--processes",
             "2",
@@ -315,11 +371,11 @@ mod tests {
 
     #[test]
     fn refuses_unknown_suites_and_targets_on_targetless_suites() {
-        let err = run(parse(&["nope"])).unwrap_err();
+        let err = run_test(parse(&["nope"])).unwrap_err();
         assert!(err.to_string().contains("unknown suite"), "{err:#}");
-        let err = run(parse(&["recovery", "--target", "tmpfs"])).unwrap_err();
+        let err = run_test(parse(&["recovery", "--target", "tmpfs"])).unwrap_err();
         assert!(err.to_string().contains("takes no --target"), "{err:#}");
-        let err = run(parse(&["ablation", "--target", "lib"])).unwrap_err();
+        let err = run_test(parse(&["ablation", "--target", "lib"])).unwrap_err();
         assert!(err.to_string().contains("takes no --target"), "{err:#}");
     }
 
@@ -340,7 +396,7 @@ mod tests {
             "--out",
             out.path().to_str().unwrap(),
         ]);
-        run(a).unwrap();
+        run_test(a).unwrap();
         let mut written: Vec<_> = std::fs::read_dir(out.path())
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -333,7 +333,9 @@ fn run_processes(
         opts.files,
         name = names[0]
     )];
-    notes.extend(process_goal_notes(&rows, n));
+    if opts.goals {
+        notes.extend(process_goal_notes(&rows, n));
+    }
     Ok(Measured {
         unit: "files/s",
         higher_is_better: true,
@@ -506,6 +508,7 @@ mod tests {
             processes: 2,
             progress: false,
             worker: Some(crate::workers::tests::test_worker()),
+            goals: true,
             ..Options::default()
         };
         let report = crate::run_suite("mdtest", &targets, &opts, None).unwrap();
@@ -520,7 +523,10 @@ mod tests {
             .rows
             .iter()
             .all(|r| r.values.iter().all(|v| v.is_finite() && *v > 0.0)));
-        assert!(report.notes.iter().any(|n| n.contains("create scaling")));
+        assert!(report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("goal create scaling")));
         // Everything the workers made was removed again.
         assert!(targets[0].readdir(Path::new("")).unwrap().is_empty());
     }

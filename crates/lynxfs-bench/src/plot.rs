@@ -352,6 +352,8 @@ mod tests {
             unix_time: 9,
             notes: vec![],
             baseline: Some("tmpfs".into()),
+            command: None,
+            commit: None,
         };
         let dir = tempfile::tempdir().unwrap();
         match draw(&report, dir.path()) {
@@ -380,6 +382,8 @@ mod tests {
             unix_time: 7,
             notes: vec![],
             baseline: Some("tmpfs".into()),
+            command: None,
+            commit: None,
         };
         let bars = Bars::of(&report);
         assert_eq!(bars.values[0], [0.5, 1.0]);

@@ -9,7 +9,7 @@
 //!   the directory's log into the shared index (goal <= 150 ms at 1M);
 //! - **first attach + first lookup**: the two together, what a clean open plus the
 //!   first lookup cost before issue 12 (goal: within 1.5x of that, measured with the
-//!   older binary: docs/BENCHMARKS.md);
+//!   older binary: docs/DESIGN-NOTES.md);
 //! - **second attach**: `Fs::open` by another process (a worker, see
 //!   [`crate::workers`]) while this one holds the pool attached (goal <= 5 ms);
 //! - **open after crash**: `Fs::open` after `crash_in_place`, which runs recovery

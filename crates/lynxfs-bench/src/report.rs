@@ -5,20 +5,37 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::machine::Machine;
+use crate::stamp::Commit;
 use crate::Options;
 
 /// One operation's results: a value per column.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Row {
     /// The operation (`"create"`, `"rand read 4K"`).
     pub op: String,
     /// Per column, the median over rounds, in the report's unit.
+    #[serde(deserialize_with = "values_or_nan")]
     pub values: Vec<f64>,
     /// Per column, every round's value, in the order they were run.
+    #[serde(deserialize_with = "rounds_or_nan")]
     pub rounds: Vec<Vec<f64>>,
+}
+
+/// JSON has no NaN: serde_json writes a failed value as `null`, read back as NaN.
+fn values_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    let v: Vec<Option<f64>> = Vec::deserialize(d)?;
+    Ok(v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
+}
+
+/// [`values_or_nan`] for every column's rounds.
+fn rounds_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f64>>, D::Error> {
+    let v: Vec<Vec<Option<f64>>> = Vec::deserialize(d)?;
+    Ok(v.into_iter()
+        .map(|c| c.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
+        .collect())
 }
 
 impl Row {
@@ -34,7 +51,7 @@ impl Row {
 }
 
 /// What a suite measured, on what, and where.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     /// The suite's name (`"syscalls"`, `"data"`).
     pub suite: String,
@@ -58,6 +75,12 @@ pub struct Report {
     /// shows `X/baseline` for every other column. `None`: `first/X`, as described at
     /// [`Report::table`].
     pub baseline: Option<String>,
+    /// The command that ran the suite (`lynxfs bench syscalls --rounds 3`), if known.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The source commit of the benchmark, if known.
+    #[serde(default)]
+    pub commit: Option<Commit>,
 }
 
 impl Report {
@@ -69,6 +92,36 @@ impl Report {
     /// With a [`Report::baseline`] column B, the ratio columns are `X/B` for every other
     /// column X instead.
     pub fn table(&self) -> String {
+        let (header, body) = self.grid();
+        let mut out = format!("{}\n", self.title());
+        render(&mut out, &header, &body);
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+        out
+    }
+
+    /// The cells of [`Report::table`] as a Markdown table (no title, no notes).
+    pub fn markdown_table(&self) -> String {
+        let (header, body) = self.grid();
+        let mut out = String::new();
+        let line = |out: &mut String, cells: &[String]| {
+            let escaped: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
+            let _ = writeln!(out, "| {} |", escaped.join(" | "));
+        };
+        line(&mut out, &header);
+        let align: Vec<String> = (0..header.len())
+            .map(|i| if i == 0 { "---" } else { "---:" }.to_string())
+            .collect();
+        let _ = writeln!(out, "|{}|", align.join("|"));
+        for row in &body {
+            line(&mut out, row);
+        }
+        out
+    }
+
+    /// The table's header and rows: the values, then the ratio columns.
+    fn grid(&self) -> (Vec<String>, Vec<Vec<String>>) {
         let first = self.columns.first().map_or("", String::as_str);
         let mut header = vec!["op".to_string()];
         header.extend(self.columns.iter().map(|c| format!("{c} {}", self.unit)));
@@ -89,12 +142,7 @@ impl Report {
                 self.rows.iter().map(row_cells).collect()
             }
         };
-        let mut out = format!("{}\n", self.title());
-        render(&mut out, &header, &body);
-        for note in &self.notes {
-            let _ = writeln!(out, "note: {note}");
-        }
-        out
+        (header, body)
     }
 
     /// The index of the [`Report::baseline`] column, if it names one.
@@ -103,7 +151,8 @@ impl Report {
         self.columns.iter().position(|c| c == b)
     }
 
-    fn title(&self) -> String {
+    /// What the suite ran, its unit, the rounds and which way is better.
+    pub fn title(&self) -> String {
         let better = if self.higher_is_better {
             "higher"
         } else {
@@ -276,6 +325,8 @@ mod tests {
             unix_time: 0,
             notes: vec![],
             baseline: None,
+            command: None,
+            commit: None,
         }
     }
 
@@ -350,5 +401,29 @@ mod tests {
         assert_eq!(v["rows"][0]["values"][0], 3.0);
         assert_eq!(v["rows"][0]["rounds"][0][2], 4.0);
         assert!(v["machine"]["cpu_model"].is_string());
+    }
+
+    #[test]
+    fn json_reads_back_with_a_failed_value_as_nan() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = vec![Row::from_rounds("create", vec![vec![2.0], vec![f64::NAN]])];
+        let mut r = report(&["lib", "tmpfs"], rows);
+        r.commit = Some(Commit::parse("abc1234-dirty"));
+        let path = r.write_json(dir.path()).unwrap();
+        let back: Report = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(back.rows[0].values[0], 2.0);
+        assert!(back.rows[0].values[1].is_nan() && back.rows[0].rounds[1][0].is_nan());
+        assert_eq!(back.commit, r.commit);
+        assert_eq!(back.columns, r.columns);
+    }
+
+    #[test]
+    fn markdown_table_has_the_text_tables_cells() {
+        let rows = vec![Row::from_rounds("a|b", vec![vec![2.0], vec![4.0]])];
+        let md = report(&["lib", "tmpfs"], rows).markdown_table();
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines[0], "| op | lib us/op | tmpfs us/op | lib/tmpfs |");
+        assert_eq!(lines[1], "|---|---:|---:|---:|");
+        assert_eq!(lines[2], "| a\\|b | 2.00 | 4.00 | 0.50 |");
     }
 }

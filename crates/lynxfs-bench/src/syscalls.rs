@@ -297,7 +297,8 @@ pub(crate) fn run(
             sc.cpu_one,
             sc.cpu_two
         ));
-        if name == crate::lib_target::LIB_NAME {
+        // A verdict is for developers (--goals); a user's table carries none.
+        if opts.goals && name == crate::lib_target::LIB_NAME {
             notes.push(crate::goals::create_scaling_note(sc.two / sc.one));
         }
     }

@@ -11,7 +11,7 @@
 //! it has ended. The pool's shared runtime state (the index of the directories loaded,
 //! the allocators) is then built once, by us, instead of by every process the program
 //! starts that touches the pool while no other is attached (a shell script's,
-//! make's or git's many short processes: 8 to 11 ms each, docs/BENCHMARKS.md "Process
+//! make's or git's many short processes: 8 to 11 ms each, docs/DESIGN-NOTES.md "Process
 //! start: a pool held by `lynxfs run`"); and the pool is detached when our caller sees
 //! us end, as it was when a lone program's last process detached at its exit.
 
@@ -236,7 +236,7 @@ fn run_holding(plan: Plan, cmd: &[OsString]) -> ExitCode {
     };
     // Meanwhile the pool's shared runtime state is mapped in, so the program's
     // processes do not each stop on a page fault that also clears the page (docs/
-    // BENCHMARKS.md, "First touch"): on the other CPU, and given up when the program
+    // DESIGN-NOTES.md, "First touch"): on the other CPU, and given up when the program
     // ends. Child::wait retries an interrupted wait: a forwarded signal does not end it.
     let ended = AtomicBool::new(false);
     let status = std::thread::scope(|s| {

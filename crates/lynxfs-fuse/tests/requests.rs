@@ -249,7 +249,7 @@ fn a_large_uncached_read_is_one_request() {
 
 /// What each operation of the personalities' flowops costs, at most, in requests:
 /// the floor of the kernel's FUSE protocol for the semantics the mount keeps
-/// (docs/BENCHMARKS.md, "FUSE: fewer requests per operation (issue 29, session 7)",
+/// (docs/DESIGN-NOTES.md, "FUSE: fewer requests per operation (issue 29, session 7)",
 /// says where each comes from). A change that adds a round trip to one fails here.
 /// FORGET is not counted: the kernel sends it whenever it drops an inode, and no
 /// caller waits for it.

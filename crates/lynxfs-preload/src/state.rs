@@ -21,7 +21,7 @@ pub const ENV_AT: &str = "LYNXFS_AT";
 /// Set (to anything but "" or "0") for a program that will make many calls: it maps the
 /// pool's shared runtime state in when it attaches, so its first calls do not each take
 /// a page fault, at a cost (about 1.3 µs a page, 50 ms for a 4 GiB pool) that a short
-/// program should not pay (docs/BENCHMARKS.md, "First touch and process start").
+/// program should not pay (docs/DESIGN-NOTES.md, "First touch and process start").
 pub const ENV_POPULATE: &str = "LYNXFS_POPULATE";
 /// "0" turns off the seal of the engine's mappings (`mseal`, see
 /// `lynxfs::pmem::mappings`); the checks of the program's mapping calls stay.
@@ -387,7 +387,7 @@ pub fn set_umask(m: u32) {
 /// program started there, or exec'd by one that worked there). The directory is
 /// entered by its path when the process attaches (its first pool call, a relative
 /// path among them), not here: a program that never touches the pool never attaches
-/// (docs/BENCHMARKS.md, "Process start in every placement"). A process attached
+/// (docs/DESIGN-NOTES.md, "Process start in every placement"). A process attached
 /// already (it took over its previous image's place) enters it now.
 pub fn init() {
     // SAFETY: umask only swaps the process's mask; it is put back at once.

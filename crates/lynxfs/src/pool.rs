@@ -754,7 +754,7 @@ impl<B: Backend> Pool<B> {
     /// cachelets, notices, descriptions) into this process now, so the first
     /// operations on a fresh pool do not stall on a page fault each: the index is a
     /// hash table, so early creates land on a new page nearly every time
-    /// (docs/BENCHMARKS.md, "First touch and process start"). Costs about 1.3 µs per
+    /// (docs/DESIGN-NOTES.md, "First touch and process start"). Costs about 1.3 µs per
     /// page of that state (50 ms for a 4 GiB pool with 2^20 inodes): for a process
     /// that lives long (a mount, a benchmark, a server), not one that runs a few
     /// calls. The open tables are left out: each process reserves and uses only

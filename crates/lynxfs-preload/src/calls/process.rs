@@ -575,7 +575,7 @@ unsafe fn runs(path: *const c_char) -> bool {
 /// this image leaves the process table itself, if it holds no inode but its working
 /// directory (which the next program enters again by its path), and the next program
 /// starts unattached, as any program does: it attaches at its first pool call, or
-/// never (docs/BENCHMARKS.md, "Process start in every placement"). The references
+/// never (docs/DESIGN-NOTES.md, "Process start in every placement"). The references
 /// given up, or `None` when this image stays: the next program then takes its place
 /// at load.
 fn leave_for_exec(a: &Attached) -> Option<Vec<u64>> {

@@ -238,7 +238,7 @@ impl<B: Backend> Fs<B> {
     /// its path) and leaves the process table now, its open table kept for the slot's
     /// next process. The next program then need not attach at all to take over this
     /// image's place ([`Self::forget_previous_image`]), which is most of a process
-    /// start from an attached parent (docs/BENCHMARKS.md, "Process start in every
+    /// start from an attached parent (docs/DESIGN-NOTES.md, "Process start in every
     /// placement"). False, and nothing done, otherwise (also when an inode of
     /// `let_go` has lost its last name: the reference is all that keeps it): the next
     /// program takes over as before. Nothing of the pool may be used after a true

@@ -99,7 +99,7 @@ pub fn sfence() {
 /// flushes, which keep small, soon re-read metadata in cache. On this project's VM
 /// (AMD EPYC, pool in /dev/shm) streaming with one `sfence` beat `memcpy` + `clwb` +
 /// `sfence` from 64 bytes up (1.7x at 256 B, 2x at 4 KiB, 3-4x at 64 KiB:
-/// `scripts/ntcopy.c`, docs/BENCHMARKS.md); 256 keeps single-line metadata cached.
+/// `scripts/ntcopy.c`, docs/DESIGN-NOTES.md); 256 keeps single-line metadata cached.
 pub const STREAM_MIN: usize = 256;
 
 /// Split a copy of `len` bytes to `addr` into a head up to the first cache-line

@@ -3,7 +3,7 @@
 //!
 //! Why: a page of the pool file that this process never touched is not in its page
 //! tables, so the first store to it stops for a page fault (2.9 µs on the 2-core VM
-//! of docs/BENCHMARKS.md, "Writing fresh pages through the pool file"), once per 4 KiB.
+//! of docs/DESIGN-NOTES.md, "Writing fresh pages through the pool file"), once per 4 KiB.
 //! A program that writes new files (tar, git, a compiler) writes mostly fresh pages,
 //! once each: `tar -xf` of 72 MB took 21,700 faults, half its time. The kernel's copy
 //! into the same page-cache pages needs no page-table entry of ours: one system call

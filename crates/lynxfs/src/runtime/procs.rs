@@ -391,7 +391,7 @@ impl Procs {
             // This process's own slot: zero the pages it wrote and keep the table's
             // memory for the slot's next process, which then needs no `fallocate`
             // of up to 8 MiB at attach nor this `MADV_REMOVE` at detach (most of a
-            // short program's cost of attaching, docs/BENCHMARKS.md).
+            // short program's cost of attaching, docs/DESIGN-NOTES.md).
             Some(pages) if self.table_word(slot).load(Ordering::SeqCst) == TABLE_KEPT => {
                 for p in pages {
                     self.region

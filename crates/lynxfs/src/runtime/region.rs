@@ -127,7 +127,7 @@ impl Region {
 
     /// Map the pages of `[off, off+len)` into this process now, writable, so that
     /// the first operations to use them do not each stop for a page fault (a fault
-    /// cost 2.7 µs on the 2-core EPYC VM of docs/BENCHMARKS.md, populating 1.3 µs a
+    /// cost 2.7 µs on the 2-core EPYC VM of docs/DESIGN-NOTES.md, populating 1.3 µs a
     /// page). Only for
     /// a file's region, whose memory is reserved already: in anonymous memory it
     /// would allocate pages that may never be used. Best effort: a kernel without
