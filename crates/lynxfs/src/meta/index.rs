@@ -60,6 +60,7 @@ use crate::format::layout::DENTRY_SIZE;
 use crate::format::{dentry, Layout};
 use crate::pmem::{Backend, Pm};
 use crate::runtime::lock::{self, Interrupted, Watch};
+use crate::runtime::word::Word;
 use crate::runtime::Span;
 
 /// The version of the index's layout in the runtime region (docs/FORMAT.md).
@@ -247,11 +248,11 @@ impl Passed {
     }
 
     /// Every slot passed, from `home` on, holds the word seen.
-    fn unchanged(&self, ix: &Index, w: &[AtomicU64], home: u64) -> bool {
+    fn unchanged<S: Slots>(&self, ix: &Index<S>, home: u64) -> bool {
         let seen = self.words.iter().take(self.len).chain(self.more.iter());
         let mut i = home;
         for &a in seen {
-            if ix.slot(w, i).0.load(Ordering::Acquire) != a {
+            if ix.slot(i).0.load(Ordering::Acquire) != a {
                 return false;
             }
             i = ix.next(i);
@@ -274,29 +275,71 @@ impl Passed {
     }
 }
 
-/// The index over its span of the runtime region.
-pub struct Index {
-    span: Span,
-    /// The span's first 64-bit word and its word count, taken once: `Span::words`
+/// The table's slots, two words each (`a` and `b`), as the lock-free protocol reads
+/// and changes them: the engine's in the runtime region ([`Mapped`]), the model
+/// tests' loom's atomics (`model`, docs/CONSISTENCY.md, "Model-checked protocols"),
+/// so the protocol checked is the code that runs.
+pub trait Slots {
+    type Word: Word<Value = u64>;
+    /// Slot `i`'s words `a` and `b`.
+    fn slot(&self, i: u64) -> (&Self::Word, &Self::Word);
+}
+
+/// The slots in the index's span of the runtime region.
+pub struct Mapped {
+    /// Slot 0's word `a`, and the slots' word count, taken once: `Span::words`
     /// checks its bounds on every call, and every lookup, claim and removal asks.
     base: NonNull<AtomicU64>,
     nwords: usize,
+}
+
+// SAFETY: `base` points into the index's span of shared memory, which is only ever
+// accessed through atomic types (as `Span` itself is Send and Sync for): sharing or
+// sending the pointer across threads is as sound as sharing the span.
+unsafe impl Send for Mapped {}
+// SAFETY: as for Send.
+unsafe impl Sync for Mapped {}
+
+impl Slots for Mapped {
+    type Word = AtomicU64;
+    #[inline(always)]
+    fn slot(&self, i: u64) -> (&AtomicU64, &AtomicU64) {
+        // SAFETY: `base` and `nwords` are the slots' part of the span's words, taken
+        // in `Index::new`: mapped, 8-aligned memory alive as long as the index (which
+        // owns the span and this), only ever accessed atomically.
+        let w = unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.nwords) };
+        let at = 2 * i as usize;
+        // One bounds check for both words.
+        let [a, b] = &w[at..at + 2] else {
+            unreachable!("a two-word range")
+        };
+        (a, b)
+    }
+}
+
+/// The index over its span of the runtime region.
+pub struct Index<S: Slots = Mapped> {
+    span: Span,
+    /// The span's first 64-bit word and its word count (the locks and counters),
+    /// taken once, as [`Mapped`]'s.
+    base: NonNull<AtomicU64>,
+    nwords: usize,
+    slots: S,
     /// Slots.
     cap: u64,
     /// Index (in 32-bit words) of the first region lock.
     regions_at: usize,
-    /// Index (in 64-bit words) of slot 0's word `a`.
-    slots_at: usize,
     dentry_off: u64,
     dentries: u64,
 }
 
 // SAFETY: `base` points into `span`'s shared memory, which is only ever accessed
 // through atomic types (as `Span` itself is Send and Sync for): sharing or sending the
-// pointer across threads is as sound as sharing the span.
-unsafe impl Send for Index {}
+// pointer across threads is as sound as sharing the span; the slots are as sendable
+// and shareable as their own type says.
+unsafe impl<S: Slots + Send> Send for Index<S> {}
 // SAFETY: as for Send.
-unsafe impl Sync for Index {}
+unsafe impl<S: Slots + Sync> Sync for Index<S> {}
 
 /// Slots, region-lock offset, slot offset and total bytes for a layout.
 fn geometry(layout: &Layout) -> (u64, u64, u64, u64) {
@@ -401,13 +444,13 @@ impl Index {
         geometry(layout).3 as usize
     }
 
-    /// The index over `span` (at least [`Index::bytes_needed`] bytes). Zeroed memory
-    /// (a fresh region) is an empty index.
     /// Forget every entry (a repair rebuilds the index as directories load again).
     pub fn clear(&self) {
         self.span.zero();
     }
 
+    /// The index over `span` (at least [`Index::bytes_needed`] bytes). Zeroed memory
+    /// (a fresh region) is an empty index.
     pub fn new(span: Span, layout: &Layout) -> Result<Index> {
         let (cap, regions_off, slots_off, total) = geometry(layout);
         if layout.total_dentries() >= MAX_DENTRIES || layout.total_inodes() >= MAX_INODES {
@@ -425,18 +468,43 @@ impl Index {
         }
         let words = span.words();
         let (base, nwords) = (NonNull::from(words).cast(), words.len());
+        let slots_at = (slots_off / 8) as usize;
+        let slot_words = &words[slots_at..slots_at + 2 * cap as usize];
+        let slots = Mapped {
+            base: NonNull::from(slot_words).cast(),
+            nwords: slot_words.len(),
+        };
         Ok(Index {
             span,
             base,
             nwords,
+            slots,
             cap,
             regions_at: (regions_off / 4) as usize,
-            slots_at: (slots_off / 8) as usize,
             dentry_off: layout.dentry_off,
             dentries: layout.total_dentries(),
         })
     }
 
+    /// Start loading the slot where (parent, name)'s probe path begins into the cache:
+    /// the table is sparse (sized for the whole pool), so that line is usually a cache
+    /// and TLB miss, which a caller can overlap with its other work before `get`.
+    pub fn prefetch(&self, parent: u64, name: &[u8]) {
+        let p = self.probe(parent, name);
+        let a = self.slot(p.home).0;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is only a hint: it reads nothing architecturally and never
+        // faults; the address is that of a live slot anyway.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(a.as_ptr() as *const i8);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = a;
+    }
+}
+
+impl<S: Slots> Index<S> {
     /// Slots in the table.
     pub fn capacity(&self) -> u64 {
         self.cap
@@ -467,13 +535,9 @@ impl Index {
         unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.nwords) }
     }
 
-    fn slot<'w>(&self, w: &'w [AtomicU64], i: u64) -> (&'w AtomicU64, &'w AtomicU64) {
-        let at = self.slots_at + 2 * i as usize;
-        // One bounds check for both words.
-        let [a, b] = &w[at..at + 2] else {
-            unreachable!("a two-word range")
-        };
-        (a, b)
+    #[inline(always)]
+    fn slot(&self, i: u64) -> (&S::Word, &S::Word) {
+        self.slots.slot(i)
     }
 
     fn next(&self, i: u64) -> u64 {
@@ -545,8 +609,8 @@ impl Index {
 
     /// Read slot `i` for probe `p`, consistently: `a` is read again after everything
     /// else, and the slot is read anew if it changed meanwhile.
-    fn look(&self, pool: &impl Dentries, w: &[AtomicU64], i: u64, p: &Probe<'_>) -> Seen {
-        let (aw, bw) = self.slot(w, i);
+    fn look(&self, pool: &impl Dentries, i: u64, p: &Probe<'_>) -> Seen {
+        let (aw, bw) = self.slot(i);
         loop {
             let a = aw.load(Ordering::Acquire);
             let Some(state) = visible_state(state_of(a)) else {
@@ -597,11 +661,10 @@ impl Index {
         p: &Probe<'_>,
         want: impl Fn(&Entry) -> bool,
     ) -> Option<(Entry, u64)> {
-        let w = self.words();
         loop {
-            match self.walk_once(pool, w, p, &want) {
+            match self.walk_once(pool, p, &want) {
                 Ok(hit) => return Some(hit),
-                Err(passed) if passed.unchanged(self, w, p.home) => return None,
+                Err(passed) if passed.unchanged(self, p.home) => return None,
                 Err(_) => continue,
             }
         }
@@ -612,14 +675,13 @@ impl Index {
     fn walk_once(
         &self,
         pool: &impl Dentries,
-        w: &[AtomicU64],
         p: &Probe<'_>,
         want: &impl Fn(&Entry) -> bool,
     ) -> std::result::Result<(Entry, u64), Passed> {
         let mut passed = Passed::default();
         let mut i = p.home;
         for _ in 0..self.cap {
-            match self.look(pool, w, i, p) {
+            match self.look(pool, i, p) {
                 Seen::Match(e, a) if want(&e) => return Ok((e, a)),
                 Seen::Empty(a) => {
                     passed.push(a);
@@ -653,13 +715,12 @@ impl Index {
 
     /// [`Index::sight`]'s walk of `p`'s probe path; a miss confirmed as `search`'s.
     fn walk(&self, pool: &impl Dentries, p: &Probe<'_>, want: impl Fn(&Entry) -> bool) -> Saw {
-        let w = self.words();
         loop {
-            let passed = match self.walk_once(pool, w, p, &want) {
+            let passed = match self.walk_once(pool, p, &want) {
                 Ok((e, a)) => return Saw::Entry(e, a),
                 Err(passed) => passed,
             };
-            if !passed.unchanged(self, w, p.home) {
+            if !passed.unchanged(self, p.home) {
                 continue;
             }
             return match passed.as_path() {
@@ -672,24 +733,7 @@ impl Index {
     /// Slot `pos` still holds word `a`: the entry seen there with it has not
     /// changed since (every change of a slot bumps its version).
     pub fn holds(&self, pos: u64, a: u64) -> bool {
-        self.slot(self.words(), pos).0.load(Ordering::Acquire) == a
-    }
-
-    /// Start loading the slot where (parent, name)'s probe path begins into the cache:
-    /// the table is sparse (sized for the whole pool), so that line is usually a cache
-    /// and TLB miss, which a caller can overlap with its other work before `get`.
-    pub fn prefetch(&self, parent: u64, name: &[u8]) {
-        let p = self.probe(parent, name);
-        let a = self.slot(self.words(), p.home).0;
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is only a hint: it reads nothing architecturally and never
-        // faults; the address is that of a live slot anyway.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(a.as_ptr() as *const i8);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = a;
+        self.slot(pos).0.load(Ordering::Acquire) == a
     }
 
     /// The visible (Ready or Leaving) entry for (parent, name). No lock, no store.
@@ -746,27 +790,26 @@ impl Index {
         if new.ino >= MAX_INODES {
             return Err(errno::EINVAL);
         }
-        let w = self.words();
         let _stripe = lock::lock(self.stripe_lock(p.tag), watch)?;
         crate::runtime::testing::stop_here("index.stripe");
         loop {
-            let still = sighted.take().and_then(|s| self.still_free(w, s));
+            let still = sighted.take().and_then(|s| self.still_free(s));
             let (t, seen) = match still {
                 Some(free) => free,
-                None => match self.scan(pool, w, p, beside) {
+                None => match self.scan(pool, p, beside) {
                     Ok(free) => free?,
                     Err(e) => return Ok(Claim::Taken(e)),
                 },
             };
-            if !self.fill(w, t, seen, id, watch)? {
+            if !self.fill(t, seen, id, watch)? {
                 continue;
             }
             let b = new.ino | (new.dtype as u64 & 0xf) << DTYPE_SHIFT | p.tag << TAG_SHIFT;
-            self.slot(w, t).1.store(b, Ordering::Release);
-            if !self.path_full(w, p.home, t) {
+            self.slot(t).1.store(b, Ordering::Release);
+            if !self.path_full(p.home, t) {
                 // An empty slot appeared on the path before ours: lookups would stop
                 // there. Give the slot back and claim again.
-                self.set_state(w, t, CREATING, TOMB);
+                self.set_state(t, CREATING, TOMB);
                 continue;
             }
             self.counter(p.tag).fetch_add(1, Ordering::Relaxed);
@@ -778,7 +821,7 @@ impl Index {
     /// say), if every slot of the path it kept holds the word seen: then the key is
     /// still missing (only claims add it, and they hold this lock) and the path the
     /// same, so its first tombstone, else the empty slot ending it.
-    fn still_free(&self, w: &[AtomicU64], s: &Sighting<'_>) -> Option<(u64, u64)> {
+    fn still_free(&self, s: &Sighting<'_>) -> Option<(u64, u64)> {
         let Saw::Path(path, len) = &s.saw else {
             return None;
         };
@@ -786,7 +829,7 @@ impl Index {
         let mut tomb = None;
         let mut last = None;
         for &a in &path[..*len as usize] {
-            if self.slot(w, i).0.load(Ordering::Acquire) != a {
+            if self.slot(i).0.load(Ordering::Acquire) != a {
                 return None;
             }
             if state_of(a) == TOMB {
@@ -804,14 +847,13 @@ impl Index {
     fn scan(
         &self,
         pool: &impl Dentries,
-        w: &[AtomicU64],
         p: &Probe<'_>,
         beside: Option<u64>,
     ) -> std::result::Result<Result<(u64, u64)>, Entry> {
         let mut tomb = None;
         let mut i = p.home;
         for _ in 0..self.cap {
-            match self.look(pool, w, i, p) {
+            match self.look(pool, i, p) {
                 Seen::Empty(a) => return Ok(Ok(tomb.unwrap_or((i, a)))),
                 Seen::Tomb(a) => {
                     tomb.get_or_insert((i, a));
@@ -831,14 +873,13 @@ impl Index {
     /// meanwhile (see `clean`).
     fn fill(
         &self,
-        w: &[AtomicU64],
         t: u64,
         seen: u64,
         id: u64,
         watch: &dyn Watch,
     ) -> std::result::Result<bool, Interrupted> {
         let new = next_a(seen, CREATING, id);
-        let aw = self.slot(w, t).0;
+        let aw = self.slot(t).0;
         let cas = || {
             aw.compare_exchange(seen, new, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
@@ -853,11 +894,11 @@ impl Index {
     /// No empty slot from `home` up to (not including) `t`. Read backwards: slot `t`
     /// is occupied, so the one before it cannot be emptied (that needs `t` empty), and
     /// so on down: each slot found non-empty stays so.
-    fn path_full(&self, w: &[AtomicU64], home: u64, t: u64) -> bool {
+    fn path_full(&self, home: u64, t: u64) -> bool {
         let mut j = t;
         while j != home {
             j = self.prev(j);
-            if state_of(self.slot(w, j).0.load(Ordering::Acquire)) == EMPTY {
+            if state_of(self.slot(j).0.load(Ordering::Acquire)) == EMPTY {
                 return false;
             }
         }
@@ -866,8 +907,8 @@ impl Index {
 
     /// Move slot `i` from state `from` to `to` (its own operation's slot: nobody else
     /// changes it meanwhile). False if it was not in `from`.
-    fn set_state(&self, w: &[AtomicU64], i: u64, from: u64, to: u64) -> bool {
-        let aw = self.slot(w, i).0;
+    fn set_state(&self, i: u64, from: u64, to: u64) -> bool {
+        let aw = self.slot(i).0;
         let mut a = aw.load(Ordering::Acquire);
         loop {
             if state_of(a) != from {
@@ -883,14 +924,13 @@ impl Index {
 
     /// A claimed entry is committed: Creating -> Ready, visible.
     pub fn publish(&self, pos: u64) {
-        self.set_state(self.words(), pos, CREATING, READY);
+        self.set_state(pos, CREATING, READY);
     }
 
     /// A claim given up (the operation failed): the slot becomes a tombstone.
     pub fn abandon(&self, pos: u64) {
-        let w = self.words();
-        if self.set_state(w, pos, CREATING, TOMB) {
-            self.gone(w, pos);
+        if self.set_state(pos, CREATING, TOMB) {
+            self.gone(pos);
         }
     }
 
@@ -929,7 +969,7 @@ impl Index {
 
     /// Slot `pos`, seen Ready as `a`, becomes Leaving; false if it changed since.
     fn to_leaving(&self, pos: u64, a: u64) -> bool {
-        let aw = self.slot(self.words(), pos).0;
+        let aw = self.slot(pos).0;
         let new = next_a(a, LEAVING, a >> ID_SHIFT);
         aw.compare_exchange(a, new, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
@@ -937,14 +977,32 @@ impl Index {
 
     /// Put an entry claimed by [`Index::leave`] back: Leaving -> Ready.
     pub fn stay(&self, e: &Entry) {
-        self.set_state(self.words(), e.pos, LEAVING, READY);
+        self.set_state(e.pos, LEAVING, READY);
     }
 
     /// An entry claimed by [`Index::leave`] is gone (its removal committed).
     pub fn remove(&self, e: &Entry) {
-        let w = self.words();
-        if self.set_state(w, e.pos, LEAVING, TOMB) {
-            self.gone(w, e.pos);
+        if self.set_state(e.pos, LEAVING, TOMB) {
+            self.gone(e.pos);
+        }
+    }
+
+    /// A commit renamed: the claimed entries at `published` (Creating) now name what
+    /// the `removed` entries (claimed by [`Index::leave`], Leaving) named. The new
+    /// entries become visible first, then the old ones go, so a lookup never misses
+    /// both (issue 42): a walk returns the first visible entry of its key it meets,
+    /// and a walk that passed a new entry before it was published and reached the
+    /// old one after it went confirms its miss ([`Passed`]) and walks again.
+    pub fn replace(
+        &self,
+        published: impl IntoIterator<Item = u64>,
+        removed: impl IntoIterator<Item = Entry>,
+    ) {
+        for pos in published {
+            self.publish(pos);
+        }
+        for e in removed {
+            self.remove(&e);
         }
     }
 
@@ -979,17 +1037,17 @@ impl Index {
     }
 
     /// Slot `pos` just became a tombstone: count the entry out and clean.
-    fn gone(&self, w: &[AtomicU64], pos: u64) {
-        let tag = (self.slot(w, pos).1.load(Ordering::Acquire) >> TAG_SHIFT) & TAG_MASK;
+    fn gone(&self, pos: u64) {
+        let tag = (self.slot(pos).1.load(Ordering::Acquire) >> TAG_SHIFT) & TAG_MASK;
         self.counter(tag).fetch_sub(1, Ordering::Relaxed);
-        self.clean(w, pos);
+        self.clean(pos);
     }
 
     /// Empty the tombstone at `i`, and those before it, while the slot after each is
     /// empty: no probe path of a live entry can then pass through it. The slot after
     /// stays empty because we hold its region lock (fills of an empty slot take it);
     /// only tried, never waited for, since cleaning is optional.
-    fn clean(&self, w: &[AtomicU64], i: u64) {
+    fn clean(&self, i: u64) {
         // At the top of each turn we hold the region lock of `after`, the slot after `k`.
         let mut k = i;
         let mut after = self.next(k);
@@ -997,10 +1055,10 @@ impl Index {
             return;
         };
         for _ in 0..self.cap {
-            if state_of(self.slot(w, after).0.load(Ordering::Acquire)) != EMPTY {
+            if state_of(self.slot(after).0.load(Ordering::Acquire)) != EMPTY {
                 return;
             }
-            let aw = self.slot(w, k).0;
+            let aw = self.slot(k).0;
             let a = aw.load(Ordering::Acquire);
             if state_of(a) != TOMB
                 || aw
@@ -1068,6 +1126,9 @@ pub fn name_hash(parent: u64, name: &[u8]) -> u64 {
 /// The hasher of the process-private maps (open files, directories): foldhash,
 /// seeded per map, several times faster than SipHash on short keys.
 pub type IndexHasher = foldhash::fast::RandomState;
+
+#[cfg(test)]
+mod model;
 
 #[cfg(test)]
 mod tests {
@@ -1151,16 +1212,14 @@ mod tests {
     /// Occupied slots holding (P, name), by scanning the whole table.
     fn copies(idx: &Index, pool: &Fake, name: &[u8]) -> usize {
         let p = idx.probe(P, name);
-        let w = idx.words();
         (0..idx.cap)
-            .filter(|&i| matches!(idx.look(pool, w, i, &p), Seen::Match(..)))
+            .filter(|&i| matches!(idx.look(pool, i, &p), Seen::Match(..)))
             .count()
     }
 
     fn states(idx: &Index) -> Vec<u64> {
-        let w = idx.words();
         (0..idx.cap)
-            .map(|i| state_of(idx.slot(w, i).0.load(Ordering::Relaxed)))
+            .map(|i| state_of(idx.slot(i).0.load(Ordering::Relaxed)))
             .collect()
     }
 
@@ -1640,9 +1699,7 @@ mod tests {
         assert!(idx.leave_sighted(&pool, &seen).is_none(), "one claim wins");
         // Unchanged since the lookup: the claim takes the slot the lookup ended at.
         let seen = idx.sight(&pool, P, b"b", |_| true);
-        let (end, _) = idx
-            .still_free(idx.words(), &seen)
-            .expect("a short path kept");
+        let (end, _) = idx.still_free(&seen).expect("a short path kept");
         pool.put(4, b"b");
         let Claim::Claimed(pos) = idx
             .claim_sighted(&pool, &seen, &pool.entry(4, 44), None, &Alone)
@@ -1700,7 +1757,7 @@ mod tests {
         let small = Span::anonymous(4096).unwrap();
         assert!(Index::new(small, &layout).is_err(), "a span too small");
         // Garbage in a slot (torn state) reads as some other key.
-        idx.slot(idx.words(), idx.probe(P, b"x").home)
+        idx.slot(idx.probe(P, b"x").home)
             .0
             .store(u64::MAX, Ordering::Relaxed);
         assert_eq!(idx.get(&pool, P, b"x"), None);

@@ -621,14 +621,10 @@ impl<B: Backend> Namespace<B> {
         }
         // The index follows the pool: the new names first, then the old entries go,
         // so a lookup never misses both.
-        self.index.publish(new_dst.pos);
-        if let Some(ns) = new_src {
-            self.index.publish(ns.pos);
-        }
-        self.index.remove(&src);
-        if let Some(d) = plan.dst {
-            self.index.remove(&d);
-        }
+        self.index.replace(
+            std::iter::once(new_dst.pos).chain(new_src.map(|ns| ns.pos)),
+            std::iter::once(src).chain(plan.dst),
+        );
         let due = if sp == dp && new_src.is_none() && plan.dst.is_none() {
             // One entry out of the directory and one into it: the count stays.
             sdir.slot_freed(lane)

@@ -22,9 +22,18 @@
 //! are, and one cut off in the middle of a call would leave the shared runtime state
 //! half changed under a pid that lives on. A failed exec opens it again.
 //!
-//! Cost on the way in and out: one sequentially consistent store and one load of a
-//! word no other thread writes except a forking one (a thread's own slot), so
-//! threads never share a cache line on the common path.
+//! Cost on the way in and out: a store to a word no other thread writes (a thread's
+//! own slot), a sequentially consistent fence (on x86 a locked `or` on the stack) and
+//! a load of the gate on the way in, a release store on the way out, so threads
+//! never share a cache line written on the common path.
+//!
+//! The protocol ([`hold`], [`give_back`], [`shut`], [`all_free`], [`open`]) is
+//! generic over the [`Machine`] it runs on: the engine's ([`Os`]: `std`'s atomics,
+//! the futex) and loom's in its model test (`model`, docs/CONSISTENCY.md,
+//! "Model-checked protocols"), so what is checked is what runs. The Dekker pair is
+//! written with fences (a relaxed store, a sequentially consistent fence, a load)
+//! rather than sequentially consistent accesses: C11 gives both the same guarantee
+//! here, loom checks only the fences.
 //!
 //! What the gate cannot do: a pass held for longer than [`DRAIN_LIMIT`] (a pool call
 //! blocked on something the forking thread holds: a `malloc` the program replaced
@@ -33,6 +42,8 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::word::Word;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,10 +52,13 @@ use parking_lot::Mutex;
 /// How long a fork waits for the passes in flight before it goes ahead anyway.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
-/// 1 while a fork is being prepared (new passes wait), else 0. A futex word.
-static CLOSED: AtomicU32 = AtomicU32::new(0);
+/// [`SHUT`] while a fork is being prepared (new passes wait), else [`OPEN`]. A futex word.
+static CLOSED: AtomicU32 = AtomicU32::new(OPEN);
 
-/// Every thread's slot: 1 while it holds a pass, else 0.
+const OPEN: u32 = 0;
+const SHUT: u32 = 1;
+
+/// Every thread's slot: [`BUSY`] while it holds a pass, else [`FREE`].
 static SLOTS: Mutex<Vec<Arc<AtomicU32>>> = Mutex::new(Vec::new());
 
 /// Whether the gate is held closed by this process's forking thread (the `SLOTS`
@@ -56,7 +70,7 @@ struct Slot(Arc<AtomicU32>);
 
 impl Slot {
     fn new() -> Slot {
-        let s = Arc::new(AtomicU32::new(0));
+        let s = Arc::new(AtomicU32::new(FREE));
         SLOTS.lock().push(s.clone());
         Slot(s)
     }
@@ -90,7 +104,7 @@ impl Pass {
         let counted = DEPTH
             .try_with(|d| {
                 let n = d.get();
-                if n == 0 && !SLOT.try_with(|s| hold(&s.0)).unwrap_or(false) {
+                if n == 0 && SLOT.try_with(|s| hold::<Os>(&s.0, &CLOSED)).is_err() {
                     return false;
                 }
                 d.set(n + 1);
@@ -113,27 +127,84 @@ impl Drop for Pass {
             let n = d.get() - 1;
             d.set(n);
             if n == 0 {
-                let _ = SLOT.try_with(|s| s.0.store(0, Ordering::SeqCst));
+                let _ = SLOT.try_with(|s| give_back::<Os>(&s.0));
             }
         });
     }
 }
 
-/// Marks `slot` busy once the gate is open; always true (a bool for `try_with`).
-fn hold(slot: &AtomicU32) -> bool {
+const FREE: u32 = 0;
+const BUSY: u32 = 1;
+
+/// What the gate's protocol needs besides its words: a fence, and a wait for the gate
+/// to open.
+pub(crate) trait Machine {
+    type Word: Word<Value = u32>;
+    fn fence(order: Ordering);
+    /// Waits a while (or not at all) for `gate` to stop holding `shut`.
+    fn wait(gate: &Self::Word, shut: u32);
+}
+
+/// The engine's machine: `std`'s atomics and fences, a futex wait.
+struct Os;
+
+impl Machine for Os {
+    type Word = AtomicU32;
+    #[inline(always)]
+    fn fence(order: Ordering) {
+        std::sync::atomic::fence(order)
+    }
+    fn wait(gate: &AtomicU32, shut: u32) {
+        super::lock::futex_wait(gate, shut, Duration::from_millis(100));
+    }
+}
+
+/// Marks `slot` busy once `gate` is open.
+fn hold<M: Machine>(slot: &M::Word, gate: &M::Word) {
     loop {
-        // Dekker's pairing with `close`: this thread writes its slot then
-        // reads the gate, the forker writes the gate then reads every slot, both
-        // sequentially consistent, so at least one of them sees the other.
-        slot.store(1, Ordering::SeqCst);
-        if CLOSED.load(Ordering::SeqCst) == 0 {
-            return true;
+        // Dekker's pairing with `shut`: this thread writes its slot, the forker the
+        // gate, each then a sequentially consistent fence and a load of the other's
+        // word. The fences fall in one total order, and whichever thread's fence comes
+        // second sees the other's store: the forker sees the slot busy (and waits for
+        // it), or this thread sees the gate shut (and steps back).
+        slot.store(BUSY, Ordering::Relaxed);
+        M::fence(Ordering::SeqCst);
+        // Acquire: what the forker did before opening the gate comes before this pass.
+        if gate.load(Ordering::Acquire) == OPEN {
+            return;
         }
-        slot.store(0, Ordering::SeqCst);
-        while CLOSED.load(Ordering::SeqCst) != 0 {
-            super::lock::futex_wait(&CLOSED, 1, Duration::from_millis(100));
+        slot.store(FREE, Ordering::Release);
+        while gate.load(Ordering::Acquire) != OPEN {
+            M::wait(gate, SHUT);
         }
     }
+}
+
+/// Gives `slot`'s pass back. Release: everything done under the pass comes before a
+/// forker's [`all_free`] that sees the slot free.
+#[inline(always)]
+fn give_back<M: Machine>(slot: &M::Word) {
+    slot.store(FREE, Ordering::Release);
+}
+
+/// Shuts `gate`: a thread whose [`hold`] comes later waits; one whose `hold` came
+/// earlier is seen busy by [`all_free`] after this (the other half of the pairing).
+fn shut<M: Machine>(gate: &M::Word) {
+    gate.store(SHUT, Ordering::Relaxed);
+    M::fence(Ordering::SeqCst);
+}
+
+/// Every slot of `slots` is free: their passes, and all done under them, are over.
+fn all_free<'w, M: Machine>(slots: impl IntoIterator<Item = &'w M::Word>) -> bool
+where
+    M::Word: 'w,
+{
+    slots.into_iter().all(|s| s.load(Ordering::Acquire) == FREE)
+}
+
+/// Opens `gate` (waking its waiters is the caller's).
+fn open<M: Machine>(gate: &M::Word) {
+    gate.store(OPEN, Ordering::Release);
 }
 
 /// Runs `wait` (a wait that may last: the caller holds no process-local lock) with
@@ -142,11 +213,11 @@ fn hold(slot: &AtomicU32) -> bool {
 pub fn step_aside<R>(wait: impl FnOnce() -> R) -> R {
     let holding = DEPTH.try_with(Cell::get).unwrap_or(0) > 0;
     if holding {
-        let _ = SLOT.try_with(|s| s.0.store(0, Ordering::SeqCst));
+        let _ = SLOT.try_with(|s| give_back::<Os>(&s.0));
     }
     let r = wait();
     if holding {
-        let _ = SLOT.try_with(|s| hold(&s.0));
+        let _ = SLOT.try_with(|s| hold::<Os>(&s.0, &CLOSED));
     }
     r
 }
@@ -158,7 +229,7 @@ pub fn close() {
     // This thread's slot first: registering it takes the lock held below.
     let mine = SLOT.try_with(|s| s.0.clone()).ok();
     let slots = SLOTS.lock();
-    CLOSED.store(1, Ordering::SeqCst);
+    shut::<Os>(&CLOSED);
     HELD.store(1, Ordering::SeqCst);
     let others: Vec<&Arc<AtomicU32>> = slots
         .iter()
@@ -181,7 +252,7 @@ pub fn close() {
 fn drain(busy: &[&Arc<AtomicU32>]) -> bool {
     let start = Instant::now();
     let mut spins = 0u32;
-    while busy.iter().any(|s| s.load(Ordering::SeqCst) != 0) {
+    while !all_free::<Os>(busy.iter().map(|s| &***s)) {
         if start.elapsed() > DRAIN_LIMIT {
             return false;
         }
@@ -216,9 +287,12 @@ pub fn reopen(in_child: bool) {
         slots.retain(|s| mine.as_ref().is_some_and(|m| Arc::ptr_eq(s, m)));
     }
     drop(slots);
-    CLOSED.store(0, Ordering::SeqCst);
+    open::<Os>(&CLOSED);
     super::lock::futex_wake_all(&CLOSED);
 }
+
+#[cfg(test)]
+mod model;
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,7 @@ pub mod procs;
 pub mod region;
 pub mod stand_ins;
 pub mod testing;
+pub mod word;
 
 pub use attach::{Attached, RuntimeFile, Shape, RUNTIME_VERSION};
 pub use attachment::Attachment;
