@@ -12,6 +12,7 @@ use parking_lot::RwLock;
 
 use libc::c_int;
 
+use crate::guard::passing;
 use crate::state;
 
 /// One open file description of the pool in this process.
@@ -204,17 +205,6 @@ pub fn all() -> Vec<(c_int, Arc<Open>)> {
             })
             .collect()
     })
-}
-
-/// `f`, which takes one of this module's locks, under a pass through the fork gate
-/// ([`lynxfs::runtime::fork_gate`]): a fork waits until the lock is let go, so a
-/// child never inherits it held. Program calls such as `close` read these tables
-/// outside the library's calls, and a child whose attach then waited for the engine
-/// fds' table hung for good (the fork storm of tests/hostile.rs, 3 runs in 9).
-#[inline]
-fn passing<R>(f: impl FnOnce() -> R) -> R {
-    let _pass = lynxfs::runtime::fork_gate::Pass::enter();
-    f()
 }
 
 /// The eventfd every unshared pool fd is a copy of (dup is far cheaper than a new

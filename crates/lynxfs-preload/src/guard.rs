@@ -44,6 +44,18 @@ impl Drop for Inside {
     }
 }
 
+/// `f`, which takes one of this library's process-local locks (the fd tables, the
+/// stdio streams' table) possibly outside a call (`close`, `dup2`, `fileno`,
+/// `fclose` of a pool stream), under a pass through the fork gate: a fork waits until
+/// the lock is let go, so a child never inherits it held. Without it a child whose
+/// attach waited for the engine fds' table hung for good (the fork storm of
+/// tests/hostile.rs, 3 runs in 9).
+#[inline]
+pub fn passing<R>(f: impl FnOnce() -> R) -> R {
+    let _pass = fork_gate::Pass::enter();
+    f()
+}
+
 /// Whether the calling thread is inside this library already.
 pub fn inside() -> bool {
     // A thread being torn down has no locals left: treat it as inside (C library).

@@ -38,8 +38,10 @@
 //! Run: `cargo test -p lynxfs --profile ci --test crash -- --nocapture` (prints one
 //! table per test: per operation type, the workloads, crash points, images judged,
 //! distinct images opened, images using an in-between value, images whose recovery was
-//! crashed, the images those crashes left, and violations); about 110 s of CPU
-//! (80 s on a loaded 2-core machine; the ACL operations added about 20 s).
+//! crashed, the images those crashes left, and violations); 138 s of wall time in a
+//! clean clone's `./lynx test` on the 2-core VM (c8cfc05), most of it opening images:
+//! mapping a copy of the pool, recovery (on the calling thread for so small a pool),
+//! fsck and the state capture.
 //! `LYNXFS_LONG=1` samples 2,000 choices per crash point, pairs every operation with
 //! every other, runs 200 triples and crashes the recovery of every image whose recovery
 //! does work (hours). `LYNXFS_CRASH_ONLY=name` limits the single-operation test to the

@@ -61,9 +61,11 @@ unsafe extern "C" fn cookie_seek(c: *mut c_void, off: *mut off64_t, whence: c_in
 
 unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
     let fd = fd_of(c);
-    if let Some(m) = STREAMS.lock().as_mut() {
-        m.retain(|_, v| *v != fd);
-    }
+    crate::guard::passing(|| {
+        if let Some(m) = STREAMS.lock().as_mut() {
+            m.retain(|_, v| *v != fd);
+        }
+    });
     // SAFETY: the stream's own fd, closed with the replaced close.
     unsafe { super::open::close(fd) }
 }
@@ -82,10 +84,12 @@ unsafe fn stream(fd: c_int, mode: *const c_char) -> *mut FILE {
     // SAFETY: the cookie is the fd (an integer, never dereferenced).
     let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
     if !f.is_null() {
-        STREAMS
-            .lock()
-            .get_or_insert_with(HashMap::new)
-            .insert(f as usize, fd);
+        crate::guard::passing(|| {
+            STREAMS
+                .lock()
+                .get_or_insert_with(HashMap::new)
+                .insert(f as usize, fd)
+        });
     }
     f
 }
@@ -184,10 +188,12 @@ pub unsafe extern "C" fn freopen64(
     // SAFETY: the caller's path (or null).
     let to_pool = unsafe { crate::state::cpath(path) }
         .is_some_and(|p| matches!(crate::route::route(libc::AT_FDCWD, p), Route::Pool(..)));
-    let from_pool = STREAMS
-        .lock()
-        .as_ref()
-        .is_some_and(|m| m.contains_key(&(f as usize)));
+    let from_pool = crate::guard::passing(|| {
+        STREAMS
+            .lock()
+            .as_ref()
+            .is_some_and(|m| m.contains_key(&(f as usize)))
+    });
     if crate::guard::inside() || f.is_null() || !(to_pool || from_pool) {
         // SAFETY: the C library's freopen with the caller's arguments.
         return unsafe { real::freopen64(path, mode, f) };
@@ -254,7 +260,13 @@ pub unsafe extern "C" fn freopen(
 
 #[no_mangle]
 pub unsafe extern "C" fn fileno(f: *mut FILE) -> c_int {
-    if let Some(&fd) = STREAMS.lock().as_ref().and_then(|m| m.get(&(f as usize))) {
+    let cookie_fd = crate::guard::passing(|| {
+        STREAMS
+            .lock()
+            .as_ref()
+            .and_then(|m| m.get(&(f as usize)).copied())
+    });
+    if let Some(fd) = cookie_fd {
         return fd;
     }
     // SAFETY: the C library's fileno on the caller's stream.
@@ -295,6 +307,11 @@ pub fn standard_stream_follows(fd: c_int) {
     let Some((var, mode)) = standard(fd) else {
         return;
     };
+    // The stream tables' locks are taken under a pass (`guard::passing`).
+    crate::guard::passing(|| follow(fd, var, mode));
+}
+
+fn follow(fd: c_int, var: *mut *mut FILE, mode: &core::ffi::CStr) {
     // SAFETY: reading the C library's stream variable.
     let cur = unsafe { *var };
     let cookie_fd = STREAMS
