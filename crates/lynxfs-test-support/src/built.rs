@@ -2,7 +2,7 @@
 //! packages' executables): a nested `cargo build` of those packages into the test's
 //! own target directory and profile.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -76,6 +76,23 @@ pub fn preload() -> &'static Preload {
                 lynxfs: dir.join("lynxfs"),
                 preload: dir.join("liblynxfs_preload.so"),
             })
+        })
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The `lynxfs-history` recorder (this package's executable), built once per test
+/// binary of another package.
+pub fn history_recorder() -> &'static Path {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = build(
+                env!("CARGO_MANIFEST_DIR"),
+                &["lynxfs-test-support"],
+                &["lynxfs-history"],
+            )?;
+            Ok(dir.join("lynxfs-history"))
         })
         .as_ref()
         .unwrap_or_else(|e| panic!("{e}"))

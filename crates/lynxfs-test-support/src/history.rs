@@ -573,6 +573,101 @@ pub fn never_missing(h: &History) -> Result<usize, Violation> {
     Ok(reads)
 }
 
+/// How stale the reads of a mount were: of the reads that told which file they
+/// saw (opens) of names that are only ever replaced whole (`Put`), how many saw a
+/// file that a later replacement had already displaced when the read began, and by
+/// how long at most (the read's start less the earliest end of a replacement that
+/// began after the seen file's own put ended). A read of a file never put on its
+/// name is a violation.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Staleness {
+    pub reads: usize,
+    pub stale: usize,
+    pub max_ns: u64,
+}
+
+pub fn staleness(h: &History) -> Result<Staleness, Violation> {
+    let mut puts: HashMap<&str, Vec<(u64, u64, u64)>> = HashMap::new();
+    let mut other: HashSet<&str> = HashSet::new();
+    for (name, f) in &h.init {
+        puts.entry(name).or_default().push((0, 0, f.id));
+    }
+    for c in &h.calls {
+        match &c.act {
+            Act::Put { name, file } => puts
+                .entry(name)
+                .or_default()
+                .push((c.start, c.end, file.id)),
+            Act::Read { .. } => {}
+            Act::PutNew { name, .. } | Act::Remove { name, .. } => drop(other.insert(name)),
+            Act::Exchange { a, b, .. } => other.extend([a.as_str(), b.as_str()]),
+        }
+    }
+    puts.retain(|name, _| !other.contains(name));
+    let displaced = puts
+        .iter_mut()
+        .map(|(name, ps)| (*name, Displaced::new(ps)))
+        .collect::<HashMap<_, _>>();
+    let mut s = Staleness::default();
+    for c in &h.calls {
+        let Act::Read {
+            name,
+            saw: Saw::File { id: Some(id), .. },
+        } = &c.act
+        else {
+            continue;
+        };
+        let Some(d) = displaced.get(name.as_str()) else {
+            continue;
+        };
+        let Some(when) = d.displaced_since(*id) else {
+            return Err(Violation(format!(
+                "{name} never named file {id}, yet: {c:?}"
+            )));
+        };
+        s.reads += 1;
+        if when < c.start {
+            s.stale += 1;
+            s.max_ns = s.max_ns.max(c.start - when);
+        }
+    }
+    Ok(s)
+}
+
+/// The puts of one name sorted by start, with the earliest end among each suffix:
+/// when a file put on the name had certainly been displaced.
+struct Displaced {
+    /// (start, end, id), by start.
+    puts: Vec<(u64, u64, u64)>,
+    /// `earliest_end[i]`: the least end among `puts[i..]`.
+    earliest_end: Vec<u64>,
+    /// Each id's put's end.
+    put_end: HashMap<u64, u64>,
+}
+
+impl Displaced {
+    fn new(puts: &mut [(u64, u64, u64)]) -> Displaced {
+        puts.sort_unstable();
+        let mut earliest_end = vec![u64::MAX; puts.len() + 1];
+        for i in (0..puts.len()).rev() {
+            earliest_end[i] = earliest_end[i + 1].min(puts[i].1);
+        }
+        Displaced {
+            puts: puts.to_vec(),
+            earliest_end,
+            put_end: puts.iter().map(|&(_, end, id)| (id, end)).collect(),
+        }
+    }
+
+    /// From when file `id` was certainly no longer the name's (`u64::MAX`: never),
+    /// or `None` if it never was.
+    fn displaced_since(&self, id: u64) -> Option<u64> {
+        let end = *self.put_end.get(&id)?;
+        let later = self.puts.partition_point(|&(start, _, _)| start <= end);
+        Some(self.earliest_end[later])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -901,5 +996,28 @@ mod tests {
         let mut h = h;
         h.calls.push(call(7, 8, read("cfg", Saw::Missing)));
         assert!(never_missing(&h).is_err());
+    }
+
+    #[test]
+    fn staleness_counts_reads_of_displaced_files() {
+        let put = |name: &str, file: File| Act::Put {
+            name: name.into(),
+            file,
+        };
+        let mut h = History {
+            init: vec![("cfg".into(), A)],
+            ..History::default()
+        };
+        h.calls = vec![
+            call(10, 20, put("cfg", B)),
+            call(15, 16, read("cfg", id(1))),
+            call(25, 26, read("cfg", id(2))),
+            call(30, 40, put("cfg", C)),
+            call(45, 46, read("cfg", id(2))),
+        ];
+        let s = staleness(&h).unwrap();
+        assert_eq!((s.reads, s.stale, s.max_ns), (3, 1, 5));
+        h.calls.push(call(50, 51, read("cfg", id(9))));
+        assert!(staleness(&h).is_err());
     }
 }

@@ -16,9 +16,13 @@
 //! so an open tells which file a name led to, and a stat of a file of another size
 //! saw a file the name never had.
 
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::history::{format_call, format_init, format_odd, Act, Call, File, Saw};
+use crate::child::{finish_within, spawn_group};
+use crate::history::{format_call, format_init, format_odd, parse, Act, Call, File, History, Saw};
 
 /// A front end's calls, on paths relative to its directory; errors are errnos.
 pub trait Front: Sync {
@@ -345,7 +349,7 @@ pub struct Libc {
 }
 
 impl Libc {
-    pub fn new(dir: &std::path::Path) -> Libc {
+    pub fn new(dir: &Path) -> Libc {
         Libc {
             dir: dir.to_string_lossy().into_owned(),
         }
@@ -469,4 +473,75 @@ pub fn run_threads(
             .flat_map(|h| h.join().expect("a history thread panicked"))
             .collect()
     })
+}
+
+/// The argument vector of one run of the `lynxfs-history` recorder (the executable
+/// first); a test turns it into a command run plainly, under a preload, as another
+/// user.
+pub type Argv = Vec<OsString>;
+
+/// How [`record_processes`] runs the recorder.
+pub struct Recording<'a> {
+    /// The `lynxfs-history` executable.
+    pub exe: &'a Path,
+    /// The directory the names are in (existing, empty).
+    pub dir: &'a Path,
+    /// Threads per process.
+    pub threads: u32,
+    /// How long each thread calls, and the calls it makes at most.
+    pub run: Duration,
+    pub max_calls: u64,
+}
+
+/// How long one recorder process may take beyond its run before the test fails.
+const RECORDER_SLACK: Duration = Duration::from_secs(120);
+
+/// A history recorded by `lynxfs-history`: its `setup` (run by `command(None, ..)`),
+/// then `procs` processes calling at once, process `k` run by `command(Some(k), ..)`
+/// with its threads numbered from `10 * k`. Every process runs in a group of its own
+/// and is killed, failing the test, if it outlives its run by two minutes.
+pub fn record_processes(
+    r: &Recording,
+    procs: usize,
+    command: &dyn Fn(Option<usize>, Argv) -> Command,
+) -> Result<History, String> {
+    let argv = |args: &[String]| -> Argv {
+        let mut v: Argv = vec![r.exe.into(), r.dir.into()];
+        v.extend(args.iter().map(Into::into));
+        v
+    };
+    let mut h = History::default();
+    let mut setup = command(None, argv(&["setup".into()]));
+    let out = finish_within(spawn_group(&mut setup, "setup"), "setup", RECORDER_SLACK);
+    parse_output("setup", &out, &mut h)?;
+    let kids: Vec<_> = (0..procs)
+        .map(|k| {
+            let args = [
+                "run".into(),
+                (10 * k).to_string(),
+                r.threads.to_string(),
+                r.run.as_millis().to_string(),
+                r.max_calls.to_string(),
+            ];
+            spawn_group(&mut command(Some(k), argv(&args)), "a recorder")
+        })
+        .collect();
+    for (k, kid) in kids.into_iter().enumerate() {
+        let what = format!("recorder {k}");
+        let out = finish_within(kid, &what, r.run + RECORDER_SLACK);
+        parse_output(&what, &out, &mut h)?;
+    }
+    Ok(h)
+}
+
+/// A recorder's lines into `h`, if it succeeded.
+fn parse_output(what: &str, out: &Output, h: &mut History) -> Result<(), String> {
+    if !out.status.success() {
+        return Err(format!(
+            "{what}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    parse(&String::from_utf8_lossy(&out.stdout), h)
 }

@@ -4,45 +4,33 @@
 //! histories that are not.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use lynxfs_test_support::history::{check, parse, History};
+use lynxfs_test_support::history::{check, History};
+use lynxfs_test_support::history_run::{record_processes, Recording};
 use lynxfs_test_support::watchdog;
 
 /// How long each process records, and the calls each thread makes at most (what
 /// bounds the check's time).
-const RUN_MS: u64 = 1500;
+const RUN: Duration = Duration::from_millis(1500);
 const MAX_CALLS: u64 = 60_000;
 
 /// The history of two processes of two threads calling in `dir` (empty).
 fn record(dir: &Path) -> History {
-    let exe = env!("CARGO_BIN_EXE_lynxfs-history");
-    let out = Command::new(exe).arg(dir).arg("setup").output().unwrap();
-    assert!(
-        out.status.success(),
-        "setup: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut h = History::default();
-    parse(&String::from_utf8_lossy(&out.stdout), &mut h).unwrap();
-    let kids: Vec<_> = (0..2)
-        .map(|p| {
-            Command::new(exe)
-                .arg(dir)
-                .args(["run", &(p * 10).to_string(), "2"])
-                .args([RUN_MS.to_string(), MAX_CALLS.to_string()])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for k in kids {
-        let out = k.wait_with_output().unwrap();
-        assert!(out.status.success(), "a recorder failed");
-        parse(&String::from_utf8_lossy(&out.stdout), &mut h).unwrap();
-    }
-    h
+    let r = Recording {
+        exe: Path::new(env!("CARGO_BIN_EXE_lynxfs-history")),
+        dir,
+        threads: 2,
+        run: RUN,
+        max_calls: MAX_CALLS,
+    };
+    record_processes(&r, 2, &|_, argv| {
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]);
+        c
+    })
+    .unwrap()
 }
 
 fn control(parent: &str) {
