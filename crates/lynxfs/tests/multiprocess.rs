@@ -853,6 +853,7 @@ fn a_name_replaced_in_one_process_is_never_missing_in_others() {
 /// processes of two threads each rename, replace, exchange, remove, open and stat
 /// a few names (`lynxfs_test_support::history_run`); the merged history, every call
 /// timed on `CLOCK_MONOTONIC`, must be linearizable per name.
+/// `LYNXFS_HISTORY_DUMP=FILE` writes the history to FILE, to study a failure.
 #[test]
 fn histories_across_processes_are_linearizable() {
     let _dog = watchdog("histories_across_processes_are_linearizable");
@@ -886,11 +887,17 @@ fn histories_across_processes_are_linearizable() {
     for k in kids {
         k.finish();
     }
-    let mut h = History::default();
-    parse(&init.join("\n"), &mut h).unwrap();
+    let mut text = init.join("\n");
+    text.push('\n');
     for f in &files {
-        parse(&std::fs::read_to_string(f).unwrap(), &mut h).unwrap();
+        text += &std::fs::read_to_string(f).unwrap();
+        text.push('\n');
     }
+    if let Ok(dump) = std::env::var("LYNXFS_HISTORY_DUMP") {
+        std::fs::write(dump, &text).unwrap();
+    }
+    let mut h = History::default();
+    parse(&text, &mut h).unwrap();
     let checked = check(&h).unwrap_or_else(|v| panic!("{v}"));
     eprintln!("{checked:?}");
     assert!(checked.calls > 10_000, "only {} calls", checked.calls);

@@ -26,6 +26,8 @@ mod names;
 mod nodes;
 mod open;
 pub mod path;
+#[cfg(test)]
+mod removal_races;
 mod session;
 mod size;
 

@@ -2,6 +2,7 @@
 //! O_TMPFILE among its forms), unlink, rmdir, rename and link.
 
 use crate::error::{errno, Result};
+use crate::meta::index::State;
 use crate::meta::{is_dir, NewNode, RenameFlags};
 use crate::pmem::Backend;
 
@@ -200,8 +201,15 @@ impl<'a, B: Backend> Session<'a, B> {
         if w.name.is_empty() {
             return Err(errno::EEXIST);
         }
-        // Linux checks the new name (filename_create) before the old inode's type.
-        if self.ns().lookup(w.parent, w.name, &self.cred).is_ok() {
+        // Linux checks the new name (filename_create) before the old inode's type. A
+        // name whose removal is under way (perhaps past its commit point, gone for
+        // readers) is left to `link`, which waits for its outcome (issue 42).
+        if self.ns().lookup(w.parent, w.name, &self.cred).is_ok()
+            && self
+                .ns()
+                .lookup_entry(w.parent, w.name)
+                .is_some_and(|e| e.state == State::Ready)
+        {
             return Err(errno::EEXIST);
         }
         self.ns().link(ino, w.parent, w.name, &self.cred)

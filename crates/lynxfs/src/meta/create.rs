@@ -127,8 +127,11 @@ impl<B: Backend> Namespace<B> {
                 searched = true;
             }
             match found.state {
-                // Another create of this name is under way: its outcome decides.
-                State::Creating => index::wait_turn(&mut turns, self.watch())?,
+                // Another create of this name is under way, or a removal (an unlink,
+                // a rename taking the name away or over it) that may be past its
+                // commit point, the name gone for readers before the index drops it:
+                // its outcome decides (issue 42: EEXIST while reads said ENOENT).
+                State::Creating | State::Leaving => index::wait_turn(&mut turns, self.watch())?,
                 _ if excl => return Err(errno::EEXIST),
                 _ => return Ok((found.ino, false)),
             }
@@ -623,13 +626,23 @@ impl<B: Backend> Namespace<B> {
             self.discard_dentry(&dir, new);
             err
         };
-        let pos = match self
-            .index
-            .claim(&self.pool.pm, parent, name, &new, None, self.watch())
-        {
-            Ok(Claim::Claimed(pos)) => pos,
-            Ok(Claim::Taken(_)) => return Err(undo(errno::EEXIST)),
-            Err(err) => return Err(undo(err)),
+        let mut turns = 0;
+        let pos = loop {
+            match self
+                .index
+                .claim(&self.pool.pm, parent, name, &new, None, self.watch())
+            {
+                Ok(Claim::Claimed(pos)) => break pos,
+                Ok(Claim::Taken(e)) if e.state == State::Ready => return Err(undo(errno::EEXIST)),
+                // A create under way or a removal perhaps past its commit point (as
+                // in `create_once`): its outcome decides.
+                Ok(Claim::Taken(_)) => {
+                    if let Err(stop) = index::wait_turn(&mut turns, self.watch()) {
+                        return Err(undo(stop.into()));
+                    }
+                }
+                Err(err) => return Err(undo(err)),
+            }
         };
         let made = if dir.removed() {
             Err(errno::ENOENT)

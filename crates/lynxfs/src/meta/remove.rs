@@ -179,6 +179,7 @@ impl<B: Backend> Namespace<B> {
         }
         self.notices.name(parent, name, e.ino);
         drop(il);
+        crate::runtime::testing::race_here("remove.committed");
         self.index.remove(&e);
         let due = dir.remove_entry(lane);
         dir.release_slot(&self.free_slots, e.slot);

@@ -341,8 +341,13 @@ impl<B: Backend> Namespace<B> {
         if flags.exchange && dst.is_none() {
             return Err(errno::ENOENT);
         }
-        if flags.noreplace && dst.is_some() {
-            return Err(errno::EEXIST);
+        match dst {
+            // A removal of the target (an unlink, another rename) perhaps past its
+            // commit point, the name gone for readers before the index drops it:
+            // plan again once it is settled (issue 42: EEXIST while reads said ENOENT).
+            Some(d) if flags.noreplace && d.state == State::Leaving => return Err(RETRY),
+            Some(_) if flags.noreplace => return Err(errno::EEXIST),
+            _ => {}
         }
         let src_dir = is_dir(self.mode(src.ino));
         let dst_dir = dst.is_some_and(|d| is_dir(self.mode(d.ino)));
