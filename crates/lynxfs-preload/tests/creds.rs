@@ -80,17 +80,10 @@ fn build_program(dir: &Path) -> PathBuf {
 fn run_dropping(pool: &Path, at: &Path, program: &Path) -> String {
     let b = built();
     let out = child::run_bounded(
-        Command::new(&b.lynxfs)
-            .arg("run")
-            .arg("--pool")
-            .arg(pool)
-            .arg("--at")
-            .arg(at)
-            .arg("--")
+        b.run(pool, at)
             .arg(program)
             .arg(at.join("f"))
-            .current_dir("/")
-            .env("LYNXFS_PRELOAD_LIB", &b.preload),
+            .current_dir("/"),
         "the program that drops root",
         LIMIT,
     );

@@ -56,17 +56,7 @@ fn a_fork_during_the_first_pool_call_never_hangs_the_child() {
     let d = tmp.path().join("d");
     std::fs::create_dir(&d).expect("mkdir D");
     let out = child::run_bounded(
-        Command::new(&b.lynxfs)
-            .arg("run")
-            .arg("--pool")
-            .arg(&pool)
-            .arg("--at")
-            .arg(&d)
-            .arg("--")
-            .arg(&program)
-            .arg(&d)
-            .arg(ROUNDS)
-            .env("LYNXFS_PRELOAD_LIB", &b.preload),
+        b.run(&pool, &d).arg(&program).arg(&d).arg(ROUNDS),
         "fork_attach under lynxfs run",
         RUN_LIMIT,
     );

@@ -84,16 +84,8 @@ impl Pool {
 
     /// `argv` under `lynxfs run` on the pool, its paths at `at`.
     fn preloaded(&self, argv: &[impl AsRef<OsStr>]) -> Command {
-        let b = built();
-        let mut c = Command::new(&b.lynxfs);
-        c.arg("run")
-            .arg("--pool")
-            .arg(&self.pool)
-            .arg("--at")
-            .arg(&self.at)
-            .arg("--")
-            .args(argv)
-            .env("LYNXFS_PRELOAD_LIB", &b.preload);
+        let mut c = built().run(&self.pool, &self.at);
+        c.args(argv);
         c
     }
 

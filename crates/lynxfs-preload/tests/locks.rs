@@ -130,16 +130,8 @@ impl Mounted {
 
     /// `args` under `lynxfs run` on the pool, at the mount point.
     fn preloaded(&self, args: &[&std::ffi::OsStr]) -> Command {
-        let b = built();
-        let mut c = Command::new(&b.lynxfs);
-        c.arg("run")
-            .arg("--pool")
-            .arg(&self.pool)
-            .arg("--at")
-            .arg(&self.mnt)
-            .arg("--")
-            .args(args)
-            .env("LYNXFS_PRELOAD_LIB", &b.preload);
+        let mut c = built().run(&self.pool, &self.mnt);
+        c.args(args);
         c
     }
 

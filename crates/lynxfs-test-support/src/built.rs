@@ -61,6 +61,22 @@ pub struct Preload {
     pub preload: PathBuf,
 }
 
+impl Preload {
+    /// `lynxfs run --pool POOL --at AT --` with this build's preload library: the
+    /// caller adds the program and its arguments.
+    pub fn run(&self, pool: &Path, at: &Path) -> Command {
+        let mut c = Command::new(&self.lynxfs);
+        c.arg("run")
+            .arg("--pool")
+            .arg(pool)
+            .arg("--at")
+            .arg(at)
+            .arg("--")
+            .env("LYNXFS_PRELOAD_LIB", &self.preload);
+        c
+    }
+}
+
 /// [`Preload`], built once per test binary (a failed build fails every test that
 /// asks, saying why).
 pub fn preload() -> &'static Preload {
