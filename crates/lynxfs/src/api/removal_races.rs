@@ -42,6 +42,9 @@ type Caller = (bool, JoinHandle<Result<()>>);
 fn beside_a_committed_unlink(
     call: impl FnOnce(&LFs) -> Result<()> + Send + 'static,
 ) -> (bool, Result<()>) {
+    // A call that never stops waiting would hang the test: fail it instead.
+    let _dog =
+        lynxfs_test_support::watchdog("a call beside a committed unlink", Duration::from_secs(60));
     let fs = fs();
     touch(&fs, "/lock");
     touch(&fs, "/other");
