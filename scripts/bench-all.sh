@@ -84,7 +84,7 @@ for suite in $SUITES; do
         filetest) run -- filetest --target lib-areas --target lib-noareas --target tmpfs \
                       --rounds "$ROUNDS" ;;
         hybrid) run -- hybrid --target hybrid --target ext4-disk --target lib-1g --rounds "$ROUNDS" ;;
-        hybrid-fsync) run -- hybrid-fsync --target hybrid --target ext4-disk --rounds "$ROUNDS" ;;
+        hybrid-fsync) run -- hybrid-fsync --target hybrid-preload --target hybrid --target ext4-disk --target hybrid-fuse --rounds "$ROUNDS" ;;
         start) run -- start --rounds "$ROUNDS" ;;
         *) echo "bench-all.sh: unknown suite $suite" >&2; exit 2 ;;
     esac

@@ -104,7 +104,7 @@ pub use page::{
     Loaded, GENERATED_MARK, PAGE_COMMAND, SKIPPED_FILE,
 };
 pub use plot::draw as draw_figure;
-pub use preload::{PreloadLaunch, PreloadTarget, PRELOAD_NAME};
+pub use preload::{PreloadLaunch, PreloadTarget, HYBRID_PRELOAD_NAME, PRELOAD_NAME};
 pub use recovery::{runtime_file_bytes, runtime_mapping_rss};
 pub use report::{format_ratio, format_value, median, Report, Row};
 pub use stamp::{command_line, Commit, COMMIT_VAR, LAUNCHER_VAR};
@@ -253,7 +253,7 @@ pub fn run_suite_with_preload(
         (_, Some(p)) => {
             let child = p
                 .run_suite(suite, opts)
-                .with_context(|| format!("the {PRELOAD_NAME} target"))?;
+                .with_context(|| format!("the {} target", p.label()))?;
             // Every file the personalities made was checked (size by size) and removed
             // by the child; the pool itself is checked here.
             p.check_pool(suite, suite == "personalities")?;
@@ -262,20 +262,26 @@ pub fn run_suite_with_preload(
             } else {
                 Some(measure(suite, targets, &names, opts)?)
             };
-            preload::merge(&child, local)
+            preload::merge(p.label(), &child, local)
         }
         (_, None) => measure(suite, targets, &names, opts)?,
     };
-    if let (Some(_), "personalities") = (preload, suite) {
+    if let (Some(p), "personalities") = (preload, suite) {
         measured.notes.push(format!(
-            "{PRELOAD_NAME}: the workloads are the bench's own driver (Rust, calling libc: open, \
+            "{}: the workloads are the bench's own driver (Rust, calling libc: open, \
              read, write, fsync, stat, getdents64, unlink), not Filebench; like Filebench's \
-             personalities (one process, `instances` threads) it runs threads in one process"
+             personalities (one process, `instances` threads) it runs threads in one process",
+            p.label()
         ));
     }
     if let Some(p) = preload {
+        let device = p
+            .device()
+            .map(|d| format!(", data device {}", d.display()))
+            .unwrap_or_default();
         measured.notes.push(format!(
-            "{PRELOAD_NAME}: pool {}, directory {} (both removed after the run)",
+            "{}: pool {}, directory {}{device} (all removed after the run)",
+            p.label(),
             p.pool().display(),
             p.dir().display()
         ));
@@ -371,8 +377,8 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
             Box::new(FuseTarget::mount_dev().context("mounting a LynxFS pool through FUSE")?)
         }
         "tmpfs" => Box::new(TmpfsTarget::mount().context("setting up tmpfs")?),
-        PRELOAD_NAME => bail!(
-            "the {PRELOAD_NAME} target needs the lynxfs executable and liblynxfs_preload.so: \
+        PRELOAD_NAME | HYBRID_PRELOAD_NAME => bail!(
+            "the {spec} target needs the lynxfs executable and liblynxfs_preload.so: \
              open it with PreloadTarget::create (`lynxfs-bench` does)"
         ),
         "shm" => Box::new(
@@ -392,7 +398,7 @@ pub fn open_target(spec: &str) -> anyhow::Result<Box<dyn Target>> {
                 Box::new(DirTarget::new(path, path).with_context(|| format!("target {spec}"))?)
             }
             None => {
-                bail!("unknown target {spec:?}; use lib, lib-1g, lib-inplace, lib-areas, lib-noevolution, lib-noareas, hybrid, hybrid-fuse, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
+                bail!("unknown target {spec:?}; use lib, lib-1g, lib-inplace, lib-areas, lib-noevolution, lib-noareas, hybrid, hybrid-fuse, hybrid-preload, preload, tmpfs, shm, ext4, ext4-disk, fuse, fuse-dev, fuse-nocache, fuse-null or dir=PATH")
             }
         },
     };

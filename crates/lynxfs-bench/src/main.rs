@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use lynxfs_bench::{
     open_target, run_suite_with_preload, worker_main, Options, PreloadLaunch, PreloadTarget,
-    Target, WorkerCommand, PRELOAD_NAME, SUITES, TARGETLESS_SUITES,
+    Target, WorkerCommand, HYBRID_PRELOAD_NAME, PRELOAD_NAME, SUITES, TARGETLESS_SUITES,
 };
 
 /// The arguments of `lynxfs-bench` (and so of `lynxfs bench`, which runs it).
@@ -33,7 +33,7 @@ struct BenchArgs {
     /// default options: io_uring when the kernel offers it), fuse-dev (the same over
     /// the classic /dev/fuse transport), fuse-nocache (kernel name and attribute caches
     /// off, /dev/fuse) or dir=PATH; preload: unmodified programs through liblynxfs_preload.so on a
-    /// fresh pool (as `lynxfs run`; its column comes first). Default: lib and
+    /// fresh pool (as `lynxfs run`; its column comes first); hybrid-preload: the same on a hybrid pool (as hybrid's). Default: lib and
     /// tmpfs (hybrid, ext4-disk and lib-1g for hybrid; hybrid and ext4-disk for hybrid-fsync; rename and filetest: lib-areas,
     /// lib-noevolution, lib-noareas and tmpfs; none for recovery and ablation, which
     /// make their own pools).
@@ -167,13 +167,19 @@ fn find_library() -> Result<PathBuf> {
     Ok(c)
 }
 
-/// The preload target: this program runs its suites under the library.
-fn preload_target() -> Result<PreloadTarget> {
+/// The preload target (`spec`: `preload`, or `hybrid-preload` on a hybrid pool): this
+/// program runs its suites under the library.
+fn preload_target(spec: &str) -> Result<PreloadTarget> {
     let launch = PreloadLaunch {
         bench: std::env::current_exe().context("finding this program")?,
         library: find_library()?,
     };
-    PreloadTarget::create(launch).context("setting up the preload target")
+    let target = if spec == HYBRID_PRELOAD_NAME {
+        PreloadTarget::create_hybrid(launch)
+    } else {
+        PreloadTarget::create(launch)
+    };
+    target.with_context(|| format!("setting up the {spec} target"))
 }
 
 /// How a benchmark starts its worker processes: this program, `SUITE --worker`.
@@ -270,11 +276,11 @@ fn run(args: BenchArgs, command: Option<String>) -> Result<()> {
     let mut preload = None;
     let mut targets: Vec<Box<dyn Target>> = Vec::with_capacity(specs.len());
     for spec in &specs {
-        if spec == PRELOAD_NAME {
+        if [PRELOAD_NAME, HYBRID_PRELOAD_NAME].contains(&spec.as_str()) {
             if preload.is_some() {
-                bail!("--target {PRELOAD_NAME} is given twice");
+                bail!("one preload target at a time: {PRELOAD_NAME} or {HYBRID_PRELOAD_NAME}");
             }
-            preload = Some(preload_target()?);
+            preload = Some(preload_target(spec)?);
             continue;
         }
         let t = open_target(spec).with_context(|| format!("target {spec}"))?;

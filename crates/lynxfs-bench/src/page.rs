@@ -292,7 +292,7 @@ fn measures(suite: &str) -> Option<&'static str> {
         "personalities" => "Operations per second of Filebench-like workloads (varmail, fileserver, webserver, createfiles, listdirs, mongo) driven by the bench's own threads.",
         "ablation" => "LynxFS against itself with one mechanism off (the DRAM index, and others), the rows of `syscalls` and `mdtest`.",
         "hybrid" => "A hybrid pool (metadata in PM, file data on a disk) against ext4 on the same disk and an all-PM pool: creates and appends with fsync, `syscalls`, 1 MiB I/O with cold reads.",
-        "hybrid-fsync" => "Hybrid pools' commits: the disk's own flush, create+fsync at several sizes, appends with fsync, an fsync with nothing pending, varmail at 1 to 16 threads, against ext4 on the same disk.",
+        "hybrid-fsync" => "Hybrid pools' commits: the disk's own flush, create+fsync at several sizes, appends with fsync, an fsync with nothing pending, varmail at 1 to 64 threads, against ext4 on the same disk (ratios: each column over ext4-disk).",
         "statall" => "Time per file to stat every file of a tree 8 directories deep by its full path, cold then warm.",
         "rename" => "Time per rename of a directory with 1 to N children, and of a file (ADAM's Fig. 6).",
         "filetest" => "Time per create, unlink, mkdir and rmdir of N names in one directory (ADAM's filetest and dirtest).",

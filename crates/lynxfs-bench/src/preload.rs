@@ -23,11 +23,15 @@ use lynxfs::pmem::PmemBackend;
 use lynxfs::{MkfsOptions, Pool};
 use serde::Deserialize;
 
+use crate::hybrid::fresh_device_path;
 use crate::lib_target::{fresh_pool_path, to_io, PoolFile};
-use crate::{LibTarget, Options, Row};
+use crate::{HybridTarget, LibTarget, Options, Row};
 
 /// The label of the preload column.
 pub const PRELOAD_NAME: &str = "preload";
+/// The label of the preload column on a hybrid pool (file data on a device on the disk,
+/// as the `hybrid` target's).
+pub const HYBRID_PRELOAD_NAME: &str = "hybrid-preload";
 
 /// What a preloaded program needs: the `lynxfs-bench` executable (which runs the
 /// suites in the child) and the preload library.
@@ -39,8 +43,9 @@ pub struct PreloadLaunch {
     pub library: PathBuf,
 }
 
-/// A fresh pool (the size and inodes of [`LibTarget::create_default`]) answering for an
-/// empty temporary directory D; both are removed when the target is dropped.
+/// A fresh pool (the size and inodes of [`LibTarget::create_default`], or a hybrid
+/// pool as [`crate::HybridTarget`]'s) answering for an empty temporary directory D; the
+/// pool, its device and D are removed when the target is dropped.
 pub struct PreloadTarget {
     /// The pool kept attached for the target's life, as a mount's daemon keeps it:
     /// the shared runtime state (the index of loaded directories among it) outlives
@@ -52,11 +57,37 @@ pub struct PreloadTarget {
     dir: PathBuf,
     _dir_guard: tempfile::TempDir,
     pool: PoolFile,
+    /// A hybrid pool's data device, removed after the pool.
+    _device: Option<PoolFile>,
+    /// The column's label: [`PRELOAD_NAME`] or [`HYBRID_PRELOAD_NAME`].
+    label: &'static str,
 }
 
 impl PreloadTarget {
     /// Makes the pool and D; the executable and the library must exist.
     pub fn create(launch: PreloadLaunch) -> anyhow::Result<Self> {
+        let mut opts = MkfsOptions::new(LibTarget::DEFAULT_SIZE);
+        opts.inodes = Some(LibTarget::DEFAULT_INODES);
+        Self::with_pool(launch, opts, None, PRELOAD_NAME)
+    }
+
+    /// [`Self::create`] on a hybrid pool: the size and inodes of
+    /// [`crate::HybridTarget`], its file data on a fresh device file on the disk
+    /// (`hybrid-preload`: the FSMAC suites' preload column).
+    pub fn create_hybrid(launch: PreloadLaunch) -> anyhow::Result<Self> {
+        let device = PoolFile(fresh_device_path().context("naming a data device")?);
+        let mut opts = MkfsOptions::new(HybridTarget::SIZE);
+        opts.inodes = Some(HybridTarget::INODES);
+        opts.data_device = Some(device.0.clone());
+        Self::with_pool(launch, opts, Some(device), HYBRID_PRELOAD_NAME)
+    }
+
+    fn with_pool(
+        launch: PreloadLaunch,
+        opts: MkfsOptions,
+        device: Option<PoolFile>,
+        label: &'static str,
+    ) -> anyhow::Result<Self> {
         for (what, p) in [("executable", &launch.bench), ("library", &launch.library)] {
             if !p.is_file() {
                 bail!("the preload target's {what} {} is not a file", p.display());
@@ -64,8 +95,6 @@ impl PreloadTarget {
         }
         let path = fresh_pool_path().context("making a pool file")?;
         let pool = PoolFile(path);
-        let mut opts = MkfsOptions::new(LibTarget::DEFAULT_SIZE);
-        opts.inodes = Some(LibTarget::DEFAULT_INODES);
         Pool::mkfs(&pool.0, &opts, PmemBackend::default())
             .with_context(|| format!("mkfs {}", pool.0.display()))?;
         let guard = tempfile::Builder::new()
@@ -81,7 +110,19 @@ impl PreloadTarget {
             dir,
             _dir_guard: guard,
             pool,
+            _device: device,
+            label,
         })
+    }
+
+    /// The column's label.
+    pub fn label(&self) -> &'static str {
+        self.label
+    }
+
+    /// A hybrid pool's data device.
+    pub fn device(&self) -> Option<&Path> {
+        self._device.as_ref().map(|d| d.0.as_path())
     }
 
     /// D: the directory whose paths the pool serves.
@@ -134,7 +175,8 @@ impl PreloadTarget {
         let report = lynxfs::fsck::check(self._keeper.pool());
         if !report.problems.is_empty() {
             bail!(
-                "the {PRELOAD_NAME} target's pool is damaged after `{suite}` ({} problems): {}",
+                "the {} target's pool is damaged after `{suite}` ({} problems): {}",
+                self.label,
                 report.problems.len(),
                 report.problems.join("; ")
             );
@@ -143,8 +185,9 @@ impl PreloadTarget {
             let left = self.root_names()?;
             if !left.is_empty() {
                 bail!(
-                    "the {PRELOAD_NAME} target's pool holds {} names after `{suite}` removed \
+                    "the {} target's pool holds {} names after `{suite}` removed \
                      everything it made (first: {})",
+                    self.label,
                     left.len(),
                     String::from_utf8_lossy(&left[0])
                 );
@@ -240,9 +283,13 @@ impl ChildRow {
 
 /// Puts the child's column in front of the in-process columns' rows (matched by
 /// operation; a row only one side has gets NaN on the other).
-pub(crate) fn merge(child: &ChildReport, local: Option<crate::Measured>) -> crate::Measured {
+pub(crate) fn merge(
+    label: &str,
+    child: &ChildReport,
+    local: Option<crate::Measured>,
+) -> crate::Measured {
     let mut notes = vec![format!(
-        "{PRELOAD_NAME}: the suite ran in a child process, the lynxfs-bench executable under \
+        "{label}: the suite ran in a child process, the lynxfs-bench executable under \
          liblynxfs_preload.so (LD_PRELOAD, LYNXFS_POOL, LYNXFS_AT as `lynxfs run` sets them) \
          on --target dir=D, so each operation is a libc call the preload serves; the child \
          ran all its rounds before the in-process targets; its cold steps drop only the \
@@ -253,13 +300,13 @@ pub(crate) fn merge(child: &ChildReport, local: Option<crate::Measured>) -> crat
             .notes
             .iter()
             .filter(|n| n.starts_with("create scaling") || n.contains("failed"))
-            .map(|n| format!("{PRELOAD_NAME}: {n}")),
+            .map(|n| format!("{label}: {n}")),
     );
     let Some(mut m) = local else {
         return crate::Measured {
             unit: leak_unit(&child.unit),
             higher_is_better: child.higher_is_better,
-            columns: vec![PRELOAD_NAME.into()],
+            columns: vec![label.into()],
             rows: child
                 .rows
                 .iter()
@@ -269,7 +316,7 @@ pub(crate) fn merge(child: &ChildReport, local: Option<crate::Measured>) -> crat
             baseline: None,
         };
     };
-    m.columns.insert(0, PRELOAD_NAME.into());
+    m.columns.insert(0, label.into());
     for row in &mut m.rows {
         let mine = child
             .rows
@@ -325,6 +372,7 @@ mod tests {
             baseline: Some("tmpfs".into()),
         };
         let m = merge(
+            PRELOAD_NAME,
             &child(&[("stat", Some(1.0)), ("create", None)]),
             Some(local),
         );
@@ -338,8 +386,8 @@ mod tests {
 
     #[test]
     fn merge_without_local_targets_is_the_child_alone() {
-        let m = merge(&child(&[("create", Some(3.0))]), None);
-        assert_eq!(m.columns, ["preload"]);
+        let m = merge(HYBRID_PRELOAD_NAME, &child(&[("create", Some(3.0))]), None);
+        assert_eq!(m.columns, ["hybrid-preload"]);
         assert_eq!(m.unit, "us/op");
         assert_eq!(m.rows[0].values, [3.0]);
     }

@@ -1,5 +1,6 @@
 //! The `preload` target's plumbing: a tiny run of `syscalls`, `personalities` and
-//! `apps` with `lynxfs bench SUITE --target preload`, whose numbers must be finite and
+//! `apps` with `lynxfs bench SUITE --target preload` (and of `hybrid-fsync` with
+//! `--target hybrid-preload`, a hybrid pool), whose numbers must be finite and
 //! positive, and which must leave nothing behind (its pool, its directory, the child's
 //! report, runtime files).
 //!
@@ -46,13 +47,18 @@ fn run_bounded(mut cmd: Command, what: &str) -> Output {
 /// and runtime files in directories of its own; returns the report's JSON and checks
 /// that the run left nothing behind.
 fn bench(suite: &str, args: &[&str]) -> serde_json::Value {
+    bench_on("preload", suite, args)
+}
+
+/// [`bench`] with `--target TARGET` (`preload` or `hybrid-preload`).
+fn bench_on(target: &str, suite: &str, args: &[&str]) -> serde_json::Value {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let lynxfs = lynxfs();
     let out = tempfile::tempdir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let runtime = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(lynxfs);
-    cmd.args(["bench", suite, "--target", "preload"])
+    cmd.args(["bench", suite, "--target", target])
         .args(args)
         .arg("--out")
         .arg(out.path())
@@ -77,25 +83,33 @@ fn bench(suite: &str, args: &[&str]) -> serde_json::Value {
         let left: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
         assert!(left.is_empty(), "{suite} left {left:?} in its {what}");
     }
-    let pool = report["notes"]
+    let files = report["notes"]
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|n| n.as_str()?.strip_prefix("preload: pool "))
-        .map(|rest| rest.split(',').next().unwrap().to_string())
+        .filter_map(|n| n.as_str()?.strip_prefix(&format!("{target}: pool ")))
         .next()
         .unwrap_or_else(|| panic!("no note names the pool: {stdout}"));
-    assert!(!Path::new(&pool).exists(), "{suite} left its pool {pool}");
+    let pool = files.split(',').next().unwrap();
+    assert!(!Path::new(pool).exists(), "{suite} left its pool {pool}");
+    if let Some(device) = files.split(", data device ").nth(1) {
+        let device = device.split(' ').next().unwrap();
+        assert!(
+            !Path::new(device).exists(),
+            "{suite} left its device {device}"
+        );
+    }
     report
 }
 
 /// The report's only column is `preload`, and every value is finite and positive.
 fn check_preload_column(report: &serde_json::Value, rows: usize) {
-    assert_eq!(
-        report["columns"],
-        serde_json::json!(["preload"]),
-        "{report}"
-    );
+    check_column(report, "preload", rows)
+}
+
+/// The report's only column is `column`, and every value is finite and positive.
+fn check_column(report: &serde_json::Value, column: &str, rows: usize) {
+    assert_eq!(report["columns"], serde_json::json!([column]), "{report}");
     let got = report["rows"].as_array().unwrap();
     assert_eq!(got.len(), rows, "{report}");
     for r in got {
@@ -122,6 +136,21 @@ fn statall_and_rename_run_in_a_preloaded_child() {
     check_preload_column(&r, 2);
     let r = bench("rename", &["--files", "10"]);
     check_preload_column(&r, 3);
+}
+
+#[test]
+fn hybrid_fsync_runs_in_a_preloaded_child_on_a_hybrid_pool() {
+    let _w = watchdog(
+        "hybrid_fsync_runs_in_a_preloaded_child_on_a_hybrid_pool",
+        TEST_LIMIT,
+    );
+    let r = bench_on(
+        "hybrid-preload",
+        "hybrid-fsync",
+        &["--files", "20", "--file-mib", "1"],
+    );
+    // Four create sizes, append, the committed file's fsync, varmail at 1, 4, 16, 64.
+    check_column(&r, "hybrid-preload", 10);
 }
 
 #[test]
