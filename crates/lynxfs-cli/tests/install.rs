@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use lynxfs_test_support::built;
 use lynxfs_test_support::child::output_within;
+use lynxfs_test_support::scratch::in_private_mount_namespace;
 use lynxfs_test_support::{wait_until, watchdog};
 
 /// A command of these tests that takes longer has hung.
@@ -405,16 +406,12 @@ fn plain(cmd: &mut Command) -> &mut Command {
     cmd.env_clear().env("PATH", PLAIN_PATH).current_dir("/")
 }
 
-/// The fstab mount and what is done through it, in a private mount namespace (on a
-/// thread of its own: see `in_private_mount_namespace` in mount_cli.rs) whose
+/// The fstab mount and what is done through it, in a private mount namespace whose
 /// /usr/sbin (so /sbin) also shows the install's helpers.
 fn check_fstab_mount_run_remount_umount(i: &Install) {
     let sbin = i.sbin.clone();
     let bin = i.bin();
-    std::thread::spawn(move || {
-        // SAFETY: unshare affects this thread only (CLONE_NEWNS implies CLONE_FS).
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare -m");
-        ok(Command::new("mount").args(["--make-rprivate", "/"]));
+    in_private_mount_namespace(move || {
         ok(Command::new("mount")
             .args(["-t", "overlay", "overlay", "-o"])
             .arg(format!("lowerdir={}:/usr/sbin", sbin.display()))
@@ -470,9 +467,7 @@ fn check_fstab_mount_run_remount_umount(i: &Install) {
         ok(plain(Command::new("umount").arg(&mnt)));
         assert!(thread_mount(&mnt).is_none(), "unmounted");
         wait_until("the daemon closes the pool", LIMIT, || pool_released(&pool));
-    })
-    .join()
-    .expect("the namespace thread");
+    });
 }
 
 #[test]

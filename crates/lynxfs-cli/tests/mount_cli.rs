@@ -10,7 +10,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 use lynxfs_test_support::child::{output_within, wait_within};
-use lynxfs_test_support::scratch::Tmpfs;
+use lynxfs_test_support::scratch::{in_private_mount_namespace, install_helpers, Tmpfs};
 use lynxfs_test_support::{wait_until, watchdog, Watchdog};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
@@ -846,55 +846,6 @@ fn remount_read_only_and_back_keeps_open_files_readable() {
     assert!(o.status.success(), "umount: {}", stderr(&o));
 }
 
-/// Runs `body` on a thread of its own in a private mount namespace (the thread's
-/// alone: `unshare(CLONE_NEWNS)` also gives it its own root and cwd), so mounts made
-/// there, and the commands it runs, are invisible to the rest of the machine.
-fn in_private_mount_namespace<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> T {
-    std::thread::spawn(move || {
-        // SAFETY: unshare affects this thread only (CLONE_NEWNS implies CLONE_FS).
-        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare -m");
-        let o = output_within(
-            Command::new("mount").args(["--make-rprivate", "/"]),
-            COMMAND_LIMIT,
-        );
-        assert!(
-            o.status.success(),
-            "mount --make-rprivate /: {}",
-            stderr(&o)
-        );
-        body()
-    })
-    .join()
-    .expect("the namespace thread")
-}
-
-/// Makes /usr/sbin (so /sbin) writable in this thread's mount namespace, with an
-/// overlay whose changes live in `scratch`, and links the mount(8) helpers there, as
-/// `./lynx demo` does in the real /sbin.
-fn install_helpers(scratch: &Path) {
-    let (upper, work) = (scratch.join("upper"), scratch.join("work"));
-    std::fs::create_dir_all(&upper).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
-    let o = output_within(
-        Command::new("mount")
-            .args(["-t", "overlay", "overlay", "-o"])
-            .arg(format!(
-                "lowerdir=/usr/sbin,upperdir={},workdir={}",
-                upper.display(),
-                work.display()
-            ))
-            .arg("/usr/sbin"),
-        COMMAND_LIMIT,
-    );
-    assert!(o.status.success(), "overlay on /usr/sbin: {}", stderr(&o));
-    for name in ["mount.lynxfs", "mount.fuse.lynxfs"] {
-        let link = Path::new("/usr/sbin").join(name);
-        // One a `./lynx demo` linked (to another build) is replaced in the overlay only.
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(BIN, link).unwrap();
-    }
-}
-
 /// mount(8) as root runs it, with a PATH that does not hold `lynxfs`.
 fn mount8(args: &[&str], target: &Path) -> Output {
     output_within(
@@ -929,7 +880,7 @@ fn remount_through_mount8_which_passes_back_the_live_options() {
     let (dir, pool, mnt) = pool_and_mountpoint();
     let mnt = mnt.path().canonicalize().unwrap();
     in_private_mount_namespace(move || {
-        install_helpers(dir.path());
+        install_helpers(dir.path(), Path::new(BIN));
         // A mount through mount(8) and /sbin/mount.lynxfs, letting other users in.
         let o = output_within(
             Command::new("mount")

@@ -1,9 +1,14 @@
 //! Places and identities a test acts in: a directory every user may write, a thread
-//! acting as an ordinary user, a tmpfs mounted for the test.
+//! acting as an ordinary user, a tmpfs mounted for the test, a thread in a private
+//! mount namespace (with the mount(8) helpers linked in it).
 
 use std::ffi::CString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::child::output_within;
 
 /// The ordinary user tests act as (`./lynx test` runs as root; the machine has it).
 pub const USER: u32 = 1000;
@@ -77,6 +82,62 @@ impl Drop for Tmpfs {
         let target = cpath(&self.0);
         // SAFETY: a NUL-terminated path.
         unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// A mount(8) run by the helpers below that takes longer has hung.
+const MOUNT_LIMIT: Duration = Duration::from_secs(120);
+
+fn mount8(args: &[&str]) -> Output {
+    output_within(Command::new("mount").args(args), MOUNT_LIMIT)
+}
+
+/// Runs `body` on a thread of its own in a private mount namespace (the thread's
+/// alone: `unshare(CLONE_NEWNS)` also gives it its own root and cwd), so mounts made
+/// there, and by the commands it runs, are invisible to the rest of the machine and
+/// go when the last process in the namespace ends.
+pub fn in_private_mount_namespace<T: Send + 'static>(
+    body: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: unshare affects this thread only (CLONE_NEWNS implies CLONE_FS).
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare -m");
+        let o = mount8(&["--make-rprivate", "/"]);
+        assert!(
+            o.status.success(),
+            "mount --make-rprivate /: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        body()
+    })
+    .join()
+    .expect("the namespace thread")
+}
+
+/// Makes /usr/sbin (so /sbin) writable in this thread's mount namespace, with an
+/// overlay whose changes live in `scratch`, and links the mount(8) helpers
+/// (`mount.lynxfs`, `mount.fuse.lynxfs`) there to `lynxfs`, as `./lynx demo` does in
+/// the real /sbin. Only in a private namespace ([`in_private_mount_namespace`]).
+pub fn install_helpers(scratch: &Path, lynxfs: &Path) {
+    let (upper, work) = (scratch.join("upper"), scratch.join("work"));
+    std::fs::create_dir_all(&upper).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let options = format!(
+        "lowerdir=/usr/sbin,upperdir={},workdir={}",
+        upper.display(),
+        work.display()
+    );
+    let o = mount8(&["-t", "overlay", "overlay", "-o", &options, "/usr/sbin"]);
+    assert!(
+        o.status.success(),
+        "overlay on /usr/sbin: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for name in ["mount.lynxfs", "mount.fuse.lynxfs"] {
+        let link = Path::new("/usr/sbin").join(name);
+        // One a `./lynx demo` linked (to another build) is replaced in the overlay only.
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(lynxfs, link).unwrap();
     }
 }
 
