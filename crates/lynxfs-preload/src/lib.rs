@@ -4,9 +4,14 @@
 //! or an fd this library opened, is served by the engine in the calling thread;
 //! every other path and fd goes to the C library untouched.
 //!
-//! Modules: [`state`] (the pool, the working directory), [`route`] (which paths are
-//! the pool's), [`fds`] (the pool's fds), [`calls`] (the replaced functions, by
-//! family), [`real`] (the C library's own functions).
+//! Modules, in layers (docs/ARCHITECTURE.md, "The preload's layers"; each uses only
+//! its own layer and those below, checked by tests/layers.rs): [`real`] (the C
+//! library's own functions), [`guard`], [`cred`] and [`conv`] at the bottom; the
+//! attach: [`state`] (the pool, the working directory), [`attach_lock`] and [`own`]
+//! (the library's own descriptors); [`fds`] (the pool's fds); [`route`] (which paths
+//! are the pool's); [`calls::hooks`] (what the families register for the process
+//! hooks); [`calls`] (the replaced functions, by family). This file wires them
+//! together at load.
 
 // The replaced functions are the C library's, with its contracts (man pages) as
 // their safety documentation.
@@ -18,6 +23,7 @@ pub mod conv;
 pub mod cred;
 pub mod fds;
 pub mod guard;
+pub mod own;
 pub mod real;
 pub mod route;
 pub mod state;
@@ -34,34 +40,31 @@ extern "C" fn on_load() {
     if c.protect {
         protect();
     }
+    calls::hooks::register(&PROCESS_HOOKS);
     calls::process::remember_env();
     calls::process::init();
     calls::process::adopt_inherited();
-    calls::stdio::standard_streams();
+    calls::streams::standard_streams();
     state::init();
     // SAFETY: registers a function that lives as long as the process.
     unsafe { libc::atexit(on_exit) };
 }
+
+/// The families' part in forks, execs and exits, run by `calls::process`.
+static PROCESS_HOOKS: [&dyn calls::hooks::ProcessHooks; 2] =
+    [&calls::locks::LockHooks, &calls::shared_map::MapHooks];
 
 /// The engine's memory under a protection key, before any thread can enter the
 /// engine (the guard in [`guard::Inside`] opens it for this library's calls).
 fn protect() {
     use lynxfs::pmem::keys::{self, Protection};
     if keys::enable() == Protection::NoFreeKey {
-        say("every memory protection key is taken: the pool runs without one");
+        real::say("every memory protection key is taken: the pool runs without one");
     }
 }
 
 extern "C" fn on_exit() {
     calls::process::detach();
-}
-
-/// A message on stderr, prefixed with this library's name. Never fails: a program
-/// may have closed its stderr (coreutils do at exit).
-pub fn say(msg: &str) {
-    let line = format!("liblynxfs_preload: {msg}\n");
-    // SAFETY: a write of our own buffer to fd 2; its result does not matter.
-    unsafe { real::write(2, line.as_ptr().cast(), line.len()) };
 }
 
 #[used]

@@ -3,6 +3,14 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// A message on stderr, prefixed with this library's name. Never fails: a program
+/// may have closed its stderr (coreutils do at exit).
+pub fn say(msg: &str) {
+    let line = format!("liblynxfs_preload: {msg}\n");
+    // SAFETY: a write of our own buffer to fd 2; its result does not matter.
+    unsafe { write(2, line.as_ptr().cast(), line.len()) };
+}
+
 /// The address of the next definition of `name` (NUL-terminated), looked up once into
 /// `cache`. Aborts if the C library lacks it: every caller names a function glibc has,
 /// and going on without it could only misroute a call.

@@ -43,43 +43,13 @@ pub enum Route<'p> {
     Pool(Base, Cow<'p, [u8]>),
 }
 
-/// What follows `at` in `path`, if `path` (absolute) names `at` or something under
-/// it, compared component by component ("//" and "." ignored). A ".." before the
-/// end of `at` leaves the question to the kernel.
-pub fn under<'p>(at: &[u8], path: &'p [u8]) -> Option<&'p [u8]> {
-    if !path.starts_with(b"/") {
-        return None;
-    }
-    let mut want = at.split(|&c| c == b'/').filter(|c| !c.is_empty());
-    let mut i = 0;
-    let mut next = want.next();
-    while let Some(w) = next {
-        while i < path.len() && path[i] == b'/' {
-            i += 1;
-        }
-        let start = i;
-        while i < path.len() && path[i] != b'/' {
-            i += 1;
-        }
-        let c = &path[start..i];
-        if c == b"." {
-            continue;
-        }
-        if c != w {
-            return None;
-        }
-        next = want.next();
-    }
-    Some(&path[i..])
-}
-
 /// Where `path` (relative to `dirfd`) is served.
 pub fn route(dirfd: c_int, path: &[u8]) -> Route<'_> {
     let Some(c) = state::config() else {
         return Route::Kernel;
     };
     if path.starts_with(b"/") {
-        if let Some(rest) = under(&c.at, path) {
+        if let Some(rest) = state::under(&c.at, path) {
             return Route::Pool(Base::Root, Cow::Borrowed(state::rest_or_dot(rest)));
         }
     } else if dirfd == libc::AT_FDCWD {
@@ -370,17 +340,6 @@ pub unsafe fn follow<R: Fail>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn under_compares_components() {
-        assert_eq!(under(b"/mnt/lx", b"/mnt/lx"), Some(&b""[..]));
-        assert_eq!(under(b"/mnt/lx", b"/mnt/lx/a/b"), Some(&b"/a/b"[..]));
-        assert_eq!(under(b"/mnt/lx", b"//mnt/./lx//a"), Some(&b"//a"[..]));
-        assert_eq!(under(b"/mnt/lx", b"/mnt/lxy/a"), None);
-        assert_eq!(under(b"/mnt/lx", b"/mnt/../mnt/lx/a"), None);
-        assert_eq!(under(b"/mnt/lx", b"mnt/lx"), None);
-        assert_eq!(under(b"", b"/any"), Some(&b"/any"[..]));
-    }
 
     #[test]
     fn leaving_the_pool_continues_above_its_directory() {

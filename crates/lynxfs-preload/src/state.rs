@@ -26,6 +26,11 @@ pub const ENV_POPULATE: &str = "LYNXFS_POPULATE";
 /// "0" turns off the seal of the engine's mappings (`mseal`, see
 /// `lynxfs::pmem::mappings`); the checks of the program's mapping calls stay.
 pub const ENV_PROTECT: &str = "LYNXFS_PROTECT";
+/// Set in the environment of a program exec'd or spawned by a process whose working
+/// directory is inside the pool: that directory's path in the pool (the kernel's
+/// own working directory cannot be there when no FUSE mount shows the pool). Read
+/// at load ([`init`]); set by the exec and spawn calls (`calls::process`).
+pub const ENV_CWD: &str = "LYNXFS_CWD";
 
 /// Where the pool is, read once from the environment at load time (a program that
 /// later changes its environment does not move the pool).
@@ -206,7 +211,7 @@ const FUSE_SUPER_MAGIC: libc::c_long = 0x6573_5546;
 fn attach(cred: Cred) -> Result<Attached, Unattached> {
     let c = config().ok_or(Unattached::Broken)?;
     let _inside = crate::guard::Inside::enter();
-    match crate::fds::recording_own(|| Fs::open(&c.pool)) {
+    match crate::own::recording_own(|| Fs::open(&c.pool)) {
         Ok(fs) => {
             let fs: &'static Fs = Box::leak(Box::new(fs));
             if c.populate {
@@ -250,7 +255,7 @@ fn attach(cred: Cred) -> Result<Attached, Unattached> {
                 } else {
                     " (its paths answer that error)"
                 };
-                crate::say(&format!("{e}{also}"));
+                crate::real::say(&format!("{e}{also}"));
             }
             Err(if denied {
                 Unattached::Denied(e.errno())
@@ -400,11 +405,11 @@ pub fn init() {
     let Some(c) = config() else { return };
     // A preloaded parent working inside the pool said where; else the kernel's
     // working directory may be under the pool's directory (its mount).
-    let inherited = std::env::var_os(crate::calls::process::ENV_CWD);
+    let inherited = std::env::var_os(ENV_CWD);
     let kernel = std::env::current_dir().ok();
     let rest = match (&inherited, &kernel) {
         (Some(p), _) => Some(p.as_bytes()),
-        (None, Some(k)) => crate::route::under(&c.at, k.as_os_str().as_bytes()),
+        (None, Some(k)) => under(&c.at, k.as_os_str().as_bytes()),
         (None, None) => None,
     };
     let Some(rest) = rest else { return };
@@ -418,6 +423,36 @@ pub fn init() {
     // At load: no other thread can be attaching.
     *PENDING_CWD.lock() = Some(rest.to_vec());
     set_cwd_in_pool(true);
+}
+
+/// What follows `at` in `path`, if `path` (absolute) names `at` or something under
+/// it, compared component by component ("//" and "." ignored). A ".." before the
+/// end of `at` leaves the question to the kernel.
+pub fn under<'p>(at: &[u8], path: &'p [u8]) -> Option<&'p [u8]> {
+    if !path.starts_with(b"/") {
+        return None;
+    }
+    let mut want = at.split(|&c| c == b'/').filter(|c| !c.is_empty());
+    let mut i = 0;
+    let mut next = want.next();
+    while let Some(w) = next {
+        while i < path.len() && path[i] == b'/' {
+            i += 1;
+        }
+        let start = i;
+        while i < path.len() && path[i] != b'/' {
+            i += 1;
+        }
+        let c = &path[start..i];
+        if c == b"." {
+            continue;
+        }
+        if c != w {
+            return None;
+        }
+        next = want.next();
+    }
+    Some(&path[i..])
 }
 
 /// A pool path relative to the root: "." for the root itself.
@@ -446,4 +481,20 @@ pub unsafe fn cpath<'a>(p: *const libc::c_char) -> Option<&'a [u8]> {
     }
     // SAFETY: non-null and NUL-terminated, as the caller promises.
     Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn under_compares_components() {
+        assert_eq!(under(b"/mnt/lx", b"/mnt/lx"), Some(&b""[..]));
+        assert_eq!(under(b"/mnt/lx", b"/mnt/lx/a/b"), Some(&b"/a/b"[..]));
+        assert_eq!(under(b"/mnt/lx", b"//mnt/./lx//a"), Some(&b"//a"[..]));
+        assert_eq!(under(b"/mnt/lx", b"/mnt/lxy/a"), None);
+        assert_eq!(under(b"/mnt/lx", b"/mnt/../mnt/lx/a"), None);
+        assert_eq!(under(b"/mnt/lx", b"mnt/lx"), None);
+        assert_eq!(under(b"", b"/any"), Some(&b"/any"[..]));
+    }
 }

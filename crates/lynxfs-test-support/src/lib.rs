@@ -9,6 +9,8 @@
 //!   packages' binaries, cdylibs), built once into the test's own target directory.
 //! * [`scratch`]: directories anyone may write, a thread acting as another user, a
 //!   tmpfs mounted for a test.
+//! * [`layers`]: a crate's import graph read from its source, checked against a table
+//!   of layers (no upward reference) and for circles between files.
 //! * [`history`], [`history_run`]: concurrent histories of namespace calls through
 //!   any front end, and a linearizability checker for them (issue 42); the
 //!   `lynxfs-history` executable records one through libc.
@@ -17,6 +19,7 @@ pub mod built;
 pub mod child;
 pub mod history;
 pub mod history_run;
+pub mod layers;
 pub mod scratch;
 pub mod watchdog;
 

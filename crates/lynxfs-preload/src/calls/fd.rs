@@ -20,7 +20,7 @@ fn copied(old: c_int, new: c_int) {
         }
     }
     if (0..3).contains(&new) {
-        super::stdio::standard_stream_follows(new);
+        super::streams::standard_stream_follows(new);
     }
 }
 
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     }
     fds::flush_spare();
     fds::closed(new);
-    super::stdio::before_standard_copy(new);
+    super::streams::before_standard_copy(new);
     // SAFETY: the C library's dup3 with the caller's arguments.
     let r = unsafe { real::dup3(fd, new, flags) };
     copied(fd, r);

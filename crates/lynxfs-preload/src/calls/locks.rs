@@ -15,7 +15,9 @@ use lynxfs::runtime::fork_gate;
 use parking_lot::Mutex;
 
 use super::err;
-use crate::fds::{self, Open};
+use super::hooks::{Passed, ProcessHooks};
+use crate::fds::Open;
+use crate::own;
 use crate::real;
 use crate::state::Attached;
 
@@ -39,7 +41,7 @@ fn open_stand_in(a: &Attached, ino: u64, movable: bool) -> lynxfs::Result<c_int>
     } else {
         file.into_raw_fd()
     };
-    fds::keep(fd);
+    own::keep(fd);
     Ok(fd)
 }
 
@@ -54,7 +56,7 @@ fn classic_held(ino: u64) -> bool {
 }
 
 /// This description's own open of its inode's stand-in (its OFD locks and its flock).
-pub fn description_fd(a: &Attached, o: &Open) -> lynxfs::Result<c_int> {
+fn description_fd(a: &Attached, o: &Open) -> lynxfs::Result<c_int> {
     let fd = *o
         .lock_fd
         .get_or_init(|| open_stand_in(a, o.ino, !classic_held(o.ino)).unwrap_or(-1));
@@ -245,28 +247,37 @@ pub fn lockf(a: &Attached, o: &Open, cmd: c_int, len: libc::off64_t) -> lynxfs::
 /// OFD locks and flock belong to the description, which the program inherits);
 /// `c<ino>:<fd>` is the process's own for `ino` (an exec keeps the process's record
 /// locks). Entries are separated by commas.
-pub const ENV_LOCKS: &str = "LYNXFS_LOCK_FDS";
+const ENV_LOCKS: &str = "LYNXFS_LOCK_FDS";
 
-/// Stand-in fds opened to a new program (close-on-exec cleared) for as long as it
-/// takes to start it, and the environment entry naming them.
-pub struct Passed {
-    fds: Vec<c_int>,
-    pub env: Option<String>,
-}
+/// The locks' part in forks and new programs: a description's stand-in is opened
+/// before the description is shared, and the stand-ins go to a new program with the
+/// descriptions (and, at an exec, the process's classic ones: an exec keeps them).
+pub struct LockHooks;
 
-impl Passed {
-    /// The new program did not start, or has its copies: close-on-exec again.
-    pub fn restore(&self) {
-        for &fd in &self.fds {
-            // SAFETY: F_SETFD on a stand-in fd of ours.
-            unsafe { real::fcntl64(fd, libc::F_SETFD, libc::FD_CLOEXEC as libc::c_ulong) };
-        }
+impl ProcessHooks for LockHooks {
+    fn sharing(&self, a: &Attached, o: &Open) {
+        // The description's locks go where it goes: its stand-in fd is opened now,
+        // before the fork or exec that hands the description on (a lock taken later
+        // by any holder is then on the one open all holders share).
+        let _ = description_fd(a, o);
+    }
+
+    fn handing_on(&self, descriptions: &[(u64, &Open)], exec: bool) -> Passed {
+        pass_on(descriptions, exec)
+    }
+
+    fn env_name(&self) -> Option<&'static str> {
+        Some(ENV_LOCKS)
+    }
+
+    fn adopting(&self, a: &Attached, by_key: &HashMap<u64, std::sync::Arc<Open>>) {
+        adopt_passed(a, by_key);
     }
 }
 
 /// Opens to the next program the stand-ins of `descriptions` (key and description)
 /// and, for an exec (`classic`), the process's classic-lock stand-ins.
-pub fn pass_on(descriptions: &[(u64, &Open)], classic: bool) -> Passed {
+fn pass_on(descriptions: &[(u64, &Open)], classic: bool) -> Passed {
     let mut entries: Vec<(char, u64, c_int)> = descriptions
         .iter()
         .filter_map(|(key, o)| Some(('d', *key, *o.lock_fd.get().filter(|&&fd| fd >= 0)?)))
@@ -292,7 +303,7 @@ pub fn pass_on(descriptions: &[(u64, &Open)], classic: bool) -> Passed {
 /// At load, after the inherited descriptions are adopted (`by_key`): takes back the
 /// stand-in fds the previous program passed on, each checked to be the stand-in of
 /// its file (an fd number the environment names may be anything by now).
-pub fn adopt_passed(a: &Attached, by_key: &HashMap<u64, std::sync::Arc<Open>>) {
+fn adopt_passed(a: &Attached, by_key: &HashMap<u64, std::sync::Arc<Open>>) {
     let Some(list) = std::env::var_os(ENV_LOCKS) else {
         return;
     };
@@ -326,7 +337,7 @@ pub fn adopt_passed(a: &Attached, by_key: &HashMap<u64, std::sync::Arc<Open>>) {
             }
         };
         if taken {
-            fds::keep(fd);
+            own::keep(fd);
         }
     }
 }

@@ -23,7 +23,7 @@ pub fn refused(call: &str, addr: *const c_void, len: size_t) -> bool {
     };
     let pool = crate::state::config()
         .map_or_else(String::new, |c| format!(" {}", c.pool.to_string_lossy()));
-    crate::say(&format!(
+    real::say(&format!(
         "{call} of {:#x}..{:#x} would change {}{pool} mapped at {:#x}..{:#x}: refused (EPERM)",
         addr as usize,
         (addr as usize).saturating_add(len),
@@ -44,7 +44,7 @@ pub fn key_refused(call: &str, pkey: c_int) -> bool {
     if !lynxfs::pmem::keys::is_engine_key(pkey) {
         return false;
     }
-    crate::say(&format!(
+    real::say(&format!(
         "{call} of protection key {pkey}, the pool engine's: refused (EINVAL)"
     ));
     crate::route::set_errno(libc::EINVAL);

@@ -9,6 +9,7 @@
 
 pub mod dir;
 pub mod fd;
+pub mod hooks;
 pub mod ids;
 pub mod io;
 pub mod ioctl;
@@ -22,6 +23,7 @@ pub mod scan;
 pub mod shared_map;
 pub mod stat;
 pub mod stdio;
+pub mod streams;
 pub mod temp;
 pub mod xattr;
 

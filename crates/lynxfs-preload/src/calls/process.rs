@@ -11,11 +11,11 @@ use std::sync::OnceLock;
 use libc::{c_char, c_int, pid_t};
 use lynxfs::runtime::fork_gate;
 
-use super::locks;
+use super::hooks::{self, Passed};
 use crate::fds;
 use crate::real;
 use crate::route;
-use crate::state::{self, Attached};
+use crate::state::{self, Attached, ENV_CWD};
 
 /// Set in the environment of a program exec'd by an attached process that stays in
 /// the process table across the exec (it passes pool fds or locks on): the new
@@ -26,11 +26,6 @@ pub const ENV_PREVIOUS: &str = "LYNXFS_PREVIOUS_IMAGE";
 /// Set in the environment of a program exec'd or spawned by an attached process that
 /// may pass it pool fds, which it looks for at load.
 pub const ENV_FDS: &str = "LYNXFS_FDS";
-
-/// Set in the environment of a program exec'd or spawned by a process whose working
-/// directory is inside the pool: that directory's path in the pool (the kernel's
-/// own working directory cannot be there when no FUSE mount shows the pool).
-pub const ENV_CWD: &str = "LYNXFS_CWD";
 
 /// The working directory to hand on, when it is inside the pool (entered, or not
 /// yet: see `state::init`).
@@ -87,8 +82,8 @@ extern "C" fn in_child() {
     if let Some(a) = state::attached_now() {
         let _inside = crate::guard::Inside::enter();
         let held: Vec<u64> = cwd_kept_for_fork(a).held_cwd().into_iter().collect();
-        if let Err(e) = crate::fds::recording_own(|| a.fs.after_fork_child_holding(&held)) {
-            crate::say(&format!("the child of a fork cannot use the pool: {e}"));
+        if let Err(e) = crate::own::recording_own(|| a.fs.after_fork_child_holding(&held)) {
+            real::say(&format!("the child of a fork cannot use the pool: {e}"));
         }
     }
     crate::attach_lock::release_after_fork(true);
@@ -109,7 +104,8 @@ fn cwd_kept_for_fork(a: &Attached) -> parking_lot::RwLockReadGuard<'_, state::Ca
 /// Shares every description not yet shared, giving it an eventfd of its own whose
 /// count is its key (a program exec'd later finds it there): every fd of the
 /// description becomes a copy of that eventfd, each keeping its close-on-exec flag;
-/// and opens its lock stand-in (see `locks::pass_on`).
+/// and what belongs to the description is made now (its lock stand-in: see
+/// [`hooks::ProcessHooks::sharing`]).
 fn share_all(a: &Attached) {
     let all = fds::all();
     let mut done = std::collections::HashSet::new();
@@ -120,10 +116,9 @@ fn share_all(a: &Attached) {
         let Ok(key) = a.fs.share(o.handle) else {
             continue;
         };
-        // The description's locks go where it goes: its stand-in fd is opened now,
-        // before the fork or exec that hands the description on (a lock taken later
-        // by any holder is then on the one open all holders share).
-        let _ = locks::description_fd(a, o);
+        for h in hooks::registered() {
+            h.sharing(a, o);
+        }
         let Ok(efd) = fds::new_eventfd(true) else {
             continue;
         };
@@ -150,9 +145,10 @@ fn cloexec(fd: c_int) -> bool {
     f >= 0 && f & libc::FD_CLOEXEC != 0
 }
 
-/// The stand-ins of the descriptions `keys` (and, for an exec, of the process's
-/// classic locks) opened to the next program (see `locks::pass_on`).
-fn pass_locks(a: &Attached, keys: &[u64], exec: bool) -> locks::Passed {
+/// What the next program is handed with the descriptions `keys` (and, for an exec,
+/// of what the process holds): their lock stand-ins (see
+/// [`hooks::ProcessHooks::handing_on`]).
+fn hand_on(a: &Attached, keys: &[u64], exec: bool) -> Vec<Passed> {
     let all = fds::all();
     let mut seen = std::collections::HashSet::new();
     let descriptions: Vec<(u64, &fds::Open)> = all
@@ -163,7 +159,15 @@ fn pass_locks(a: &Attached, keys: &[u64], exec: bool) -> locks::Passed {
             _ => None,
         })
         .collect();
-    locks::pass_on(&descriptions, exec)
+    hooks::registered()
+        .iter()
+        .map(|h| h.handing_on(&descriptions, exec))
+        .collect()
+}
+
+/// The environment entries of what is handed on.
+fn handed_env(passed: &[Passed]) -> Vec<&str> {
+    passed.iter().filter_map(|p| p.env.as_deref()).collect()
 }
 
 /// The descriptions with an fd that survives exec, and those without.
@@ -191,12 +195,14 @@ fn passed_on(a: &Attached) -> (Vec<u64>, Vec<u64>) {
 /// The environment a new program gets: the caller's, with this library's variables
 /// put back if the caller dropped them, the previous-image mark when the new program
 /// takes over this attached image's place (`attached`), and the mark of inherited
-/// pool fds (`fds`), and the working directory in the pool (`cwd`).
+/// pool fds (`fds`), the entries of what the families hand on (`handed`: see
+/// [`hooks::ProcessHooks::handing_on`]), and the working directory in the pool
+/// (`cwd`).
 fn environment(
     envp: *const *const c_char,
     attached: bool,
     fds: bool,
-    locks: Option<&str>,
+    handed: &[&str],
     cwd: Option<Vec<u8>>,
 ) -> (Vec<CString>, Vec<*const c_char>) {
     let mut out = Vec::new();
@@ -209,7 +215,13 @@ fn environment(
         let e = unsafe { CStr::from_ptr(*p) };
         let b = e.to_bytes();
         let mine = |n: &str| b.starts_with(n.as_bytes()) && b.get(n.len()) == Some(&b'=');
-        if !mine(ENV_PREVIOUS) && !mine(ENV_CWD) && !mine(ENV_FDS) && !mine(locks::ENV_LOCKS) {
+        let handed_on = || {
+            hooks::registered()
+                .iter()
+                .filter_map(|h| h.env_name())
+                .any(mine)
+        };
+        if !mine(ENV_PREVIOUS) && !mine(ENV_CWD) && !mine(ENV_FDS) && !handed_on() {
             for (i, (name, _)) in ours.iter().enumerate() {
                 if b.starts_with(name.as_bytes()) && b.get(name.len()) == Some(&b'=') {
                     have[i] = true;
@@ -233,8 +245,8 @@ fn environment(
     if fds {
         out.push(CString::new(format!("{ENV_FDS}=1")).expect("no NUL"));
     }
-    if let Some(l) = locks {
-        out.push(CString::new(l).expect("digits and letters hold no NUL"));
+    for h in handed {
+        out.push(CString::new(*h).expect("digits and letters hold no NUL"));
     }
     if let Some(cwd) = cwd {
         let mut e = format!("{ENV_CWD}=").into_bytes();
@@ -517,7 +529,7 @@ pub unsafe extern "C" fn execve(
     // the runtime state half changed (a thread in a lock wait holds nothing there).
     fork_gate::close();
     let mut released = Vec::new();
-    let mut passed = None;
+    let mut passed = Vec::new();
     let mut kept = false;
     if let Some(a) = a {
         share_all(a);
@@ -528,20 +540,20 @@ pub unsafe extern "C" fn execve(
             }
         }
         kept = !keep.is_empty();
-        passed = Some(pass_locks(a, &keep, true));
+        passed = hand_on(a, &keep, true);
     }
     let target = prepared.as_ref().map_or(path, |p| p.path.as_ptr());
     let (_args, argv) = prepared
         .as_ref()
         .map_or((Vec::new(), argv), |p| p.argv_or(argv));
-    let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
-    let passes_nothing = !kept && lock_env.is_none();
+    let handed = handed_env(&passed);
+    let passes_nothing = !kept && handed.is_empty();
     // Its path in the pool, read while this image may still use the pool.
     let cwd = cwd_to_pass();
     // SAFETY: the path the kernel is about to run, a C string or null.
     let left = a.filter(|_| passes_nothing && unsafe { runs(target) });
     let let_go = left.and_then(leave_for_exec);
-    let (_keep, env) = environment(envp, a.is_some() && let_go.is_none(), kept, lock_env, cwd);
+    let (_keep, env) = environment(envp, a.is_some() && let_go.is_none(), kept, &handed, cwd);
     // SAFETY: the C library's execve with valid arguments and environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
     // Still here: the exec failed; this image takes a slot again and holds the
@@ -555,7 +567,7 @@ pub unsafe extern "C" fn execve(
         }
     }
     fork_gate::reopen(false);
-    if let Some(p) = passed {
+    for p in &passed {
         p.restore();
     }
     r
@@ -595,7 +607,7 @@ fn leave_for_exec(a: &Attached) -> Option<Vec<u64>> {
 /// the pool so, and its caller may go on to.
 fn rejoin_after_failed_exec(a: &Attached, let_go: &[u64]) {
     if let Err(e) = a.fs.rejoin_after_failed_exec(let_go) {
-        crate::say(&format!("after a failed exec the pool cannot be used: {e}"));
+        real::say(&format!("after a failed exec the pool cannot be used: {e}"));
         // SAFETY: ends the process at once; it holds no slot, and the kernel drops its
         // locks on the pool file.
         unsafe { libc::abort() };
@@ -753,16 +765,16 @@ unsafe fn spawn(
         }
     };
     // A new process inherits the descriptions' locks, not the spawner's own.
-    let passed = state::attached_now().map(|a| pass_locks(a, &claimed, false));
+    let passed = state::attached_now().map_or_else(Vec::new, |a| hand_on(a, &claimed, false));
     let target = prepared.as_ref().map_or(path, |p| p.path.as_ptr());
     let (_args, argv) = prepared
         .as_ref()
         .map_or((Vec::new(), argv.cast()), |p| p.argv_or(argv.cast()));
     let argv = argv.cast::<*mut c_char>();
     // A spawned program is a new process: no previous image of it to take over.
-    let lock_env = passed.as_ref().and_then(|p| p.env.as_deref());
+    let handed = handed_env(&passed);
     let attached = state::attached_now().is_some();
-    let (_keep, env) = environment(envp.cast(), false, attached, lock_env, cwd_to_pass());
+    let (_keep, env) = environment(envp.cast(), false, attached, &handed, cwd_to_pass());
     let env = env.as_ptr().cast::<*mut c_char>();
     // SAFETY: the C library's spawn with the caller's arguments and a valid env.
     let r = unsafe {
@@ -772,7 +784,7 @@ unsafe fn spawn(
             real::posix_spawn(pid, target, fa, at, argv, env)
         }
     };
-    if let Some(p) = passed {
+    for p in &passed {
         p.restore();
     }
     if r != 0 {
@@ -937,12 +949,14 @@ pub fn detach() {
         // SAFETY: flushes every stdio stream (ours write to the pool here).
         unsafe { libc::fflush(std::ptr::null_mut()) };
         let _inside = crate::guard::Inside::enter();
-        super::shared_map::write_back_all(a);
+        for h in hooks::registered() {
+            h.detaching(a);
+        }
         // The working directory's hold is an open reference too: let it go.
         let root = a.root.read().at(lynxfs::format::ROOT_INO);
         *a.cwd.write() = root;
         if let Err(e) = a.fs.close() {
-            crate::say(&format!("detaching from the pool: {e}"));
+            real::say(&format!("detaching from the pool: {e}"));
         }
     }
 }
@@ -982,9 +996,11 @@ pub fn adopt_inherited() {
         fds::insert(fd, o.clone());
         by_key.insert(key, o);
     }
-    locks::adopt_passed(a, &by_key);
+    for h in hooks::registered() {
+        h.adopting(a, &by_key);
+    }
     if let Err(e) = a.fs.forget_previous_image() {
-        crate::say(&format!("taking over from the program before exec: {e}"));
+        real::say(&format!("taking over from the program before exec: {e}"));
     }
 }
 

@@ -18,6 +18,7 @@ use libc::{c_int, c_void, off64_t, size_t};
 use parking_lot::Mutex;
 
 use super::err;
+use super::hooks::ProcessHooks;
 use crate::fds::Open;
 use crate::real;
 use crate::state::{self, Attached};
@@ -76,7 +77,7 @@ fn dir() -> Option<c_int> {
         // SAFETY: a C string we own.
         let fd = unsafe { real::openat64(libc::AT_FDCWD, path.as_ptr(), flags, 0) };
         if fd < 0 {
-            crate::say(&format!(
+            real::say(&format!(
                 "{}: {}",
                 path.to_string_lossy(),
                 std::io::Error::last_os_error()
@@ -91,7 +92,7 @@ fn dir() -> Option<c_int> {
             st.st_uid == uid && st.st_mode & 0o077 == 0
         };
         if !ok {
-            crate::say(&format!(
+            real::say(&format!(
                 "{}: not a directory of this user's alone: shared mappings of pool files \
                  without a mount are refused (ENODEV)",
                 path.to_string_lossy()
@@ -344,10 +345,15 @@ fn settle(addr: *mut c_void, len: size_t, unmap: bool) -> Vec<Map> {
     gone
 }
 
-/// At exit: every mapping's bytes go back to its pool file.
-pub fn write_back_all(a: &Attached) {
-    for m in MAPS.lock().iter() {
-        write_back(a, m, m.start, m.start + m.len);
+/// The shared mappings' part at exit: every mapping's bytes go back to its pool
+/// file.
+pub struct MapHooks;
+
+impl ProcessHooks for MapHooks {
+    fn detaching(&self, a: &Attached) {
+        for m in MAPS.lock().iter() {
+            write_back(a, m, m.start, m.start + m.len);
+        }
     }
 }
 
