@@ -36,8 +36,7 @@ use crate::error::{errno, Result};
 use crate::format::inode;
 use crate::log::undo::Txn;
 use crate::log::undo::{
-    commit_point, roll_back, Freed, R_INO, R_TXN, U_COMMIT, U_LOCK, W_COMMITTED, W_NEXT, W_RUNNING,
-    W_STARTED,
+    commit_point, roll_back, Freed, R_INO, R_TXN, U_LOCK, W_COMMITTED, W_NEXT, W_RUNNING, W_STARTED,
 };
 use crate::pmem::Backend;
 use crate::pool::Pool;
@@ -252,26 +251,44 @@ impl Txn {
 
     /// Group commit (as jbd2's): make transaction `want` and those before it
     /// committed. A commit in flight holds the commit mutex through its device flush;
-    /// a caller that waited for it finds its writes covered if that commit's number
-    /// reached `want`, and returns without a flush of its own. Otherwise the first
-    /// waiter to get the mutex commits the running transaction, which holds the
-    /// writes of every thread and process that came while the previous flush ran:
-    /// their fsyncs then find themselves covered, so concurrent fsyncs share one
-    /// device flush.
+    /// a caller that finds it held sleeps until that commit's turn ends (every sleeper
+    /// wakes at once, [`U_TURNS`](crate::log::undo::U_TURNS)) and returns without a
+    /// flush of its own if that commit's number reached `want`. Otherwise the first
+    /// to take the mutex commits the running transaction, which holds the writes of
+    /// every thread and process that came while the previous flush ran: their fsyncs
+    /// then find themselves covered, so concurrent fsyncs share one device flush.
     fn commit_through<B: Backend>(&self, pool: &Pool<B>, want: u64) -> Result<()> {
-        if self.word(W_COMMITTED).load(Ordering::Acquire) >= want {
-            self.release(pool);
-            return Ok(());
+        loop {
+            if self.word(W_COMMITTED).load(Ordering::Acquire) >= want {
+                break;
+            }
+            // Read before trying the mutex: a turn that ends after this changes it,
+            // so the sleep below cannot miss that turn's end.
+            let seen = self.turns();
+            match self.try_commit_turn() {
+                Some(_turn) => {
+                    self.commit_in_turn(pool, want)?;
+                    break;
+                }
+                None => self.await_turn(seen)?,
+            }
         }
+        self.release(pool);
+        Ok(())
+    }
+
+    /// The commits that make `want` committed, the commit mutex held: the running
+    /// transaction closed (after the writes in flight in it) and flushed, or the one a
+    /// failed commit left waiting for its flush.
+    fn commit_in_turn<B: Backend>(&self, pool: &Pool<B>, want: u64) -> Result<()> {
         let pm = &pool.pm;
         let dev = pool
             .device()
             .expect("a pool with transactions has a device");
-        let m = lock::lock(self.u32(U_COMMIT), &*self.watch)?;
         loop {
             let committed = self.word(W_COMMITTED).load(Ordering::Acquire);
             if committed >= want {
-                break;
+                return Ok(());
             }
             let running = self.word(W_RUNNING).load(Ordering::Acquire);
             let number = if committed + 1 < running {
@@ -290,9 +307,6 @@ impl Txn {
             commit_point(pm, self.undo.commit_word(), number, flushed);
             self.word(W_COMMITTED).store(number, Ordering::Release);
         }
-        drop(m);
-        self.release(pool);
-        Ok(())
     }
 
     /// Give back this process's deferred frees whose transaction committed.

@@ -144,6 +144,18 @@ fn spin(spins: &mut u32) -> bool {
     true
 }
 
+/// Sleep (one slice at most) while `word` holds `seen`, then ask the watch: a wait for
+/// a word that its changer bumps and wakes every sleeper of (with [`futex_wake_all`]),
+/// so that all wake at once instead of in turn through a lock.
+pub(crate) fn sleep_while(
+    word: &AtomicU32,
+    seen: u32,
+    watch: &dyn Watch,
+) -> Result<(), Interrupted> {
+    futex_wait(word, seen, SLICE);
+    watch.check()
+}
+
 /// One step of a wait on `word`: spin a little, then sleep (one slice) while it holds
 /// `seen`, then ask the watch.
 fn sleep_on(
