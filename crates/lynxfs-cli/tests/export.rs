@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use lynxfs_test_support::child::output_within;
+use lynxfs_test_support::child::{holder_of, output_within};
 use lynxfs_test_support::{wait_until, watchdog};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
@@ -442,25 +442,6 @@ fn a_device_is_mounted_by_one_pool_at_a_time() {
     std::fs::write(mnt.join("alone"), b"the one writer").unwrap();
     m.umount(false);
     assert!(!mounted(&mnt2));
-}
-
-/// The process that holds `path` open (a FUSE daemon holds its pool), from /proc.
-fn holder_of(path: &Path) -> Option<i32> {
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
-            continue;
-        };
-        if fds
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == path))
-        {
-            return Some(pid);
-        }
-    }
-    None
 }
 
 /// The source of the mount at `mp` (from /proc/self/mountinfo).

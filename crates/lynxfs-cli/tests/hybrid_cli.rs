@@ -1,6 +1,8 @@
 //! A hybrid pool (`mkfs --data-device`) through the FUSE mount: files written, read
 //! and changed through a shared `mmap` (the kernel's page cache over the mount) land on
 //! the data device and read back after an unmount and a new mount; fsck is clean.
+//! Concurrent fsyncs through the mount (answered by the daemon's commit threads) are
+//! committed when they return: their files survive the daemon's SIGKILL.
 //! Needs root and `/dev/fuse`; every command has a time limit and the test a watchdog.
 
 use std::os::unix::io::AsRawFd;
@@ -8,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use lynxfs_test_support::child::output_within;
+use lynxfs_test_support::child::{holder_of, output_within};
 use lynxfs_test_support::{wait_until, watchdog};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lynxfs");
@@ -134,5 +136,70 @@ fn a_hybrid_pool_through_the_mount_with_mmap() {
         ok(run(&[Path::new("umount"), mnt.path()]), "umount");
     }
     let out = ok(run(&[Path::new("fsck"), &pool]), "fsck");
+    assert!(out.contains("clean"), "{out}");
+}
+
+/// Issue 43: FSYNCs are answered from the daemon's commit threads (so that many share
+/// one device flush); each must have committed when it returns. Sixteen threads write
+/// a file each and fsync at once, the daemon is killed, and after recovery (which
+/// rolls back what did not commit) every file holds what its fsync returned with.
+#[test]
+fn concurrent_fsyncs_through_the_mount_survive_the_daemons_death() {
+    const FILES: usize = 16;
+    let _w = watchdog(
+        "concurrent_fsyncs_through_the_mount_survive_the_daemons_death",
+        Duration::from_secs(300),
+    );
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let disk = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let (pool, dev) = (shm.path().join("pool"), disk.path().join("data.dev"));
+    let p = Path::new;
+    ok(
+        run(&[
+            p("mkfs"),
+            p("--size"),
+            p("64M"),
+            p("--data-device"),
+            &dev,
+            &pool,
+        ]),
+        "mkfs",
+    );
+    let content = |i: usize| -> Vec<u8> {
+        let mut v = pattern(64 << 10);
+        v[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        v
+    };
+    let m = Mount::new(&pool, mnt.path());
+    std::thread::scope(|s| {
+        for i in 0..FILES {
+            let (path, bytes) = (mnt.path().join(format!("f{i}")), content(i));
+            s.spawn(move || {
+                let mut f = std::fs::File::create(&path).unwrap();
+                std::io::Write::write_all(&mut f, &bytes).unwrap();
+                f.sync_all().unwrap();
+            });
+        }
+    });
+    let daemon = holder_of(&pool).expect("the daemon holds its pool");
+    // SAFETY: kill takes plain integers.
+    assert_eq!(unsafe { libc::kill(daemon, libc::SIGKILL) }, 0);
+    wait_until("the daemon's death", Duration::from_secs(60), || {
+        holder_of(&pool).is_none()
+    });
+    drop(m);
+    assert!(!mounted(mnt.path()), "unmounted after the daemon's death");
+    let _m = Mount::new(&pool, mnt.path());
+    for i in 0..FILES {
+        let got = std::fs::read(mnt.path().join(format!("f{i}"))).unwrap();
+        assert!(
+            got == content(i),
+            "f{i}: {} bytes, not what its fsync returned with",
+            got.len()
+        );
+    }
+    ok(run(&[p("umount"), mnt.path()]), "umount");
+    let out = ok(run(&[p("fsck"), &pool]), "fsck");
     assert!(out.contains("clean"), "{out}");
 }

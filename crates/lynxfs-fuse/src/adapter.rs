@@ -49,6 +49,7 @@ use lynxfs::pmem::Backend;
 use lynxfs::{Cred, Fs, SetAttr, Stat, TimeSet, Timestamp};
 
 use crate::caller::{as_caller, full_cred};
+use crate::commits::Committers;
 use crate::forward::{report, Forward, Forwarded, Forwarder};
 use crate::locks::Locks;
 use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
@@ -97,6 +98,8 @@ pub struct LynxFuse<B: Backend> {
     locks: Option<Arc<Locks>>,
     /// The kernel sends lock requests (FUSE_POSIX_LOCKS agreed at INIT).
     locks_on: bool,
+    /// A hybrid pool's FSYNCs, answered from threads of their own.
+    committers: Committers<B>,
 }
 
 /// The largest write the kernel sends in one request (with FUSE_MAX_PAGES, 256 pages):
@@ -223,6 +226,7 @@ fn u32_at(data: &[u8], at: usize) -> Res<u32> {
 impl<B: Backend> LynxFuse<B> {
     pub fn new(fs: Arc<Fs<B>>, entry_ttl: Duration, attr_ttl: Duration, read_only: bool) -> Self {
         LynxFuse {
+            committers: Committers::new(&fs),
             fs,
             entry_ttl,
             attr_ttl,
@@ -705,6 +709,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         if let Some(l) = &self.locks {
             l.end();
         }
+        self.committers.end();
         // No more notices (the kernel is gone).
         drop(
             self.forwarder
@@ -1102,10 +1107,8 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         if self.fs.pool().txn().is_some() {
             // A hybrid pool's writes are durable at its commit (never ENOSYS: the
             // kernel would stop asking); a file with none pending commits nothing.
-            return match self.fs.fsync(fh.0) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(Errno::from_i32(e.errno())),
-            };
+            // The commit waits for the device: off this request thread.
+            return self.committers.fsync(fh.0, reply);
         }
         // Every write is durable when it is answered, with either backend (msync's
         // fence writes the pages back synchronously before the write is answered), so

@@ -38,6 +38,7 @@ use std::path::Path;
 
 pub mod adapter;
 mod caller;
+mod commits;
 pub mod forward;
 pub mod kmount;
 pub mod locks;
