@@ -41,9 +41,9 @@
 //! - `filetest` (issue 27, ADAM's filetest and dirtest): µs per create, unlink, mkdir
 //!   and rmdir of [`Options::files`] names in one directory.
 //! - `recovery` (LynxFS only, no targets): first attach (clean open), first lookup
-//!   (index load), a second process's attach and open after a crash of a pool with
-//!   one directory of [`Options::files`] entries, and the shared memory the index
-//!   takes per entry.
+//!   (index load), a second process's attach (and apart, its prefaulting of the
+//!   shared state) and open after a crash of a pool with one directory of
+//!   [`Options::files`] entries, and the shared memory the index takes per entry.
 //! - `start` (issue 44, no targets): ms per process started under the preload library
 //!   in each placement (parent attached or not, working directory in the pool, a 1 MiB
 //!   program in the pool), [`Options::files`] in a row from one shell, beside plain.
@@ -96,7 +96,7 @@ use serde::{Deserialize, Serialize};
 pub use dir::DirTarget;
 pub use fuse_target::{FuseNullTarget, FuseTarget};
 pub use hybrid::{DiskDirTarget, HybridTarget, DISK_NAME, HYBRID_NAME};
-pub use lib_target::{LibTarget, LIB_NAME};
+pub use lib_target::{AttachTimes, LibTarget, LIB_NAME};
 pub use machine::Machine;
 pub use mount::{Ext4Target, TmpfsTarget, SHM};
 pub use page::{

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, Fd, Fs, MkfsOptions, Pool, Session};
@@ -31,6 +32,15 @@ pub struct LibTarget {
     /// The pool file when this target made it (and removes it); `None` when attached.
     _pool_file: Option<PoolFile>,
     label: String,
+}
+
+/// What [`LibTarget::attach_timed`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct AttachTimes {
+    /// `Fs::open`.
+    pub attach: Duration,
+    /// `Pool::populate` after it.
+    pub populate: Duration,
 }
 
 /// Removes the pool file when dropped.
@@ -84,15 +94,27 @@ impl LibTarget {
     /// Attaches the existing pool at `path` (another process's target, say), which is
     /// left in place when this target is dropped.
     pub fn attach(path: &Path) -> io::Result<Self> {
+        Self::attach_timed(path).map(|(t, _)| t)
+    }
+
+    /// [`Self::attach`], timed in two parts: the attach itself (`Fs::open`), then the
+    /// prefaulting of the shared state's mapping (`Pool::populate`), which a
+    /// long-lived benchmark process wants before its first round but which a process
+    /// started under the preload does in the background, after its first call.
+    pub fn attach_timed(path: &Path) -> io::Result<(Self, AttachTimes)> {
+        let start = Instant::now();
         let fs = Fs::open(path).map_err(to_io)?;
+        let attach = start.elapsed();
         fs.pool().populate();
-        Ok(Self {
+        let populate = start.elapsed() - attach;
+        let t = Self {
             fs,
             open: Mutex::new(HashSet::new()),
             path: path.to_path_buf(),
             _pool_file: None,
             label: LIB_NAME.into(),
-        })
+        };
+        Ok((t, AttachTimes { attach, populate }))
     }
 
     /// The pool file.

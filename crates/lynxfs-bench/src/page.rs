@@ -287,7 +287,7 @@ fn measures(suite: &str) -> Option<&'static str> {
         "data" => "Throughput on one file: 4 KiB sequential and random reads and writes, 64 KiB and 1 MiB writes, 4 KiB appends, next to `memcpy` between DRAM buffers as the ceiling.",
         "mdtest" => "Files per second created, stat'ed, renamed and removed by 1 to N threads sharing one directory.",
         "smallfiles" => "Files per second writing, then reading, files of 1 to 32 KiB.",
-        "recovery" => "A pool with one directory of N entries: the first attach, the first lookup (the index loaded), a second process's attach after a crash, and the index's memory per entry.",
+        "recovery" => "A pool with one directory of N entries: the first attach, the first lookup (the index loaded), a second process's attach (and apart, its prefaulting of the shared state), the open after a crash, and the index's memory per entry.",
         "apps" => "Seconds for real programs on a source tree: `tar -xf`, `du -s`, `find`, `gzip -r`, `rm -rf` (cold: caches dropped first); on `lib`, the same work through the library in process.",
         "personalities" => "Operations per second of Filebench-like workloads (varmail, fileserver, webserver, createfiles, listdirs, mongo) driven by the bench's own threads.",
         "ablation" => "LynxFS against itself with one mechanism off (the DRAM index, and others), the rows of `syscalls` and `mdtest`.",

@@ -6,7 +6,8 @@
 //! stdout. The protocol is one line per request and one tagged line per reply
 //! ([`TAG`]; untagged lines, such as a test harness's chatter, are skipped):
 //!
-//! - `attach POOL` → `ready ATTACH_NS`: attach the pool (`Fs::open`), timed;
+//! - `attach POOL` → `ready ATTACH_NS POPULATE_NS`: attach the pool (`Fs::open`),
+//!   then prefault the shared state's mapping (`Pool::populate`), each timed;
 //! - `PHASE TOTAL N I` → `done START_NS END_NS` or `error MESSAGE`: run an `mdtest`
 //!   phase (`create`, `stat`, `rename`, `remove`) over the names of thread `I` of `N`
 //!   sharing `TOTAL` files, timed on `CLOCK_MONOTONIC` (one clock for every process);
@@ -19,7 +20,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 
@@ -66,12 +67,14 @@ pub fn worker_main(input: impl BufRead, mut output: impl Write) -> anyhow::Resul
         let reply = match words.as_slice() {
             ["quit"] => break,
             ["attach", pool] => {
-                let start = Instant::now();
-                let t = LibTarget::attach(Path::new(pool))
+                let (t, times) = LibTarget::attach_timed(Path::new(pool))
                     .with_context(|| format!("attaching {pool}"))?;
-                let ns = start.elapsed().as_nanos();
                 target = Some(t);
-                format!("ready {ns}")
+                format!(
+                    "ready {} {}",
+                    times.attach.as_nanos(),
+                    times.populate.as_nanos()
+                )
             }
             [phase, total, n, i] => {
                 let Some(t) = &target else {
@@ -335,6 +338,8 @@ pub(crate) mod tests {
         let pool = t.pool_path().display().to_string();
         let ready = w.all(|_| format!("attach {pool}"), "ready").unwrap();
         assert_eq!(ready.len(), 2);
+        // Each replies its attach time, then its populate time.
+        assert!(ready.iter().all(|r| r.len() == 2), "{ready:?}");
         let spans = w.all(|i| format!("create 20 2 {i}"), "done").unwrap();
         assert!(
             spans.iter().all(|s| s.len() == 2 && s[0] <= s[1]),

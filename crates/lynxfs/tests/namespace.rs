@@ -405,6 +405,49 @@ fn slots_a_thread_held_before_a_reload_are_not_used_again() {
     s.rmdir("/d").unwrap();
 }
 
+/// A directory of more than 64 log pages is read into the index by two threads, each
+/// half of its pages (`meta::dir`, "Directory loads" in docs/CONSISTENCY.md): every
+/// name is found, none removed is, the freed slots of both halves are reused by the
+/// next creates (no page is added for them), and the entry count is exact.
+#[test]
+fn a_directory_loaded_by_two_threads_is_whole() {
+    let mut o = lynxfs::MkfsOptions::new(96 << 20);
+    o.lanes = 2;
+    o.inodes = Some(40_000);
+    let fs = lynxfs::Fs::in_memory(&o, lynxfs::pmem::PmemBackend::default()).unwrap();
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    // 70 pages of 504 slots.
+    let n = 70 * 504;
+    let name = |i: usize| format!("/d/f{i}");
+    for i in 0..n {
+        s.mknod(name(i), libc::S_IFREG | 0o644, 0).unwrap();
+    }
+    let gone = |i: usize| i % 10 == 3;
+    for i in (0..n).filter(|&i| gone(i)) {
+        s.unlink(name(i)).unwrap();
+    }
+    fs.ns().drop_index();
+    for i in 0..n {
+        match gone(i) {
+            true => assert_eq!(errno(s.lstat(name(i))), libc::ENOENT, "{i}"),
+            false => assert!(s.lstat(name(i)).is_ok(), "{i}"),
+        }
+    }
+    let free = fs.ns().statfs().blocks_free;
+    for i in (0..n).filter(|&i| gone(i)) {
+        s.mknod(format!("/d/g{i}"), libc::S_IFREG | 0o644, 0)
+            .unwrap();
+    }
+    assert_eq!(fs.ns().statfs().blocks_free, free, "a page was added");
+    for i in 0..n {
+        assert_eq!(errno(s.rmdir("/d")), libc::ENOTEMPTY);
+        let (a, b) = (name(i), format!("/d/g{i}"));
+        s.unlink(if gone(i) { b } else { a }).unwrap();
+    }
+    s.rmdir("/d").unwrap();
+}
+
 /// A thread creating in one directory, then another, and back (`tar x`, `cp -r`)
 /// takes one new slot at a time: only a thread that stays in a directory takes the
 /// rest of a log line ahead, so going back and forth leaves no empty slots behind.

@@ -27,7 +27,7 @@ use crate::runtime::Watch;
 use super::cachelet::{Cachelet, LOADED, REMOVED};
 use super::free_slots::FreeSlots;
 use super::gate::Gates;
-use super::index::{Entry, Index, State};
+use super::index::{Entry, Index, LoadBatch, State};
 
 /// A directory: its inode number, its cachelet and its per-lane records.
 #[derive(Clone, Copy)]
@@ -211,30 +211,86 @@ impl<'a> Dir<'a> {
     ) -> Result<()> {
         let pages = self.pages(pool);
         let tail = tail_after(&pages, pool);
-        let mut live = 0;
+        let read = if pages.len() >= SPLIT_PAGES && crate::cpu::count() > 1 {
+            self.index_split(pool, index, &pages, tail, w)?
+        } else {
+            self.index_pages(pool, index, &pages, tail, w)?
+        };
         // Pushed once every entry is indexed: a load that fails part way (a full
         // index, an interrupted wait) is tried again, and must not push a slot twice.
-        let mut empty = Vec::new();
-        for (n, &page) in pages.iter().enumerate() {
-            for i in 0..dirlog::SLOTS_PER_PAGE {
-                let slot = dirlog::slot_addr(page, i);
-                if let Some((name, e)) = read_entry(pool, self.ino, slot) {
-                    index.insert_loaded(&pool.pm, self.ino, &name, &e, w)?;
-                    live += 1;
-                } else if n + 1 < pages.len() || i < tail & (BLOCK - 1) {
-                    empty.push(slot);
-                }
-            }
-        }
-        for slot in empty {
+        for slot in read.empty {
             free.push(self.c, slot);
         }
         self.c.tail().store(tail, Ordering::Release);
-        self.gates.set_entries(self.ino, live);
+        self.gates.set_entries(self.ino, read.live);
         // Slots threads had in hand before this load are now freed slots or past the
         // tail: no thread may use them any more.
         self.c.map_version().fetch_add(1, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// [`Dir::index_pages`] of every page of a big log, the second half on a helper
+    /// thread (on this one after the first when no thread can be started). Nothing
+    /// of the directory changes meanwhile: every change of it first waits for the load
+    /// this is part of, which marks it loaded only once both halves are in. The helper
+    /// runs with every signal blocked: a handler of the program's must not run on it
+    /// (it could call into the pool, and wait for this very load). It takes no fork
+    /// gate pass: the calling thread holds its own across the whole load, joins the
+    /// helper before returning, and so keeps a fork away while the helper lives (a
+    /// pass taken by the helper could wait for a gate shut by a fork that waits for
+    /// the caller). Protocol in docs/CONSISTENCY.md ("Directory loads").
+    fn index_split<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        index: &Index,
+        pages: &[u64],
+        tail: u64,
+        w: &dyn Watch,
+    ) -> Result<Indexed> {
+        let (first, second) = pages.split_at(pages.len() / 2);
+        std::thread::scope(|sc| {
+            let helper = spawn_quiet(sc, || self.index_pages(pool, index, second, tail, w));
+            let mine = self.index_pages(pool, index, first, tail, w);
+            let theirs = match helper {
+                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                Err(_) => self.index_pages(pool, index, second, tail, w),
+            };
+            Ok(mine?.merge(theirs?))
+        })
+    }
+
+    /// Index the committed entries of log pages `pages` (some of the log's, in
+    /// order), a page at a time; with the log's `tail`, say which of their empty slots
+    /// are freed ones (every empty slot but those of the tail's page from the tail on).
+    fn index_pages<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        index: &Index,
+        pages: &[u64],
+        tail: u64,
+        w: &dyn Watch,
+    ) -> Result<Indexed> {
+        let mut out = Indexed::default();
+        let mut batch = LoadBatch::default();
+        let tail_page = tail & !(BLOCK - 1);
+        for &page in pages {
+            batch.clear();
+            for i in 0..dirlog::SLOTS_PER_PAGE {
+                if i + DENTRY_AHEAD < dirlog::SLOTS_PER_PAGE {
+                    prefetch_dentry(pool, dirlog::slot_addr(page, i + DENTRY_AHEAD));
+                }
+                let slot = dirlog::slot_addr(page, i);
+                if let Some((d, len, dtype)) = committed(pool, self.ino, slot) {
+                    let e = entry_at(pool, d, slot, dtype);
+                    batch.push(e, len, |name| pool.pm.read(d + dentry::NAME, name));
+                    out.live += 1;
+                } else if page != tail_page || i < tail & (BLOCK - 1) {
+                    out.empty.push(slot);
+                }
+            }
+            index.insert_loaded(&pool.pm, self.ino, &batch, w)?;
+        }
+        Ok(out)
     }
 
     /// Claim an empty slot: a freed one if any (and reuse is on), else a new one,
@@ -468,8 +524,76 @@ fn tail_after<B: Backend>(pages: &[u64], pool: &Pool<B>) -> u64 {
     last | used
 }
 
+/// Log pages from which a load is split over two threads: below, the second thread's
+/// start (tens of microseconds) is a fair part of the whole (a page holds 504 slots).
+const SPLIT_PAGES: usize = 64;
+
+/// What indexing log pages found: the live entries, and the freed slots.
+#[derive(Default)]
+struct Indexed {
+    live: u64,
+    empty: Vec<u64>,
+}
+
+impl Indexed {
+    fn merge(mut self, other: Indexed) -> Indexed {
+        self.live += other.live;
+        self.empty.extend(other.empty);
+        self
+    }
+}
+
+/// Starts `work` on a thread of scope `sc` with every signal blocked (the thread
+/// inherits the mask this thread has while starting it; this thread's own is put
+/// back at once, so a signal sent meanwhile is only delayed).
+fn spawn_quiet<'s, T: Send + 's>(
+    sc: &'s std::thread::Scope<'s, '_>,
+    work: impl FnOnce() -> T + Send + 's,
+) -> std::io::Result<std::thread::ScopedJoinHandle<'s, T>> {
+    // SAFETY: sigset_t is plain data; sigfillset initializes it whole before use.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: both sets are live, writable sigset_t values of this frame; sigfillset
+    // and pthread_sigmask only write them (and this thread's mask).
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    let started = std::thread::Builder::new()
+        .name("lynxfs-load".into())
+        .spawn_scoped(sc, work);
+    // SAFETY: `old` holds the mask pthread_sigmask read above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    started
+}
+
+/// How many slots ahead a load prefetches the dentries it will read: they are
+/// [`DENTRY_SIZE`](crate::format::layout::DENTRY_SIZE) bytes apart, wider than the
+/// hardware's prefetcher follows, and a directory's are as far apart as its creates
+/// were in time.
+const DENTRY_AHEAD: u64 = 8;
+
+/// Start loading the lines of the dentry `slot` names that a load reads (its header,
+/// its name).
+fn prefetch_dentry<B: Backend>(pool: &Pool<B>, slot: u64) {
+    let d = pool.pm.load_u64(slot);
+    if pool.layout.dentry_id(d).is_some() {
+        pool.pm.prefetch(d);
+        pool.pm.prefetch(d + dentry::NAME);
+    }
+}
+
 /// The committed entry in `slot` of directory `dir`, if any.
 pub fn read_entry<B: Backend>(pool: &Pool<B>, dir: u64, slot: u64) -> Option<(Box<[u8]>, Entry)> {
+    let (d, len, dtype) = committed(pool, dir, slot)?;
+    let name = pool.pm.read_vec(d + dentry::NAME, len).into_boxed_slice();
+    Some((name, entry_at(pool, d, slot, dtype)))
+}
+
+/// The dentry `slot` of directory `dir` names, if it is a committed entry of `dir`:
+/// its address, its name's length and its file type.
+fn committed<B: Backend>(pool: &Pool<B>, dir: u64, slot: u64) -> Option<(u64, usize, u8)> {
     let pm = &pool.pm;
     let d = pm.load_u64(slot);
     pool.layout.dentry_id(d)?;
@@ -481,14 +605,17 @@ pub fn read_entry<B: Backend>(pool: &Pool<B>, dir: u64, slot: u64) -> Option<(Bo
     if len == 0 || len > dentry::NAME_MAX {
         return None;
     }
-    let name = pm.read_vec(d + dentry::NAME, len).into_boxed_slice();
-    let e = Entry {
+    Some((d, len, dtype))
+}
+
+/// The index entry of the committed dentry `d` in `slot`, of type `dtype`.
+fn entry_at<B: Backend>(pool: &Pool<B>, d: u64, slot: u64, dtype: u8) -> Entry {
+    Entry {
         state: State::Ready,
-        ino: pm.load_u64(d + dentry::INO),
+        ino: pool.pm.load_u64(d + dentry::INO),
         dentry: d,
         slot,
         dtype,
         pos: 0,
-    };
-    Some((name, e))
+    }
 }

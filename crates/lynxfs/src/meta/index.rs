@@ -149,6 +149,44 @@ impl<B: Backend> Dentries for Pm<B> {
     }
 }
 
+/// How many entries ahead [`Index::insert_loaded`] prefetches: enough misses in
+/// flight to cover one claim's own work (a CPU keeps about ten outstanding).
+const LOAD_AHEAD: usize = 8;
+
+/// Entries read from a directory's log for [`Index::insert_loaded`]: their names in
+/// one buffer, so a load allocates nothing per entry.
+#[derive(Default)]
+pub struct LoadBatch {
+    names: Vec<u8>,
+    /// Each entry with the end of its name in `names` (the start is the previous end).
+    entries: Vec<(usize, Entry)>,
+}
+
+impl LoadBatch {
+    /// Forget the entries, keeping the memory.
+    pub fn clear(&mut self) {
+        self.names.clear();
+        self.entries.clear();
+    }
+
+    /// Add entry `e`, whose name is the `len` bytes `read` writes into the buffer it
+    /// is given.
+    pub fn push(&mut self, e: Entry, len: usize, read: impl FnOnce(&mut [u8])) {
+        let start = self.names.len();
+        self.names.resize(start + len, 0);
+        read(&mut self.names[start..]);
+        self.entries.push((start + len, e));
+    }
+
+    /// Each entry's name and the entry.
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        let starts = std::iter::once(0).chain(self.entries.iter().map(|&(end, _)| end));
+        starts
+            .zip(&self.entries)
+            .map(|(start, (end, e))| (&self.names[start..*end], e))
+    }
+}
+
 /// A key with what its hash decides: where its probe path starts and its tag.
 #[derive(Clone, Copy)]
 struct Probe<'a> {
@@ -490,8 +528,42 @@ impl Index {
     /// the table is sparse (sized for the whole pool), so that line is usually a cache
     /// and TLB miss, which a caller can overlap with its other work before `get`.
     pub fn prefetch(&self, parent: u64, name: &[u8]) {
-        let p = self.probe(parent, name);
-        let a = self.slot(p.home).0;
+        self.prefetch_slot(self.probe(parent, name).home);
+    }
+
+    /// Insert the committed entries of directory `parent` in `batch`, read from its log
+    /// (lazy loading), each unless its name is already there (a load tried again after
+    /// one that failed part way). Each claim's first slot is a random line of a table
+    /// sized for the whole pool, so a cache (and often TLB) miss: the slot of the entry
+    /// [`LOAD_AHEAD`] places on is prefetched before each claim, so that the misses of
+    /// several entries overlap instead of coming one after the other.
+    pub fn insert_loaded(
+        &self,
+        pool: &impl Dentries,
+        parent: u64,
+        batch: &LoadBatch,
+        watch: &dyn Watch,
+    ) -> Result<()> {
+        let probes: Vec<Probe<'_>> = batch.iter().map(|(n, _)| self.probe(parent, n)).collect();
+        for p in probes.iter().take(LOAD_AHEAD) {
+            self.prefetch_slot(p.home);
+        }
+        for (k, (_, e)) in batch.iter().enumerate() {
+            if let Some(p) = probes.get(k + LOAD_AHEAD) {
+                self.prefetch_slot(p.home);
+            }
+            if let Claim::Claimed(pos) =
+                self.claim_probed(pool, (&probes[k], None), e, None, watch)?
+            {
+                self.publish(pos);
+            }
+        }
+        Ok(())
+    }
+
+    /// Start loading slot `i` into the cache.
+    fn prefetch_slot(&self, i: u64) {
+        let a = self.slot(i).0;
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a prefetch is only a hint: it reads nothing architecturally and never
         // faults; the address is that of a live slot anyway.
@@ -1003,25 +1075,6 @@ impl<S: Slots> Index<S> {
         }
         for e in removed {
             self.remove(&e);
-        }
-    }
-
-    /// Insert a committed entry read from a directory's log (lazy loading), unless the
-    /// name is already there. True if inserted.
-    pub fn insert_loaded(
-        &self,
-        pool: &impl Dentries,
-        parent: u64,
-        name: &[u8],
-        e: &Entry,
-        watch: &dyn Watch,
-    ) -> Result<bool> {
-        match self.claim(pool, parent, name, e, None, watch)? {
-            Claim::Claimed(pos) => {
-                self.publish(pos);
-                Ok(true)
-            }
-            Claim::Taken(_) => Ok(false),
         }
     }
 

@@ -172,6 +172,25 @@ impl<B: Backend> Pm<B> {
         unsafe { self.map.base().add(off as usize) }
     }
 
+    /// Start loading the cache line at `off` into the cache, for a walk that knows its
+    /// next reads ahead of time. Only a hint: an offset outside the pool is ignored.
+    #[inline]
+    pub fn prefetch(&self, off: u64) {
+        if off >= self.len {
+            return;
+        }
+        let p = self.ptr(off, 1);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch reads nothing architecturally and never faults; `p` lies
+        // inside the mapping anyway.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     /// Copy `buf.len()` bytes at `off` out of the pool.
     #[inline]
     pub fn read(&self, off: u64, buf: &mut [u8]) {
