@@ -1107,8 +1107,13 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
         if self.fs.pool().txn().is_some() {
             // A hybrid pool's writes are durable at its commit (never ENOSYS: the
             // kernel would stop asking); a file with none pending commits nothing.
-            // The commit waits for the device: off this request thread.
-            return self.committers.fsync(fh.0, reply);
+            // A commit waits for the device: off this request thread. An fsync with
+            // nothing to commit is answered here, without a hand-over to a committer.
+            return match self.fs.fsync_would_commit(fh.0) {
+                Ok(true) => self.committers.fsync(fh.0, reply),
+                Ok(false) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            };
         }
         // Every write is durable when it is answered, with either backend (msync's
         // fence writes the pages back synchronously before the write is answered), so

@@ -112,6 +112,26 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// A process holding `path` open (found through `/proc/PID/fd`): a mount's daemon
+/// holds its pool.
+pub fn holder_of(path: &std::path::Path) -> Option<i32> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        if fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == path))
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,24 +169,4 @@ mod tests {
         assert!(late.is_err());
         assert!(start.elapsed() < Duration::from_secs(30));
     }
-}
-
-/// A process holding `path` open (found through `/proc/PID/fd`): a mount's daemon
-/// holds its pool.
-pub fn holder_of(path: &std::path::Path) -> Option<i32> {
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
-            continue;
-        };
-        if fds
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == path))
-        {
-            return Some(pid);
-        }
-    }
-    None
 }

@@ -641,6 +641,15 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    /// Whether [`Self::commit_for`] of `ino` would commit (and so wait for the
+    /// device): a hybrid pool holds writes of it not yet committed.
+    pub fn commit_needed_for(&self, ino: u64) -> Result<bool> {
+        match self.txn() {
+            Some(t) => t.needed_for(self, ino),
+            None => Ok(false),
+        }
+    }
+
     /// [`Self::commit`] if a hybrid pool has writes not yet committed (one load
     /// otherwise).
     #[inline]

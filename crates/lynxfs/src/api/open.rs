@@ -287,6 +287,14 @@ impl<B: Backend> Fs<B> {
         }
     }
 
+    /// Whether [`Self::fsync`] of `fd` would commit a hybrid pool's transaction (and
+    /// so wait for its device): false for a file whose writes are all committed, and
+    /// in every other pool.
+    pub fn fsync_would_commit(&self, fd: Fd) -> Result<bool> {
+        let ino = self.file(fd)?.ino;
+        self.ns.pool.commit_needed_for(ino)
+    }
+
     /// sync and syncfs: a hybrid pool's running transaction commits (nothing to do in
     /// other pools).
     pub fn sync(&self) -> Result<()> {

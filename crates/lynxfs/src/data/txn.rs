@@ -213,6 +213,13 @@ impl Txn {
         }
     }
 
+    /// Whether [`Self::commit_for`] of `ino` would commit: a transaction not yet
+    /// committed holds a write of it.
+    pub fn needed_for<B: Backend>(&self, pool: &Pool<B>, ino: u64) -> Result<bool> {
+        self.ready(&pool.pm)?;
+        Ok(self.newest_with(&pool.pm, ino).is_some())
+    }
+
     /// The newest transaction with writes: the running one if it has any, else the
     /// one before (committed, or committing).
     fn newest_written(&self) -> u64 {
