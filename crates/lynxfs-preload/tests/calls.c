@@ -1000,6 +1000,28 @@ static void stdio_calls(void) {
         SAY("  freopen: %s\n", b);
         C(fclose(f));
     }
+    /* freopen keeps its FILE: a pointer saved before it (`FILE *log = stdout`, C++'s
+     * cout) writes to the new file, as the returned one does. The saved pointer is
+     * used only if it is the one returned (else it was freed). */
+    f = P(fopen("fr1", "w"));
+    FILE *saved = f;
+    C(fputs("one\n", f));
+    FILE *g = P(freopen("fr2", "w", f));
+    C(g == saved);
+    if (g) {
+        C(fputs("two\n", g == saved ? saved : g));
+        C(fclose(g));
+    }
+    SAY("  fr1: %s fr2: %s\n", oneline("fr1"), oneline("fr2"));
+    f = P(fopen("fr1", "r"));
+    saved = f;
+    g = P(freopen("fr2", "a", f));
+    C(g == saved);
+    if (g) {
+        C(fputs("three\n", g));
+        C(fclose(g));
+    }
+    SAY("  fr2: %s\n", oneline("fr2"));
 }
 
 static void processes(void) {

@@ -108,12 +108,18 @@ pub unsafe extern "C" fn freopen64(
         // SAFETY: the C library's freopen with the caller's arguments.
         return unsafe { real::freopen64(path, mode, f) };
     }
+    // SAFETY: the caller's mode string.
+    let flags = unsafe { crate::state::cpath(mode) }.and_then(open_flags);
+    if let (Some(own_fd), true, Some(flags)) = (streams::fd_of_stream(f), to_pool, flags) {
+        // SAFETY: `f` is one of this library's open streams; the caller's path.
+        if unsafe { same_direction(f, flags) } {
+            return unsafe { reopen_in_place(f, own_fd, path, flags) };
+        }
+    }
     // SAFETY: the caller's stream, still open.
     let old_fd = unsafe { fileno(f) };
     // SAFETY: the caller's stream, closed as freopen does first (its errors ignored).
     unsafe { libc::fclose(f) };
-    // SAFETY: the caller's mode string.
-    let flags = unsafe { crate::state::cpath(mode) }.and_then(open_flags);
     let (Some(flags), false) = (flags, path.is_null()) else {
         // A pool stream's mode cannot change in place (no path to reopen).
         set_errno(libc::EINVAL);
@@ -142,6 +148,67 @@ pub unsafe extern "C" fn freopen64(
     }
     streams::replace_standard(f, g);
     g
+}
+
+extern "C" {
+    // glibc's stdio_ext.h.
+    fn __freadable(f: *mut FILE) -> c_int;
+    fn __fwritable(f: *mut FILE) -> c_int;
+    fn __fpurge(f: *mut FILE);
+}
+
+/// Whether stream `f` reads and writes as a file opened with `flags` would.
+///
+/// # Safety
+/// `f` is an open stream.
+unsafe fn same_direction(f: *mut FILE, flags: c_int) -> bool {
+    let acc = flags & libc::O_ACCMODE;
+    // SAFETY: the caller's open stream.
+    let (reads, writes) = unsafe { (__freadable(f) != 0, __fwritable(f) != 0) };
+    reads == (acc != libc::O_WRONLY) && writes == (acc != libc::O_RDONLY)
+}
+
+/// freopen of one of this library's streams onto a pool path, reading and writing as
+/// before: the same FILE, now on the new file, as glibc's freopen keeps its FILE (a
+/// program may hold the pointer: `FILE *log = stdout`, C++'s cout). The new file takes
+/// the number of the stream's fd, which is the stream's cookie. If the path cannot be
+/// opened the stream stays open on its old file (glibc's would be closed) and NULL
+/// says why.
+///
+/// # Safety
+/// `f` is one of this library's open streams, over `own_fd`; `path` a C string.
+unsafe fn reopen_in_place(
+    f: *mut FILE,
+    own_fd: c_int,
+    path: *const c_char,
+    flags: c_int,
+) -> *mut FILE {
+    // SAFETY: the caller's open stream: what it buffered goes to the old file, what it
+    // read ahead is dropped.
+    unsafe {
+        libc::fflush(f);
+        __fpurge(f);
+    }
+    // SAFETY: the caller's path; the replaced openat.
+    let fd = unsafe { super::open::open_at(libc::AT_FDCWD, path, flags, 0o666) };
+    if fd < 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the replaced dup3 and close, on fds of this call and the stream's own.
+    let moved = unsafe { super::fd::dup3(fd, own_fd, flags & libc::O_CLOEXEC) } == own_fd;
+    // SAFETY: the fd opened above, copied or not.
+    unsafe { super::open::close(fd) };
+    if !moved {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller's stream, now over the new file: its error and end-of-file
+    // marks cleared and its position learned anew from the fd (0, or the end to come
+    // for an append).
+    unsafe {
+        libc::clearerr(f);
+        libc::fseeko64(f, 0, libc::SEEK_CUR);
+    }
+    f
 }
 
 #[no_mangle]
