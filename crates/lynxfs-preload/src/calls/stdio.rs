@@ -111,8 +111,9 @@ pub unsafe extern "C" fn freopen64(
     // SAFETY: the caller's mode string.
     let flags = unsafe { crate::state::cpath(mode) }.and_then(open_flags);
     if let (Some(own_fd), true, Some(flags)) = (streams::fd_of_stream(f), to_pool, flags) {
-        // SAFETY: `f` is one of this library's open streams; the caller's path.
+        // SAFETY: `f` is one of this library's open streams.
         if unsafe { same_direction(f, flags) } {
+            // SAFETY: that stream, over `own_fd`; the caller's path.
             return unsafe { reopen_in_place(f, own_fd, path, flags) };
         }
     }
