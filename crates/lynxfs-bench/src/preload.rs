@@ -58,7 +58,7 @@ pub struct PreloadTarget {
     _dir_guard: tempfile::TempDir,
     pool: PoolFile,
     /// A hybrid pool's data device, removed after the pool.
-    _device: Option<PoolFile>,
+    device: Option<PoolFile>,
     /// The column's label: [`PRELOAD_NAME`] or [`HYBRID_PRELOAD_NAME`].
     label: &'static str,
 }
@@ -110,7 +110,7 @@ impl PreloadTarget {
             dir,
             _dir_guard: guard,
             pool,
-            _device: device,
+            device,
             label,
         })
     }
@@ -122,7 +122,7 @@ impl PreloadTarget {
 
     /// A hybrid pool's data device.
     pub fn device(&self) -> Option<&Path> {
-        self._device.as_ref().map(|d| d.0.as_path())
+        self.device.as_ref().map(|d| d.0.as_path())
     }
 
     /// D: the directory whose paths the pool serves.
