@@ -28,12 +28,8 @@ fn lynxfs() -> &'static Path {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            built::build(
-                env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-preload", "lynxfs-cli", "lynxfs-bench"],
-                &["lynxfs", "lynxfs-bench", "liblynxfs_preload.so"],
-            )
-            .map(|d| d.join("lynxfs"))
+            built::build(&["lynxfs", "lynxfs-bench", "liblynxfs_preload.so"])
+                .map(|d| d.join("lynxfs"))
         })
         .as_ref()
         .unwrap_or_else(|e| panic!("{e}"))

@@ -33,11 +33,7 @@ fn library_dir() -> PathBuf {
 }
 
 fn build_library() -> Result<PathBuf, String> {
-    built::build(
-        env!("CARGO_MANIFEST_DIR"),
-        &["lynxfs-capi"],
-        &["liblynxfs.so"],
-    )
+    built::build(&["liblynxfs.so"])
 }
 
 /// Compiles the C file `src` (relative to the crate) into `dir`, linked with

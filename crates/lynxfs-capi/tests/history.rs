@@ -58,12 +58,7 @@ unsafe fn function<F: Copy>(lib: *mut c_void, name: &str) -> F {
 impl Api {
     /// liblynxfs.so of the sources under test, loaded for the rest of the process.
     fn load() -> Api {
-        let dir = built::build(
-            env!("CARGO_MANIFEST_DIR"),
-            &["lynxfs-capi"],
-            &["liblynxfs.so"],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let dir = built::build(&["liblynxfs.so"]).unwrap_or_else(|e| panic!("{e}"));
         let path = CString::new(
             dir.join("liblynxfs.so")
                 .into_os_string()

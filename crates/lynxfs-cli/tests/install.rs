@@ -56,16 +56,7 @@ fn built_dir() -> PathBuf {
             let mut artifacts = programs();
             artifacts.extend(["liblynxfs_preload.so".into(), "liblynxfs.so".into()]);
             let artifacts: Vec<&str> = artifacts.iter().map(String::as_str).collect();
-            built::build(
-                env!("CARGO_MANIFEST_DIR"),
-                &[
-                    "lynxfs-cli",
-                    "lynxfs-preload",
-                    "lynxfs-capi",
-                    "lynxfs-bench",
-                ],
-                &artifacts,
-            )
+            built::build(&artifacts)
         })
         .clone()
         .unwrap()

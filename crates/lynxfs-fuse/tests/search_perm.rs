@@ -200,11 +200,7 @@ fn built() -> &'static Path {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let dir = built::build(
-                env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-preload", "lynxfs-cli", "lynxfs-capi"],
-                &["lynxfs", "liblynxfs_preload.so", "liblynxfs.so"],
-            )?;
+            let dir = built::build(&["lynxfs", "liblynxfs_preload.so", "liblynxfs.so"])?;
             let here = Path::new(env!("CARGO_MANIFEST_DIR"));
             let capi = here.join("../lynxfs-capi/include");
             for (exe, capi_build) in [("search-perm-c", false), ("search-perm-capi", true)] {

@@ -43,12 +43,7 @@ fn run_ok(cmd: &mut Command, what: &str) -> Output {
 
 /// Builds lynxfs and liblynxfs_preload.so (cargo test builds no cdylib) and calls.c.
 fn build(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    built::build(
-        env!("CARGO_MANIFEST_DIR"),
-        &["lynxfs-preload", "lynxfs-cli"],
-        &["lynxfs", "liblynxfs_preload.so"],
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    built::build(&["lynxfs", "liblynxfs_preload.so"]).unwrap_or_else(|e| panic!("{e}"));
     let calls = dir.join("calls-c");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/calls.c");
     run_ok(

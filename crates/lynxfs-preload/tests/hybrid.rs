@@ -68,12 +68,7 @@ fn private_runtime_dir(parent: &Path) -> std::path::PathBuf {
 /// Runs [`PROGRAM`] with `how` on a fresh hybrid pool under the preload, drops the
 /// runtime state (a power loss), opens the pool again and returns `a` and `b`.
 fn written_then_power_lost(how: &str) -> (Vec<u8>, Vec<u8>) {
-    built::build(
-        env!("CARGO_MANIFEST_DIR"),
-        &["lynxfs-preload"],
-        &["liblynxfs_preload.so"],
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    built::build(&["liblynxfs_preload.so"]).unwrap_or_else(|e| panic!("{e}"));
     let bin = built::target_dir();
     let tmp = tempfile::tempdir_in("/dev/shm").expect("tempdir");
     let pool = tmp.path().join("h.pool");

@@ -18,10 +18,25 @@ pub fn target_dir() -> PathBuf {
     deps.parent().expect("profile directory").to_path_buf()
 }
 
-/// Builds `packages` with this test's profile into its target directory (from the
-/// workspace `manifest_dir` belongs to) and checks that each of `artifacts` (file
-/// names in target/<profile>/) exists; returns target/<profile>/.
-pub fn build(manifest_dir: &str, packages: &[&str], artifacts: &[&str]) -> Result<PathBuf, String> {
+/// Every package a nested build builds, whichever artifacts its caller needs. One set
+/// for all callers, because cargo resolves features over the packages it is given:
+/// `-p lynxfs-bench` turns on libc's `extra_traits` (through nix) and syn's `full`
+/// (through clap's derive), and the cdylibs (`liblynxfs_preload.so`, `liblynxfs.so`)
+/// have one file name whatever their features. Two sets would rebuild the preload
+/// library and the C API each time a test binary asked for the other set (15-45 s a
+/// time, several times in one `./lynx test`); one set is built once.
+const PACKAGES: &[&str] = &[
+    "lynxfs-cli",
+    "lynxfs-preload",
+    "lynxfs-capi",
+    "lynxfs-bench",
+    "lynxfs-test-support",
+];
+
+/// Builds [`PACKAGES`] with this test's profile into its target directory and checks
+/// that each of `artifacts` (file names in target/<profile>/) exists; returns
+/// target/<profile>/.
+pub fn build(artifacts: &[&str]) -> Result<PathBuf, String> {
     let dir = target_dir();
     let profile = match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => "dev".to_string(),
@@ -31,19 +46,19 @@ pub fn build(manifest_dir: &str, packages: &[&str], artifacts: &[&str]) -> Resul
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "--quiet", "--locked", "--profile", &profile]);
-    for p in packages {
+    for p in PACKAGES {
         cmd.args(["-p", p]);
     }
     cmd.env(
         "CARGO_TARGET_DIR",
         dir.parent().ok_or("no target directory")?,
     )
-    .current_dir(manifest_dir);
+    .current_dir(env!("CARGO_MANIFEST_DIR"));
     let out = run_bounded(&mut cmd, "cargo build", BUILD_LIMIT);
     if !out.status.success() {
         return Err(format!(
             "cargo build -p {}: {}",
-            packages.join(" -p "),
+            PACKAGES.join(" -p "),
             String::from_utf8_lossy(&out.stderr)
         ));
     }
@@ -83,11 +98,7 @@ pub fn preload() -> &'static Preload {
     static BUILT: std::sync::OnceLock<Result<Preload, String>> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let dir = build(
-                env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-preload", "lynxfs-cli"],
-                &["lynxfs", "liblynxfs_preload.so"],
-            )?;
+            let dir = build(&["lynxfs", "liblynxfs_preload.so"])?;
             Ok(Preload {
                 lynxfs: dir.join("lynxfs"),
                 preload: dir.join("liblynxfs_preload.so"),
@@ -103,11 +114,7 @@ pub fn history_recorder() -> &'static Path {
     static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let dir = build(
-                env!("CARGO_MANIFEST_DIR"),
-                &["lynxfs-test-support"],
-                &["lynxfs-history"],
-            )?;
+            let dir = build(&["lynxfs-history"])?;
             Ok(dir.join("lynxfs-history"))
         })
         .as_ref()
