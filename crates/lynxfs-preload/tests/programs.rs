@@ -1111,6 +1111,47 @@ fn children_that_take_nothing_of_the_pool_start_unattached() {
     b.fsck_clean();
 }
 
+/// A program stored in the pool, run by a shell that never touched the pool: the
+/// shell's fork child attaches to read the program, and must leave the process table
+/// before its exec like any attached image, not vanish from it. Otherwise the next
+/// process to attach finds its slot dead and rebuilds the whole runtime state (a
+/// recovery of the pool under every attached process), which bumps the runtime's
+/// generation; a process attached throughout (this test) sees that.
+#[test]
+fn a_program_in_the_pool_started_by_an_unattached_shell_leaves_no_dead_slot() {
+    let _w = watchdog("program_in_the_pool_leaves_no_dead_slot", TEST_LIMIT);
+    let b = Bench::new("progslot");
+    let held = Fs::open(&b.pool).expect("attach the pool for the whole test");
+    let before = held.pool().runtime_generation();
+    // Absolute paths from a working directory outside the pool: the shell itself
+    // makes no pool call (it execs a path with a slash without looking at it).
+    let d = b.d.path().to_str().expect("utf-8");
+    let script = format!(
+        "cp /bin/true {d}/prog && chmod +x {d}/prog && {d}/prog && {d}/prog && echo ran && \
+         cat {d}/prog >/dev/null"
+    );
+    let out = run_bounded(
+        b.preloaded_at(&script, b.d.path(), b.t.path(), &[]),
+        "pool program",
+    );
+    assert!(
+        out.status.success(),
+        "the shell failed ({}): {}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), "ran\n", "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        held.pool().runtime_generation(),
+        before,
+        "a repair of the runtime state ran: some process left a dead slot (stderr: {})",
+        text(&out.stderr)
+    );
+    held.close().expect("detach");
+    b.fsck_clean();
+}
+
 /// Waits (within [`LIMIT`]) until the pool has a non-empty directory `dir`.
 fn wait_for_files(pool: &Path, dir: &str, child: &Child) {
     let start = Instant::now();

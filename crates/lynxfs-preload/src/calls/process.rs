@@ -515,7 +515,6 @@ pub unsafe extern "C" fn execve(
     envp: *const *const c_char,
 ) -> c_int {
     let _inside = crate::guard::Inside::enter();
-    let a = state::attached_now();
     // SAFETY: execve's path and argv, as the caller gave them.
     let prepared = match unsafe { prepare_for(path, argv) } {
         Ok(p) => p,
@@ -524,6 +523,11 @@ pub unsafe extern "C" fn execve(
             return -1;
         }
     };
+    // Looked at only now: finding a program stored in the pool attaches an image that
+    // had not (a child of an unattached shell), and that image must leave the table
+    // (or hand its place on) like any other, or its slot is found dead after the exec
+    // and every process attached waits for a repair of the whole runtime state.
+    let a = state::attached_now();
     // The other threads' pool calls finish first and no new one starts: the exec
     // ends those threads wherever they are, and one cut off mid-call would leave
     // the runtime state half changed (a thread in a lock wait holds nothing there).
