@@ -326,9 +326,19 @@ impl Prepared {
 enum Found {
     /// A host file, by the path the kernel runs it by.
     Kernel(CString),
-    /// A pool file's contents.
-    Pool(Vec<u8>),
+    /// A pool file, copied to run.
+    Pool(PoolProgram),
 }
+
+/// A pool program's copy in a memory file, and its first bytes (a script's "#!" line
+/// is read from them).
+struct PoolProgram {
+    copy: Runnable,
+    head: Vec<u8>,
+}
+
+/// How many of a program's first bytes Linux reads a "#!" line from.
+const SHEBANG_MAX: usize = 256;
 
 /// Follows `path` into the pool and out of it, as the kernel would follow it (a pool
 /// symlink to a host program, a host path naming the pool's directory): the pool
@@ -359,26 +369,102 @@ fn find(path: &CStr) -> Result<Found, c_int> {
     }
 }
 
-/// A pool program's contents, opened for execution (its execute permission checked).
-fn read_program(s: &state::Caller, rel: &[u8]) -> lynxfs::Result<Vec<u8>> {
+/// A pool program, opened for execution (its execute permission checked), copied
+/// into a memory file: read by the engine straight into the memory file's pages
+/// (mapped and populated at once), with no buffer between (a 1 MiB program through a
+/// growing heap buffer and a `write` cost a fault per page twice over).
+fn read_program(s: &state::Caller, rel: &[u8]) -> lynxfs::Result<PoolProgram> {
     let fd = s.open(rel, libc::O_RDONLY | lynxfs::api::FMODE_EXEC, 0)?;
-    let mut all = Vec::new();
-    let mut chunk = vec![0u8; 1 << 20];
-    let r = loop {
-        match s.fs().read(fd, &mut chunk) {
-            Ok(0) => break Ok(all),
-            Ok(n) => all.extend_from_slice(&chunk[..n]),
-            Err(e) => break Err(e),
-        }
-    };
+    let r = s.fs().fstat(fd).and_then(|st| copy_program(s, fd, st.size));
     let _ = s.fs().close_fd(fd);
     r
+}
+
+/// [`read_program`]'s copy of the open pool file `fd`, `size` bytes long when it was
+/// opened (a file that shrinks meanwhile is copied as far as it goes).
+fn copy_program(s: &state::Caller, fd: lynxfs::api::Fd, size: u64) -> lynxfs::Result<PoolProgram> {
+    let len = usize::try_from(size).map_err(|_| lynxfs::Error::Errno(libc::EFBIG))?;
+    let copy = memory_file()?;
+    // SAFETY: sizes our own memory file.
+    if unsafe { real::ftruncate64(copy.fd, len as libc::off64_t) } != 0 {
+        return Err(last_errno());
+    }
+    if len == 0 {
+        return Ok(PoolProgram {
+            copy,
+            head: Vec::new(),
+        });
+    }
+    // SAFETY: a new shared mapping of our own memory file, `len` bytes (its size),
+    // placed by the kernel where nothing else is; unmapped below, and no reference to
+    // it outlives this function.
+    let at = unsafe {
+        real::mmap64(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            copy.fd,
+            0,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return Err(last_errno());
+    }
+    // SAFETY: the mapping just made, `len` bytes, readable and writable, used only
+    // through this slice until the munmap below.
+    let pages = unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), len) };
+    let read = read_into(s, fd, pages);
+    let head = pages[..len.min(SHEBANG_MAX)].to_vec();
+    // SAFETY: the mapping made above; `pages` is not used after this.
+    unsafe { real::munmap(at, len) };
+    let done = read?;
+    // SAFETY: sizes our own memory file (to what was read, if the file shrank).
+    if done < len && unsafe { real::ftruncate64(copy.fd, done as libc::off64_t) } != 0 {
+        return Err(last_errno());
+    }
+    Ok(PoolProgram { copy, head })
+}
+
+/// Reads the pool file `fd` from its start into `buf` until `buf` is full or the file
+/// ends; how much was read.
+fn read_into(s: &state::Caller, fd: lynxfs::api::Fd, buf: &mut [u8]) -> lynxfs::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match s.fs().pread(fd, &mut buf[done..], done as u64)? {
+            0 => break,
+            n => done += n,
+        }
+    }
+    Ok(done)
+}
+
+/// A new, empty memory file the kernel can run by its path (see [`Runnable`]).
+fn memory_file() -> lynxfs::Result<Runnable> {
+    // SAFETY: creates a new memory file.
+    let m = unsafe { libc::memfd_create(c"lynxfs-exec".as_ptr(), 0) };
+    if m < 0 {
+        return Err(last_errno());
+    }
+    Ok(Runnable {
+        fd: m,
+        path: CString::new(format!("/proc/self/fd/{m}")).expect("digits hold no NUL"),
+    })
+}
+
+/// The last system call's errno as the engine's error.
+fn last_errno() -> lynxfs::Error {
+    lynxfs::Error::Errno(
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+    )
 }
 
 /// A script's "#!" line, as Linux reads it: the interpreter and at most one argument
 /// (the rest of the line), within the first 256 bytes.
 fn shebang(file: &[u8]) -> Option<(CString, Option<CString>)> {
-    let head = &file[..file.len().min(256)];
+    let head = &file[..file.len().min(SHEBANG_MAX)];
     let line = head.strip_prefix(b"#!")?;
     let line = &line[..line.iter().position(|&c| c == b'\n').unwrap_or(line.len())];
     let blank = |c: &u8| *c == b' ' || *c == b'\t';
@@ -430,7 +516,7 @@ unsafe fn prepare(path: &CStr, argv: *const *const c_char) -> Result<Prepared, c
     let mut args: Option<Vec<CString>> = None;
     let mut found = find(&path)?;
     for _ in 0..=MAX_INTERPRETERS {
-        let bytes = match found {
+        let program = match found {
             Found::Kernel(p) => {
                 return Ok(Prepared {
                     path: p,
@@ -438,14 +524,14 @@ unsafe fn prepare(path: &CStr, argv: *const *const c_char) -> Result<Prepared, c
                     _copy: None,
                 })
             }
-            Found::Pool(bytes) => bytes,
+            Found::Pool(program) => program,
         };
-        let via_pool = shebang(&bytes).and_then(|(interp, arg)| match find(&interp) {
+        let via_pool = shebang(&program.head).and_then(|(interp, arg)| match find(&interp) {
             Ok(Found::Kernel(p)) if p == interp => None,
             f => Some((interp, arg, f)),
         });
         let Some((interp, arg, f)) = via_pool else {
-            let copy = runnable_copy(&bytes)?;
+            let copy = program.copy;
             return Ok(Prepared {
                 path: copy.path.clone(),
                 argv: args,
@@ -481,31 +567,6 @@ unsafe fn prepare_for(
     }
     // SAFETY: a C string, as the contract says.
     unsafe { prepare(CStr::from_ptr(path), argv) }.map(Some)
-}
-
-/// A pool program's contents in a memory file (see [`Runnable`]).
-fn runnable_copy(bytes: &[u8]) -> Result<Runnable, c_int> {
-    // SAFETY: creates a new memory file.
-    let m = unsafe { libc::memfd_create(c"lynxfs-exec".as_ptr(), 0) };
-    if m < 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::ENOMEM));
-    }
-    let copy = Runnable {
-        fd: m,
-        path: CString::new(format!("/proc/self/fd/{m}")).expect("digits hold no NUL"),
-    };
-    let mut done = 0;
-    while done < bytes.len() {
-        // SAFETY: writing our own buffer to our own memfd.
-        let n = unsafe { real::write(m, bytes[done..].as_ptr().cast(), bytes.len() - done) };
-        if n <= 0 {
-            return Err(libc::EIO);
-        }
-        done += n as usize;
-    }
-    Ok(copy)
 }
 
 #[no_mangle]
