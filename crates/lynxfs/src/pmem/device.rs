@@ -21,10 +21,15 @@
 //! asks the kernel to read ahead of it ([`READ_AHEAD_MIN`]). io_uring was not tried:
 //! a write is one `pwrite` into the page cache, a commit one `fdatasync`.
 //!
-//! A device that is a file is made written on its file system a [`GROW_STEP`] at a
-//! time before its first write there ([`Device::write`]), so that a commit's
-//! `fdatasync` writes the data and flushes the disk's cache, and no longer makes the
-//! file system journal the device file's block allocations (issue 43). The commit
+//! A device that is a file grows a [`GROW_STEP`] at a time ahead of its writes, so
+//! that a commit's `fdatasync` is, once the step has settled, the data and the disk's
+//! cache flush, and no longer makes the file system journal the device file's block
+//! allocations (issue 43). In a pool with transactions ([`Growth::Reserve`]) a write
+//! into a step this process has not seen ready reserves it (`fallocate`: space
+//! guaranteed before the write is accepted, no bytes written), and a commit, after its
+//! turn, fills what writes left of the steps it reserved ([`Device::settle`]); in one
+//! without ([`Growth::Fill`]) the step is zero-filled and flushed before the write.
+//! Freed blocks drop their cached pages ([`Device::forget`]). The commit
 //! stays one `fdatasync` of the whole device rather than `sync_file_range` of the
 //! committing transaction's ranges and a flush: a transaction is pool-wide, so its
 //! ranges are every file's writes since the last commit (recorded by every attached
