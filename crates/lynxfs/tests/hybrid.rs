@@ -16,7 +16,10 @@
 //! since), and the device what was flushed, plus none, all or a random choice of the
 //! 512-byte sectors written since (lost, reordered or torn). Each image pair is opened
 //! (recovery runs) and must show the file old or new (atomic mode; inplace: each byte
-//! old or new) with fsck clean.
+//! old or new) with fsck clean. A commit's fill of the device step it reserved (zeros
+//! over what no write covered, `Device::settle`) is among the recorded device writes:
+//! every case that commits runs one, and the concurrent fsyncs' first commit fills
+//! while the other threads write.
 //!
 //! Run: `cargo test -p lynxfs --profile ci --test hybrid`.
 
