@@ -16,7 +16,10 @@
 //! since), and the device what was flushed, plus none, all or a random choice of the
 //! 512-byte sectors written since (lost, reordered or torn). Each image pair is opened
 //! (recovery runs) and must show the file old or new (atomic mode; inplace: each byte
-//! old or new) with fsck clean.
+//! old or new) with fsck clean. A commit's fill of the device step it reserved (zeros
+//! over what no write covered, `Device::settle`) is among the recorded device writes:
+//! every case that commits runs one, and the concurrent fsyncs' first commit fills
+//! while the other threads write.
 //!
 //! Run: `cargo test -p lynxfs --profile ci --test hybrid`.
 
@@ -853,9 +856,49 @@ fn device_images(dev: &[u8], events: &[Event], k: usize, rng: &mut Rng) -> Vec<V
     out
 }
 
-/// Run `case` on a fresh hybrid pool and judge every crash image; returns the number
-/// of image pairs judged and the violations found.
-fn judge(case: &Case) -> (usize, Vec<String>) {
+/// The bytes of the file at `path`, its pages then dropped from the kernel's cache: a
+/// read leaves the device's never-written ranges cached (as zeros), which a fill then
+/// takes for data and leaves alone.
+fn read_uncached(path: &std::path::Path) -> Vec<u8> {
+    use std::os::fd::AsRawFd;
+    let bytes = std::fs::read(path).unwrap();
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: posix_fadvise only reads its arguments; `f` is open for the call.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0, "posix_fadvise");
+    bytes
+}
+
+/// Bytes of zeros written to the device in pieces of at least 64 KiB among `events`:
+/// a commit's fill of a device step ([`lynxfs::pmem::device::Device::settle`]; the
+/// data path writes zeros a block or a file's gap at a time).
+fn filled_bytes(events: &[Event]) -> u64 {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::DeviceWrite { bytes, .. }
+                if bytes.len() >= 64 << 10 && bytes.iter().all(|&b| b == 0) =>
+            {
+                Some(bytes.len() as u64)
+            }
+            _ => None,
+        })
+        .sum()
+}
+
+/// What [`judge`] found: image pairs judged, violations, and bytes of zeros a commit's
+/// fill of the device wrote during the op.
+struct Judged {
+    images: usize,
+    bad: Vec<String>,
+    filled: u64,
+}
+
+/// Run `case` on a fresh hybrid pool and judge every crash image. The pool's first
+/// commit (before the op) wrote "/f" into a device step just reserved, so a commit of
+/// the op fills the rest of that step: the crash images then hold those zeros lost,
+/// torn or written around the op's data.
+fn judge(case: &Case) -> Judged {
     let p = crash_pair_in(case.mode);
     let old = pattern(OLD_LEN, 1);
     let rec = RecordingBackend::new();
@@ -866,10 +909,11 @@ fn judge(case: &Case) -> (usize, Vec<String>) {
         .open("/f", libc::O_RDWR, 0)
         .unwrap();
     let pm = std::fs::read(&p.pool).unwrap();
-    let dev = std::fs::read(&p.dev).unwrap();
+    let dev = read_uncached(&p.dev);
     rec.take();
     (case.op)(&fs, fd);
     let events = rec.take();
+    let filled = filled_bytes(&events);
     let states = (case.new)(&old);
     let new = states.last().expect("a state after the op").clone();
     assert_eq!(
@@ -937,20 +981,34 @@ fn judge(case: &Case) -> (usize, Vec<String>) {
             }
         }
     }
-    (judged, bad)
+    Judged {
+        images: judged,
+        bad,
+        filled,
+    }
 }
 
 #[test]
 fn crash_images_of_hybrid_writes_show_old_or_new() {
     let mut all_bad = Vec::new();
     for case in cases() {
-        let (judged, bad) = judge(&case);
+        let Judged {
+            images,
+            bad,
+            filled,
+        } = judge(&case);
         println!(
-            "{}: {judged} crash images, {} violations",
+            "{}: {images} crash images, {} violations, {filled} bytes of zeros filled",
             case.name,
             bad.len()
         );
-        assert!(judged > 3, "{}: too few crash points", case.name);
+        assert!(images > 3, "{}: too few crash points", case.name);
+        // A commit in the op settles the step "/f" was written into.
+        assert!(
+            !case.synced || filled >= 1 << 20,
+            "{}: the commit filled no device step",
+            case.name
+        );
         all_bad.extend(bad);
     }
     assert!(all_bad.is_empty(), "{all_bad:#?}");
@@ -971,9 +1029,12 @@ fn crash_images_of_concurrent_fsyncs_keep_every_returned_one() {
     let fs = Fs::new(Pool::open(&p.pool, Access::ReadWrite, rec.clone()).unwrap());
     let old = pattern(OLD_LEN, 1);
     let name = |i: usize| format!("/t{i}");
+    // One commit before the threads: the device step the files are in is reserved
+    // and seen with holes, so the threads' first commit fills it while others write.
     for i in 0..THREADS {
-        write_synced(&fs, &name(i), &old);
+        write_file(&fs, &name(i), &old);
     }
+    fs.sync().unwrap();
     // The states of file `i`: old, then one append per round.
     let states = |i: usize| -> Vec<Vec<u8>> {
         let mut v = vec![old.clone()];
@@ -989,7 +1050,7 @@ fn crash_images_of_concurrent_fsyncs_keep_every_returned_one() {
         v
     };
     let pm = std::fs::read(&p.pool).unwrap();
-    let dev = std::fs::read(&p.dev).unwrap();
+    let dev = read_uncached(&p.dev);
     rec.take();
     // A commit that never ends (a lost wake-up of the commit mutex) fails the run.
     let hang = lynxfs_test_support::watchdog(
@@ -1027,8 +1088,13 @@ fn crash_images_of_concurrent_fsyncs_keep_every_returned_one() {
         .iter()
         .filter(|e| matches!(e, Event::DeviceSync))
         .count();
-    println!("{} fsyncs, {flushes} device flushes", THREADS * ROUNDS);
+    let filled = filled_bytes(&events);
+    println!(
+        "{} fsyncs, {flushes} device flushes, {filled} bytes of zeros filled",
+        THREADS * ROUNDS
+    );
     assert!(flushes <= THREADS * ROUNDS);
+    assert!(filled >= 1 << 20, "no commit filled the files' device step");
     fs.pool().crash_in_place();
     drop(fs);
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);

@@ -1010,8 +1010,14 @@ pub fn free_all<B: Backend>(pool: &Pool<B>, ino: u64) {
         // A symlink's target is in the pool's blocks, a file's data maybe on a device.
         let mode = pool.pm.load_u64(pool.layout.inode_addr(ino) + inode::MODE) as u32;
         let blocks = pool.alloc.extent_blocks(mode);
+        let device = pool
+            .device()
+            .filter(|_| mode & libc::S_IFMT != libc::S_IFLNK);
         for e in &m.extents {
             blocks.free(e.pblk, e.len as u64);
+            if let Some(dev) = device {
+                dev.forget(e.pblk, e.len as u64);
+            }
         }
         map::free_nodes(pool, &m.nodes);
     }

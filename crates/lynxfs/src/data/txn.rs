@@ -281,7 +281,23 @@ impl Txn {
             }
         }
         self.release(pool);
+        self.settle_device(pool);
         Ok(())
+    }
+
+    /// After a commit, off its turn (its waiters are awake): fill the parts of the
+    /// device steps this process reserved that no write covered
+    /// ([`Device::settle`](crate::pmem::device::Device::settle)), each piece with the
+    /// pool's writers held off by the transaction lock taken alone (never waited for:
+    /// a write in flight puts the fill off to a later commit). Zeros over holes read
+    /// as before, so a failure changes nothing a reader sees: it is dropped.
+    fn settle_device<B: Backend>(&self, pool: &Pool<B>) {
+        let Some(dev) = pool.device().filter(|d| d.unsettled()) else {
+            return;
+        };
+        let alone = || lock::try_write(self.u32(U_LOCK));
+        let backend = pool.pm.backend();
+        let _ = dev.settle(&alone, &mut |off, len| backend.device_zeroed(off, len));
     }
 
     /// The commits that make `want` committed, the commit mutex held: the running
@@ -329,7 +345,12 @@ impl Txn {
 fn give_back<B: Backend>(pool: &Pool<B>, freed: &[Freed]) {
     for f in freed {
         match *f {
-            Freed::Data(s, n) => pool.alloc.data_blocks().free(s, n),
+            Freed::Data(s, n) => {
+                pool.alloc.data_blocks().free(s, n);
+                if let Some(dev) = pool.device() {
+                    dev.forget(s, n);
+                }
+            }
             Freed::Node(b) => pool.alloc.meta_blocks().free(b, 1),
         }
     }

@@ -22,8 +22,9 @@ use crate::format::device::{
     uuid_text, DeviceHeader, DeviceRecord, HeaderProblem, DATA_OFF, HEADER_LEN, RECORD_A, RECORD_B,
     RECORD_LEN,
 };
+use crate::format::superblock::INCOMPAT_UNDO;
 use crate::format::{Layout, Superblock, BLOCK};
-use crate::pmem::device::Device;
+use crate::pmem::device::{Device, Growth};
 use crate::pmem::{Backend, Pm};
 
 /// What mkfs puts on a new data device and in the pool about it.
@@ -353,7 +354,11 @@ pub(super) fn attach<B: Backend>(
             )
         })?;
     }
-    let dev = Device::new(file, &path, header.data_off, header.data_len);
+    let growth = match sb.incompat & INCOMPAT_UNDO {
+        0 => Growth::Fill,
+        _ => Growth::Reserve,
+    };
+    let dev = Device::new(file, &path, (header.data_off, header.data_len), growth);
     Ok((dev, header))
 }
 
