@@ -39,6 +39,16 @@ pub fn unkeep(fd: c_int) {
 /// it attached: the fds that appeared meanwhile.
 static ENGINE: RwLock<Vec<c_int>> = RwLock::new(Vec::new());
 
+/// The engine closes `gone` and keeps `new` (a fork child's own open of the pool
+/// file, which the engine names: no look at which fds appeared).
+pub fn engine_replaced(gone: &[c_int], new: &[c_int]) {
+    passing(|| {
+        let mut e = ENGINE.write();
+        e.retain(|fd| !gone.contains(fd) || new.contains(fd));
+        e.extend(new.iter().filter(|fd| !gone.contains(fd)));
+    })
+}
+
 /// The process's open fds (from /proc/self/fd).
 fn open_fds() -> Vec<c_int> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {

@@ -1152,6 +1152,76 @@ fn a_program_in_the_pool_started_by_an_unattached_shell_leaves_no_dead_slot() {
     b.fsck_clean();
 }
 
+/// A fork child of an attached shell that inherits nothing of the pool takes no
+/// process slot until its first pool call (issue 44); one that inherits pool fds
+/// keeps using them after its parent closed them, and one
+/// whose parent, the only process attached, exits before the child's first pool
+/// call still finds the runtime state (the child then leaves it last). Each hand-over is
+/// ordered by a FIFO, not by time. With the library before, the first check sees
+/// the waiting child in the table (`processes: 3`).
+#[test]
+fn fork_children_join_at_their_first_pool_call() {
+    let _w = watchdog("fork_children_join_at_their_first_pool_call", TEST_LIMIT);
+    let b = Bench::new("forkjoin");
+    let runtime = tempfile::tempdir_in("/dev/shm").expect("runtime dir");
+    let d = b.d.path().to_str().expect("utf-8");
+    let t = b.t.path().to_str().expect("utf-8");
+    let lynxfs = built().lynxfs.to_str().expect("utf-8");
+    let pool = b.pool.to_str().expect("utf-8");
+    // `info` attaches too: the shell and `info` are the processes it counts.
+    let count =
+        format!("env -u LD_PRELOAD {lynxfs} info --json {pool} | grep -o '\"processes\": *[0-9]*'");
+    let inner = format!(": < {d}/f; ( read x < {t}/late; echo four > {d}/k; cat {d}/k ) & exit 0");
+    let script = format!(
+        "set -e
+         mkfifo {t}/go {t}/late
+         echo one > {d}/f; echo two > {d}/g; : < {d}/f
+         ( {count}; true )
+         exec 3<{d}/f 4>>{d}/g
+         ( read x < {t}/go; cat <&3; echo three >&4 ) &
+         exec 3<&- 4>&-; echo > {t}/go; wait; cat {d}/g"
+    );
+    // The outer shell never touches the pool: the inner one is the only process
+    // attached when it exits, its child still waiting.
+    let last = format!("bash -c '{inner}' && echo > {t}/late");
+    let mut lines = Vec::new();
+    for script in [script, last] {
+        let mut c = b.shell(&script, b.t.path(), &[]);
+        c.env("LD_PRELOAD", &built().preload)
+            .env("LYNXFS_POOL", &b.pool)
+            .env("LYNXFS_AT", b.d.path())
+            .env("LYNXFS_RUNTIME_DIR", runtime.path());
+        let out = run_bounded(c, "preloaded shell");
+        assert!(
+            out.status.success(),
+            "the shell failed ({}): {}{}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        lines.extend(text(&out.stdout).lines().map(|l| l.replace(' ', "")));
+    }
+    assert_eq!(lines, ["\"processes\":2", "one", "two", "three", "four"]);
+    // The last child's output ends before its detach at exit, which nobody waits for.
+    let start = Instant::now();
+    let left = loop {
+        let left: Vec<_> = std::fs::read_dir(runtime.path())
+            .expect("list the runtime dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        if left.is_empty() || start.elapsed() > LIMIT {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(left.is_empty(), "runtime state left behind: {left:?}");
+    let tree = pool_tree(&b.pool, &[]);
+    assert_file(&tree, "f", b"one\n");
+    assert_file(&tree, "g", b"two\nthree\n");
+    assert_file(&tree, "k", b"four\n");
+    b.fsck_clean();
+}
+
 /// Waits (within [`LIMIT`]) until the pool has a non-empty directory `dir`.
 fn wait_for_files(pool: &Path, dir: &str, child: &Child) {
     let start = Instant::now();

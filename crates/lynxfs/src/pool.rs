@@ -197,6 +197,10 @@ pub struct Pool<B: Backend> {
     lock_file: Mutex<Option<File>>,
     /// Set while [`Pool::hold_for_fork`] holds `lock_file` across a fork.
     lock_file_held_for_fork: AtomicBool,
+    /// Made by [`Pool::hold_for_fork`] for the fork's child: its own open of the pool
+    /// file, `flock`ed, with its share of the attachment byte (see
+    /// [`Pool::rejoin_after_fork`]).
+    fork_spare: Mutex<Option<(File, attach::ForkLocks)>>,
     closed: AtomicBool,
     /// The shared runtime state this process is attached to (`None`: private state,
     /// for pools in memory and exclusive opens).
@@ -595,6 +599,7 @@ impl<B: Backend> Pool<B> {
             access,
             lock_file: Mutex::new(lock),
             lock_file_held_for_fork: AtomicBool::new(false),
+            fork_spare: Mutex::new(None),
             closed: AtomicBool::new(false),
         })
     }
@@ -705,8 +710,16 @@ impl<B: Backend> Pool<B> {
     /// Before a fork (the forking thread): take this process's locks on its
     /// attachment, so that the child never inherits one held by a thread it does not
     /// have; released by [`Pool::let_go_after_fork`] in the parent and in the child.
+    ///
+    /// It also makes the child's own open of the pool file, with the child's locks
+    /// on it (the fork spare): the child then joins with no system call of its own
+    /// (docs/DESIGN-NOTES.md, "Fork children join without system calls"). Without
+    /// one (an error here), the child opens its own as before.
     pub(crate) fn hold_for_fork(&self) {
-        std::mem::forget(self.lock_file.lock());
+        let held = self.lock_file.lock();
+        let spare = held.as_ref().and_then(|f| self.fork_spare_of(f).ok());
+        *self.fork_spare.lock() = spare;
+        std::mem::forget(held);
         self.lock_file_held_for_fork.store(true, Ordering::Release);
         if let Some(a) = &self.runtime {
             a.hold_for_fork();
@@ -730,26 +743,61 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    /// A new open of the pool file (`inherited`, this process's) for a fork child,
+    /// `flock`ed as this process's is, and the child's locks on it. Nothing when
+    /// this process is not attached to shared runtime state.
+    fn fork_spare_of(&self, inherited: &File) -> Result<(File, attach::ForkLocks)> {
+        let Some(a) = &self.runtime else {
+            return Err(Error::Invalid("the pool is not attached".into()));
+        };
+        let file = reopen(inherited, &self.path)?;
+        // This process holds the same lock: no exclusive holder can be in the way.
+        lock_now(&file, &self.path, self.access)?;
+        let locks = a.locks_for_fork_child(&file)?;
+        Ok((file, locks))
+    }
+
+    /// The descriptors of this process's open of the pool file and of its locks.
+    pub(crate) fn pool_file_fds(&self) -> Vec<std::os::fd::RawFd> {
+        let mut v: Vec<_> = self
+            .lock_file
+            .lock()
+            .iter()
+            .map(|f| f.as_raw_fd())
+            .collect();
+        v.extend(self.runtime.as_ref().and_then(|a| a.locks_fd()));
+        v
+    }
+
+    /// In the parent after a fork: its copies of the fork spare are closed (the
+    /// child's stay open, and so do the locks on them).
+    pub(crate) fn drop_fork_spare(&self) {
+        drop(self.fork_spare.lock().take());
+    }
+
     /// In the child of a fork whose parent stays attached: open the pool file anew
     /// (the inherited open is the parent's, and so are the locks on it), take this
     /// process's own pool lock and join the runtime state as a process of its own.
     /// Returns the parent's process slot.
-    pub(crate) fn rejoin_after_fork(&self) -> Result<u32> {
+    ///
+    /// When the parent made the child's open before the fork (`fork_spare`), the
+    /// child takes it over and joins with no system call; it takes a slot now only if
+    /// `register` (it holds references of its own: until then nothing of its counts,
+    /// see `Fs::after_fork_child_holding`).
+    pub(crate) fn rejoin_after_fork(&self, register: bool) -> Result<u32> {
         let (Some(a), mut held) = (&self.runtime, self.lock_file.lock()) else {
             return Err(Error::Invalid("the pool is not attached".into()));
         };
+        if let Some((file, locks)) = self.fork_spare.lock().take() {
+            let parent = a.join_after_fork(locks, register)?;
+            self.pm.stop_write_through();
+            *held = Some(file);
+            return Ok(parent);
+        }
         let Some(inherited) = held.as_ref() else {
             return Err(Error::Invalid("the pool file is not open".into()));
         };
-        // The same file whatever its path names now; a new open file description.
-        let proc_path = format!("/proc/self/fd/{}", inherited.as_raw_fd());
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&proc_path)
-            .map(crate::runtime::out_of_the_way)
-            .map_err(|e| Error::io(&self.path, e))?;
+        let file = reopen(inherited, &self.path)?;
         lock(&file, &self.path, self.access)?;
         let parent = a.fork_child(&file)?;
         // The inherited open, which writes through the file use, closes below.
@@ -1193,6 +1241,33 @@ fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
             Error::io(path, e)
         });
     }
+}
+
+/// A new open file description of the pool file open as `inherited`: the same file
+/// whatever its path names now.
+fn reopen(inherited: &File, path: &Path) -> Result<File> {
+    let proc_path = format!("/proc/self/fd/{}", inherited.as_raw_fd());
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&proc_path)
+        .map(crate::runtime::out_of_the_way)
+        .map_err(|e| Error::io(path, e))
+}
+
+/// [`lock`] without its grace: for a lock that this process holds already on another
+/// open of the file (so it cannot be in use exclusively).
+fn lock_now(file: &File, path: &Path, access: Access) -> Result<()> {
+    let op = match access {
+        Access::Exclusive => libc::LOCK_EX,
+        Access::ReadWrite | Access::ReadOnly => libc::LOCK_SH,
+    };
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    Err(Error::io(path, std::io::Error::last_os_error()))
 }
 
 /// Whether `held` (another open's lock on the pool file) is still true after up to

@@ -40,6 +40,10 @@ fn cwd_to_pass() -> Option<Vec<u8>> {
     a.fs.path_of(ino).ok()
 }
 
+/// The engine's descriptors of the pool file and its locks before a fork, which its
+/// child replaces with its own (see `in_child`).
+static FORK_INHERITED: parking_lot::Mutex<Vec<c_int>> = parking_lot::Mutex::new(Vec::new());
+
 /// Registers the fork handlers; called once at load.
 pub fn init() {
     // SAFETY: registers three functions that live as long as the process.
@@ -59,6 +63,8 @@ extern "C" fn before_fork() {
     crate::attach_lock::hold_for_fork();
     if let Some(a) = state::attached_now() {
         share_all(a);
+        // Read before the pool's locks are held for the fork (the child cannot).
+        *FORK_INHERITED.lock() = a.fs.pool_file_fds();
         a.fs.before_fork();
         // The working directory's session, read-locked across the fork: no chdir in
         // another thread changes its hold between the fork and the child's count.
@@ -82,9 +88,14 @@ extern "C" fn in_child() {
     if let Some(a) = state::attached_now() {
         let _inside = crate::guard::Inside::enter();
         let held: Vec<u64> = cwd_kept_for_fork(a).held_cwd().into_iter().collect();
-        if let Err(e) = crate::own::recording_own(|| a.fs.after_fork_child_holding(&held)) {
+        // The engine closes its inherited opens of the pool file (the parent's
+        // locks are on them): they are no longer kept from the program's close.
+        let inherited = std::mem::take(&mut *FORK_INHERITED.lock());
+        crate::own::engine_replaced(&inherited, &[]);
+        if let Err(e) = a.fs.after_fork_child_holding(&held) {
             real::say(&format!("the child of a fork cannot use the pool: {e}"));
         }
+        crate::own::engine_replaced(&[], &a.fs.pool_file_fds());
     }
     crate::attach_lock::release_after_fork(true);
 }

@@ -152,6 +152,7 @@ impl<B: Backend> Fs<B> {
     /// In the parent, after a fork that made no child: the claims
     /// [`Self::before_fork`] took for it are given back.
     pub fn fork_failed(&self) {
+        self.ns.pool.drop_fork_spare();
         for key in self.fork_claims.lock().take().unwrap_or_default() {
             let _ = self.release(key);
         }
@@ -159,6 +160,7 @@ impl<B: Backend> Fs<B> {
 
     /// The parent's half of [`Self::before_fork`]'s pairing.
     pub fn after_fork_parent(&self) {
+        self.ns.pool.drop_fork_spare();
         self.ns.pool.let_go_after_fork();
         self.ns.areas.after_fork();
     }
@@ -176,15 +178,19 @@ impl<B: Backend> Fs<B> {
     /// no longer matches what the child inherited (a file closed in the parent just
     /// after the fork is still open in the child); and references a thread of the
     /// parent held for one call are not the child's, which has no such thread.
+    ///
+    /// A child that inherited no reference takes no slot here: it takes one at its
+    /// first operation, so a child that only execs another program (or exits)
+    /// without touching the pool never enters the process table. Its share of the
+    /// attachment byte (on the open of the pool file its parent made for it before
+    /// the fork, see `Pool::hold_for_fork`) is what keeps the runtime state for it
+    /// meanwhile; it has nothing a death would have to repair.
     pub fn after_fork_child_holding(&self, also_held: &[u64]) -> Result<()> {
         self.ns.pool.let_go_after_fork();
         self.ns.areas.after_fork();
         let Some(a) = self.ns.pool.attachment() else {
             return Ok(());
         };
-        self.ns.pool.rejoin_after_fork()?;
-        let me = a.slot();
-        let procs = a.procs();
         let mut opens = std::collections::BTreeMap::<u64, u32>::new();
         let inherited = self.files.open_inodes().into_iter();
         for ino in inherited
@@ -193,17 +199,23 @@ impl<B: Backend> Fs<B> {
         {
             *opens.entry(ino).or_default() += 1;
         }
+        self.ns.pool.rejoin_after_fork(!opens.is_empty())?;
+        let me = a.slot();
+        let procs = a.procs();
         // No wait in here: the operation is never interrupted, so never repeated.
-        self.op(|| {
-            for (&ino, &n) in &opens {
-                for _ in 0..n {
-                    procs.open_inc(me, ino)?;
+        // With nothing to count, no operation either (it would take the slot).
+        if !opens.is_empty() {
+            self.op(|| {
+                for (&ino, &n) in &opens {
+                    for _ in 0..n {
+                        procs.open_inc(me, ino)?;
+                    }
+                    let c = self.ns.cachelets.get(ino);
+                    c.open_counter().fetch_add(n, Ordering::AcqRel);
                 }
-                let c = self.ns.cachelets.get(ino);
-                c.open_counter().fetch_add(n, Ordering::AcqRel);
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })?;
+        }
         // The claims the parent took for this child before the fork are its own;
         // without them (a caller that did not call `before_fork`) it claims now.
         let claimed = self.fork_claims.lock().take();
@@ -213,6 +225,13 @@ impl<B: Backend> Fs<B> {
             }
         }
         Ok(())
+    }
+
+    /// The descriptors the pool keeps its own open of the pool file and its locks
+    /// on (a fork child's change at [`Self::after_fork_child_holding`]: a front end
+    /// that keeps them from the program learns the new ones here).
+    pub fn pool_file_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.ns.pool.pool_file_fds()
     }
 
     /// [`Self::after_fork_child_holding`] for a front end that holds no inode itself.

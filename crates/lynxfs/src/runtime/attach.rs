@@ -358,6 +358,52 @@ impl Attached {
         Ok(std::mem::replace(&mut self.slot, slot))
     }
 
+    /// Before a fork (the forking thread, holding its share of the attachment byte):
+    /// the fork child's own share, on `pool_file`, a new open file description of the
+    /// pool file (already `flock`ed) that the child inherits and that this process
+    /// closes after the fork (see [`ForkLocks`]). No transition lock is needed: while
+    /// this process holds its share nobody holds the byte exclusively, so the share
+    /// is granted at once, and a detach that begins meanwhile counts it.
+    pub fn locks_for_fork_child(&self, pool_file: &File) -> Result<ForkLocks> {
+        let locks = Locks::dup(pool_file, &self.locks.pool_path, false)?;
+        if !locks.try_set(ATTACHMENT, libc::F_RDLCK)? {
+            return Err(locks.error("the attachment lock is held exclusively".into()));
+        }
+        Ok(ForkLocks(locks))
+    }
+
+    /// In the child of a fork whose parent made it `locks` before the fork
+    /// ([`Self::locks_for_fork_child`]): they become this process's, and the
+    /// inherited ones (its parent's) are closed without being touched. With
+    /// `register`, the child takes a slot of its own now; without, it stays out of
+    /// the process table until its first operation ([`Self::register_now`]). The
+    /// parent's slot is returned.
+    pub fn join_after_fork(&mut self, locks: ForkLocks, register: bool) -> Result<u32> {
+        let slot = if register {
+            self.procs.register().map_err(|e| self.register_error(e))?
+        } else {
+            procs::NO_SLOT
+        };
+        let mut own = locks.0;
+        own.owned = true;
+        let mut inherited = std::mem::replace(&mut self.locks, own);
+        inherited.owned = false;
+        Ok(std::mem::replace(&mut self.slot, slot))
+    }
+
+    /// The descriptor the attachment's locks are on.
+    pub fn locks_fd(&self) -> std::os::fd::RawFd {
+        self.locks.file.as_raw_fd()
+    }
+
+    /// A slot for a fork child that joined without one ([`Self::join_after_fork`]),
+    /// at its first operation. Its share of the attachment byte is held since before
+    /// the fork, so the runtime state cannot have gone meanwhile: no transition lock.
+    pub fn register_now(&mut self) -> Result<u32> {
+        self.slot = self.procs.register().map_err(|e| self.register_error(e))?;
+        Ok(self.slot)
+    }
+
     /// Take a slot again after giving ours up for an exec that then failed
     /// (`Attachment::leave_for_exec`), as a later attacher takes one: under the
     /// transition lock. The attachment byte was held throughout.
@@ -415,17 +461,19 @@ struct Locks {
 impl Locks {
     /// Duplicate the descriptor and take the transition lock, waiting for it.
     fn take(pool_file: &File, pool_path: &Path) -> Result<Locks> {
-        let file = pool_file
-            .try_clone()
-            .map(super::out_of_the_way)
-            .map_err(|e| Error::io(pool_path, e))?;
-        let locks = Locks {
-            file,
-            pool_path: pool_path.to_path_buf(),
-            owned: true,
-        };
+        let locks = Locks::dup(pool_file, pool_path, true)?;
         locks.set_wait(TRANSITION, libc::F_WRLCK)?;
         Ok(locks)
+    }
+
+    /// Duplicate the descriptor, taking no lock.
+    fn dup(pool_file: &File, pool_path: &Path, owned: bool) -> Result<Locks> {
+        let file = super::dup_out_of_the_way(pool_file).map_err(|e| Error::io(pool_path, e))?;
+        Ok(Locks {
+            file,
+            pool_path: pool_path.to_path_buf(),
+            owned,
+        })
     }
 
     fn set_wait(&self, byte: i64, kind: libc::c_int) -> Result<()> {
@@ -459,6 +507,13 @@ impl Locks {
         }
     }
 }
+
+/// A fork child's share of the attachment byte, on an open file description of the
+/// pool file its parent made for it before the fork
+/// ([`Attached::locks_for_fork_child`]). Dropped in the parent after the fork, it
+/// closes the parent's copies only: the locks belong to the description, which the
+/// child keeps open (or, when no child was made, which the kernel drops with it).
+pub struct ForkLocks(Locks);
 
 impl Drop for Locks {
     fn drop(&mut self) {

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::procs::{Procs, REPAIRING};
+use super::attach::ForkLocks;
+use super::procs::{Procs, NO_SLOT, REPAIRING};
 use super::{Attached, Health, Interrupted, Runtime, Watch};
 
 /// How long the repairer waits for other processes' operations before it looks again
@@ -72,6 +73,11 @@ impl Attachment {
     /// open table.
     pub fn after_fork(&self) -> crate::Result<()> {
         let mut a = self.attached.lock();
+        if self.slot() == NO_SLOT {
+            // The parent never took a slot (a fork child that made no operation):
+            // there is no open table to carry over.
+            return Ok(());
+        }
         let new = self
             .procs
             .adopt(self.slot())
@@ -119,6 +125,60 @@ impl Attachment {
         let parent = a.rejoin_after_fork(pool_file)?;
         self.slot.store(a.slot, Ordering::Relaxed);
         Ok(parent)
+    }
+
+    /// Before a fork (the forking thread): the child's own locks, on `pool_file`, a
+    /// new open file description of the pool file (see
+    /// [`super::Attached::locks_for_fork_child`]).
+    pub fn locks_for_fork_child(&self, pool_file: &std::fs::File) -> crate::Result<ForkLocks> {
+        let a = self.attached.lock();
+        let a = a.as_ref().ok_or(crate::error::errno::EBADF)?;
+        a.locks_for_fork_child(pool_file)
+    }
+
+    /// In the child of a fork whose parent made it `locks` before the fork: they
+    /// become its own, and it takes a slot now (`register`) or at its first
+    /// operation. The parent's slot is returned.
+    pub fn join_after_fork(&self, locks: ForkLocks, register: bool) -> crate::Result<u32> {
+        let mut a = self.attached.lock();
+        let a = a.as_mut().ok_or(crate::error::errno::EBADF)?;
+        let parent = a.join_after_fork(locks, register)?;
+        self.slot.store(a.slot, Ordering::Release);
+        Ok(parent)
+    }
+
+    /// The descriptor this process's attachment locks are on.
+    pub fn locks_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.attached.lock().as_ref()?.locks_fd())
+    }
+
+    /// This process's slot, taken now if it has none yet (a fork child's first
+    /// operation). A process that cannot get one (every slot taken) must not touch
+    /// the runtime state: it ends, saying why.
+    fn own_slot(&self) -> u32 {
+        let s = self.slot.load(Ordering::Acquire);
+        if s != NO_SLOT {
+            return s;
+        }
+        let mut a = self.attached.lock();
+        let s = self.slot.load(Ordering::Acquire);
+        if s != NO_SLOT {
+            return s;
+        }
+        let taken = match a.as_mut() {
+            Some(a) => a.register_now(),
+            None => Err(crate::error::errno::EBADF),
+        };
+        match taken {
+            Ok(s) => {
+                self.slot.store(s, Ordering::Release);
+                s
+            }
+            Err(e) => {
+                eprintln!("lynxfs: the child of a fork cannot use the pool: {e}");
+                std::process::abort()
+            }
+        }
     }
 
     /// Before an exec that passes nothing of the pool on (`Fs::leave_for_exec`):
@@ -232,7 +292,7 @@ impl Watch for Attachment {
 
 impl Runtime for Attachment {
     fn enter(&self) -> Result<(), Interrupted> {
-        std::mem::forget(self.procs.enter_op(self.slot())?);
+        std::mem::forget(self.procs.enter_op(self.own_slot())?);
         Ok(())
     }
 
@@ -245,7 +305,7 @@ impl Runtime for Attachment {
             if self.procs.state() != REPAIRING {
                 return false;
             }
-            if self.procs.claim_repair(self.slot()) {
+            if self.procs.claim_repair(self.own_slot()) {
                 self.drain();
                 for dead in self.procs.dead_slots() {
                     self.procs.reap(dead);

@@ -43,6 +43,22 @@ pub fn out_of_the_way(file: std::fs::File) -> std::fs::File {
     unsafe { std::fs::File::from_raw_fd(high) }
 }
 
+/// A duplicate of `file`'s descriptor at the numbers [`out_of_the_way`] moves
+/// descriptors to (one `fcntl`, not a `dup` then a move).
+pub fn dup_out_of_the_way(file: &std::fs::File) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let Some(range) = out_of_the_way_range() else {
+        return file.try_clone();
+    };
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor `file` owns gives a new one or -1.
+    let high = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, range.start) };
+    if high < 0 {
+        return file.try_clone();
+    }
+    // SAFETY: `high` was just made and is owned by nothing else.
+    Ok(unsafe { std::fs::File::from_raw_fd(high) })
+}
+
 /// The numbers [`out_of_the_way`] moves descriptors to (the lowest free one in the
 /// range), or None when the fd limit is too low for it to move any.
 pub fn out_of_the_way_range() -> Option<std::ops::Range<i32>> {

@@ -17,6 +17,10 @@ use crate::error::{Error, Result};
 pub const HEADER_BYTES: usize = 4096;
 /// Processes that may be attached at once.
 pub const MAX_PROCS: u32 = 128;
+/// The slot of a process that is attached but not in the table yet: a fork child
+/// that inherited no reference of its parent's takes a slot at its first operation
+/// (docs/CONSISTENCY.md, "open / close by several processes").
+pub const NO_SLOT: u32 = u32::MAX;
 /// The most entries an open table has: distinct inodes one process may hold open or
 /// held. A FUSE daemon holds every inode the kernel caches (a tree walk of a large
 /// source tree reaches 100,000 and more), hence a million for a pool that has them.
@@ -379,8 +383,11 @@ impl Procs {
     }
 
     /// Give `slot` up (its open table and counter cleared first, so a free slot is
-    /// always clean).
+    /// always clean). Nothing for [`NO_SLOT`].
     pub fn unregister(&self, slot: u32) {
+        if slot == NO_SLOT {
+            return;
+        }
         self.clear_slot(slot);
         self.identity(slot).store(0, Ordering::SeqCst);
     }
@@ -490,8 +497,11 @@ impl Procs {
         self.ops(slot, own_line()).fetch_sub(1, Ordering::Release);
     }
 
-    /// Operations in flight in `slot`.
+    /// Operations in flight in `slot` (none in [`NO_SLOT`]).
     pub fn ops_in_flight(&self, slot: u32) -> u64 {
+        if slot == NO_SLOT {
+            return 0;
+        }
         (0..OPS_LINES)
             .map(|l| self.ops(slot, l).load(Ordering::SeqCst))
             .fold(0, u64::wrapping_add)
