@@ -1222,6 +1222,45 @@ fn fork_children_join_at_their_first_pool_call() {
     b.fsck_clean();
 }
 
+/// Files unlinked while open, inherited by a fork child whose parent closes them at
+/// once: the child still reads them (the parent counts the child's references before
+/// the fork), itself and through a program it execs, and the inodes and blocks are
+/// not reused meanwhile by the files the parent then creates. The child waits on a
+/// FIFO until the parent has closed and created. Before, the parent's close freed
+/// them: the child read another file's bytes, and `cat` waited forever on a bare
+/// eventfd (this test's time limit).
+#[test]
+fn a_fork_child_keeps_unlinked_files_its_parent_closed() {
+    let _w = watchdog("unlinked_files_the_parent_closed", TEST_LIMIT);
+    let b = Bench::new("unlinkedfork");
+    let t = b.t.path().to_str().expect("utf-8");
+    let script = format!(
+        "mkfifo {t}/go && echo one > f && echo two > g && exec 3<f 4<g && rm f g && \
+         {{ ( read x < {t}/go; read l <&3; echo \"read:$l\"; exec cat <&4 ) & }} && \
+         exec 3<&- 4<&- && for i in 1 2 3 4 5 6 7 8; do echo other$i > o$i; done && \
+         echo go > {t}/go && wait"
+    );
+    let out = run_bounded(b.preloaded(&script, &[]), "unlinked files across a fork");
+    assert!(
+        out.status.success(),
+        "the shell failed ({}): {}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "read:one\ntwo\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    let tree = pool_tree(&b.pool, &[]);
+    for i in 1..=8 {
+        assert_file(&tree, &format!("o{i}"), format!("other{i}\n").as_bytes());
+    }
+    b.fsck_clean();
+}
+
 /// Waits (within [`LIMIT`]) until the pool has a non-empty directory `dir`.
 fn wait_for_files(pool: &Path, dir: &str, child: &Child) {
     let start = Instant::now();

@@ -65,10 +65,13 @@ extern "C" fn before_fork() {
         share_all(a);
         // Read before the pool's locks are held for the fork (the child cannot).
         *FORK_INHERITED.lock() = a.fs.pool_file_fds();
-        a.fs.before_fork();
         // The working directory's session, read-locked across the fork: no chdir in
-        // another thread changes its hold between the fork and the child's count.
-        std::mem::forget(a.cwd.read());
+        // another thread changes its hold between the count taken for the child
+        // here and the fork.
+        let cwd = a.cwd.read();
+        let held: Vec<u64> = cwd.held_cwd().into_iter().collect();
+        a.fs.before_fork_holding(&held);
+        std::mem::forget(cwd);
     }
 }
 

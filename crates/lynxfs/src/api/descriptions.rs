@@ -139,27 +139,75 @@ impl<B: Backend> Fs<B> {
     /// claim and free the description before the child claims it. A fork that
     /// fails gives them back ([`Self::fork_failed`]).
     pub fn before_fork(&self) {
+        self.before_fork_holding(&[]);
+    }
+
+    /// [`Self::before_fork`] for a front end that holds inodes itself (`also_held`:
+    /// a session's working directory, kept from changing until the fork is done).
+    ///
+    /// The child's open references (its inherited open files, holds and
+    /// `also_held`) are counted here too, in the parent, for the same reason as the
+    /// claims: a parent that closes the last of a file unlinked while open just
+    /// after the fork (`exec 3<f; rm f; (cat <&3) & exec 3<&-`) would otherwise free
+    /// it, and let another file reuse its inode and blocks, before the child counted
+    /// its own. The caller keeps every other thread out of the pool until the fork
+    /// is done (the preload's fork gate), so these are exactly what the child
+    /// inherits; the child records them in its slot's open table.
+    pub fn before_fork_holding(&self, also_held: &[u64]) {
         let claimed = self
             .bound_descriptions()
             .into_iter()
             .filter(|&key| self.claim(key).is_ok())
             .collect();
         *self.fork_claims.lock() = Some(claimed);
+        let opens = self.count_for_child(also_held);
+        *self.fork_opens.lock() = Some(opens);
         self.ns.areas.before_fork();
         self.ns.pool.hold_for_fork();
     }
 
-    /// In the parent, after a fork that made no child: the claims
-    /// [`Self::before_fork`] took for it are given back.
+    /// What a fork child inherits of this process's open references, per inode,
+    /// each added to the shared open counts now. Nothing for a pool in memory (no
+    /// other process can use it).
+    fn count_for_child(&self, also_held: &[u64]) -> std::collections::BTreeMap<u64, u32> {
+        let mut opens = std::collections::BTreeMap::<u64, u32>::new();
+        if self.ns.pool.attachment().is_none() {
+            return opens;
+        }
+        let inherited = self.files.open_inodes().into_iter();
+        for ino in inherited
+            .chain(self.held_inodes())
+            .chain(also_held.iter().copied())
+        {
+            *opens.entry(ino).or_default() += 1;
+        }
+        for (&ino, &n) in &opens {
+            // These inodes are open or held in this process, so their counts are
+            // at least 1: adding can free nothing, and needs no lock of the inode.
+            let c = self.ns.cachelets.get(ino);
+            c.open_counter().fetch_add(n, Ordering::AcqRel);
+        }
+        opens
+    }
+
+    /// In the parent, after a fork that made no child: the claims and open
+    /// references [`Self::before_fork_holding`] took for it are given back.
     pub fn fork_failed(&self) {
         self.ns.pool.drop_fork_spare();
         for key in self.fork_claims.lock().take().unwrap_or_default() {
             let _ = self.release(key);
         }
+        for (ino, n) in self.fork_opens.lock().take().unwrap_or_default() {
+            for _ in 0..n {
+                self.give_back_count(ino);
+            }
+        }
     }
 
-    /// The parent's half of [`Self::before_fork`]'s pairing.
+    /// The parent's half of [`Self::before_fork`]'s pairing: the open references
+    /// taken for the child are the child's now.
     pub fn after_fork_parent(&self) {
+        self.fork_opens.lock().take();
         self.ns.pool.drop_fork_spare();
         self.ns.pool.let_go_after_fork();
         self.ns.areas.after_fork();
@@ -191,14 +239,12 @@ impl<B: Backend> Fs<B> {
         let Some(a) = self.ns.pool.attachment() else {
             return Ok(());
         };
-        let mut opens = std::collections::BTreeMap::<u64, u32>::new();
-        let inherited = self.files.open_inodes().into_iter();
-        for ino in inherited
-            .chain(self.held_inodes())
-            .chain(also_held.iter().copied())
-        {
-            *opens.entry(ino).or_default() += 1;
-        }
+        // Counted by the parent before the fork, or (a caller that did not call
+        // `before_fork`) now.
+        let opens = match self.fork_opens.lock().take() {
+            Some(opens) => opens,
+            None => self.count_for_child(also_held),
+        };
         self.ns.pool.rejoin_after_fork(!opens.is_empty())?;
         let me = a.slot();
         let procs = a.procs();
@@ -210,8 +256,6 @@ impl<B: Backend> Fs<B> {
                     for _ in 0..n {
                         procs.open_inc(me, ino)?;
                     }
-                    let c = self.ns.cachelets.get(ino);
-                    c.open_counter().fetch_add(n, Ordering::AcqRel);
                 }
                 Ok(())
             })?;

@@ -25,6 +25,9 @@ pub struct Fs<B: Backend = PmemBackend> {
     /// The claims taken before a fork for the child on the shared descriptions its
     /// handles are bound to (see [`Fs::before_fork`]).
     pub(super) fork_claims: parking_lot::Mutex<Option<Vec<crate::runtime::DescKey>>>,
+    /// The open references taken before a fork for the child, per inode (see
+    /// [`Fs::before_fork_holding`]).
+    pub(super) fork_opens: parking_lot::Mutex<Option<std::collections::BTreeMap<u64, u32>>>,
 }
 
 /// When a read updates a file's atime: the atime options of mount(8).
@@ -78,6 +81,7 @@ impl<B: Backend> Fs<B> {
             held: held::Held::default(),
             atime: AtomicU8::new(Atime::default() as u8),
             fork_claims: parking_lot::Mutex::new(None),
+            fork_opens: parking_lot::Mutex::new(None),
         }
     }
 

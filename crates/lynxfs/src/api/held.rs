@@ -267,6 +267,20 @@ impl<B: Backend> Fs<B> {
 }
 
 impl<B: Backend> Fs<B> {
+    /// One open count of `ino` taken for a fork child that was never made, given
+    /// back: as [`Fs::drop_open_ref`], but this process's open table never had it.
+    pub(super) fn give_back_count(&self, ino: u64) {
+        let _ = self.op(|| {
+            let c = self.ns.cachelets.get(ino);
+            let Ok(_w) = c.write(self.ns.watch()) else {
+                return Ok(());
+            };
+            c.open_counter().fetch_sub(1, Ordering::AcqRel);
+            self.ns.free_if_orphan(ino);
+            Ok(())
+        });
+    }
+
     /// The file's last close gives back its speculative preallocation (the caller
     /// holds its lock alone). A failure (no room for a new map node) leaves the
     /// blocks mapped and owned, for the next close or recovery.
