@@ -366,12 +366,7 @@ impl<B: Backend> Fs<B> {
                         // The table first, as a close does: a repair that interrupts
                         // what follows recounts the opens from the tables.
                         procs.open_dec(old, ino)?;
-                        let c = self.ns.cachelets.get(ino);
-                        let Ok(_w) = c.write(self.ns.watch()) else {
-                            return Ok(());
-                        };
-                        c.open_counter().fetch_sub(1, Ordering::AcqRel);
-                        self.ns.free_if_orphan(ino);
+                        self.uncount_open(ino);
                         Ok(())
                     })?;
                 }

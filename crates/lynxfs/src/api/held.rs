@@ -271,14 +271,21 @@ impl<B: Backend> Fs<B> {
     /// back: as [`Fs::drop_open_ref`], but this process's open table never had it.
     pub(super) fn give_back_count(&self, ino: u64) {
         let _ = self.op(|| {
-            let c = self.ns.cachelets.get(ino);
-            let Ok(_w) = c.write(self.ns.watch()) else {
-                return Ok(());
-            };
-            c.open_counter().fetch_sub(1, Ordering::AcqRel);
-            self.ns.free_if_orphan(ino);
+            self.uncount_open(ino);
             Ok(())
         });
+    }
+
+    /// One shared open count of `ino` less, under the inode's lock (inside an
+    /// operation); the last frees a file whose last name went. Nothing if a repair
+    /// interrupts the wait for the lock: the rebuild recounts the opens.
+    pub(super) fn uncount_open(&self, ino: u64) {
+        let c = self.ns.cachelets.get(ino);
+        let Ok(_w) = c.write(self.ns.watch()) else {
+            return;
+        };
+        c.open_counter().fetch_sub(1, Ordering::AcqRel);
+        self.ns.free_if_orphan(ino);
     }
 
     /// The file's last close gives back its speculative preallocation (the caller

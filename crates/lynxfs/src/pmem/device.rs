@@ -667,6 +667,17 @@ mod tests {
         r as u64
     }
 
+    /// Block 0 starts with the test's "new", block 5 with "old", block 7 with zeros.
+    fn assert_new_old_and_zeros(dev: &Device) {
+        let mut b = [0u8; 3];
+        dev.read(0, 0, &mut b).unwrap();
+        assert_eq!(&b, b"new");
+        dev.read(5, 0, &mut b).unwrap();
+        assert_eq!(&b, b"old");
+        dev.read(7, 0, &mut b).unwrap();
+        assert_eq!(b, [0; 3]);
+    }
+
     #[test]
     fn a_write_finds_its_step_written_and_keeps_what_was_there() {
         let (_d, dev) = device(2 * GROW_STEP);
@@ -682,13 +693,7 @@ mod tests {
             GROW_STEP,
             "the next step untouched"
         );
-        let mut b = [0u8; 3];
-        dev.read(0, 0, &mut b).unwrap();
-        assert_eq!(&b, b"new");
-        dev.read(5, 0, &mut b).unwrap();
-        assert_eq!(&b, b"old");
-        dev.read(7, 0, &mut b).unwrap();
-        assert_eq!(b, [0; 3]);
+        assert_new_old_and_zeros(&dev);
         // A write across the step's end makes the next one written too.
         dev.write(GROW_STEP / BLOCK - 3, 0, &[7u8; 2 * BLOCK as usize])
             .unwrap();
@@ -755,13 +760,7 @@ mod tests {
             hole_after(&dev, 8192) >= GROW_STEP,
             "the step has no hole left"
         );
-        let mut b = [0u8; 3];
-        dev.read(0, 0, &mut b).unwrap();
-        assert_eq!(&b, b"new");
-        dev.read(5, 0, &mut b).unwrap();
-        assert_eq!(&b, b"old");
-        dev.read(7, 0, &mut b).unwrap();
-        assert_eq!(b, [0; 3]);
+        assert_new_old_and_zeros(&dev);
     }
 
     #[test]
