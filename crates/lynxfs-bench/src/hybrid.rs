@@ -13,7 +13,11 @@
 //!   from µs/op into ops/s;
 //! - `seq write 1M (MiB/s)` (the file's 1 MiB writes then one fsync) and
 //!   `seq read 1M cold (MiB/s)` (after the kernel's caches are dropped, so ext4 and
-//!   the data device read from the disk).
+//!   the data device read from the disk);
+//! - `rand write 4K, fsync` (4 KiB writes at random block offsets of that file, one
+//!   per [`RAND_SPAN`] bytes of it, then one fsync, timed) and `rand read 4K cold`
+//!   (as many reads at other random offsets, caches dropped first), in operations
+//!   per second.
 //!
 //! With a `hybrid` column, three more rows (in that column only) time the export and
 //! import of a fresh hybrid pool of 10 x [`Options::files`] files (100,000 by
@@ -58,6 +62,10 @@ const CREATE_SIZE: usize = 16 << 10;
 const APPEND: usize = 8 << 10;
 const APPENDS_PER_FSYNC: u64 = 32;
 const SEQ_BLOCK: usize = 1 << 20;
+/// The random rows' request size.
+const RAND_BLOCK: u64 = 4 << 10;
+/// One random request per this many bytes of the file (4,096 for 64 MiB).
+const RAND_SPAN: u64 = 16 << 10;
 
 /// The label of [`HybridTarget`] columns.
 pub const HYBRID_NAME: &str = "hybrid";
@@ -75,6 +83,8 @@ const OWN_ROWS: &[&str] = &[
     "append 8K, fsync/32",
     "seq write 1M (MiB/s)",
     "seq read 1M cold (MiB/s)",
+    "rand write 4K, fsync",
+    "rand read 4K cold",
 ];
 
 /// A fresh directory on the root file system's disk, removed when dropped: ext4 with
@@ -424,6 +434,58 @@ fn seq_read(t: &dyn Target, size: u64) -> io::Result<f64> {
     run.map(|()| mib(size) / secs)
 }
 
+/// `count` block offsets spread at random over a file of `size` bytes, the same for
+/// every target (a fixed xorshift seed: `seed` tells the rows apart).
+fn random_offsets(size: u64, count: u64, seed: u64) -> Vec<u64> {
+    let blocks = (size / RAND_BLOCK).max(1);
+    let mut x = seed | 1;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % blocks) * RAND_BLOCK
+        })
+        .collect()
+}
+
+/// 4 KiB writes at random offsets of the sequential file, then one fsync (timed):
+/// writes per second.
+fn rand_write(t: &dyn Target, size: u64) -> io::Result<f64> {
+    let offsets = random_offsets(size, size / RAND_SPAN, 0x9e37_79b9_7f4a_7c15);
+    let buf = [0x6du8; RAND_BLOCK as usize];
+    let h = t.open(&seq_path(), OpenFlags::READ_WRITE)?;
+    let start = Instant::now();
+    let run = (|| {
+        for &off in &offsets {
+            pwrite_all(t, h, &buf, off)?;
+        }
+        t.fsync(h)
+    })();
+    let secs = start.elapsed().as_secs_f64();
+    t.close(h)?;
+    run.map(|()| offsets.len() as f64 / secs)
+}
+
+/// 4 KiB reads at random offsets of the sequential file (the caller chilled the
+/// caches): reads per second.
+fn rand_read(t: &dyn Target, size: u64) -> io::Result<f64> {
+    let offsets = random_offsets(size, size / RAND_SPAN, 0x2545_f491_4f6c_dd1d);
+    let mut buf = [0u8; RAND_BLOCK as usize];
+    let h = t.open(&seq_path(), OpenFlags::READ)?;
+    let start = Instant::now();
+    let run = (|| {
+        for &off in &offsets {
+            pread_exact(t, h, &mut buf, off)?;
+            std::hint::black_box(&buf);
+        }
+        Ok(())
+    })();
+    let secs = start.elapsed().as_secs_f64();
+    t.close(h)?;
+    run.map(|()| offsets.len() as f64 / secs)
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 20) as f64
 }
@@ -442,6 +504,15 @@ fn scrub(t: &dyn Target) {
     let _ = t.unlink(&Path::new(ROOT).join("other"));
     let _ = t.unlink(&seq_path());
     let _ = t.rmdir(Path::new(ROOT));
+}
+
+/// Drops every target's caches before a cold row; a failure is a note, once.
+fn chill(targets: &[Box<dyn Target>], notes: &mut Vec<String>) {
+    if let Err(why) = crate::cold::chill_all(targets) {
+        if !notes.contains(&why) {
+            notes.push(why);
+        }
+    }
 }
 
 /// One round of this suite's own rows on every target, in [`OWN_ROWS`] order; each
@@ -465,13 +536,16 @@ fn own_round(
     for (col, t) in targets.iter().enumerate() {
         cells[2][col].push(seq_write(t.as_ref(), opts.file_size)?);
     }
-    if let Err(why) = crate::cold::chill_all(targets) {
-        if !notes.contains(&why) {
-            notes.push(why);
-        }
-    }
+    chill(targets, notes);
     for (col, t) in targets.iter().enumerate() {
         cells[3][col].push(seq_read(t.as_ref(), opts.file_size)?);
+    }
+    for (col, t) in targets.iter().enumerate() {
+        cells[4][col].push(rand_write(t.as_ref(), opts.file_size)?);
+    }
+    chill(targets, notes);
+    for (col, t) in targets.iter().enumerate() {
+        cells[5][col].push(rand_read(t.as_ref(), opts.file_size)?);
     }
     for t in targets {
         t.unlink(&seq_path())?;
@@ -584,11 +658,14 @@ pub(crate) fn run(
         "fsync create: {} files of 16 KiB, each written then fsync'd; append: {} appends \
          of 8 KiB, fsync after every {APPENDS_PER_FSYNC}; seq: a {} MiB file, written in \
          1 MiB pieces then fsync'd (the fsync is timed), read after sync and echo 3 > \
-         /proc/sys/vm/drop_caches; varmail: {} flows (the personalities suite); \
+         /proc/sys/vm/drop_caches; rand: {} writes of 4 KiB at random offsets of that \
+         file then one fsync (timed), and as many reads at other offsets after the \
+         caches are dropped; varmail: {} flows (the personalities suite); \
          syscalls: {} files, 1e6 / (us/op)",
         (opts.files / 10).max(1),
         opts.file_size / APPEND as u64,
         opts.file_size >> 20,
+        opts.file_size / RAND_SPAN,
         (opts.files / 20).max(1),
         opts.files
     ));
@@ -818,6 +895,22 @@ pub(crate) fn run_fsync(
 mod tests {
     use super::*;
     use crate::LibTarget;
+
+    #[test]
+    fn random_offsets_are_aligned_inside_the_file_and_repeat() {
+        let size = 1 << 20;
+        let a = random_offsets(size, 64, 7);
+        assert_eq!(a, random_offsets(size, 64, 7));
+        assert_ne!(a, random_offsets(size, 64, 8));
+        assert!(a
+            .iter()
+            .all(|o| o % RAND_BLOCK == 0 && o + RAND_BLOCK <= size));
+        // Spread, not one block again and again.
+        let mut distinct = a.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 32, "{distinct:?}");
+    }
 
     #[test]
     fn runs_on_hybrid_lib_and_a_disk_directory_and_cleans_up() {

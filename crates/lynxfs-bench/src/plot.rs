@@ -2,7 +2,9 @@
 //!
 //! The `rename` report becomes ADAM's Fig. 6: rename latency against the directory's
 //! children (both axes log), one curve per column, each column's file rename a thin
-//! flat line in its colour. Every other report becomes a horizontal grouped bar chart: one group per operation (row),
+//! flat line in its colour. The `hybrid-fsync` report has a panel per workload: create +
+//! fsync against the file's size and the mail server against its threads (curves, both
+//! axes log), and its other rows as bars. Every other report becomes a horizontal grouped bar chart: one group per operation (row),
 //! one bar per column, on a log axis. With several columns the bars show each value
 //! relative to the report's baseline column (or the first), so suites whose rows mix
 //! units (`ablation`) still share an axis and "better" reads the same way everywhere;
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
@@ -143,67 +146,116 @@ impl Bars {
 /// Draws `report` into `dir/<suite>-<unix time>.png` and returns the path.
 pub fn draw(report: &Report, dir: &Path) -> anyhow::Result<PathBuf> {
     let path = dir.join(format!("{}-{}.png", report.suite, report.unix_time));
-    if report.suite == "rename" {
-        draw_curves(report, &path)?;
-    } else {
-        draw_bars(&Bars::of(report), &path)?;
+    match report.suite.as_str() {
+        "rename" => draw_rename(report, &path)?,
+        HYBRID_FSYNC => draw_hybrid_fsync(report, &path)?,
+        _ => draw_bars(&Bars::of(report), &path)?,
+    }
+    if !path.exists() {
+        bail!("{} was not written", path.display());
     }
     Ok(path)
 }
 
+/// The suite whose figure has a panel per workload.
+const HYBRID_FSYNC: &str = "hybrid-fsync";
+
+/// A drawing area of a PNG figure.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// One line per column over a parameter (both axes log), and optionally each
+/// column's flat reference value as a thin line in its colour.
+struct Curves<'a> {
+    title: String,
+    x_desc: String,
+    y_desc: String,
+    columns: &'a [String],
+    /// (parameter, a value per column), in the parameter's order.
+    points: Vec<(f64, &'a [f64])>,
+    flat: Option<&'a [f64]>,
+    legend: SeriesLabelPosition,
+}
+
 /// The `rename` figure: per column, (children, µs) points and the file rename's µs.
-fn draw_curves(report: &Report, path: &Path) -> anyhow::Result<()> {
+fn draw_rename(report: &Report, path: &Path) -> anyhow::Result<()> {
     font()?;
-    let points: Vec<(f64, &[f64])> = report
+    let curves = Curves {
+        title: "lynxfs bench rename (ADAM Fig. 6; thin: a file's rename)".into(),
+        x_desc: "children of the renamed directory (log scale)".into(),
+        y_desc: format!("{} (log scale; lower is better)", report.unit),
+        columns: &report.columns,
+        points: parameter_points(report, children_of),
+        flat: report
+            .rows
+            .iter()
+            .find(|r| r.op == FILE_ROW)
+            .map(|r| r.values.as_slice()),
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| drawing(path, e))?;
+    draw_curves(&root, &curves).map_err(|e| e.context(format!("drawing {}", path.display())))?;
+    root.present().map_err(|e| drawing(path, e))
+}
+
+/// The rows whose name `param` reads a parameter from, as (parameter, values).
+fn parameter_points(report: &Report, param: impl Fn(&str) -> Option<usize>) -> Vec<(f64, &[f64])> {
+    report
         .rows
         .iter()
-        .filter_map(|r| Some((children_of(&r.op)? as f64, r.values.as_slice())))
-        .collect();
-    let file = report.rows.iter().find(|r| r.op == FILE_ROW);
-    let all = points
+        .filter_map(|r| Some((param(&r.op)? as f64, r.values.as_slice())))
+        .collect()
+}
+
+fn drawing(path: &Path, e: impl std::fmt::Debug) -> anyhow::Error {
+    anyhow!("drawing {}: {e:?}", path.display())
+}
+
+/// Draws `c` on `area`: log-log axes spanning whole decades of the values.
+fn draw_curves(area: &Area, c: &Curves) -> anyhow::Result<()> {
+    let values = c
+        .points
         .iter()
         .flat_map(|(_, v)| v.iter())
-        .chain(file.iter().flat_map(|r| r.values.iter()))
+        .chain(c.flat.iter().flat_map(|v| v.iter()))
         .filter(|v| v.is_finite() && **v > 0.0);
-    let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
         (lo.min(*v), hi.max(*v))
     });
-    if points.is_empty() || !lo.is_finite() {
-        bail!("nothing to plot: no directory row with a positive value");
+    if c.points.is_empty() || !lo.is_finite() {
+        bail!("nothing to plot: no parameter row with a positive value");
     }
-    let x_hi = points.iter().map(|p| p.0).fold(1.0, f64::max);
-    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
-    let e = |e| anyhow!("drawing {}: {e:?}", path.display());
-    root.fill(&WHITE).map_err(e)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "lynxfs bench rename (ADAM Fig. 6; thin: a file's rename)",
-            (FAMILY, 22),
-        )
+    let x_lo = c.points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x_hi = c.points.iter().map(|p| p.0).fold(1.0, f64::max);
+    let (x_lo, x_hi) = (x_lo.max(f64::MIN_POSITIVE) * 0.8, x_hi * 1.25);
+    let e = |e| anyhow!("{e:?}");
+    let mut chart = ChartBuilder::on(area)
+        .caption(&c.title, (FAMILY, 20))
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(70)
         .build_cartesian_2d(
-            (0.8f64..x_hi * 1.25).log_scale(),
+            (x_lo..x_hi).log_scale(),
             // Whole decades, so the log axis has labelled powers of ten at both ends.
             (10f64.powf(lo.log10().floor())..10f64.powf(hi.log10().ceil())).log_scale(),
         )
         .map_err(e)?;
     chart
         .configure_mesh()
-        .x_desc("children of the renamed directory (log scale)")
+        .x_desc(&c.x_desc)
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y}"))
-        .y_desc(format!("{} (log scale; lower is better)", report.unit))
+        .y_desc(&c.y_desc)
         .label_style((FAMILY, 14))
         .axis_desc_style((FAMILY, 15))
         .draw()
         .map_err(e)?;
-    for (c, name) in report.columns.iter().enumerate() {
-        let color = COLORS[c % COLORS.len()];
-        let line: Vec<(f64, f64)> = points
+    for (col, name) in c.columns.iter().enumerate() {
+        let color = COLORS[col % COLORS.len()];
+        let line: Vec<(f64, f64)> = c
+            .points
             .iter()
-            .map(|(x, v)| (*x, v[c]))
+            .map(|(x, v)| (*x, v[col]))
             .filter(|(_, y)| y.is_finite() && *y > 0.0)
             .collect();
         chart
@@ -217,13 +269,10 @@ fn draw_curves(report: &Report, path: &Path) -> anyhow::Result<()> {
         chart
             .draw_series(line.into_iter().map(|p| Circle::new(p, 4, color.filled())))
             .map_err(e)?;
-        if let Some(v) = file
-            .map(|r| r.values[c])
-            .filter(|v| v.is_finite() && *v > 0.0)
-        {
+        if let Some(v) = c.flat.map(|f| f[col]).filter(|v| v.is_finite() && *v > 0.0) {
             chart
                 .draw_series(std::iter::once(PathElement::new(
-                    vec![(0.8, v), (x_hi * 1.25, v)],
+                    vec![(x_lo, v), (x_hi, v)],
                     color.stroke_width(1),
                 )))
                 .map_err(e)?;
@@ -231,48 +280,116 @@ fn draw_curves(report: &Report, path: &Path) -> anyhow::Result<()> {
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(c.legend.clone())
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .label_font((FAMILY, 14))
         .draw()
         .map_err(e)?;
-    root.present().map_err(e)?;
-    drop(chart);
-    drop(root);
-    if !path.exists() {
-        bail!("{} was not written", path.display());
-    }
     Ok(())
+}
+
+/// The `hybrid-fsync` figure, a panel per workload: create + fsync against the file's
+/// size and the mail server against its threads (ops/s, log-log), and the remaining
+/// rows as bars relative to the baseline.
+fn draw_hybrid_fsync(report: &Report, path: &Path) -> anyhow::Result<()> {
+    font()?;
+    let kib = |op: &str| -> Option<usize> {
+        let n: usize = op
+            .strip_prefix("fsync create ")?
+            .strip_suffix('K')?
+            .parse()
+            .ok()?;
+        // The log axis has no 0: a create of an empty file stays with the bars.
+        (n > 0).then_some(n)
+    };
+    let threads = |op: &str| -> Option<usize> {
+        op.strip_prefix("varmail ")?.strip_suffix('t')?.parse().ok()
+    };
+    let y_desc = format!("{} (log scale; higher is better)", report.unit);
+    let create = Curves {
+        title: "create, write, fsync, close".into(),
+        x_desc: "file size, KiB (log scale)".into(),
+        y_desc: y_desc.clone(),
+        columns: &report.columns,
+        points: parameter_points(report, kib),
+        flat: None,
+        legend: SeriesLabelPosition::LowerLeft,
+    };
+    let mail = Curves {
+        title: "mail server (varmail), fsync per message".into(),
+        x_desc: "threads (log scale)".into(),
+        y_desc,
+        columns: &report.columns,
+        points: parameter_points(report, threads),
+        flat: None,
+        legend: SeriesLabelPosition::LowerRight,
+    };
+    let mut rest = Bars::of(report);
+    let keep: Vec<bool> = rest
+        .ops
+        .iter()
+        .map(|op| kib(op).is_none() && threads(op).is_none())
+        .collect();
+    let mut kept = keep.iter();
+    rest.ops.retain(|_| *kept.next().unwrap_or(&false));
+    let mut kept = keep.iter();
+    rest.values.retain(|_| *kept.next().unwrap_or(&false));
+    rest.title = "the other rows".into();
+    let root = BitMapBackend::new(path, (1800, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| drawing(path, e))?;
+    let root = root
+        .titled(&format!("lynxfs bench {}", report.suite), (FAMILY, 22))
+        .map_err(|e| drawing(path, e))?;
+    let panels = root.split_evenly((1, 3));
+    let context = |e: anyhow::Error| e.context(format!("drawing {}", path.display()));
+    draw_curves(&panels[0], &create).map_err(context)?;
+    draw_curves(&panels[1], &mail).map_err(context)?;
+    draw_bars_on(&panels[2], &rest).map_err(context)?;
+    root.present().map_err(|e| drawing(path, e))
 }
 
 pub(crate) fn draw_bars(bars: &Bars, path: &Path) -> anyhow::Result<()> {
     font()?;
+    let (rows, cols) = (bars.ops.len(), bars.columns.len().max(1));
+    let group_px = BAR_PX * cols as u32 + 12;
+    let height = (120 + group_px * rows as u32 + 20 * cols as u32).clamp(260, 4000);
+    let width = 900 + bars.label_px();
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| drawing(path, e))?;
+    draw_bars_on(&root, bars).map_err(|e| e.context(format!("drawing {}", path.display())))?;
+    root.present().map_err(|e| drawing(path, e))
+}
+
+/// A bar's height in a figure of bars alone.
+const BAR_PX: u32 = 12;
+
+impl Bars {
+    /// Room for the longest row name.
+    fn label_px(&self) -> u32 {
+        self.ops
+            .iter()
+            .map(|o| o.chars().count() as u32)
+            .max()
+            .unwrap_or(4)
+            * 8
+            + 16
+    }
+}
+
+/// Draws `bars` on `area`: a group per row, top to bottom, a bar per column.
+fn draw_bars_on(area: &Area, bars: &Bars) -> anyhow::Result<()> {
     let Some((lo, hi)) = bars.range() else {
         bail!("nothing to plot: no positive value");
     };
     let (rows, cols) = (bars.ops.len(), bars.columns.len().max(1));
-    let bar_px = 12u32;
-    let group_px = bar_px * cols as u32 + 12;
-    let height = (120 + group_px * rows as u32 + 20 * cols as u32).clamp(260, 4000);
-    let label_px = bars
-        .ops
-        .iter()
-        .map(|o| o.chars().count() as u32)
-        .max()
-        .unwrap_or(4)
-        * 8
-        + 16;
-    let width = 900 + label_px;
-    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
-    let e = |e| anyhow!("drawing {}: {e:?}", path.display());
-    root.fill(&WHITE).map_err(e)?;
+    let e = |e| anyhow!("{e:?}");
     let y_top = rows as f64 - 0.5;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(area)
         .caption(&bars.title, (FAMILY, 22))
         .margin(12)
         .x_label_area_size(44)
-        .y_label_area_size(label_px)
+        .y_label_area_size(bars.label_px())
         .build_cartesian_2d((lo..hi).log_scale(), -0.5f64..y_top)
         .map_err(e)?;
     // Rows top to bottom in table order: row i sits at y = rows - 1 - i.
@@ -321,12 +438,6 @@ pub(crate) fn draw_bars(bars: &Bars, path: &Path) -> anyhow::Result<()> {
         .label_font((FAMILY, 14))
         .draw()
         .map_err(e)?;
-    root.present().map_err(e)?;
-    drop(chart);
-    drop(root);
-    if !path.exists() {
-        bail!("{} was not written", path.display());
-    }
     Ok(())
 }
 
@@ -361,6 +472,41 @@ mod tests {
                 let bytes = std::fs::read(&path).unwrap();
                 assert_eq!(&bytes[1..4], b"PNG");
                 assert!(path.ends_with("rename-9.png"));
+            }
+            Err(e) => assert!(format!("{e:#}").contains("font"), "{e:#}"),
+        }
+    }
+
+    #[test]
+    fn draws_the_hybrid_fsync_panels() {
+        let row = |op: &str, a: f64, b: f64| Row::from_rounds(op, vec![vec![a], vec![b]]);
+        let report = Report {
+            suite: HYBRID_FSYNC.into(),
+            unit: "ops/s".into(),
+            higher_is_better: true,
+            columns: vec!["hybrid".into(), "ext4-disk".into()],
+            rows: vec![
+                row("fsync create 0K", 9e4, 1e3),
+                row("fsync create 4K", 4e3, 1e3),
+                row("fsync create 64K", 3e3, 9e2),
+                row("append 8K, fsync/32", 6e4, 5e4),
+                row("varmail 1t", 2e4, 1e4),
+                row("varmail 16t", 9e4, 3e4),
+            ],
+            options: Options::default(),
+            machine: Machine::detect(),
+            unix_time: 11,
+            notes: vec![],
+            baseline: Some("ext4-disk".into()),
+            command: None,
+            commit: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        match draw(&report, dir.path()) {
+            Ok(path) => {
+                let bytes = std::fs::read(&path).unwrap();
+                assert_eq!(&bytes[1..4], b"PNG");
+                assert!(path.ends_with("hybrid-fsync-11.png"));
             }
             Err(e) => assert!(format!("{e:#}").contains("font"), "{e:#}"),
         }

@@ -21,6 +21,8 @@ mod crowd;
 mod data;
 #[path = "device_blocks.rs"]
 mod device_blocks;
+#[path = "device_space.rs"]
+mod device_space;
 #[path = "export.rs"]
 mod export;
 #[path = "flags.rs"]
