@@ -680,7 +680,11 @@ pub(crate) fn run(
         columns: names.to_vec(),
         rows,
         notes,
-        baseline: None,
+        // The issue's ratios: every column against ext4 on the same disk.
+        baseline: names
+            .iter()
+            .any(|n| n == DISK_NAME)
+            .then(|| DISK_NAME.to_string()),
     })
 }
 
@@ -757,6 +761,24 @@ fn clean_fsync(t: &dyn Target) -> io::Result<f64> {
     t.unlink(&other)?;
     run
 }
+
+/// What the guest's idle loop does, if this is a VM with the haltpoll driver: with
+/// `guest_halt_poll_ns` 0 an idle vCPU halts at once, and on the 2-core Firecracker VM
+/// a flush's completion then waits for the next timer tick (an ext4 create + fsync
+/// 3-4 ms when the machine is idle, 0.3-0.5 ms when its CPUs are busy or polling).
+fn halt_poll_note() -> Option<String> {
+    let ns = std::fs::read_to_string(HALT_POLL_NS).ok()?;
+    Some(format!(
+        "the guest's halt polling ({HALT_POLL_NS}): {} ns; at 0 an idle vCPU halts and a \
+         disk flush's completion can wait for a timer tick, so a single-threaded fsync \
+         row on an idle machine may run ten times slower than on a busy one (both \
+         columns alike, but not always in the same round)",
+        ns.trim()
+    ))
+}
+
+/// The haltpoll cpuidle driver's polling time, in a guest that has it.
+const HALT_POLL_NS: &str = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
 
 /// The disk's own flush, in µs per call: a file in [`DISK_BASE`] written and made
 /// durable first (so its blocks are allocated and written), then [`PROBE_FLUSHES`]
@@ -855,7 +877,7 @@ pub(crate) fn run_fsync(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let notes = vec![
+    let mut notes = vec![
         format!(
             "the disk's own flush (a file in {DISK_BASE}, written first): a 4 KiB \
              overwrite + fdatasync {} us, an fdatasync with nothing written {} us (median \
@@ -876,6 +898,7 @@ pub(crate) fn run_fsync(
          favours LynxFS against a durable ext4"
             .to_string(),
     ];
+    notes.extend(halt_poll_note());
     Ok(Measured {
         unit: "ops/s",
         higher_is_better: true,
