@@ -74,8 +74,8 @@ for suite in $SUITES; do
         smallfiles) run -- smallfiles --target lib "${KERNEL[@]}" --target fuse \
                         --target fuse-null --rounds "$ROUNDS" ;;
         recovery) run -- recovery --files 1000000 ;;
-        apps) run -- apps --target lib "${KERNEL[@]}" --target fuse --target fuse-null ;;
-        personalities) run -- personalities --target lib "${KERNEL[@]}" --target fuse \
+        apps) run -- apps --target preload --target lib "${KERNEL[@]}" --target fuse --target fuse-null ;;
+        personalities) run -- personalities --target preload --target lib "${KERNEL[@]}" --target fuse \
                            --target fuse-null --max-threads 4 --rounds "$ROUNDS" ;;
         ablation) run -- ablation --files 1000 --max-threads 2 ;;
         statall) run -- statall --target lib --target preload --target tmpfs --rounds "$ROUNDS" ;;
@@ -83,7 +83,8 @@ for suite in $SUITES; do
                     --target tmpfs --rounds "$ROUNDS" ;;
         filetest) run -- filetest --target lib-areas --target lib-noareas --target tmpfs \
                       --rounds "$ROUNDS" ;;
-        hybrid) run -- hybrid --target hybrid --target ext4-disk --target lib-1g --rounds "$ROUNDS" ;;
+        hybrid) run -- hybrid --target hybrid-preload --target hybrid --target ext4-disk \
+                    --target hybrid-fuse --target lib-1g --rounds "$ROUNDS" ;;
         hybrid-fsync) run -- hybrid-fsync --target hybrid-preload --target hybrid --target ext4-disk --target hybrid-fuse --rounds "$ROUNDS" ;;
         start) run -- start --rounds "$ROUNDS" ;;
         *) echo "bench-all.sh: unknown suite $suite" >&2; exit 2 ;;

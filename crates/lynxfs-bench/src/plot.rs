@@ -163,7 +163,7 @@ const HYBRID_FSYNC: &str = "hybrid-fsync";
 /// A drawing area of a PNG figure.
 type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
-/// One line per column over a parameter (both axes log), and optionally each
+/// One line per column over a parameter (a step per point, values on a log axis), and optionally each
 /// column's flat reference value as a thin line in its colour.
 struct Curves<'a> {
     title: String,
@@ -181,7 +181,7 @@ fn draw_rename(report: &Report, path: &Path) -> anyhow::Result<()> {
     font()?;
     let curves = Curves {
         title: "lynxfs bench rename (ADAM Fig. 6; thin: a file's rename)".into(),
-        x_desc: "children of the renamed directory (log scale)".into(),
+        x_desc: "children of the renamed directory".into(),
         y_desc: format!("{} (log scale; lower is better)", report.unit),
         columns: &report.columns,
         points: parameter_points(report, children_of),
@@ -211,7 +211,7 @@ fn drawing(path: &Path, e: impl std::fmt::Debug) -> anyhow::Error {
     anyhow!("drawing {}: {e:?}", path.display())
 }
 
-/// Draws `c` on `area`: log-log axes spanning whole decades of the values.
+/// Draws `c` on `area`: a log axis spanning whole decades of the values.
 fn draw_curves(area: &Area, c: &Curves) -> anyhow::Result<()> {
     let values = c
         .points
@@ -225,9 +225,11 @@ fn draw_curves(area: &Area, c: &Curves) -> anyhow::Result<()> {
     if c.points.is_empty() || !lo.is_finite() {
         bail!("nothing to plot: no parameter row with a positive value");
     }
-    let x_lo = c.points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
-    let x_hi = c.points.iter().map(|p| p.0).fold(1.0, f64::max);
-    let (x_lo, x_hi) = (x_lo.max(f64::MIN_POSITIVE) * 0.8, x_hi * 1.25);
+    // The parameters grow geometrically (1, 4, 16, 64 threads; 4, 16, 64 KiB; 1, 10,
+    // 100 children): one step of the axis per point, labelled with its parameter.
+    let params: Vec<f64> = c.points.iter().map(|p| p.0).collect();
+    let n = params.len();
+    let (x_lo, x_hi) = (-0.4, n as f64 - 0.6);
     let e = |e| anyhow!("{e:?}");
     let mut chart = ChartBuilder::on(area)
         .caption(&c.title, (FAMILY, 20))
@@ -235,15 +237,24 @@ fn draw_curves(area: &Area, c: &Curves) -> anyhow::Result<()> {
         .x_label_area_size(44)
         .y_label_area_size(70)
         .build_cartesian_2d(
-            (x_lo..x_hi).log_scale(),
+            x_lo..x_hi,
             // Whole decades, so the log axis has labelled powers of ten at both ends.
             (10f64.powf(lo.log10().floor())..10f64.powf(hi.log10().ceil())).log_scale(),
         )
         .map_err(e)?;
+    let label = move |x: &f64| {
+        let i = x.round();
+        match (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
+            true => format!("{:.0}", params[i as usize]),
+            false => String::new(),
+        }
+    };
     chart
         .configure_mesh()
         .x_desc(&c.x_desc)
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_labels(2 * n + 1)
+        .x_label_formatter(&label)
+        .disable_x_mesh()
         .y_label_formatter(&|y| format!("{y}"))
         .y_desc(&c.y_desc)
         .label_style((FAMILY, 14))
@@ -255,7 +266,8 @@ fn draw_curves(area: &Area, c: &Curves) -> anyhow::Result<()> {
         let line: Vec<(f64, f64)> = c
             .points
             .iter()
-            .map(|(x, v)| (*x, v[col]))
+            .enumerate()
+            .map(|(i, (_, v))| (i as f64, v[col]))
             .filter(|(_, y)| y.is_finite() && *y > 0.0)
             .collect();
         chart
@@ -309,7 +321,7 @@ fn draw_hybrid_fsync(report: &Report, path: &Path) -> anyhow::Result<()> {
     let y_desc = format!("{} (log scale; higher is better)", report.unit);
     let create = Curves {
         title: "create, write, fsync, close".into(),
-        x_desc: "file size, KiB (log scale)".into(),
+        x_desc: "file size, KiB".into(),
         y_desc: y_desc.clone(),
         columns: &report.columns,
         points: parameter_points(report, kib),
@@ -318,7 +330,7 @@ fn draw_hybrid_fsync(report: &Report, path: &Path) -> anyhow::Result<()> {
     };
     let mail = Curves {
         title: "mail server (varmail), fsync per message".into(),
-        x_desc: "threads (log scale)".into(),
+        x_desc: "threads".into(),
         y_desc,
         columns: &report.columns,
         points: parameter_points(report, threads),
@@ -336,6 +348,10 @@ fn draw_hybrid_fsync(report: &Report, path: &Path) -> anyhow::Result<()> {
     let mut kept = keep.iter();
     rest.values.retain(|_| *kept.next().unwrap_or(&false));
     rest.title = "the other rows".into();
+    rest.axis = format!(
+        "relative to {} (log scale)",
+        report.columns[report.baseline_index().unwrap_or(0)]
+    );
     let root = BitMapBackend::new(path, (1800, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| drawing(path, e))?;
     let root = root
