@@ -52,6 +52,7 @@ use crate::caller::{as_caller, full_cred};
 use crate::commits::Committers;
 use crate::forward::{report, Forward, Forwarded, Forwarder};
 use crate::locks::Locks;
+use crate::times::TimesFile;
 use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
 
 /// How many directory entries to ask the engine for at a time while filling one
@@ -100,6 +101,8 @@ pub struct LynxFuse<B: Backend> {
     locks_on: bool,
     /// A hybrid pool's FSYNCs, answered from threads of their own.
     committers: Committers<B>,
+    /// Where the daemon's own time per request type goes at the end, if asked for.
+    times: Option<TimesFile>,
 }
 
 /// The largest write the kernel sends in one request (with FUSE_MAX_PAGES, 256 pages):
@@ -241,6 +244,7 @@ impl<B: Backend> LynxFuse<B> {
             no_opendir: false,
             locks: None,
             locks_on: false,
+            times: None,
         }
         .with_stand_ins()
     }
@@ -270,6 +274,12 @@ impl<B: Backend> LynxFuse<B> {
     /// kernel has sent it, at fsync or close (or when it writes back on its own).
     pub fn with_writeback(mut self) -> Self {
         self.writeback = true;
+        self
+    }
+
+    /// Writes the session's request times (see [`crate::times`]) when it ends.
+    pub(crate) fn with_request_times(mut self, times: TimesFile) -> Self {
+        self.times = Some(times);
         self
     }
 
@@ -717,7 +727,16 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 .unwrap_or_else(|e| e.into_inner())
                 .take(),
         );
-        // Every worker thread has stopped: close the pool cleanly.
+        // Every worker thread has stopped: every timed request has been answered.
+        if let Some(t) = &self.times {
+            if let Err(e) = t.write() {
+                eprintln!(
+                    "lynxfs: writing the request times ({}): {e}",
+                    crate::times::VAR
+                );
+            }
+        }
+        // Close the pool cleanly.
         if let Err(e) = self.fs.close() {
             eprintln!("lynxfs: closing the pool: {e}");
         }

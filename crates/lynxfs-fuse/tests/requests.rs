@@ -359,3 +359,59 @@ fn each_operation_keeps_to_its_request_budget() {
     drop(r);
     m.unmount().unwrap();
 }
+
+/// The daemon's own time per request type (`MountOptions::times_file`, as
+/// `LYNXFS_FUSE_TIMES=FILE`, for `scripts/fusefloor.sh`): when the session ends, each
+/// request type the kernel sent is in the file, counted as often as the tracepoint
+/// saw it sent, with a histogram that holds every one of them.
+#[test]
+fn the_daemon_times_every_request_it_answers() {
+    let _w = watchdog(
+        "the_daemon_times_every_request_it_answers",
+        Duration::from_secs(120),
+    );
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let times = dir.path().join("times");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let o = MountOptions {
+        times_file: Some(times.clone()),
+        ..MountOptions::default()
+    };
+    let m = mount_background(&pool, mnt.path(), &o).expect("mount");
+    let r = Requests::of(m.mountpoint(), "times");
+    r.clear();
+    for i in 0..20 {
+        fs::write(m.mountpoint().join(format!("f{i}")), [b't'; 4096]).unwrap();
+    }
+    let sent = r.counts();
+    drop(r);
+    m.unmount().unwrap();
+    let text = fs::read_to_string(&times).expect("the times file, written at unmount");
+    assert!(text.ends_with("# end\n"), "{text}");
+    let mut timed = HashMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let mut words = line.split(' ');
+        let name = words.next().unwrap().to_string();
+        let count: u64 = words.next().unwrap().parse().unwrap();
+        let total: u64 = words.next().unwrap().parse().unwrap();
+        let in_buckets: u64 = words
+            .map(|w| w.split_once(':').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(in_buckets, count, "{line}");
+        assert!(total > 0, "{line}");
+        timed.insert(name, count);
+    }
+    // Only this test's calls made files: CREATE and WRITE come from them alone.
+    for op in ["FUSE_CREATE", "FUSE_WRITE"] {
+        assert_eq!(sent.get(op), Some(&20), "sent: {sent:?}");
+        assert_eq!(timed.get(op), Some(&20), "timed: {text}");
+    }
+    for (op, n) in &sent {
+        if !op.contains("FORGET") {
+            assert!(timed.get(op) >= Some(&(*n as u64)), "{op}: {sent:?} {text}");
+        }
+    }
+}
