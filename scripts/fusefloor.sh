@@ -8,7 +8,7 @@
 # workload's time on tmpfs (the work that is not the file system's requests).
 #
 # usage: scripts/fusefloor.sh [--name NAME] [--ops N] [--setup CMD] [--pin CPU]
-#                             [--removable OP,OP] -- COMMAND
+#                             [--removable OP,OP] [--no-tmpfs] -- COMMAND
 #   COMMAND and CMD run under bash in the directory $M (the mount, or a tmpfs
 #   directory for the tmpfs run); --setup runs on a first mount of the same pool (and
 #   on tmpfs before the tmpfs run), so the measured mount starts with cold kernel
@@ -16,13 +16,16 @@
 #   --removable names request types judged not forced: left out of the floor.
 #   Markers written to $FUSEFLOOR_MARK (the tracing instance's trace_marker) as
 #   "fusefloor start NAME" / "fusefloor end NAME ops=N" split the workload into
-#   phases of their own (lynxfs-bench --mark writes them for each row).
+#   phases of their own (lynxfs-bench --mark writes them for each row); a phase
+#   "ROW on T" is measured against the floor with the phase "ROW on tmpfs" as its
+#   tmpfs time (the bench's own tmpfs column), so --no-tmpfs skips the script's own
+#   tmpfs run of COMMAND.
 # Needs root (mount, tracefs). LYNXFS: the lynxfs binary (default: the ci build).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 LYNXFS=${LYNXFS:-${CARGO_TARGET_DIR:-$here/target}/ci/lynxfs}
-name=workload ops=1 setup="" pin="" removable=""
+name=workload ops=1 setup="" pin="" removable="" tmpfs_run=1
 while [ $# -gt 0 ]; do
     case $1 in
     --name) name=$2; shift 2 ;;
@@ -30,6 +33,7 @@ while [ $# -gt 0 ]; do
     --setup) setup=$2; shift 2 ;;
     --pin) pin=$2; shift 2 ;;
     --removable) removable=$2; shift 2 ;;
+    --no-tmpfs) tmpfs_run=0; shift ;;
     --) shift; break ;;
     *) echo "fusefloor: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -128,12 +132,14 @@ rtt_after=$(calibrate)
 unmount_pool
 
 # The same on tmpfs.
-mkdir "$work/tmpfs" && mount -t tmpfs -o size=8G tmpfs "$work/tmpfs"
-[ -z "$setup" ] || run_in "$work/tmpfs" "$setup" >/dev/null
-sync; echo 2 >/proc/sys/vm/drop_caches
-t2=$(now_ns)
-run_in "$work/tmpfs" "$cmd" >/dev/null 2>&1
-t3=$(now_ns)
+t2=0 t3=0
+if [ "$tmpfs_run" = 1 ]; then
+    mkdir "$work/tmpfs" && mount -t tmpfs -o size=8G tmpfs "$work/tmpfs"
+    [ -z "$setup" ] || run_in "$work/tmpfs" "$setup" >/dev/null
+    t2=$(now_ns)
+    run_in "$work/tmpfs" "$cmd" >/dev/null 2>&1
+    t3=$(now_ns)
+fi
 
 cat "$work/out" | tail -n 40 >&2
 python3 - "$work/trace.txt" "$times" <<EOF
@@ -226,7 +232,7 @@ print(f"== {name}: {'client pinned to CPU ' + pinned if pinned else 'client not 
       f"load {'$load_before'} -> {'$load_after'}; trace overrun {$overrun}")
 print(f"round trip (fgetxattr, us per call, min/median/max of 9x1000): before {rtt[0]:.2f}/{rtt[1]:.2f}/{rtt[2]:.2f}, "
       f"after {rtt[3]:.2f}/{rtt[4]:.2f}/{rtt[5]:.2f}; used {rt:.2f}")
-print(f"fuse {fuse_ms:.1f} ms, tmpfs {tmpfs_ms:.1f} ms ({fuse_ms / tmpfs_ms:.2f}x)")
+print(f"fuse {fuse_ms:.1f} ms, tmpfs {tmpfs_ms:.1f} ms ({fuse_ms / tmpfs_ms if tmpfs_ms else float('nan'):.2f}x)")
 for label in order:
     p = phases[label]
     pops = p["ops"] or ops
@@ -245,8 +251,15 @@ for label in order:
         print(f"{op:<20}{n:>9}{n / pops:>9.3f}  {c50:>8.1f}/{c99:<9.1f}  {d50:>8.1f}/{d99:<9.1f}  {ratio:>13.2f}  {kind}")
     floor_req = sync * rt / 1000
     print(f"forced synchronous requests {sync} ({sync / pops:.3f} per op) x {rt:.2f} us = {floor_req:.1f} ms")
-    if label == name:
-        floor = floor_req + tmpfs_ms
-        print(f"floor = {floor_req:.1f} + tmpfs {tmpfs_ms:.1f} = {floor:.1f} ms; measured {fuse_ms:.1f} ms; "
-              f"ratio {fuse_ms / floor:.2f} (requests alone: {fuse_ms / floor_req if floor_req else float('nan'):.2f})")
+    row, _, target = label.partition(" on ")
+    if label == name and tmpfs_ms:
+        measured, base = fuse_ms, tmpfs_ms
+    elif target and target != "tmpfs" and f"{row} on tmpfs" in phases:
+        measured, base = p["ns"] / 1e6, phases[f"{row} on tmpfs"]["ns"] / 1e6
+    else:
+        continue
+    floor = floor_req + base
+    print(f"floor = {floor_req:.1f} + tmpfs {base:.1f} = {floor:.1f} ms; measured {measured:.1f} ms "
+          f"({measured / base:.2f}x tmpfs); ratio to floor {measured / floor:.2f} "
+          f"(to the requests alone: {measured / floor_req if floor_req else float('nan'):.2f})")
 EOF
