@@ -237,7 +237,7 @@ for label in order:
     p = phases[label]
     pops = p["ops"] or ops
     print(f"\n-- phase {label}: {pops} ops, {p['ns'] / 1e6:.1f} ms traced")
-    print(f"{'request':<20}{'count':>9}{'per op':>9}  {'client us p50/p99':>18}  {'daemon us p50/p99':>18}  {'daemon/client':>13}  kind")
+    print(f"{'request':<20}{'count':>9} {'per op':>10}  {'client us p50/p99':>18}  {'daemon us p50/p99':>18}  {'daemon/client':>13}  kind")
     sync = 0
     for op, n in sorted(p["n"].items(), key=lambda kv: -kv[1]):
         lat = sorted(p["lat"].get(op, []))
@@ -248,7 +248,7 @@ for label in order:
         if kind == "forced":
             sync += n
         ratio = d50 / c50 if h and lat else float("nan")
-        print(f"{op:<20}{n:>9}{n / pops:>9.3f}  {c50:>8.1f}/{c99:<9.1f}  {d50:>8.1f}/{d99:<9.1f}  {ratio:>13.2f}  {kind}")
+        print(f"{op:<20}{n:>9} {n / pops:>10.3f}  {c50:>8.1f}/{c99:<9.1f}  {d50:>8.1f}/{d99:<9.1f}  {ratio:>13.2f}  {kind}")
     floor_req = sync * rt / 1000
     print(f"forced synchronous requests {sync} ({sync / pops:.3f} per op) x {rt:.2f} us = {floor_req:.1f} ms")
     row, _, target = label.partition(" on ")
