@@ -8,7 +8,7 @@
 # workload's time on tmpfs (the work that is not the file system's requests).
 #
 # usage: scripts/fusefloor.sh [--name NAME] [--ops N] [--setup CMD] [--pin CPU]
-#                             [--removable OP,OP] [--no-tmpfs] -- COMMAND
+#                             [--removable OP,OP] [--no-tmpfs] [--size SIZE] -- COMMAND
 #   COMMAND and CMD run under bash in the directory $M (the mount, or a tmpfs
 #   directory for the tmpfs run); --setup runs on a first mount of the same pool (and
 #   on tmpfs before the tmpfs run), so the measured mount starts with cold kernel
@@ -19,13 +19,13 @@
 #   phases of their own (lynxfs-bench --mark writes them for each row); a phase
 #   "ROW on T" is measured against the floor with the phase "ROW on tmpfs" as its
 #   tmpfs time (the bench's own tmpfs column), so --no-tmpfs skips the script's own
-#   tmpfs run of COMMAND.
+#   tmpfs run of COMMAND. --size: the pool's (default 2G; mkfs reserves it in /dev/shm).
 # Needs root (mount, tracefs). LYNXFS: the lynxfs binary (default: the ci build).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 LYNXFS=${LYNXFS:-${CARGO_TARGET_DIR:-$here/target}/ci/lynxfs}
-name=workload ops=1 setup="" pin="" removable="" tmpfs_run=1
+name=workload ops=1 setup="" pin="" removable="" tmpfs_run=1 size=2G
 while [ $# -gt 0 ]; do
     case $1 in
     --name) name=$2; shift 2 ;;
@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
     --pin) pin=$2; shift 2 ;;
     --removable) removable=$2; shift 2 ;;
     --no-tmpfs) tmpfs_run=0; shift ;;
+    --size) size=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "fusefloor: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -83,7 +84,7 @@ EOF
 cc -O2 -o "$work/rtt" "$work/rtt.c"
 
 pool=$work/pool
-"$LYNXFS" mkfs --size 4G "$pool" >/dev/null
+"$LYNXFS" mkfs --size "$size" "$pool" >/dev/null
 mount_pool() { env ${1:+LYNXFS_FUSE_TIMES=$1} "$LYNXFS" mount "$pool" "$mnt"; }
 # A mount right after an unmount attaches beside the daemon that is detaching.
 unmount_pool() { umount "$mnt"; }
