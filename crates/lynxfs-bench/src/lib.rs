@@ -171,6 +171,11 @@ pub struct Options {
     /// other than `lynxfs-bench` (a test).
     #[serde(skip)]
     pub command: Option<String>,
+    /// `personalities`: a file (a tracing instance's `trace_marker`) to write
+    /// `fusefloor start ROW on TARGET` and `fusefloor end ROW on TARGET ops=N` to
+    /// around each timed phase (`--mark`, for scripts/fusefloor.sh).
+    #[serde(skip)]
+    pub mark: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -188,6 +193,7 @@ impl Default for Options {
             worker: None,
             library: None,
             command: None,
+            mark: None,
         }
     }
 }

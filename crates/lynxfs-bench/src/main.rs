@@ -80,6 +80,11 @@ struct BenchArgs {
     /// target reports to its parent this way).
     #[arg(long, hide = true, value_name = "FILE")]
     child_report: Option<PathBuf>,
+    /// personalities: write `fusefloor start ROW on TARGET` and `fusefloor end ROW on
+    /// TARGET ops=N` lines to FILE around each timed phase (a tracing instance's
+    /// trace_marker: scripts/fusefloor.sh splits its trace by them).
+    #[arg(long, value_name = "FILE")]
+    mark: Option<PathBuf>,
 }
 
 /// `lynxfs-bench page DIR` (`lynxfs bench page DIR`): the results page from the
@@ -271,6 +276,7 @@ fn run(args: BenchArgs, command: Option<String>) -> Result<()> {
             None
         },
         command,
+        mark: args.mark.clone(),
         ..Options::default()
     };
     let mut preload = None;

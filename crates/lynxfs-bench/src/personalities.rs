@@ -513,6 +513,8 @@ fn measure(t: &dyn Target, spec: &Spec, threads: usize, opts: &Options) -> anyho
         src: &src,
         log_end: &log_end,
     };
+    let label = format!("{} on {}", row_name(spec, threads), t.name());
+    mark(opts, &format!("start {label}"));
     let timed = timed_parallel(t, &workers, |t, w| {
         let mut w = w.lock().unwrap_or_else(|p| p.into_inner());
         let mut buf = vec![0u8; IOSIZE];
@@ -523,17 +525,28 @@ fn measure(t: &dyn Target, spec: &Spec, threads: usize, opts: &Options) -> anyho
         }
         Ok(())
     });
+    let ops: u64 = workers
+        .iter()
+        .map(|w| w.lock().unwrap_or_else(|p| p.into_inner()).ops)
+        .sum();
+    mark(opts, &format!("end {label} ops={ops}"));
     let checked = timed
         .map_err(anyhow::Error::from)
         .and_then(|secs| verify(t, &set, &workers).map(|()| secs));
     let removed = teardown(t, &set, &workers).context("teardown");
     let secs = checked?;
     removed?;
-    let ops: u64 = workers
-        .iter()
-        .map(|w| w.lock().unwrap_or_else(|p| p.into_inner()).ops)
-        .sum();
     Ok(ops as f64 / secs)
+}
+
+/// Writes `fusefloor WHAT` to [`Options::mark`], if set. A failed write is reported
+/// and the run goes on: the marks only split a trace.
+fn mark(opts: &Options, what: &str) {
+    if let Some(path) = &opts.mark {
+        if let Err(e) = std::fs::write(path, format!("fusefloor {what}\n")) {
+            eprintln!("lynxfs-bench: writing the mark to {}: {e}", path.display());
+        }
+    }
 }
 
 /// varmail alone on one target with `threads` threads, [`Options::files`] flows (the

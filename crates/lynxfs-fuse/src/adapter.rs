@@ -52,6 +52,7 @@ use crate::caller::{as_caller, full_cred};
 use crate::commits::Committers;
 use crate::forward::{report, Forward, Forwarded, Forwarder};
 use crate::locks::Locks;
+use crate::times::TimesFile;
 use crate::usage::{LiveUsage, Transport, USAGE_XATTR};
 
 /// How many directory entries to ask the engine for at a time while filling one
@@ -100,6 +101,8 @@ pub struct LynxFuse<B: Backend> {
     locks_on: bool,
     /// A hybrid pool's FSYNCs, answered from threads of their own.
     committers: Committers<B>,
+    /// Where the daemon's own time per request type goes at the end, if asked for.
+    times: Option<TimesFile>,
 }
 
 /// The largest write the kernel sends in one request (with FUSE_MAX_PAGES, 256 pages):
@@ -241,6 +244,7 @@ impl<B: Backend> LynxFuse<B> {
             no_opendir: false,
             locks: None,
             locks_on: false,
+            times: None,
         }
         .with_stand_ins()
     }
@@ -270,6 +274,12 @@ impl<B: Backend> LynxFuse<B> {
     /// kernel has sent it, at fsync or close (or when it writes back on its own).
     pub fn with_writeback(mut self) -> Self {
         self.writeback = true;
+        self
+    }
+
+    /// Writes the session's request times (see [`crate::times`]) when it ends.
+    pub(crate) fn with_request_times(mut self, times: TimesFile) -> Self {
+        self.times = Some(times);
         self
     }
 
@@ -325,9 +335,29 @@ impl<B: Backend> LynxFuse<B> {
     /// process's write never reads what was there before, and the first read after a
     /// change updates the atime as relatime says. A reopened file is then read from
     /// the kernel's pages: no READ request.
-    fn open_flags(&self, ino: u64) -> FopenFlags {
-        if self.forwarded.caught_up(&self.fs) && !self.fs.read_would_touch_atime(ino) {
+    fn open_flags(&self, ino: u64, flags: i32) -> FopenFlags {
+        let pages = if self.forwarded.caught_up(&self.fs) && !self.fs.read_would_touch_atime(ino) {
             FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        pages | self.direct_if_write_only(flags)
+    }
+
+    /// A write-only open's writes go straight to the daemon (FOPEN_DIRECT_IO), one
+    /// WRITE per write(2) up to 1 MiB: through the page cache the kernel ends a WRITE
+    /// at every partly written page it does not hold whole (a write that does not
+    /// start or end on a page boundary costs two), and asks GETXATTR
+    /// `security.capability` before the first write of every file it has just
+    /// learned (S_NOSEC is forgotten at each attribute refresh); a direct write asks
+    /// the daemon to kill privileges instead (FUSE_WRITE_KILL_SUIDGID), which the
+    /// engine does at every write anyway. Nothing else changes for such an open: it
+    /// cannot be read or mapped (mmap needs read access), and the kernel drops its
+    /// cached pages of the written range (other opens read the new bytes). Not with
+    /// the writeback cache, which gathers writes in those pages.
+    fn direct_if_write_only(&self, flags: i32) -> FopenFlags {
+        if flags & libc::O_ACCMODE == libc::O_WRONLY && !self.writeback {
+            FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::empty()
         }
@@ -409,14 +439,14 @@ impl<B: Backend> LynxFuse<B> {
     }
 
     /// Answers a create or tmpfile: the new file's entry and its open handle.
-    fn reply_created(&self, r: Res<(Stat, u64)>, reply: ReplyCreate) {
+    fn reply_created(&self, r: Res<(Stat, u64)>, flags: i32, reply: ReplyCreate) {
         match r {
             Ok((st, fd)) => reply.created(
                 &self.entry_ttl,
                 &file_attr(&st),
                 entry_generation(&st),
                 FileHandle(fd),
-                self.open_flags(st.ino),
+                self.open_flags(st.ino, flags),
             ),
             Err(e) => reply.error(e),
         }
@@ -717,7 +747,16 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 .unwrap_or_else(|e| e.into_inner())
                 .take(),
         );
-        // Every worker thread has stopped: close the pool cleanly.
+        // Every worker thread has stopped: every timed request has been answered.
+        if let Some(t) = &self.times {
+            if let Err(e) = t.write() {
+                eprintln!(
+                    "lynxfs: writing the request times ({}): {e}",
+                    crate::times::VAR
+                );
+            }
+        }
+        // Close the pool cleanly.
         if let Err(e) = self.fs.close() {
             eprintln!("lynxfs: closing the pool: {e}");
         }
@@ -921,7 +960,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             self.open_engine(req, ino.0, flags.0, false)
         })();
         match r {
-            Ok(fd) => reply.opened(FileHandle(fd), self.open_flags(ino.0)),
+            Ok(fd) => reply.opened(FileHandle(fd), self.open_flags(ino.0, flags.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -1371,7 +1410,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 }
             }
         })();
-        self.reply_created(r, reply)
+        self.reply_created(r, flags, reply)
     }
 
     /// Inode flags (`chattr`/`lsattr`: the kernel sends FS_IOC_GETFLAGS/SETFLAGS with a
@@ -1440,7 +1479,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
                 }
             }
         })();
-        self.reply_created(r, reply)
+        self.reply_created(r, flags, reply)
     }
 
     fn fallocate(

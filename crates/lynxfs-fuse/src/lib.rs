@@ -46,6 +46,7 @@ pub mod mount;
 pub mod mountinfo;
 pub mod options;
 mod readahead;
+pub mod times;
 pub mod usage;
 
 pub use adapter::LynxFuse;

@@ -83,6 +83,10 @@ pub struct MountOptions {
     pub data: Option<lynxfs::DataMode>,
     /// `commit=`: a hybrid pool's commit interval (`None`: the engine's 5 s).
     pub commit: Option<Duration>,
+    /// Not an `-o` option: append the daemon's own time per request type to this
+    /// file when the session ends ([`crate::times`]); `None` takes it from
+    /// `LYNXFS_FUSE_TIMES`, if set.
+    pub times_file: Option<std::path::PathBuf>,
 }
 
 /// Whether the kernel's FUSE requests come over io_uring (one queue per CPU, served
@@ -148,6 +152,7 @@ impl Default for MountOptions {
             extra: Vec::new(),
             data: None,
             commit: None,
+            times_file: None,
         }
     }
 }
@@ -406,6 +411,11 @@ fn session<B: Backend>(
     if o.writeback {
         fuse = fuse.with_writeback();
     }
+    let times = crate::times::TimesFile::new(o.times_file.as_deref(), mountpoint);
+    let timed = times.as_ref().map(|t| t.times());
+    if let Some(t) = times {
+        fuse = fuse.with_request_times(t);
+    }
     let notices = fuse.notices();
     let transport = fuse.transport();
     let forward = fuse.forward();
@@ -423,7 +433,10 @@ fn session<B: Backend>(
         kmount::session(fuse, mountpoint, &o.config(pool_path))
     };
     match started {
-        Ok((s, mount)) => {
+        Ok((mut s, mount)) => {
+            if let Some(t) = timed {
+                s.time_requests(t);
+            }
             // INIT is answered (it would narrow the window again): large reads may
             // now go in 1 MiB READs.
             if let Err(e) = crate::readahead::widen(&mount.device()) {

@@ -306,8 +306,8 @@ fn each_operation_keeps_to_its_request_budget() {
             ("FUSE_GETATTR", 1),
             ("FUSE_LOOKUP", 1),
             ("FUSE_CREATE", 1),
-            // security.capability, before the first write of a file new to the kernel.
-            ("FUSE_GETXATTR", 1),
+            // A write-only open writes directly: one WRITE, and no GETXATTR of
+            // security.capability first.
             ("FUSE_WRITE", 1),
             // Where a close drops the closer's POSIX locks (locks are shared).
             ("FUSE_FLUSH", 1),
@@ -356,6 +356,114 @@ fn each_operation_keeps_to_its_request_budget() {
     within("rmdir", &[("FUSE_GETATTR", 1), ("FUSE_RMDIR", 1)], &|p| {
         fs::remove_dir(p).unwrap()
     });
+    drop(r);
+    m.unmount().unwrap();
+}
+
+/// The daemon's own time per request type (`MountOptions::times_file`, as
+/// `LYNXFS_FUSE_TIMES=FILE`, for `scripts/fusefloor.sh`): when the session ends, each
+/// request type the kernel sent is in the file, counted as often as the tracepoint
+/// saw it sent, with a histogram that holds every one of them.
+#[test]
+fn the_daemon_times_every_request_it_answers() {
+    let _w = watchdog(
+        "the_daemon_times_every_request_it_answers",
+        Duration::from_secs(120),
+    );
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let times = dir.path().join("times");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let o = MountOptions {
+        times_file: Some(times.clone()),
+        ..MountOptions::default()
+    };
+    let m = mount_background(&pool, mnt.path(), &o).expect("mount");
+    let r = Requests::of(m.mountpoint(), "times");
+    r.clear();
+    for i in 0..20 {
+        fs::write(m.mountpoint().join(format!("f{i}")), [b't'; 4096]).unwrap();
+    }
+    let sent = r.counts();
+    drop(r);
+    m.unmount().unwrap();
+    let text = fs::read_to_string(&times).expect("the times file, written at unmount");
+    assert!(text.ends_with("# end\n"), "{text}");
+    let mut timed = HashMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let mut words = line.split(' ');
+        let name = words.next().unwrap().to_string();
+        let count: u64 = words.next().unwrap().parse().unwrap();
+        let total: u64 = words.next().unwrap().parse().unwrap();
+        let in_buckets: u64 = words
+            .map(|w| w.split_once(':').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(in_buckets, count, "{line}");
+        assert!(total > 0, "{line}");
+        timed.insert(name, count);
+    }
+    // Only this test's calls made files: CREATE and WRITE come from them alone.
+    for op in ["FUSE_CREATE", "FUSE_WRITE"] {
+        assert_eq!(sent.get(op), Some(&20), "sent: {sent:?}");
+        assert_eq!(timed.get(op), Some(&20), "timed: {text}");
+    }
+    for (op, n) in &sent {
+        if !op.contains("FORGET") {
+            assert!(timed.get(op) >= Some(&(*n as u64)), "{op}: {sent:?} {text}");
+        }
+    }
+}
+
+/// A write-only open writes straight to the daemon (FOPEN_DIRECT_IO): one WRITE per
+/// write(2) and no GETXATTR of `security.capability` before the first. Through the
+/// page cache, tar's 10 KiB writes cost 1-2 WRITEs each (a WRITE ends at every page
+/// written in part) and each new file one GETXATTR: seen failing with 80 WRITEs and
+/// 20 GETXATTRs. Readers still see the new bytes: the kernel drops its pages of the
+/// range written.
+#[test]
+fn write_only_opens_send_one_write_per_call_and_no_capability_check() {
+    let _w = watchdog(
+        "write_only_opens_send_one_write_per_call_and_no_capability_check",
+        Duration::from_secs(120),
+    );
+    let (_pool, _mnt, m) = mounted();
+    let block: Vec<u8> = (0..10240u32).map(|i| (i % 241) as u8).collect();
+    let r = Requests::of(m.mountpoint(), "direct");
+    r.clear();
+    for i in 0..20 {
+        let mut f = fs::File::create(m.mountpoint().join(format!("t{i}"))).unwrap();
+        for _ in 0..3 {
+            std::io::Write::write_all(&mut f, &block).unwrap();
+        }
+    }
+    let counts = r.counts();
+    assert_eq!(counts.get("FUSE_WRITE"), Some(&60), "{counts:?}");
+    assert_eq!(counts.get("FUSE_GETXATTR"), None, "{counts:?}");
+
+    // A reader's cached pages give way to a write-only open's write.
+    let path = m.mountpoint().join("t0");
+    let reader = fs::File::open(&path).unwrap();
+    let mut old = vec![0u8; 3 * block.len()];
+    reader.read_exact_at(&mut old, 0).unwrap();
+    r.clear();
+    reader.read_exact_at(&mut old, 0).unwrap();
+    assert_eq!(
+        r.count("FUSE_READ"),
+        0,
+        "the pages are cached: {:?}",
+        r.counts()
+    );
+    let writer = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    writer.write_all_at(b"new bytes", 5000).unwrap();
+    drop(writer);
+    let mut now = vec![0u8; old.len()];
+    reader.read_exact_at(&mut now, 0).unwrap();
+    old[5000..5009].copy_from_slice(b"new bytes");
+    assert!(now == old, "the reader saw the old bytes");
+    assert_eq!(fs::read(&path).unwrap(), old);
+    drop(reader);
     drop(r);
     m.unmount().unwrap();
 }

@@ -81,6 +81,7 @@ pub use crate::session::IoUringState;
 use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
+pub use crate::times::RequestTimes; // LynxFS (LYNXFS-CHANGES.md)
 pub use crate::session::SessionUnmounter;
 
 mod access_flags;
@@ -104,6 +105,7 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+mod times; // LynxFS (LYNXFS-CHANGES.md)
 // LynxFS: FUSE over io_uring (Linux only, as this fork is).
 mod uring;
 

@@ -40,6 +40,9 @@ pub(crate) enum ReplySender {
     Channel(ChannelSender),
     /// LynxFS: the io_uring entry the request came on.
     Uring(crate::uring::UringSender),
+    /// LynxFS: another sender, with the request's timer (`times.rs`), stopped when
+    /// the reply is written.
+    Timed(Box<(ReplySender, crate::times::Timer)>),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -52,6 +55,19 @@ impl ReplySender {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
             ReplySender::Uring(sender) => sender.send(data),
+            ReplySender::Timed(timed) => {
+                let (sender, timer) = &**timed;
+                // A ring reply is written in user space (the commit is only queued);
+                // a /dev/fuse write is the kernel's work, so the clock stops before it.
+                if let ReplySender::Uring(_) = sender {
+                    let sent = sender.send(data);
+                    timer.stop();
+                    sent
+                } else {
+                    timer.stop();
+                    sender.send(data)
+                }
+            }
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -67,6 +83,7 @@ impl ReplySender {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
             ReplySender::Uring(sender) => sender.channel().open_backing(fd),
+            ReplySender::Timed(timed) => timed.0.open_backing(fd),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -80,6 +97,8 @@ impl ReplySender {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
             // SAFETY: the caller's promise about `id`, passed on.
             ReplySender::Uring(sender) => unsafe { sender.channel().wrap_backing(id) },
+            // SAFETY: the caller's promise about `id`, passed on.
+            ReplySender::Timed(timed) => unsafe { timed.0.wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]

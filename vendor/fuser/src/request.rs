@@ -52,6 +52,8 @@ pub(crate) struct RequestWithSender<'a> {
     ch: ReplyRoute,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
+    /// LynxFS: the daemon's clock for this request, when the session times requests.
+    timer: Option<crate::times::Timer>,
 }
 
 impl<'a> RequestWithSender<'a> {
@@ -65,7 +67,34 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            request,
+            timer: None,
+        })
+    }
+
+    /// LynxFS: times this request from `start` (when it was read) to its reply, if
+    /// the session times requests (`start` is then `Some`).
+    pub(crate) fn timed(
+        mut self,
+        times: Option<&std::sync::Arc<crate::times::RequestTimes>>,
+        start: Option<std::time::Instant>,
+    ) -> Self {
+        if let (Some(times), Some(start)) = (times, start) {
+            let opcode = self.request.header().opcode;
+            self.timer = Some(crate::times::Timer::new(times.clone(), opcode, start));
+        }
+        self
+    }
+
+    /// LynxFS: where the reply goes, with the request's timer if it has one.
+    fn sender(&self) -> ReplySender {
+        let sender = self.ch.sender();
+        match &self.timer {
+            Some(timer) => ReplySender::Timed(Box::new((sender, timer.clone()))),
+            None => sender,
+        }
     }
 
     /// Dispatch request to the given filesystem.
@@ -332,7 +361,7 @@ impl<'a> RequestWithSender<'a> {
                     self.request.nodeid(),
                     x.file_handle(),
                     x.offset(),
-                    ReplyDirectory::new(self.request.unique(), self.ch.sender(), x.size() as usize),
+                    ReplyDirectory::new(self.request.unique(), self.sender(), x.size() as usize),
                 );
             }
             ll::Operation::ReleaseDir(x) => {
@@ -507,7 +536,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        self.ch.sender(),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -585,7 +614,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), self.ch.sender())
+        Reply::new(self.request.unique(), self.sender())
     }
 
     /// Returns a Request reference for this request

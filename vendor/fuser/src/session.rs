@@ -51,6 +51,7 @@ use crate::reply::ReplyRaw;
 use crate::reply::ReplySender;
 use crate::request::ReplyRoute;
 use crate::request::RequestWithSender;
+use crate::times::RequestTimes;
 
 /// The max size of write requests from the kernel. The absolute minimum is 4k,
 /// FUSE recommends at least 128k, max 16M. The FUSE default is 16M on macOS
@@ -147,6 +148,9 @@ pub struct Session<FS: Filesystem> {
     uring_payload: Option<usize>,
     /// LynxFS: whether the io_uring queues serve (see [`IoUringState`]).
     uring_state: IoUringState,
+    /// LynxFS: the daemon's own time per request type, if asked for
+    /// ([`Session::time_requests`]).
+    times: Option<Arc<RequestTimes>>,
 }
 
 /// LynxFS: whether a session's requests come over io_uring: set when INIT agrees on
@@ -213,6 +217,7 @@ impl<FS: Filesystem> Session<FS> {
             config: options.clone(),
             uring_payload: None,
             uring_state: IoUringState::default(),
+            times: None,
         };
 
         session.handshake()?;
@@ -243,6 +248,7 @@ impl<FS: Filesystem> Session<FS> {
             config,
             uring_payload: None,
             uring_state: IoUringState::default(),
+            times: None,
         };
 
         session.handshake()?;
@@ -283,6 +289,7 @@ impl<FS: Filesystem> Session<FS> {
             config,
             uring_payload,
             uring_state,
+            times,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -330,6 +337,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                times: times.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -350,6 +358,7 @@ impl<FS: Filesystem> Session<FS> {
                     ch: uring_channel.clone(),
                     allowed,
                     session_owner,
+                    times: times.clone(),
                 };
                 let ch = uring_channel.clone();
                 let stop = stop_queues.clone();
@@ -580,6 +589,12 @@ impl<FS: Filesystem> Session<FS> {
     pub fn io_uring_state(&self) -> IoUringState {
         self.uring_state.clone()
     }
+
+    /// LynxFS: times every request from here on, from its read to its reply, into
+    /// `times` (see [`RequestTimes`]). Call before [`Session::run`].
+    pub fn time_requests(&mut self, times: Arc<RequestTimes>) {
+        self.times = Some(times);
+    }
 }
 
 #[derive(Debug)]
@@ -605,6 +620,8 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// LynxFS: where requests' times go, if they are timed.
+    pub(crate) times: Option<Arc<RequestTimes>>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -616,11 +633,15 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            match self.ch.receive_retrying(buf) {
+            let received = self.ch.receive_retrying(buf);
+            let start = crate::times::started(self.times.as_ref());
+            match received {
                 Ok(size) => match RequestWithSender::new(
                     ReplyRoute::Channel(self.ch.sender()),
                     &buf[..size],
-                ) {
+                )
+                .map(|req| req.timed(self.times.as_ref(), start))
+                {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

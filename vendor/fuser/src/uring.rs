@@ -509,6 +509,8 @@ pub(crate) fn serve_queue<FS: Filesystem>(
         // SAFETY: only this thread reads the completion queue.
         ready
             .extend(unsafe { queue.ring.completion_shared() }.map(|c| (c.user_data(), c.result())));
+        // The requests just reaped were read now, whichever is served first.
+        let start = crate::times::started(event_loop.times.as_ref());
         for (tag, res) in ready.drain(..) {
             if tag == WAKE_TAG {
                 queue.commit_foreign()?;
@@ -535,7 +537,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
             }
             served = true;
             queue.held.fetch_add(1, Ordering::AcqRel);
-            serve_entry(&queue, idx, &mut buf, &event_loop);
+            serve_entry(&queue, idx, &mut buf, &event_loop, start);
         }
         // Requests held past their dispatch (answered later from other threads) keep
         // their entries: keep QUEUE_DEPTH free for the requests still to come.
@@ -556,6 +558,7 @@ fn serve_entry<FS: Filesystem>(
     idx: usize,
     buf: &mut Vec<u64>,
     event_loop: &SessionEventLoop<FS>,
+    start: Option<std::time::Instant>,
 ) {
     let sender = UringSender {
         queue: queue.clone(),
@@ -566,6 +569,7 @@ fn serve_entry<FS: Filesystem>(
         .ok()
         .and_then(|len| {
             RequestWithSender::new(ReplyRoute::Uring(sender.clone()), &buf.as_bytes()[..len])
+                .map(|req| req.timed(event_loop.times.as_ref(), start))
         })
     else {
         // Unreadable: answer EIO, which also gives the entry back to the kernel.
