@@ -99,11 +99,8 @@ mod tests {
         let planted = dir.path().join("planted");
         std::fs::write(&planted, b"").unwrap();
         // SAFETY: geteuid has no preconditions.
-        assert_eq!(
-            unsafe { libc::geteuid() },
-            0,
-            "run as root, as ./lynx test does"
-        );
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(euid, 0, "run as root, as ./lynx test does");
         std::os::unix::fs::chown(&planted, Some(1000), Some(1000)).unwrap();
         let e = own_file(&planted).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
