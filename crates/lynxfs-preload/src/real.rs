@@ -225,15 +225,22 @@ pub mod kernel {
         m as mode_t
     }
 
-    /// The kernel's working directory (getcwd(2)); `None` when it has none the
-    /// kernel can name (unreachable, or longer than a page).
+    /// The kernel's working directory (getcwd(2)); `None` when it has none
+    /// reachable. One longer than the kernel names is asked of the C library, which
+    /// finds it by walking up.
     pub fn cwd() -> Option<Vec<u8>> {
+        use std::os::unix::ffi::OsStringExt;
         let mut buf = vec![0u8; libc::PATH_MAX as usize];
         let n = syscall2(
             libc::SYS_getcwd,
             buf.as_mut_ptr() as c_long,
             buf.len() as c_long,
         );
+        if n == -(libc::ENAMETOOLONG as c_long) {
+            return std::env::current_dir()
+                .ok()
+                .map(|p| p.into_os_string().into_vec());
+        }
         // The length counts the NUL; an unreachable directory is "(unreachable)/...".
         if n <= 1 || buf[0] != b'/' {
             return None;
