@@ -34,14 +34,20 @@ pub fn next(cache: &AtomicUsize, name: &'static [u8]) -> usize {
 }
 
 /// `real!(fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int);`
-/// defines `real::open`, calling the C library's `open`.
+/// defines `real::open`, calling the C library's `open`, and `found::open`, the
+/// address it was found at (0 until looked up).
 macro_rules! real {
     ($(fn $name:ident($($arg:ident: $t:ty),*) -> $r:ty;)*) => {
+        /// Each function's address in the C library, once looked up.
+        #[allow(non_upper_case_globals)]
+        mod found {
+            use std::sync::atomic::AtomicUsize;
+            $(pub static $name: AtomicUsize = AtomicUsize::new(0);)*
+        }
         $(
             #[allow(clippy::missing_safety_doc)]
             pub unsafe fn $name($($arg: $t),*) -> $r {
-                static CACHE: AtomicUsize = AtomicUsize::new(0);
-                let f = next(&CACHE, concat!(stringify!($name), "\0").as_bytes());
+                let f = next(&found::$name, concat!(stringify!($name), "\0").as_bytes());
                 // SAFETY: `f` is the C library's definition of this very function,
                 // whose C prototype the signature here repeats.
                 let f: unsafe extern "C" fn($($t),*) -> $r = unsafe { std::mem::transmute(f) };
@@ -51,6 +57,16 @@ macro_rules! real {
             }
         )*
     };
+}
+
+/// Looks up, once per process, the C library's functions a fork child calls on its
+/// way to `execve` (`execve` itself, and `faccessat` when the parent is attached):
+/// a lookup in the child (`dlsym`: a walk of every loaded object's symbols, in pages
+/// the child faults in anew) would be paid again by every child of a program that
+/// never makes those calls itself, a shell.
+pub fn find_for_fork() {
+    next(&found::execve, b"execve\0");
+    next(&found::faccessat, b"faccessat\0");
 }
 
 use libc::{
@@ -193,4 +209,111 @@ real! {
     fn removexattr(path: *const c_char, name: *const c_char) -> c_int;
     fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int;
     fn fremovexattr(fd: c_int, name: *const c_char) -> c_int;
+}
+
+/// System calls made by this library itself where the C library's function would
+/// cost every preloaded process a `dlsym` at its start (the first call of each
+/// function above looks it up) and the kernel's own answer is what is asked.
+pub mod kernel {
+    use libc::{c_long, mode_t};
+
+    /// The process's file mode creation mask (umask(2)), read by setting it and
+    /// putting it back. Only while no other thread can run (the library's load).
+    pub fn read_umask() -> mode_t {
+        let m = syscall1(libc::SYS_umask, 0o022);
+        syscall1(libc::SYS_umask, m);
+        m as mode_t
+    }
+
+    /// The kernel's working directory (getcwd(2)); `None` when it has none
+    /// reachable. One longer than the kernel names is asked of the C library, which
+    /// finds it by walking up.
+    pub fn cwd() -> Option<Vec<u8>> {
+        use std::os::unix::ffi::OsStringExt;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        let n = syscall2(
+            libc::SYS_getcwd,
+            buf.as_mut_ptr() as c_long,
+            buf.len() as c_long,
+        );
+        if n == -(libc::ENAMETOOLONG as c_long) {
+            return std::env::current_dir()
+                .ok()
+                .map(|p| p.into_os_string().into_vec());
+        }
+        // The length counts the NUL; an unreachable directory is "(unreachable)/...".
+        if n <= 1 || buf[0] != b'/' {
+            return None;
+        }
+        buf.truncate(n as usize - 1);
+        Some(buf)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn syscall1(n: c_long, a: c_long) -> c_long {
+        syscall2(n, a, 0)
+    }
+
+    /// The `syscall` instruction itself, for the two calls above: neither touches
+    /// memory but the buffer getcwd is given.
+    #[cfg(target_arch = "x86_64")]
+    fn syscall2(n: c_long, a: c_long, b: c_long) -> c_long {
+        let ret: c_long;
+        // SAFETY: umask changes only the process's mask; getcwd writes at most
+        // `b` bytes into the buffer at `a`, which its caller owns. The kernel
+        // clobbers RCX and R11.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") n => ret,
+                in("rdi") a,
+                in("rsi") b,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack)
+            )
+        };
+        ret
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn syscall1(n: c_long, a: c_long) -> c_long {
+        syscall2(n, a, 0)
+    }
+
+    /// Elsewhere through the C library's `syscall` (looked up once).
+    #[cfg(not(target_arch = "x86_64"))]
+    fn syscall2(n: c_long, a: c_long, b: c_long) -> c_long {
+        // SAFETY: as the x86-64 version's.
+        let r = unsafe { super::syscall(n, a, b, 0, 0, 0, 0) };
+        if r < 0 {
+            -(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL) as c_long)
+        } else {
+            r
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn the_kernel_names_the_working_directory_as_the_c_library_does() {
+        let std = std::env::current_dir().expect("a working directory");
+        assert_eq!(kernel::cwd().as_deref(), Some(std.as_os_str().as_bytes()));
+    }
+
+    #[test]
+    fn the_umask_read_by_system_calls_is_the_one_set() {
+        // SAFETY: swaps the process's mask; the old one is put back below.
+        let old = unsafe { super::umask(0o027) };
+        let read = kernel::read_umask();
+        // SAFETY: as above.
+        let now = unsafe { super::umask(old) };
+        assert_eq!((read, now), (0o027, 0o027));
+    }
 }

@@ -395,21 +395,18 @@ pub fn set_umask(m: u32) {
 /// (docs/DESIGN-NOTES.md, "Process start in every placement"). A process attached
 /// already (it took over its previous image's place) enters it now.
 pub fn init() {
-    // SAFETY: umask only swaps the process's mask; it is put back at once.
-    let m = unsafe {
-        let m = crate::real::umask(0o022);
-        crate::real::umask(m);
-        m
-    };
-    set_umask(m);
+    set_umask(crate::real::kernel::read_umask());
     let Some(c) = config() else { return };
     // A preloaded parent working inside the pool said where; else the kernel's
     // working directory may be under the pool's directory (its mount).
     let inherited = std::env::var_os(ENV_CWD);
-    let kernel = std::env::current_dir().ok();
+    let kernel = match inherited {
+        Some(_) => None,
+        None => crate::real::kernel::cwd(),
+    };
     let rest = match (&inherited, &kernel) {
         (Some(p), _) => Some(p.as_bytes()),
-        (None, Some(k)) => under(&c.at, k.as_os_str().as_bytes()),
+        (None, Some(k)) => under(&c.at, k),
         (None, None) => None,
     };
     let Some(rest) = rest else { return };

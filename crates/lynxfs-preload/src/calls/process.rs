@@ -59,6 +59,7 @@ extern "C" fn before_fork() {
     // Inside (with a pass) before the gate closes: this thread's own work below
     // goes through it.
     let _inside = crate::guard::Inside::enter();
+    real::find_for_fork();
     fork_gate::close();
     crate::attach_lock::hold_for_fork();
     if let Some(a) = state::attached_now() {
@@ -211,67 +212,130 @@ fn passed_on(a: &Attached) -> (Vec<u64>, Vec<u64>) {
 /// takes over this attached image's place (`attached`), and the mark of inherited
 /// pool fds (`fds`), the entries of what the families hand on (`handed`: see
 /// [`hooks::ProcessHooks::handing_on`]), and the working directory in the pool
-/// (`cwd`).
+/// (`cwd`). The caller's entries are passed by their own pointers, and the caller's
+/// very array when nothing changes (the usual exec of a fork child that never touched
+/// the pool: nothing copied onto heap pages the child would fault in).
 fn environment(
     envp: *const *const c_char,
     attached: bool,
     fds: bool,
     handed: &[&str],
     cwd: Option<Vec<u8>>,
-) -> (Vec<CString>, Vec<*const c_char>) {
-    let mut out = Vec::new();
-    let mut have = [false; 3];
+) -> NewEnv {
     let ours = ours_env();
-    let mut p = envp;
+    let mut have = [false; 3];
+    let mut dropped = false;
     // SAFETY: `envp` is null or a NULL-terminated array of C strings (execve's).
-    while !p.is_null() && !unsafe { *p }.is_null() {
-        // SAFETY: as above.
-        let e = unsafe { CStr::from_ptr(*p) };
-        let b = e.to_bytes();
-        let mine = |n: &str| b.starts_with(n.as_bytes()) && b.get(n.len()) == Some(&b'=');
-        let handed_on = || {
-            hooks::registered()
-                .iter()
-                .filter_map(|h| h.env_name())
-                .any(mine)
+    unsafe { each_entry(envp, |_, b| dropped |= !keeps(b, ours, &mut have)) };
+    let missing = ours
+        .iter()
+        .zip(have)
+        .any(|((_, value), had)| !had && value.is_some());
+    if !dropped && !missing && !attached && !fds && handed.is_empty() && cwd.is_none() {
+        return NewEnv {
+            _made: Vec::new(),
+            ptrs: Vec::new(),
+            caller: envp,
         };
-        if !mine(ENV_PREVIOUS) && !mine(ENV_CWD) && !mine(ENV_FDS) && !handed_on() {
-            for (i, (name, _)) in ours.iter().enumerate() {
-                if b.starts_with(name.as_bytes()) && b.get(name.len()) == Some(&b'=') {
-                    have[i] = true;
-                }
-            }
-            out.push(e.to_owned());
-        }
-        // SAFETY: within the array, up to its NULL.
-        p = unsafe { p.add(1) };
     }
+    let mut ptrs = Vec::new();
+    // SAFETY: as above.
+    unsafe {
+        each_entry(envp, |p, b| {
+            if keeps(b, ours, &mut have) {
+                ptrs.push(p);
+            }
+        })
+    };
+    let mut made = Vec::new();
     for (i, (name, value)) in ours.iter().enumerate() {
         if !have[i] {
             if let Some(v) = value {
-                out.push(CString::new(format!("{name}={v}")).expect("no NUL in env"));
+                made.push(CString::new(format!("{name}={v}")).expect("no NUL in env"));
             }
         }
     }
     if attached {
-        out.push(CString::new(format!("{ENV_PREVIOUS}=1")).expect("no NUL"));
+        made.push(CString::new(format!("{ENV_PREVIOUS}=1")).expect("no NUL"));
     }
     if fds {
-        out.push(CString::new(format!("{ENV_FDS}=1")).expect("no NUL"));
+        made.push(CString::new(format!("{ENV_FDS}=1")).expect("no NUL"));
     }
     for h in handed {
-        out.push(CString::new(*h).expect("digits and letters hold no NUL"));
+        made.push(CString::new(*h).expect("digits and letters hold no NUL"));
     }
     if let Some(cwd) = cwd {
         let mut e = format!("{ENV_CWD}=").into_bytes();
         e.extend_from_slice(&cwd);
         if let Ok(e) = CString::new(e) {
-            out.push(e);
+            made.push(e);
         }
     }
-    let mut ptrs: Vec<*const c_char> = out.iter().map(|c| c.as_ptr()).collect();
+    ptrs.extend(made.iter().map(|c| c.as_ptr()));
     ptrs.push(std::ptr::null());
-    (out, ptrs)
+    NewEnv {
+        _made: made,
+        ptrs,
+        caller: envp,
+    }
+}
+
+/// A new program's environment (see [`environment`]): the caller's array, or one
+/// made of the caller's entries kept and the entries made here.
+struct NewEnv {
+    /// The entries made here, which `ptrs` points into.
+    _made: Vec<CString>,
+    /// The array made, NULL-terminated; empty when it is the caller's.
+    ptrs: Vec<*const c_char>,
+    caller: *const *const c_char,
+}
+
+impl NewEnv {
+    fn as_ptr(&self) -> *const *const c_char {
+        if self.ptrs.is_empty() {
+            self.caller
+        } else {
+            self.ptrs.as_ptr()
+        }
+    }
+}
+
+/// Calls `f` with each entry of `envp` (its pointer and its bytes).
+///
+/// # Safety
+/// `envp` is null or a NULL-terminated array of C strings.
+unsafe fn each_entry(envp: *const *const c_char, mut f: impl FnMut(*const c_char, &[u8])) {
+    let mut p = envp;
+    // SAFETY: as this function's contract.
+    while !p.is_null() && !unsafe { *p }.is_null() {
+        // SAFETY: as above.
+        let e = unsafe { *p };
+        // SAFETY: as above.
+        f(e, unsafe { CStr::from_ptr(e) }.to_bytes());
+        // SAFETY: within the array, up to its NULL.
+        p = unsafe { p.add(1) };
+    }
+}
+
+/// Whether the caller's entry `b` goes to the new program: not one of the marks this
+/// library sets itself. Notes in `have` which of its own variables (`ours`) it is.
+fn keeps(b: &[u8], ours: &[(&str, Option<String>); 3], have: &mut [bool; 3]) -> bool {
+    let named = |n: &str| b.starts_with(n.as_bytes()) && b.get(n.len()) == Some(&b'=');
+    let handed_on = || {
+        hooks::registered()
+            .iter()
+            .filter_map(|h| h.env_name())
+            .any(named)
+    };
+    if named(ENV_PREVIOUS) || named(ENV_CWD) || named(ENV_FDS) || handed_on() {
+        return false;
+    }
+    for (i, (name, _)) in ours.iter().enumerate() {
+        if named(name) {
+            have[i] = true;
+        }
+    }
+    true
 }
 
 /// This library's variables as they were at load.
@@ -632,7 +696,7 @@ pub unsafe extern "C" fn execve(
     // SAFETY: the path the kernel is about to run, a C string or null.
     let left = a.filter(|_| passes_nothing && unsafe { runs(target) });
     let let_go = left.and_then(leave_for_exec);
-    let (_keep, env) = environment(envp, a.is_some() && let_go.is_none(), kept, &handed, cwd);
+    let env = environment(envp, a.is_some() && let_go.is_none(), kept, &handed, cwd);
     // SAFETY: the C library's execve with valid arguments and environment.
     let r = unsafe { real::execve(target, argv, env.as_ptr()) };
     // Still here: the exec failed; this image takes a slot again and holds the
@@ -653,13 +717,14 @@ pub unsafe extern "C" fn execve(
 }
 
 /// Whether the kernel will find `path` to run (so that an exec that leaves the pool
-/// first seldom has to come back: a PATH search's misses end here).
+/// first seldom has to come back: a PATH search's misses end here), asked of the
+/// kernel itself (`path` is the one it is given).
 ///
 /// # Safety
 /// `path` is null or a C string.
 unsafe fn runs(path: *const c_char) -> bool {
     // SAFETY: as the contract says; the kernel only reads the path.
-    !path.is_null() && unsafe { libc::faccessat(libc::AT_FDCWD, path, libc::X_OK, 0) } == 0
+    !path.is_null() && unsafe { real::faccessat(libc::AT_FDCWD, path, libc::X_OK, 0) } == 0
 }
 
 /// An exec that hands the next program nothing of the pool (no pool fd, no lock):
@@ -853,8 +918,8 @@ unsafe fn spawn(
     // A spawned program is a new process: no previous image of it to take over.
     let handed = handed_env(&passed);
     let attached = state::attached_now().is_some();
-    let (_keep, env) = environment(envp.cast(), false, attached, &handed, cwd_to_pass());
-    let env = env.as_ptr().cast::<*mut c_char>();
+    let new_env = environment(envp.cast(), false, attached, &handed, cwd_to_pass());
+    let env = new_env.as_ptr().cast::<*mut c_char>();
     // SAFETY: the C library's spawn with the caller's arguments and a valid env.
     let r = unsafe {
         if search {

@@ -97,12 +97,9 @@ pub fn enable() -> Protection {
         KEY.store(UNSUPPORTED, Ordering::Release);
         return status();
     }
-    // SAFETY: pkey_alloc allocates a key and sets this thread's rights to it (0:
-    // full access); it changes no memory.
-    let k = unsafe { libc::syscall(libc::SYS_pkey_alloc, 0, 0) };
+    let k = pkru::alloc_key();
     if k < 0 {
-        let e = std::io::Error::last_os_error().raw_os_error();
-        let why = if e == Some(libc::ENOSPC) {
+        let why = if k == -(libc::ENOSPC as isize) {
             NO_FREE_KEY
         } else {
             UNSUPPORTED
@@ -259,6 +256,28 @@ mod pkru {
         };
     }
 
+    /// `pkey_alloc(0, 0)` (a key, this thread's rights to it full) by the `syscall`
+    /// instruction itself, as [`put_under_key`]: the C library's `syscall` may be the
+    /// preload's, whose first call looks the C library's up (`dlsym`), a cost at the
+    /// start of every preloaded process. The key, or minus the error number.
+    pub fn alloc_key() -> isize {
+        let ret: isize;
+        // SAFETY: the system call allocates a key and sets this thread's rights to
+        // it; it touches no memory. The kernel clobbers RCX and R11.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") libc::SYS_pkey_alloc as isize => ret,
+                in("rdi") 0,
+                in("rsi") 0,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack)
+            )
+        };
+        ret
+    }
+
     /// `pkey_mprotect(base, len, PROT_READ | PROT_WRITE, key)` by the `syscall`
     /// instruction itself: the C library's `pkey_mprotect` and `syscall` may be the
     /// preload's, which refuse the engine's key and ranges to the program.
@@ -290,6 +309,9 @@ mod pkru {
         0
     }
     pub fn write(_: u32) {}
+    pub fn alloc_key() -> isize {
+        -(libc::ENOSYS as isize)
+    }
     pub fn put_under_key(_: *mut u8, _: usize, _: i32) {}
 }
 

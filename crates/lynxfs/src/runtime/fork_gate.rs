@@ -250,6 +250,10 @@ pub fn close() {
 
 /// Waits until every slot in `busy` is free; false when [`DRAIN_LIMIT`] passed.
 fn drain(busy: &[&Arc<AtomicU32>]) -> bool {
+    // The usual case (a single-threaded shell's fork) reads no clock.
+    if all_free::<Os>(busy.iter().map(|s| &***s)) {
+        return true;
+    }
     let start = Instant::now();
     let mut spins = 0u32;
     while !all_free::<Os>(busy.iter().map(|s| &***s)) {
@@ -269,7 +273,8 @@ fn drain(busy: &[&Arc<AtomicU32>]) -> bool {
 /// After a fork (or a failed one), in the parent and in the child, and after a
 /// failed exec: the gate opens.
 /// In the child, the only thread left, the slots of the parent's other threads are
-/// dropped. Nothing when [`close`] did not run.
+/// dropped, and no waiter is woken (none can be there). Nothing when [`close`] did
+/// not run.
 pub fn reopen(in_child: bool) {
     if HELD.swap(0, Ordering::SeqCst) == 0 {
         return;
@@ -288,7 +293,10 @@ pub fn reopen(in_child: bool) {
     }
     drop(slots);
     open::<Os>(&CLOSED);
-    super::lock::futex_wake_all(&CLOSED);
+    // A child has no other thread to wake (a system call saved in every fork child).
+    if !in_child {
+        super::lock::futex_wake_all(&CLOSED);
+    }
 }
 
 #[cfg(test)]
