@@ -121,6 +121,17 @@ impl Bars {
         }
     }
 
+    /// Room for the longest row name.
+    fn label_px(&self) -> u32 {
+        self.ops
+            .iter()
+            .map(|o| o.chars().count() as u32)
+            .max()
+            .unwrap_or(4)
+            * 8
+            + 16
+    }
+
     /// The log axis range: every finite positive value, and 1 when relative, with a
     /// margin.
     fn range(&self) -> Option<(f64, f64)> {
@@ -338,15 +349,12 @@ fn draw_hybrid_fsync(report: &Report, path: &Path) -> anyhow::Result<()> {
         legend: SeriesLabelPosition::LowerRight,
     };
     let mut rest = Bars::of(report);
-    let keep: Vec<bool> = rest
+    (rest.ops, rest.values) = rest
         .ops
-        .iter()
-        .map(|op| kib(op).is_none() && threads(op).is_none())
-        .collect();
-    let mut kept = keep.iter();
-    rest.ops.retain(|_| *kept.next().unwrap_or(&false));
-    let mut kept = keep.iter();
-    rest.values.retain(|_| *kept.next().unwrap_or(&false));
+        .into_iter()
+        .zip(rest.values)
+        .filter(|(op, _)| kib(op).is_none() && threads(op).is_none())
+        .unzip();
     rest.title = "the other rows".into();
     rest.axis = format!(
         "relative to {} (log scale)",
@@ -379,19 +387,6 @@ pub(crate) fn draw_bars(bars: &Bars, path: &Path) -> anyhow::Result<()> {
 
 /// A bar's height in a figure of bars alone.
 const BAR_PX: u32 = 12;
-
-impl Bars {
-    /// Room for the longest row name.
-    fn label_px(&self) -> u32 {
-        self.ops
-            .iter()
-            .map(|o| o.chars().count() as u32)
-            .max()
-            .unwrap_or(4)
-            * 8
-            + 16
-    }
-}
 
 /// Draws `bars` on `area`: a group per row, top to bottom, a bar per column.
 fn draw_bars_on(area: &Area, bars: &Bars) -> anyhow::Result<()> {
@@ -462,6 +457,20 @@ mod tests {
     use super::*;
     use crate::{Machine, Options, Row};
 
+    /// `report` drawn as a PNG named `name`, or, on a machine without any font, an
+    /// error that says so.
+    fn assert_drawn(report: &Report, name: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        match draw(report, dir.path()) {
+            Ok(path) => {
+                let bytes = std::fs::read(&path).unwrap();
+                assert_eq!(&bytes[1..4], b"PNG");
+                assert!(path.ends_with(name));
+            }
+            Err(e) => assert!(format!("{e:#}").contains("font"), "{e:#}"),
+        }
+    }
+
     #[test]
     fn draws_the_rename_curves() {
         let report = Report {
@@ -482,15 +491,7 @@ mod tests {
             command: None,
             commit: None,
         };
-        let dir = tempfile::tempdir().unwrap();
-        match draw(&report, dir.path()) {
-            Ok(path) => {
-                let bytes = std::fs::read(&path).unwrap();
-                assert_eq!(&bytes[1..4], b"PNG");
-                assert!(path.ends_with("rename-9.png"));
-            }
-            Err(e) => assert!(format!("{e:#}").contains("font"), "{e:#}"),
-        }
+        assert_drawn(&report, "rename-9.png");
     }
 
     #[test]
@@ -517,15 +518,7 @@ mod tests {
             command: None,
             commit: None,
         };
-        let dir = tempfile::tempdir().unwrap();
-        match draw(&report, dir.path()) {
-            Ok(path) => {
-                let bytes = std::fs::read(&path).unwrap();
-                assert_eq!(&bytes[1..4], b"PNG");
-                assert!(path.ends_with("hybrid-fsync-11.png"));
-            }
-            Err(e) => assert!(format!("{e:#}").contains("font"), "{e:#}"),
-        }
+        assert_drawn(&report, "hybrid-fsync-11.png");
     }
 
     #[test]
@@ -550,15 +543,6 @@ mod tests {
         let bars = Bars::of(&report);
         assert_eq!(bars.values[0], [0.5, 1.0]);
         assert!(bars.values[1][0].is_nan());
-        let dir = tempfile::tempdir().unwrap();
-        match draw(&report, dir.path()) {
-            Ok(path) => {
-                let bytes = std::fs::read(&path).unwrap();
-                assert_eq!(&bytes[1..4], b"PNG");
-                assert!(path.ends_with("apps-7.png"));
-            }
-            // A machine without any font: the error must say so.
-            Err(e) => assert!(format!("{e:#}").contains("font"), "{e:#}"),
-        }
+        assert_drawn(&report, "apps-7.png");
     }
 }
