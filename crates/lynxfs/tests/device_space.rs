@@ -11,9 +11,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use lynxfs::pmem::PmemBackend;
 use lynxfs::{Cred, DataMode, Fs, MkfsOptions, Pool};
+
+/// Each test mounts and runs mount(8) and umount(8): a hang ends the run, named.
+fn watchdog(test: &str) -> lynxfs_test_support::Watchdog {
+    lynxfs_test_support::watchdog(test, Duration::from_secs(120))
+}
 
 /// A file system mounted on a fresh directory, unmounted when dropped.
 struct Mounted {
@@ -138,6 +144,7 @@ fn read_file(fs: &Fs<PmemBackend>, name: &str) -> Vec<u8> {
 
 #[test]
 fn a_device_on_a_full_file_system_says_enospc_and_keeps_what_was_committed() {
+    let _dog = watchdog("a_device_on_a_full_file_system_says_enospc_and_keeps_what_was_committed");
     // mkfs checks that the device fits; then another program fills the disk, leaving
     // 8 MiB: less than a step, so no step can be reserved whole and each write
     // reserves its own bytes until none are left.
@@ -161,6 +168,7 @@ fn a_device_on_a_full_file_system_says_enospc_and_keeps_what_was_committed() {
 
 #[test]
 fn a_device_on_a_file_system_without_fallocate_is_filled_and_works() {
+    let _dog = watchdog("a_device_on_a_file_system_without_fallocate_is_filled_and_works");
     let ram = Mounted::new("ramfs", "mode=0700");
     // ramfs has no fallocate: the fallback this test is about.
     let probe = std::fs::File::create(ram.path().join("probe")).unwrap();
