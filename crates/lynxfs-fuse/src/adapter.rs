@@ -498,7 +498,7 @@ impl<B: Backend> LynxFuse<B> {
         req: &Request,
         ino: INodeNo,
         offset: u64,
-        mut add: impl FnMut(&lynxfs::DirEntry) -> bool,
+        mut add: impl FnMut(&lynxfs::DirRef) -> bool,
     ) -> Res<()> {
         if self.fs.is_removed_dir(ino.0) {
             // What the kernel answers itself (IS_DEADDIR) for a directory it removed,
@@ -507,14 +507,18 @@ impl<B: Backend> LynxFuse<B> {
             return Err(Errno::ENOENT);
         }
         let mut off = offset;
+        let mut batch = lynxfs::DirBatch::new();
         loop {
-            let batch = as_caller(req, |c| self.fs.readdir(ino.0, off, READDIR_BATCH, c))?;
+            as_caller(req, |c| {
+                self.fs
+                    .readdir_into(ino.0, off, READDIR_BATCH, c, &mut batch)
+            })?;
             let Some(last) = batch.last() else {
                 return Ok(());
             };
             let next_off = last.next;
-            for e in &batch {
-                if add(e) {
+            for e in batch.iter() {
+                if add(&e) {
                     return Ok(());
                 }
             }
@@ -1187,7 +1191,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
     ) {
         let listed = self.list(req, ino, offset, |e| {
             let kind = kind_of(u32::from(e.dtype) << 12);
-            reply.add(INodeNo(e.ino), e.next, kind, OsStr::from_bytes(&e.name))
+            reply.add(INodeNo(e.ino), e.next, kind, OsStr::from_bytes(e.name))
         });
         match listed {
             Ok(()) => reply.ok(),
@@ -1215,7 +1219,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             Duration::ZERO
         };
         let listed = self.list(req, ino, offset, |e| {
-            let name = OsStr::from_bytes(&e.name);
+            let name = OsStr::from_bytes(e.name);
             if e.name == b"." || e.name == b".." {
                 // The kernel neither links nor counts these.
                 let Ok(st) = self.stat(e.ino) else {
@@ -1235,7 +1239,7 @@ impl<B: Backend> Filesystem for LynxFuse<B> {
             // entry unlinked since the listing was read is left out, and one whose
             // name now leads elsewhere is given as it is now, as a listing made a
             // moment later would.
-            let Ok(st) = self.fs.hold_new(ino.0, &e.name, e.ino) else {
+            let Ok(st) = self.fs.hold_new(ino.0, e.name, e.ino) else {
                 return false;
             };
             let generation = entry_generation(&st);

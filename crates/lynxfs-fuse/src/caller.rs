@@ -14,7 +14,7 @@ use crate::adapter::errno;
 /// effect and may be repeated.
 pub(crate) fn as_caller<T>(
     req: &Request,
-    f: impl Fn(&Cred) -> lynxfs::Result<T>,
+    mut f: impl FnMut(&Cred) -> lynxfs::Result<T>,
 ) -> Result<T, Errno> {
     let mut cred = Cred::user(req.uid(), req.gid());
     match f(&cred) {

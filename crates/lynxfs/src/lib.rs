@@ -29,7 +29,7 @@ pub mod time;
 
 pub use api::{Atime, Fd, Fs, Opened, Session};
 pub use error::{Error, Result};
-pub use meta::{Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
+pub use meta::{Cred, DirBatch, DirEntry, DirRef, RenameFlags, SetAttr, Stat, StatFs, TimeSet};
 pub use pool::{Access, DataMode, MkfsOptions, Pool};
 pub use progress::{Progress, Quiet};
 pub use time::Timestamp;

@@ -405,6 +405,94 @@ fn slots_a_thread_held_before_a_reload_are_not_used_again() {
     s.rmdir("/d").unwrap();
 }
 
+/// A load reads each log page's slots up to the tail, which it finds after the last
+/// non-empty slot of the last page (`meta::dir`, `tail_after`): entries before a
+/// removed end, freed slots in the middle and entries made after a reload are all
+/// found again, and the freed slots are reused rather than new ones taken.
+#[test]
+fn a_reload_reads_up_to_the_last_entry_and_reuses_freed_slots() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    for i in 0..10 {
+        s.mknod(format!("/d/f{i}"), libc::S_IFREG | 0o644, 0)
+            .unwrap();
+    }
+    for i in [2, 7, 8, 9] {
+        s.unlink(format!("/d/f{i}")).unwrap();
+    }
+    fs.ns().drop_index();
+    let listed = |s: &Session<_>| {
+        let mut n: Vec<String> = s
+            .readdir("/d")
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8(e.name).unwrap())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(listed(&s), ["f0", "f1", "f3", "f4", "f5", "f6"]);
+    // The freed slot 2 is taken first, then the tail's slots 6 on (7-9 were never
+    // kept: they are past the last entry, so not freed slots).
+    for i in 0..5 {
+        s.mknod(format!("/d/g{i}"), libc::S_IFREG | 0o644, 0)
+            .unwrap();
+    }
+    fs.ns().drop_index();
+    let want = [
+        "f0", "f1", "f3", "f4", "f5", "f6", "g0", "g1", "g2", "g3", "g4",
+    ];
+    assert_eq!(listed(&s), want);
+    for n in want {
+        assert!(s.lstat(format!("/d/{n}")).is_ok(), "{n}");
+    }
+    let end = s
+        .readdir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.next)
+        .max()
+        .unwrap();
+    assert_eq!(end, 2 + 11, "11 entries in slots 0-10, no slot left unused");
+}
+
+/// `readdir_into` with one batch kept from call to call lists what `readdir` lists,
+/// entry for entry, however the listing is cut into calls.
+#[test]
+fn a_listing_into_a_kept_batch_is_the_listing() {
+    let fs = fs(16 << 20);
+    let s = fs.session(Cred::root());
+    s.mkdir("/d", 0o755).unwrap();
+    for i in 0..40 {
+        s.mknod(
+            format!("/d/{}", "n".repeat(1 + i % 7) + &i.to_string()),
+            libc::S_IFREG | 0o644,
+            0,
+        )
+        .unwrap();
+    }
+    s.unlink("/d/nnnn3").unwrap();
+    let dir = s.stat("/d").unwrap().ino;
+    let whole = fs.readdir(dir, 0, 1000, &Cred::root()).unwrap();
+    assert_eq!(whole.len(), 2 + 39);
+    for max in [1, 3, 7, 64] {
+        let mut batch = lynxfs::DirBatch::new();
+        let mut got = Vec::new();
+        let mut off = 0;
+        loop {
+            fs.readdir_into(dir, off, max, &Cred::root(), &mut batch)
+                .unwrap();
+            assert!(batch.len() <= max);
+            let Some(last) = batch.last() else { break };
+            off = last.next;
+            got.extend(batch.iter().map(|e| e.to_entry()));
+        }
+        assert_eq!(got, whole, "batches of {max}");
+    }
+}
+
 /// A directory of more than 64 log pages is read into the index by two threads, each
 /// half of its pages (`meta::dir`, "Directory loads" in docs/CONSISTENCY.md): every
 /// name is found, none removed is, the freed slots of both halves are reused by the

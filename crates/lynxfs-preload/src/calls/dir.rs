@@ -26,10 +26,13 @@ fn fill(a: &Attached, o: &Open, buf: &mut [u8]) -> lynxfs::Result<usize> {
     }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
     let max = (buf.len() / (HEAD + 5)).clamp(1, 512);
-    let entries = state::with_cred(a, |c| a.fs.readdir(o.ino, cookie, max, c))?;
+    let mut entries = lynxfs::DirBatch::new();
+    state::with_cred(a, |c| {
+        a.fs.readdir_into(o.ino, cookie, max, c, &mut entries)
+    })?;
     let mut at = 0;
     let mut next = cookie;
-    for e in entries {
+    for e in entries.iter() {
         let len = (HEAD + e.name.len() + 1).next_multiple_of(8);
         if at + len > buf.len() {
             if at == 0 {
@@ -43,7 +46,7 @@ fn fill(a: &Attached, o: &Open, buf: &mut [u8]) -> lynxfs::Result<usize> {
         r[8..16].copy_from_slice(&(e.next as i64).to_ne_bytes());
         r[16..18].copy_from_slice(&(len as u16).to_ne_bytes());
         r[18] = e.dtype;
-        r[HEAD..HEAD + e.name.len()].copy_from_slice(&e.name);
+        r[HEAD..HEAD + e.name.len()].copy_from_slice(e.name);
         at += len;
         next = e.next;
     }
@@ -72,7 +75,8 @@ struct Stream {
     /// without a lock or a registry.
     tag: [c_int; 2],
     fd: c_int,
-    batch: Vec<lynxfs::DirEntry>,
+    /// Kept from batch to batch: a listing allocates nothing per entry.
+    batch: lynxfs::DirBatch,
     at: usize,
     /// The last batch was short: the engine had no more entries then, so the next
     /// readdir past it says "end" without asking again (once: a later call asks).
@@ -102,7 +106,7 @@ fn stream_for(fd: c_int) -> *mut DIR {
     let s = Box::new(Stream {
         tag: TAG,
         fd,
-        batch: Vec::new(),
+        batch: lynxfs::DirBatch::new(),
         at: 0,
         end: false,
         // SAFETY: plain data: all-zero is valid.
@@ -152,25 +156,28 @@ pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut dirent64 {
         let got = match (fds::get(s.fd), state::attached_now()) {
             (Some(o), Some(a)) => {
                 let _inside = crate::guard::Inside::enter();
-                crate::guard::on_live_thread(|| next_batch(a, &o))
+                crate::guard::on_live_thread(|| next_batch(a, &o, &mut s.batch))
             }
             _ => Err(err(libc::EBADF)),
         };
         match got {
-            Ok(b) if !b.is_empty() => {
-                s.end = b.len() < BATCH;
-                s.batch = b;
+            Ok(()) if !s.batch.is_empty() => {
+                s.end = s.batch.len() < BATCH;
                 s.at = 0;
             }
             // The end of the directory leaves errno alone.
-            Ok(_) => return std::ptr::null_mut(),
+            Ok(()) => return std::ptr::null_mut(),
             Err(e) => {
+                // Nothing half-read is returned by the next call, which asks again.
+                s.batch.clear();
                 set_errno(e.errno());
                 return std::ptr::null_mut();
             }
         }
     }
-    let e = &s.batch[s.at];
+    let Some(e) = s.batch.get(s.at) else {
+        return std::ptr::null_mut();
+    };
     s.entry.d_ino = e.ino;
     s.entry.d_off = e.next as i64;
     s.entry.d_type = e.dtype;
@@ -186,17 +193,17 @@ pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut dirent64 {
 }
 
 /// The next entries of directory `o` from its description's position, which moves
-/// past them.
-fn next_batch(a: &Attached, o: &Open) -> lynxfs::Result<Vec<lynxfs::DirEntry>> {
+/// past them, into `b`.
+fn next_batch(a: &Attached, o: &Open, b: &mut lynxfs::DirBatch) -> lynxfs::Result<()> {
     if !o.is_dir {
         return Err(err(libc::ENOTDIR));
     }
     let cookie = a.fs.seek(o.handle, 0, libc::SEEK_CUR)?;
-    let b = state::with_cred(a, |c| a.fs.readdir(o.ino, cookie, BATCH, c))?;
+    state::with_cred(a, |c| a.fs.readdir_into(o.ino, cookie, BATCH, c, b))?;
     if let Some(last) = b.last() {
         a.fs.seek(o.handle, last.next as i64, libc::SEEK_SET)?;
     }
-    Ok(b)
+    Ok(())
 }
 
 #[no_mangle]

@@ -5,7 +5,7 @@
 //! default ACLs, inode flags), so the mount and the path front ends agree.
 
 use crate::error::Result;
-use crate::meta::{perm, Cred, DirEntry, RenameFlags, SetAttr, Stat, StatFs, Usage};
+use crate::meta::{perm, Cred, DirBatch, DirEntry, RenameFlags, SetAttr, Stat, StatFs, Usage};
 use crate::pmem::Backend;
 
 use super::{nodes, Fs};
@@ -60,6 +60,18 @@ impl<B: Backend> Fs<B> {
     /// Up to `max` entries of directory `dir` from cookie `offset` on.
     pub fn readdir(&self, dir: u64, offset: u64, max: usize, cred: &Cred) -> Result<Vec<DirEntry>> {
         self.ns.readdir(dir, offset, max, cred)
+    }
+
+    /// [`Fs::readdir`] into a batch the caller keeps (no allocation per entry).
+    pub fn readdir_into(
+        &self,
+        dir: u64,
+        offset: u64,
+        max: usize,
+        cred: &Cred,
+        out: &mut DirBatch,
+    ) -> Result<()> {
+        self.ns.readdir_into(dir, offset, max, cred, out)
     }
 
     pub fn statfs(&self) -> StatFs {

@@ -272,19 +272,25 @@ impl<'a> Dir<'a> {
     ) -> Result<Indexed> {
         let mut out = Indexed::default();
         let mut batch = LoadBatch::default();
-        let tail_page = tail & !(BLOCK - 1);
+        let mut slots = [0u64; dirlog::SLOTS_PER_PAGE as usize];
         for &page in pages {
             batch.clear();
-            for i in 0..dirlog::SLOTS_PER_PAGE {
-                if i + DENTRY_AHEAD < dirlog::SLOTS_PER_PAGE {
-                    prefetch_dentry(pool, dirlog::slot_addr(page, i + DENTRY_AHEAD));
+            let used = slots_to_read(page, tail);
+            let slots = &mut slots[..used];
+            // One copy of the page's slots: nothing writes them while the directory
+            // loads (every change of it waits for the load).
+            pool.pm.read_words(dirlog::slot_addr(page, 0), slots);
+            batch.reserve(used);
+            for (i, &d) in slots.iter().enumerate() {
+                if let Some(&ahead) = slots.get(i + DENTRY_AHEAD) {
+                    prefetch_dentry(pool, ahead);
                 }
-                let slot = dirlog::slot_addr(page, i);
-                if let Some((d, len, dtype)) = committed(pool, self.ino, slot) {
+                let slot = dirlog::slot_addr(page, i as u64);
+                if let Some((len, dtype)) = committed_dentry(pool, self.ino, d) {
                     let e = entry_at(pool, d, slot, dtype);
                     batch.push(e, len, |name| pool.pm.read(d + dentry::NAME, name));
                     out.live += 1;
-                } else if page != tail_page || i < tail & (BLOCK - 1) {
+                } else {
                     out.empty.push(slot);
                 }
             }
@@ -517,11 +523,21 @@ fn tail_after<B: Backend>(pages: &[u64], pool: &Pool<B>) -> u64 {
     let Some(&last) = pages.last() else {
         return 0;
     };
-    let used = (0..dirlog::SLOTS_PER_PAGE)
-        .rev()
-        .find(|&i| pool.pm.load_u64(dirlog::slot_addr(last, i)) != 0)
-        .map_or(0, |i| i + 1);
-    last | used
+    let mut slots = [0u64; dirlog::SLOTS_PER_PAGE as usize];
+    pool.pm.read_words(dirlog::slot_addr(last, 0), &mut slots);
+    let used = slots.iter().rposition(|&d| d != 0).map_or(0, |i| i + 1);
+    last | used as u64
+}
+
+/// How many of log page `page`'s slots a load reads: all but those of the tail's page
+/// from the `tail` on (never used since the log was last compacted or loaded, so
+/// neither entries nor freed slots).
+fn slots_to_read(page: u64, tail: u64) -> usize {
+    if page == tail & !(BLOCK - 1) {
+        (tail & (BLOCK - 1)).min(dirlog::SLOTS_PER_PAGE) as usize
+    } else {
+        dirlog::SLOTS_PER_PAGE as usize
+    }
 }
 
 /// Log pages from which a load is split over two threads: below, the second thread's
@@ -572,12 +588,12 @@ fn spawn_quiet<'s, T: Send + 's>(
 /// [`DENTRY_SIZE`](crate::format::layout::DENTRY_SIZE) bytes apart, wider than the
 /// hardware's prefetcher follows, and a directory's are as far apart as its creates
 /// were in time.
-const DENTRY_AHEAD: u64 = 8;
+const DENTRY_AHEAD: usize = 8;
 
 /// Start loading the lines of the dentry `slot` names that a load reads (its header,
 /// its name).
-fn prefetch_dentry<B: Backend>(pool: &Pool<B>, slot: u64) {
-    let d = pool.pm.load_u64(slot);
+/// Start loading dentry `d` (a slot's word: any value) into the cache.
+fn prefetch_dentry<B: Backend>(pool: &Pool<B>, d: u64) {
     if pool.layout.dentry_id(d).is_some() {
         pool.pm.prefetch(d);
         pool.pm.prefetch(d + dentry::NAME);
@@ -586,16 +602,35 @@ fn prefetch_dentry<B: Backend>(pool: &Pool<B>, slot: u64) {
 
 /// The committed entry in `slot` of directory `dir`, if any.
 pub fn read_entry<B: Backend>(pool: &Pool<B>, dir: u64, slot: u64) -> Option<(Box<[u8]>, Entry)> {
+    let mut name = Vec::new();
+    let e = read_entry_into(pool, dir, slot, &mut name)?;
+    Some((name.into_boxed_slice(), e))
+}
+
+/// [`read_entry`], its name appended to `names`.
+pub fn read_entry_into<B: Backend>(
+    pool: &Pool<B>,
+    dir: u64,
+    slot: u64,
+    names: &mut Vec<u8>,
+) -> Option<Entry> {
     let (d, len, dtype) = committed(pool, dir, slot)?;
-    let name = pool.pm.read_vec(d + dentry::NAME, len).into_boxed_slice();
-    Some((name, entry_at(pool, d, slot, dtype)))
+    let start = names.len();
+    names.resize(start + len, 0);
+    pool.pm.read(d + dentry::NAME, &mut names[start..]);
+    Some(entry_at(pool, d, slot, dtype))
 }
 
 /// The dentry `slot` of directory `dir` names, if it is a committed entry of `dir`:
 /// its address, its name's length and its file type.
 fn committed<B: Backend>(pool: &Pool<B>, dir: u64, slot: u64) -> Option<(u64, usize, u8)> {
+    let d = pool.pm.load_u64(slot);
+    committed_dentry(pool, dir, d).map(|(len, dtype)| (d, len, dtype))
+}
+
+/// [`committed`] for the word `d` a slot holds: the name's length and the file type.
+fn committed_dentry<B: Backend>(pool: &Pool<B>, dir: u64, d: u64) -> Option<(usize, u8)> {
     let pm = &pool.pm;
-    let d = pm.load_u64(slot);
     pool.layout.dentry_id(d)?;
     if pm.load_u64(d + dentry::STATE) & dentry::VALID == 0 || pm.load_u64(d + dentry::PARENT) != dir
     {
@@ -605,7 +640,7 @@ fn committed<B: Backend>(pool: &Pool<B>, dir: u64, slot: u64) -> Option<(u64, us
     if len == 0 || len > dentry::NAME_MAX {
         return None;
     }
-    Some((d, len, dtype))
+    Some((len, dtype))
 }
 
 /// The index entry of the committed dentry `d` in `slot`, of type `dtype`.

@@ -169,6 +169,12 @@ impl LoadBatch {
         self.entries.clear();
     }
 
+    /// Room for `n` more entries (names of 16 bytes on average) in one allocation.
+    pub fn reserve(&mut self, n: usize) {
+        self.entries.reserve(n);
+        self.names.reserve(n * 16);
+    }
+
     /// Add entry `e`, whose name is the `len` bytes `read` writes into the buffer it
     /// is given.
     pub fn push(&mut self, e: Entry, len: usize, read: impl FnOnce(&mut [u8])) {

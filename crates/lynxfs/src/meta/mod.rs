@@ -45,7 +45,7 @@ pub use create::NewNode;
 pub use dir::Dir;
 pub use index::{Claim, Entry, Index, State};
 pub use perm::Cred;
-pub use readdir::DirEntry;
+pub use readdir::{DirBatch, DirEntry, DirRef};
 pub use rename::RenameFlags;
 pub use usage::Usage;
 

@@ -240,6 +240,20 @@ impl<B: Backend> Pm<B> {
         unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
     }
 
+    /// Copy the 8-byte words from `off` (8-aligned) into `out`, as [`Pm::read`] does
+    /// bytes: for a run of words no thread stores into meanwhile (a directory's log
+    /// slots while it loads), where one copy beats a bounds-checked load per word.
+    pub fn read_words(&self, off: u64, out: &mut [u64]) {
+        assert_eq!(off % 8, 0, "unaligned word read at {off}");
+        let p = self.ptr(off, std::mem::size_of_val(out));
+        // SAFETY: `p` is valid for the whole of `out` (bounds-checked) and 8-aligned
+        // (the mapping is page-aligned and `off` a multiple of 8); `out` is a distinct
+        // Rust buffer, and every bit pattern is a valid u64. The caller's words have no
+        // concurrent writer (the precondition above); were one to race anyway, the copy
+        // is a plain memcpy of the mapping, as argued at `read_racing`.
+        unsafe { std::ptr::copy_nonoverlapping(p.cast::<u64>(), out.as_mut_ptr(), out.len()) }
+    }
+
     pub fn read_vec(&self, off: u64, len: usize) -> Vec<u8> {
         let mut v = vec![0; len];
         self.read(off, &mut v);
