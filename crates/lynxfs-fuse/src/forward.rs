@@ -245,6 +245,9 @@ fn forward_loop<B: Backend>(
     forwarded: &Forwarded,
     stop: &AtomicBool,
 ) {
+    // A test stops the forwarder here for good: it then reads no notice at all, and
+    // opens after the daemon's own changes must still keep the kernel's pages.
+    lynxfs::runtime::testing::stop_here("forward.start");
     while !stop.load(Ordering::Acquire) {
         for c in watcher.changes(FORWARD_SLICE) {
             // A test stops the forwarder here for good: the kernel then hears of no
