@@ -362,7 +362,7 @@ impl Drop for StalledDaemon {
 /// The daemon of the tests above and below: mounts the pool with the defaults and
 /// serves until killed.
 #[test]
-#[ignore = "the daemon process of the test above"]
+#[ignore = "the daemon process of the stalled-forwarder tests"]
 fn stalled_forwarder_mount() {
     let pool = std::env::var_os(POOL_ENV).expect("run by the stalled-forwarder test");
     let mnt = std::env::var_os(MNT_ENV).expect("run by the stalled-forwarder test");
