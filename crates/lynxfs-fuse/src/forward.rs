@@ -46,7 +46,8 @@ pub struct Forward<B: Backend> {
     pub(crate) fs: Arc<Fs<B>>,
     pub(crate) slot: Arc<Mutex<Option<Forwarder>>>,
     /// How far the kernel has been told: every change numbered below this (see
-    /// [`Fs::changes_posted`]) has been passed on (see [`Forwarded`]).
+    /// [`Fs::changes_posted`]) has been passed on or was the daemon's own (see
+    /// [`Forwarded`]).
     pub(crate) forwarded: Forwarded,
 }
 
@@ -61,12 +62,28 @@ impl Forwarded {
     /// Whether every change posted before this call has been passed on to the
     /// kernel: then what the kernel caches is what the pool holds (apart from changes
     /// made meanwhile, which an open file sees as late as any notice).
+    /// The daemon's own changes, which the kernel made (and which do not wake the
+    /// forwarder, see `lynxfs::runtime::notices`), count as passed on: those past
+    /// the forwarder's position are looked at here (whole, published and the
+    /// daemon's), and the position raised past them, so the next open looks only at
+    /// the ones made since.
     pub fn caught_up<B: Backend>(&self, fs: &Fs<B>) -> bool {
-        fs.changes_posted() <= self.0.load(Ordering::Acquire)
+        let at = self.0.load(Ordering::Acquire);
+        match fs.own_changes_since(at) {
+            Some(past) => {
+                if past > at {
+                    self.set(past);
+                }
+                true
+            }
+            None => false,
+        }
     }
 
+    /// Raised only: the forwarder and the opens' look at the daemon's own changes
+    /// both raise it.
     fn set(&self, position: u64) {
-        self.0.store(position, Ordering::Release);
+        self.0.fetch_max(position, Ordering::AcqRel);
     }
 }
 
@@ -228,6 +245,9 @@ fn forward_loop<B: Backend>(
     forwarded: &Forwarded,
     stop: &AtomicBool,
 ) {
+    // A test stops the forwarder here for good: it then reads no notice at all, and
+    // opens after the daemon's own changes must still keep the kernel's pages.
+    lynxfs::runtime::testing::stop_here("forward.start");
     while !stop.load(Ordering::Acquire) {
         for c in watcher.changes(FORWARD_SLICE) {
             // A test stops the forwarder here for good: the kernel then hears of no
@@ -237,5 +257,40 @@ fn forward_loop<B: Backend>(
         }
         // Only now: each invalidation above is done when its notice is written.
         forwarded.set(watcher.position());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lynxfs::pmem::PmemBackend;
+    use lynxfs::{Cred, MkfsOptions, Pool};
+
+    /// An open after the daemon's own changes keeps the kernel's pages without the
+    /// forwarder having read their notices (which do not wake it): here it never
+    /// runs. Before: not caught up until the forwarder had read them.
+    #[test]
+    fn own_changes_leave_the_mount_caught_up_without_the_forwarder() {
+        let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+        let pool = dir.path().join("pool");
+        Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+        let fs = Fs::open(&pool).expect("attaching");
+        let watcher = fs.watch_changes().expect("an attached pool has notices");
+        let forwarded = Forwarded::default();
+        forwarded.set(watcher.position());
+        let s = fs.session(Cred::root());
+        for i in 0..100 {
+            let fd = s
+                .open(format!("f{i}"), libc::O_CREAT | libc::O_WRONLY, 0o644)
+                .unwrap();
+            fs.pwrite(fd, b"bytes", 0).unwrap();
+            fs.close_fd(fd).unwrap();
+            s.chmod(format!("f{i}"), 0o600).unwrap();
+        }
+        assert!(fs.changes_posted() > watcher.position());
+        assert!(forwarded.caught_up(&fs));
+        assert_eq!(forwarded.0.load(Ordering::Acquire), fs.changes_posted());
+        drop(watcher);
+        fs.close().expect("close");
     }
 }

@@ -210,6 +210,11 @@ struct State {
     /// The thread trying queued waits again runs.
     retrying: bool,
     early: VecDeque<u64>,
+    /// How many times a lock of this mount went (see [`Locks::went`]).
+    went: u64,
+    /// Threads asleep on [`Locks::changed`] (or about to be: counted under this
+    /// lock before the wait releases it).
+    sleepers: usize,
 }
 
 pub struct Locks {
@@ -219,10 +224,14 @@ pub struct Locks {
     /// documentation); started at the first.
     grants: Mutex<Option<std::sync::mpsc::Sender<(u64, ReplyEmpty)>>>,
     state: Mutex<State>,
-    /// Signalled whenever a lock of this mount goes (an unlock, a close's, a
-    /// release's): queued waits and lock queries waiting for a RELEASE look again.
+    /// Signalled when a lock of this mount goes (an unlock, a close's, a release's)
+    /// and someone sleeps on it: queued waits and lock queries waiting for a RELEASE
+    /// look again. Only through [`Locks::went`] and [`Locks::sleep`].
     changed: Condvar,
     ending: AtomicBool,
+    /// Wakes of [`Locks::changed`] made, for the tests.
+    #[cfg(test)]
+    wakes: std::sync::atomic::AtomicUsize,
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -373,6 +382,8 @@ impl Locks {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             ending: AtomicBool::new(false),
+            #[cfg(test)]
+            wakes: Default::default(),
         })
     }
 
@@ -440,11 +451,7 @@ impl Locks {
                 }
                 break;
             }
-            st = self
-                .changed
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            st = self.sleep(st, deadline - now);
         }
     }
 
@@ -572,9 +579,41 @@ impl Locks {
         }
     }
 
-    /// A lock of this mount went: queued waits and settling queries look again.
+    /// A lock of this mount went (or a wait was cancelled): queued waits and
+    /// settling queries look again. The wake is a system call (a futex wake-all,
+    /// whether or not anyone sleeps), and every RELEASE comes here: so it is made
+    /// only when a thread sleeps on [`Locks::changed`].
+    ///
+    /// No wake is lost. Both the count below and the sleepers' count change under
+    /// the state lock, and a sleeper stays counted from before it releases that lock
+    /// (inside the condition variable's wait, atomically with its sleep) until it
+    /// has woken: so either this sees it counted and wakes it, or it takes the lock
+    /// after this and sees the count changed. The settling query needs no more (what
+    /// it waits for, a RELEASE's removal from `held`, is state read under the lock);
+    /// the queued waits' thread, which tries locks with the state unlocked, compares
+    /// the count from before its tries with the count when it is about to sleep and
+    /// tries again at once if a lock went meanwhile (before, a lock that went during
+    /// its tries was seen only at its next [`QUEUED_PAUSE`]).
     fn went(&self) {
-        self.changed.notify_all();
+        let mut st = guard(&self.state);
+        st.went = st.went.wrapping_add(1);
+        if st.sleepers > 0 {
+            #[cfg(test)]
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Sleeps on [`Locks::changed`] (at most `timeout`), counted as a sleeper.
+    fn sleep<'a>(&self, mut st: MutexGuard<'a, State>, timeout: Duration) -> MutexGuard<'a, State> {
+        st.sleepers += 1;
+        let mut st = self
+            .changed
+            .wait_timeout(st, timeout)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+        st.sleepers -= 1;
+        st
     }
 
     /// Answers a lock had in the request loop, from the grants thread.
@@ -788,7 +827,7 @@ impl Locks {
             }
         }
         drop(st);
-        self.changed.notify_all();
+        self.went();
     }
 
     /// Tries the queued waits whenever a lock of this mount goes, and every
@@ -797,6 +836,7 @@ impl Locks {
     fn retry_loop(self: Arc<Self>) {
         let mut st = guard(&self.state);
         loop {
+            let seen = st.went;
             let queued: Vec<Arc<Wait>> = st.queue.drain(..).collect();
             if queued.is_empty() {
                 st.retrying = false;
@@ -832,14 +872,11 @@ impl Locks {
             }
             // Threads that came free meanwhile found the queue empty.
             self.give_threads(&mut st);
-            if st.queue.is_empty() {
+            // A lock that went during the tries: try again now (see `went`).
+            if st.queue.is_empty() || st.went != seen {
                 continue;
             }
-            st = self
-                .changed
-                .wait_timeout(st, QUEUED_PAUSE)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            st = self.sleep(st, QUEUED_PAUSE);
         }
     }
 
@@ -854,7 +891,7 @@ impl Locks {
             w.cancel.store(true, Ordering::Release);
             w.tid.load(Ordering::Acquire) != 0
         };
-        self.changed.notify_all();
+        self.went();
         if blocked {
             let spawned = std::thread::Builder::new()
                 .name("lynxfs-lock-wake".into())
@@ -944,6 +981,8 @@ impl Locks {
     /// The mount ends: every wait ends, every lock goes.
     pub fn end(&self) {
         self.ending.store(true, Ordering::Release);
+        // A query settling with no wait to cancel looks again too.
+        self.went();
         let waits: Vec<Arc<Wait>> = {
             let mut st = guard(&self.state);
             st.held.clear();
@@ -1187,5 +1226,107 @@ mod tests {
         assert!(r(0, 9, libc::F_WRLCK).conflicts(&r(9, 20, libc::F_RDLCK)));
         assert!(!r(0, 9, libc::F_WRLCK).conflicts(&r(10, 20, libc::F_WRLCK)));
         assert!(!r(0, 9, libc::F_RDLCK).conflicts(&r(5, 20, libc::F_RDLCK)));
+    }
+}
+
+#[cfg(test)]
+mod wake_tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Locks whose stand-ins are opens of one scratch file.
+    fn locks(dir: &tempfile::TempDir) -> Arc<Locks> {
+        let f = dir.path().join("stand-in");
+        std::fs::write(&f, b"").unwrap();
+        let open: Opener = Box::new(move |_| {
+            Ok(std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&f)?
+                .into())
+        });
+        Locks::new(open, Box::new(|_| {}))
+    }
+
+    fn key(owner: u64) -> Key {
+        Key {
+            ino: 5,
+            owner,
+            flock: false,
+        }
+    }
+
+    /// A lock held by `owner` through open file `fh`, taken on its stand-in (bytes
+    /// of its own: owners do not conflict).
+    fn hold(l: &Locks, owner: u64, fh: u64) {
+        let fd = l.owner_fd(key(owner), fh, true).unwrap().unwrap();
+        let r = Request {
+            ino: 5,
+            fh,
+            owner,
+            start: owner * 10,
+            end: owner * 10 + 9,
+            typ: libc::F_WRLCK,
+            flock: false,
+        };
+        assert!(lock_on(&fd, &r, false).unwrap());
+        assert!(l.had(&fd, &r));
+    }
+
+    fn wakes(l: &Locks) -> usize {
+        l.wakes.load(Ordering::Relaxed)
+    }
+
+    /// RELEASE, FLUSH and unlocks with nobody asleep make no wake (before: one futex
+    /// wake-all at each RELEASE), and still drop the locks.
+    #[test]
+    fn locks_going_with_nobody_asleep_wake_nobody() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = locks(&dir);
+        for i in 0..100 {
+            l.release(5, 1000 + i, None);
+            hold(&l, 1, 7);
+            hold(&l, 2, 8);
+            l.flush(5, 7, 1);
+            l.release(5, 8, None);
+            assert!(guard(&l.state).held.is_empty());
+        }
+        assert_eq!(wakes(&l), 0);
+        assert_eq!(guard(&l.state).went, 300);
+    }
+
+    /// A lock query asleep until a RELEASE drops a just-closed open's lock is woken
+    /// by that RELEASE, not by its [`SETTLE`] timeout.
+    #[test]
+    fn a_release_wakes_a_query_waiting_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = locks(&dir);
+        hold(&l, 1, 7);
+        // A descriptor of open file 7 closed: its RELEASE may come.
+        l.flush(5, 7, 2);
+        let (tx, rx) = mpsc::channel();
+        let settling = l.clone();
+        let t = std::thread::spawn(move || {
+            settling.settle(5, 3);
+            let _ = tx.send(Instant::now());
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while guard(&l.state).sleepers == 0 {
+            assert!(Instant::now() < deadline, "the query never slept");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let released = Instant::now();
+        l.release(5, 7, None);
+        // Bounded: settle ends at its timeout at the latest.
+        let woke = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("settle ended");
+        t.join().unwrap();
+        assert_eq!(wakes(&l), 1);
+        assert!(
+            woke.duration_since(released) < SETTLE / 2,
+            "woken {:?} after the RELEASE",
+            woke.duration_since(released)
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! Locks through the mount behave as on a local file system, with tmpfs as the
 //! control: xfstests generic/478's OFD and classic lock sequences give the same
 //! answers; a cycle of classic lock waits gets EDEADLK for one request, as the
-//! kernel gives (issue 42, defects 6 and 11); and many waiters cost the daemon
+//! kernel gives (issue 42, defects 6 and 11); a waiter blocked in the kernel gets
+//! the lock at its holder's unlock or close; and many waiters cost the daemon
 //! neither CPU nor a thread each.
 //!
 //! The sequences are tests/locks.c's, built with `cc`. Needs root (a tmpfs mount),
@@ -181,6 +182,32 @@ fn a_lock_cycle_through_the_mount_gets_edeadlk_as_on_tmpfs() {
         );
         let got = run(&["cycle", n], &m.file(), "a cycle through the mount");
         assert_eq!(got, want, "through the mount");
+    }
+}
+
+/// A process waiting in the kernel for a POSIX, OFD or flock lock through the mount
+/// gets it when its holder lets go, by an unlock or a close (FLUSH drops POSIX
+/// locks, RELEASE OFD locks and flock), as on tmpfs: RELEASE no longer wakes the
+/// daemon's lock sleepers when none sleeps (issue 44, stop 54), and this is the
+/// guard that the waits it serves still end. Twice, with io_uring and without.
+#[test]
+fn a_blocked_waiter_gets_the_lock_at_an_unlock_or_a_close_as_on_tmpfs() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let _w = watchdog(
+        "a_blocked_waiter_gets_the_lock_at_an_unlock_or_a_close_as_on_tmpfs",
+        TEST_LIMIT,
+    );
+    let (_d, _t, f) = control();
+    let want = run(&["wake"], &f, "wake on tmpfs");
+    assert_eq!(want.lines().count(), 6, "the control: {want}");
+    assert!(
+        want.lines().all(|l| l.ends_with("the waiter got it")),
+        "the control: {want}"
+    );
+    for o in ["io_uring=on", "io_uring=off"] {
+        let m = Mounted::with(o);
+        let got = run(&["wake"], &m.file(), "wake through the mount");
+        assert_eq!(got, want, "{o}");
     }
 }
 

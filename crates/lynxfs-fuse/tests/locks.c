@@ -12,6 +12,9 @@
  *                          (OFD locks, each on an open of its own; all at once, or
  *                          one every GAP_MS); says "waiting", lets go when stdin has
  *                          a line, says "all got it" when every waiter had the lock.
+ *   locks wake FILE        a lock held (POSIX, OFD, flock) while another process
+ *                          waits for it in the kernel, then let go (an unlock, or a
+ *                          close); one line per case: whether the waiter got it.
  *
  * Every step is bounded: alarm() kills a process stuck past its time.
  */
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -181,8 +185,8 @@ static void run_478(const char *path)
 
 /* ---- deadlock cycles ---- */
 
-/* Until process `pid` is in fcntl(2) (blocked in its wait), then 50 ms more. */
-static void wait_in_fcntl(pid_t pid)
+/* Until process `pid` is in system call `nr` (blocked in its wait), then 50 ms more. */
+static void wait_in(pid_t pid, int nr)
 {
     char path[64], buf[64];
     snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
@@ -192,11 +196,16 @@ static void wait_in_fcntl(pid_t pid)
             die("open /proc/PID/syscall");
         char *line = fgets(buf, sizeof buf, f);
         fclose(f);
-        if (line && atoi(line) == 72 /* fcntl on x86-64 */)
+        if (line && atoi(line) == nr)
             break;
         usleep(5000);
     }
     usleep(50000);
+}
+
+static void wait_in_fcntl(pid_t pid)
+{
+    wait_in(pid, 72 /* fcntl on x86-64 */);
 }
 
 static void run_cycle(const char *path, int n)
@@ -311,6 +320,66 @@ static void run_waiters(const char *path, int n, int gap_ms)
     printf("all got it\n");
 }
 
+/* ---- a waiter woken by an unlock or a close ---- */
+
+enum kind { POSIX, OFD, FLOCK };
+static const char *kind_name[] = {"POSIX", "OFD", "flock"};
+
+/* Takes (block: waits for) or lets go of a write lock of kind `k` on `fd`. */
+static int lock_kind(int fd, enum kind k, int take, int block)
+{
+    if (k == FLOCK)
+        return flock(fd, take ? LOCK_EX | (block ? 0 : LOCK_NB) : LOCK_UN);
+    struct flock l = range(take ? F_WRLCK : F_UNLCK, 0, 0);
+    int cmd = k == OFD ? (block ? F_OFD_SETLKW : F_OFD_SETLK) : (block ? F_SETLKW : F_SETLK);
+    return fcntl(fd, cmd, &l);
+}
+
+static void run_wake(const char *path)
+{
+    alarm(100);
+    for (int k = POSIX; k <= FLOCK; k++)
+        for (int by_close = 0; by_close <= 1; by_close++) {
+            int go[2];
+            if (pipe(go))
+                die("pipe");
+            /* Forked before the holder opens: it shares no open file with it. */
+            pid_t kid = fork();
+            if (kid < 0)
+                die("fork");
+            if (kid == 0) {
+                alarm(10); /* never woken: killed, and the case says so */
+                char c;
+                get(go[0], &c, 1);
+                int fd = open(path, O_RDWR);
+                if (fd < 0)
+                    die("open in the waiter");
+                _exit(lock_kind(fd, k, 1, 1) ? 1 : 0);
+            }
+            int fd = open(path, O_RDWR);
+            if (fd < 0)
+                die("open");
+            if (lock_kind(fd, k, 1, 0))
+                die("hold");
+            put(go[1], "g", 1);
+            wait_in(kid, k == FLOCK ? 73 /* flock on x86-64 */ : 72);
+            if (by_close)
+                close(fd);
+            else if (lock_kind(fd, k, 0, 0))
+                die("let go");
+            int st;
+            if (waitpid(kid, &st, 0) != kid)
+                die("waitpid");
+            printf("%s lock let go by %s: the waiter %s\n", kind_name[k],
+                   by_close ? "a close" : "an unlock",
+                   WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "got it" : "did not get it");
+            if (!by_close)
+                close(fd);
+            close(go[0]);
+            close(go[1]);
+        }
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && !strcmp(argv[1], "478"))
@@ -319,8 +388,10 @@ int main(int argc, char **argv)
         run_cycle(argv[2], atoi(argv[3]));
     else if (argc >= 4 && !strcmp(argv[1], "waiters"))
         run_waiters(argv[2], atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 0);
+    else if (argc >= 3 && !strcmp(argv[1], "wake"))
+        run_wake(argv[2]);
     else {
-        fprintf(stderr, "usage: locks 478 FILE | cycle FILE N | waiters FILE N [GAP_MS]\n");
+        fprintf(stderr, "usage: locks 478 FILE | cycle FILE N | waiters FILE N [GAP_MS] | wake FILE\n");
         return 2;
     }
     return 0;

@@ -286,7 +286,7 @@ fn an_open_reads_another_process_s_write_even_if_its_notice_never_arrives() {
     let pool = dir.path().join("pool");
     Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
     let mnt = tempfile::tempdir().expect("mount point");
-    let _daemon = StalledDaemon::start(&pool, mnt.path());
+    let _daemon = StalledDaemon::start(&pool, mnt.path(), "forward.apply");
     let k = mnt.path().join("k");
     fs::write(&k, b"old bytes").unwrap();
     assert_eq!(fs::read(&k).unwrap(), b"old bytes");
@@ -316,7 +316,8 @@ struct StalledDaemon {
 }
 
 impl StalledDaemon {
-    fn start(pool: &Path, mnt: &Path) -> StalledDaemon {
+    /// The daemon, its forwarder stopped at `point` (a `testing::stop_here` point).
+    fn start(pool: &Path, mnt: &Path, point: &str) -> StalledDaemon {
         let child = Command::new(std::env::current_exe().expect("test binary"))
             .args([
                 "--exact",
@@ -327,7 +328,7 @@ impl StalledDaemon {
             ])
             .env(POOL_ENV, pool)
             .env(MNT_ENV, mnt)
-            .env(lynxfs::runtime::testing::STOP_ENV, "forward.apply")
+            .env(lynxfs::runtime::testing::STOP_ENV, point)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -358,10 +359,10 @@ impl Drop for StalledDaemon {
     }
 }
 
-/// The daemon of the test above: mounts the pool with the defaults and serves until
-/// killed.
+/// The daemon of the tests above and below: mounts the pool with the defaults and
+/// serves until killed.
 #[test]
-#[ignore = "the daemon process of the test above"]
+#[ignore = "the daemon process of the stalled-forwarder tests"]
 fn stalled_forwarder_mount() {
     let pool = std::env::var_os(POOL_ENV).expect("run by the stalled-forwarder test");
     let mnt = std::env::var_os(MNT_ENV).expect("run by the stalled-forwarder test");
@@ -372,6 +373,62 @@ fn stalled_forwarder_mount() {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// How many of the first `len` bytes' pages of `f` the kernel holds in its cache.
+fn cached_pages(f: &fs::File, len: usize) -> usize {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh shared read-only mapping of `len` bytes of an open file, never
+    // touched, only asked about and unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mapping the file");
+    let mut v = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: `p` maps `len` bytes (page aligned); `v` has a byte per page.
+    let r = unsafe { libc::mincore(p, len, v.as_mut_ptr()) };
+    // SAFETY: unmapping the mapping made above, used no more.
+    unsafe { libc::munmap(p, len) };
+    assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+    v.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+/// With the daemon's forwarder stopped before it reads any notice, an open after
+/// the daemon's own changes (a file written, then read through the mount) keeps the
+/// kernel's pages: the open counts the daemon's own notices as passed on, for those
+/// do not wake the forwarder. Before: the pages were dropped at every open until the
+/// forwarder had read them (here never).
+#[test]
+fn own_changes_keep_pages_at_opens_without_the_forwarder() {
+    let _w = watchdog(
+        "own_changes_keep_pages_at_opens_without_the_forwarder",
+        Duration::from_secs(120),
+    );
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let pool = dir.path().join("pool");
+    Pool::mkfs(&pool, &MkfsOptions::new(64 << 20), PmemBackend::default()).expect("mkfs");
+    let mnt = tempfile::tempdir().expect("mount point");
+    let _daemon = StalledDaemon::start(&pool, mnt.path(), "forward.start");
+    let k = mnt.path().join("k");
+    let data = vec![b'k'; 4 * 4096];
+    fs::write(&k, &data).unwrap();
+    // The first read after the write updates the atime (a change of the daemon's
+    // own) and fills the kernel's cache.
+    assert_eq!(fs::read(&k).unwrap(), data);
+    let f = fs::File::open(&k).unwrap();
+    assert_eq!(
+        cached_pages(&f, data.len()),
+        4,
+        "the open dropped the pages"
+    );
 }
 
 /// The inotify events a watcher on the mount gets for what another process (here a

@@ -141,6 +141,15 @@ impl<B: Backend> Fs<B> {
         self.ns.notices.posted()
     }
 
+    /// Where a watcher of this process at `position` would be once past the changes
+    /// after it that this process made itself: the number of changes posted, when
+    /// every one from `position` on is this process's own (and published), else
+    /// `None`. A watcher is not woken for its own process's changes, so it may lag
+    /// behind them (see [`crate::runtime::notices::Notices::own_since`]).
+    pub fn own_changes_since(&self, position: u64) -> Option<u64> {
+        self.ns.notices.own_since(position)
+    }
+
     /// A caller with these credentials, working in the root directory.
     pub fn session(&self, cred: Cred) -> Session<'_, B> {
         Session {
